@@ -1,0 +1,359 @@
+//! The `Node` kind: one fleet node (a local worker process, a Docker container or a
+//! Vast.ai instance) created by a Provision command, with what is observed of it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::meta::Time;
+use crate::resource::{Column, Resource};
+use crate::validation::{self, Errors, Reason};
+
+crate::resource! {
+    /// A fleet node. Its spec is written once, by the Provision command that creates it,
+    /// and is durable before any provider call; nothing replaces or tears a node down
+    /// unless a Kill command says so.
+    Node, NodeList, NodeSpec, NodeStatus, plural = "nodes", singular = "node", short = ["nd"]
+}
+
+/// What was asked for when the node was provisioned. Immutable.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSpec {
+    /// Logical id: monotonic across the fleet and never reused.
+    pub logical_id: u64,
+    /// Name of the Provider that runs the node.
+    #[serde(default)]
+    pub provider: String,
+    /// Name of the FleetCommand that created the node (its command id). Absent only for
+    /// an `Orphaned` node, found at the provider without a record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The provider offer leased for this node (Vast.ai ask id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offer_id: Option<u64>,
+    /// Image the node runs; unset means the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Bootstrap (on-start) script; unset means the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap: Option<String>,
+    /// Labels the node's worker advertises.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What is observed of a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// Where the node is in its life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<NodePhase>,
+    /// The provider's handle on the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderRef>,
+    /// The worker's iroh endpoint id (its public key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_id: Option<String>,
+    /// Addresses the worker advertises (`ip:port`, relay URLs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// SSH address of the node (`host:port`), when the image's SSH bootstrap serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+    /// GPUs the worker reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
+    /// Latest telemetry, summarized from the pull stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<TelemetrySummary>,
+    /// The last provider or worker error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the provider acknowledged the create.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned_at: Option<Time>,
+    /// When the worker first announced readiness.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Time>,
+    /// When the node stopped, was killed or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+}
+
+/// Where a node is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+pub enum NodePhase {
+    /// The intent is recorded; no provider call has been made.
+    Pending,
+    /// The provider is creating the node, or its worker has not announced readiness.
+    Provisioning,
+    /// The worker joined and is ready; telemetry is pulled.
+    Running,
+    /// The record survived but the provider resource did not (found at recovery); the
+    /// node is never recreated.
+    Stopped,
+    /// A Kill command is stopping or destroying the node.
+    Killing,
+    /// Killed by a command; the record is kept.
+    Killed,
+    /// Provisioning or the node failed; see `error`.
+    Failed,
+    /// Found at the provider without a record; reported and left untouched.
+    Orphaned,
+}
+
+impl NodePhase {
+    /// The serialized name, e.g. `Running`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodePhase::Pending => "Pending",
+            NodePhase::Provisioning => "Provisioning",
+            NodePhase::Running => "Running",
+            NodePhase::Stopped => "Stopped",
+            NodePhase::Killing => "Killing",
+            NodePhase::Killed => "Killed",
+            NodePhase::Failed => "Failed",
+            NodePhase::Orphaned => "Orphaned",
+        }
+    }
+}
+
+/// The provider's handle on a node; the field of the node's provider type is set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRef {
+    /// `process`: the worker's process id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `docker`: the container id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// `vastai`: the instance (contract) id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<u64>,
+}
+
+/// One GPU of a node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gpu {
+    /// Model name, e.g. `RTX 4090`.
+    pub name: String,
+    /// Memory in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+}
+
+/// A summary of a node's latest telemetry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TelemetrySummary {
+    /// When the latest frame arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+    /// CPU use, in percent of one core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_percent: Option<f64>,
+    /// Memory in use, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_bytes: Option<u64>,
+    /// Memory installed, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_total_bytes: Option<u64>,
+    /// Mean GPU utilization, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_utilization_percent: Option<f64>,
+    /// GPU memory in use across all GPUs, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_used_bytes: Option<u64>,
+}
+
+impl Resource for Node {
+    fn validate(&self, errors: &mut Errors) {
+        let spec = &self.spec;
+        validation::name(errors, "spec.provider", &spec.provider);
+        match &spec.command {
+            Some(command) => validation::name(errors, "spec.command", command),
+            None if self.status.phase != Some(NodePhase::Orphaned) => errors.push(
+                "spec.command",
+                Reason::Required,
+                "the FleetCommand that created the node is required",
+            ),
+            None => {}
+        }
+        if let Some(image) = &spec.image {
+            validation::argument(errors, "spec.image", image);
+        }
+        validation::labels(errors, "spec.labels", &spec.labels);
+        for (i, gpu) in self.status.gpus.iter().enumerate() {
+            if gpu.name.is_empty() {
+                errors.push(format!("status.gpus[{i}].name"), Reason::Required, "must not be empty");
+            }
+        }
+    }
+
+    fn columns() -> Vec<Column> {
+        vec![
+            Column {
+                name: "ID",
+                type_: "integer",
+                description: "The logical id, spec.logicalId.",
+                priority: 0,
+            },
+            Column::new("Provider", "The Provider running the node, spec.provider."),
+            Column::new("Phase", "Where the node is in its life, status.phase."),
+            Column::new("Endpoint", "The worker's iroh endpoint id, status.endpointId."),
+            Column::wide("Addresses", "Addresses the worker advertises, status.addresses."),
+            Column::wide("GPUs", "GPUs of the node, status.gpus."),
+            Column::wide("Command", "The FleetCommand that created the node, spec.command."),
+        ]
+    }
+
+    fn cells(&self) -> Vec<Value> {
+        vec![
+            self.spec.logical_id.into(),
+            self.spec.provider.clone().into(),
+            self.status.phase.map_or("", NodePhase::as_str).into(),
+            self.status.endpoint_id.clone().unwrap_or_default().into(),
+            self.status.addresses.join(",").into(),
+            gpu_summary(&self.status.gpus).into(),
+            self.spec.command.clone().unwrap_or_default().into(),
+        ]
+    }
+}
+
+impl Node {
+    /// Checks an update against the stored object: the spec is written once.
+    pub fn validate_update(&self, old: &Node, errors: &mut Errors) {
+        validation::immutable(errors, "spec", &self.spec, &old.spec);
+    }
+}
+
+/// `2x RTX 4090, 1x A100`: GPUs counted per model, in order of first appearance.
+fn gpu_summary(gpus: &[Gpu]) -> String {
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for gpu in gpus {
+        match counts.iter_mut().find(|(name, _)| *name == gpu.name) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&gpu.name, 1)),
+        }
+    }
+    counts.iter().map(|(name, n)| format!("{n}x {name}")).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::resource::{decode, validate};
+    use crate::testing::{error_fields, merge};
+
+    fn valid() -> Value {
+        json!({
+            "apiVersion": "hive.dev/v1",
+            "kind": "Node",
+            "metadata": {"name": "node-7"},
+            "spec": {
+                "logicalId": 7,
+                "provider": "vastai",
+                "command": "3f6c1d2e-8a4b-4c3d-9e2f-1a2b3c4d5e6f",
+                "offerId": 123456,
+                "image": "ghcr.io/example/myelin-node:cuda",
+                "labels": {"pool": "gpu"}
+            },
+            "status": {
+                "phase": "Running",
+                "providerRef": {"instanceId": 998877},
+                "endpointId": "ae58ff8833241ac82d6ff7611046ed67b5072d142c588d0063e942d9a75502b6",
+                "addresses": ["203.0.113.7:4433"],
+                "gpus": [{"name": "RTX 4090", "memoryMib": 24564}, {"name": "RTX 4090", "memoryMib": 24564}],
+                "telemetry": {"updatedAt": "2026-11-29T14:39:19Z", "cpuPercent": 12.5, "gpuUtilizationPercent": 80.0},
+                "provisionedAt": "2026-11-29T14:30:00Z",
+                "readyAt": "2026-11-29T14:35:00Z"
+            }
+        })
+    }
+
+    fn check(patch: Value) -> Vec<String> {
+        let mut value = valid();
+        merge(&mut value, patch);
+        error_fields::<Node>(&value)
+    }
+
+    #[test]
+    fn valid_node_round_trips() {
+        let (node, unknown) = decode::<Node>(&valid()).unwrap();
+        assert!(unknown.is_empty());
+        assert_eq!(validate(&node), vec![]);
+        assert_eq!(serde_json::to_value(&node).unwrap(), valid());
+    }
+
+    #[test]
+    fn validation_rules_name_their_fields() {
+        let cases: Vec<(Value, &[&str])> = vec![
+            (json!({}), &[]),
+            (json!({"spec": {"provider": ""}}), &["spec.provider"]),
+            (json!({"spec": {"command": "Not A Name"}}), &["spec.command"]),
+            (json!({"spec": {"command": null}}), &["spec.command"]),
+            (json!({"spec": {"command": null}, "status": {"phase": "Orphaned"}}), &[]),
+            (json!({"spec": {"image": "-v"}}), &["spec.image"]),
+            (json!({"spec": {"labels": {"pool": "-gpu"}}}), &["spec.labels.pool"]),
+            (json!({"status": {"gpus": [{"name": ""}]}}), &["status.gpus[0].name"]),
+        ];
+        for (patch, want) in cases {
+            assert_eq!(check(patch.clone()), want, "patch {patch}");
+        }
+    }
+
+    #[test]
+    fn the_spec_is_written_once() {
+        let old = decode::<Node>(&valid()).unwrap().0;
+        let mut new = old.clone();
+        new.status.phase = Some(NodePhase::Killed);
+        let mut errors = Errors::default();
+        new.validate_update(&old, &mut errors);
+        assert!(errors.is_empty());
+        new.spec.offer_id = None;
+        new.spec.logical_id = 8;
+        new.validate_update(&old, &mut errors);
+        let fields: Vec<_> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.logicalId", "spec.offerId"]);
+    }
+
+    #[test]
+    fn unknown_fields_and_missing_logical_id() {
+        let mut value = valid();
+        value["spec"]["bogus"] = json!(1);
+        value["status"]["providerRef"]["vmId"] = json!(1);
+        let (_, mut unknown) = decode::<Node>(&value).unwrap();
+        unknown.sort();
+        assert_eq!(unknown, ["spec.bogus", "status.providerRef.vmId"]);
+
+        let mut value = valid();
+        value["spec"].as_object_mut().unwrap().remove("logicalId");
+        assert_eq!(decode::<Node>(&value).unwrap_err().field, "spec");
+    }
+
+    #[test]
+    fn cells_match_columns() {
+        let (node, _) = decode::<Node>(&valid()).unwrap();
+        assert_eq!(Node::columns().len(), node.cells().len());
+        assert_eq!(
+            node.cells(),
+            vec![
+                json!(7),
+                json!("vastai"),
+                json!("Running"),
+                json!("ae58ff8833241ac82d6ff7611046ed67b5072d142c588d0063e942d9a75502b6"),
+                json!("203.0.113.7:4433"),
+                json!("2x RTX 4090"),
+                json!("3f6c1d2e-8a4b-4c3d-9e2f-1a2b3c4d5e6f"),
+            ]
+        );
+    }
+}

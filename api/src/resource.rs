@@ -1,0 +1,285 @@
+//! What makes a type a hive kind: the [`Resource`] trait, the [`resource!`] macro that
+//! declares a kind's object and list types, and the dynamic [`KindInfo`] registry entry
+//! the server dispatches on.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::meta::ObjectMeta;
+use crate::validation::{self, Errors, ValidationError};
+
+/// A server-side printing column (`kubectl get` table output).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// Header, e.g. `Wanted`.
+    pub name: &'static str,
+    /// OpenAPI type of the cells: `string`, `integer`, `number`, `boolean`, `date`.
+    pub type_: &'static str,
+    /// What the column shows, e.g. `spec.wanted`.
+    pub description: &'static str,
+    /// 0 = always shown; 1 = only with `-o wide`.
+    pub priority: i32,
+}
+
+impl Column {
+    /// A string column shown by default.
+    pub const fn new(name: &'static str, description: &'static str) -> Column {
+        Column { name, type_: "string", description, priority: 0 }
+    }
+
+    /// A string column shown only with `-o wide`.
+    pub const fn wide(name: &'static str, description: &'static str) -> Column {
+        Column { name, type_: "string", description, priority: 1 }
+    }
+}
+
+/// The object-level surface every kind shares; implemented by [`resource!`].
+pub trait Object: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static {
+    /// Kind name, e.g. `Agent`.
+    const KIND: &'static str;
+    /// List kind name, e.g. `AgentList`.
+    const LIST_KIND: &'static str;
+    /// Plural resource name used in URLs, e.g. `agents`.
+    const PLURAL: &'static str;
+    /// Singular resource name, e.g. `agent`.
+    const SINGULAR: &'static str;
+    /// Short names kubectl accepts, e.g. `ag`.
+    const SHORT_NAMES: &'static [&'static str];
+
+    /// The object's metadata.
+    fn metadata(&self) -> &ObjectMeta;
+    /// The object's metadata, mutably.
+    fn metadata_mut(&mut self) -> &mut ObjectMeta;
+}
+
+/// Kind-specific behaviour: validation and table printing.
+pub trait Resource: Object {
+    /// Records every problem of the spec and status (metadata is checked generically).
+    fn validate(&self, errors: &mut Errors);
+    /// Columns between `Name` and `Age` (priority 0) and after `Age` (priority 1).
+    fn columns() -> Vec<Column>;
+    /// One cell per entry of [`Resource::columns`], in the same order.
+    fn cells(&self) -> Vec<Value>;
+}
+
+/// The outcome of decoding a request body as a kind.
+#[derive(Debug)]
+pub struct Decoded {
+    /// The object re-serialized from its typed form: defaults filled in, unknown fields
+    /// dropped, field order canonical.
+    pub object: Value,
+    /// Paths of fields the kind does not define, e.g. `spec.bogus`.
+    pub unknown_fields: Vec<String>,
+}
+
+/// A body that does not have the kind's shape (wrong type, bad enum value …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Path of the offending field, e.g. `spec.wanted` (empty for the root).
+    pub field: String,
+    /// What serde found wrong.
+    pub message: String,
+}
+
+/// Decodes a JSON value as `K`, collecting unknown fields instead of failing on them.
+pub fn decode<K: Object>(value: &Value) -> Result<(K, Vec<String>), DecodeError> {
+    let mut unknown = Vec::new();
+    let mut record = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
+    let de = serde_ignored::Deserializer::new(value, &mut record);
+    let typed: K = serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        DecodeError {
+            field: if field == "." { String::new() } else { field },
+            message: e.into_inner().to_string(),
+        }
+    })?;
+    Ok((typed, unknown))
+}
+
+/// Renders an ignored-field path the way Kubernetes names fields: `spec.nodes[1].bogus`.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let parent = field_path(parent);
+            if parent.is_empty() {
+                key.clone()
+            } else {
+                format!("{parent}.{key}")
+            }
+        }
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => {
+            field_path(parent)
+        }
+    }
+}
+
+fn decode_value<K: Object>(value: &Value) -> Result<Decoded, DecodeError> {
+    let (typed, unknown_fields) = decode::<K>(value)?;
+    let object = serde_json::to_value(&typed)
+        .map_err(|e| DecodeError { field: String::new(), message: e.to_string() })?;
+    Ok(Decoded { object, unknown_fields })
+}
+
+/// Validates metadata and kind-specific fields of a typed object.
+pub fn validate<K: Resource>(object: &K) -> Vec<ValidationError> {
+    let mut errors = Errors::default();
+    validation::object_meta(&mut errors, object.metadata());
+    object.validate(&mut errors);
+    errors.0
+}
+
+fn validate_value<K: Resource>(value: &Value) -> Vec<ValidationError> {
+    match decode::<K>(value) {
+        Ok((typed, _)) => validate(&typed),
+        Err(e) => vec![ValidationError::new(e.field, validation::Reason::Invalid, e.message)],
+    }
+}
+
+fn cells_value<K: Resource>(value: &Value) -> Vec<Value> {
+    match decode::<K>(value) {
+        Ok((typed, _)) => typed.cells(),
+        Err(_) => K::columns().iter().map(|_| Value::String(String::new())).collect(),
+    }
+}
+
+/// Everything the server needs to serve a kind without knowing its Rust type.
+#[derive(Clone, Copy)]
+pub struct KindInfo {
+    /// Kind name, e.g. `Agent`.
+    pub kind: &'static str,
+    /// List kind name, e.g. `AgentList`.
+    pub list_kind: &'static str,
+    /// Plural resource name, e.g. `agents`.
+    pub plural: &'static str,
+    /// Singular resource name, e.g. `agent`.
+    pub singular: &'static str,
+    /// Short names, e.g. `ag`.
+    pub short_names: &'static [&'static str],
+    /// Decodes a body as this kind.
+    pub decode: fn(&Value) -> Result<Decoded, DecodeError>,
+    /// Validates a (decoded) object of this kind.
+    pub validate: fn(&Value) -> Vec<ValidationError>,
+    /// The kind's printing columns.
+    pub columns: fn() -> Vec<Column>,
+    /// One row of cells for an object of this kind.
+    pub cells: fn(&Value) -> Vec<Value>,
+}
+
+impl std::fmt::Debug for KindInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindInfo").field("kind", &self.kind).finish()
+    }
+}
+
+impl KindInfo {
+    /// The registry entry for `K`.
+    pub const fn of<K: Resource>() -> KindInfo {
+        KindInfo {
+            kind: K::KIND,
+            list_kind: K::LIST_KIND,
+            plural: K::PLURAL,
+            singular: K::SINGULAR,
+            short_names: K::SHORT_NAMES,
+            decode: decode_value::<K>,
+            validate: validate_value::<K>,
+            columns: K::columns,
+            cells: cells_value::<K>,
+        }
+    }
+}
+
+/// Declares a kind: the object struct (`apiVersion`, `kind`, `metadata`, `spec`,
+/// `status`), its list struct, and the [`Object`] impl.
+///
+/// ```ignore
+/// resource! {
+///     /// An agent: a supervised workload whose config lives in git.
+///     Agent, AgentList, AgentSpec, AgentStatus, plural = "agents", singular = "agent", short = ["ag"]
+/// }
+/// ```
+#[macro_export]
+macro_rules! resource {
+    (
+        $(#[$doc:meta])*
+        $kind:ident, $list:ident, $spec:ty, $status:ty,
+        plural = $plural:literal, singular = $singular:literal, short = [$($short:literal),*]
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $kind {
+            /// Always `hive.dev/v1`.
+            #[serde(default = "::hive_api::resource::default_api_version")]
+            pub api_version: String,
+            /// The kind name.
+            #[serde(default)]
+            pub kind: String,
+            /// Standard object metadata.
+            #[serde(default)]
+            pub metadata: $crate::meta::ObjectMeta,
+            /// What is wanted. Written by users and the submit layer; a change bumps
+            /// `metadata.generation`.
+            #[serde(default)]
+            pub spec: $spec,
+            /// What is observed. Written only by controllers and the scheduler, through
+            /// the `/status` subresource.
+            #[serde(default)]
+            pub status: $status,
+        }
+
+        impl $kind {
+            /// A new object with the given name and spec, and empty status.
+            pub fn new(name: impl Into<String>, spec: $spec) -> Self {
+                $kind {
+                    api_version: $crate::meta::API_VERSION.to_string(),
+                    kind: stringify!($kind).to_string(),
+                    metadata: $crate::meta::ObjectMeta { name: name.into(), ..Default::default() },
+                    spec,
+                    status: Default::default(),
+                }
+            }
+        }
+
+        #[doc = concat!("A list of ", stringify!($kind), " objects.")]
+        #[derive(Clone, Debug, Default, PartialEq, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
+        #[serde(rename_all = "camelCase")]
+        pub struct $list {
+            /// Always `hive.dev/v1`.
+            #[serde(default = "::hive_api::resource::default_api_version")]
+            pub api_version: String,
+            /// The list kind name.
+            #[serde(default)]
+            pub kind: String,
+            /// List metadata: the revision read at and the continue token.
+            #[serde(default)]
+            pub metadata: $crate::meta::ListMeta,
+            /// The objects.
+            pub items: Vec<$kind>,
+        }
+
+        impl $crate::resource::Object for $kind {
+            const KIND: &'static str = stringify!($kind);
+            const LIST_KIND: &'static str = stringify!($list);
+            const PLURAL: &'static str = $plural;
+            const SINGULAR: &'static str = $singular;
+            const SHORT_NAMES: &'static [&'static str] = &[$($short),*];
+
+            fn metadata(&self) -> &$crate::meta::ObjectMeta {
+                &self.metadata
+            }
+
+            fn metadata_mut(&mut self) -> &mut $crate::meta::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+/// Default for `apiVersion` when a body omits it.
+pub fn default_api_version() -> String {
+    crate::meta::API_VERSION.to_string()
+}

@@ -1,0 +1,895 @@
+//! Label and field selectors: the `labelSelector` and `fieldSelector` query parameters of
+//! list and watch requests (`kubectl get -l tier=gold`, `kubectl wait agent/a1`), parsed
+//! into requirements that are matched against one object at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+/// Why a selector could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// The `labelSelector` text is malformed; `reason` names the offending term and its
+    /// position (characters from the start, counting from 0).
+    #[error("invalid label selector {selector:?}: {reason}")]
+    Label {
+        /// The selector text as sent.
+        selector: String,
+        /// What is wrong and where.
+        reason: String,
+    },
+    /// The `fieldSelector` text is malformed.
+    #[error("invalid field selector {selector:?}: {reason}")]
+    Field {
+        /// The selector text as sent.
+        selector: String,
+        /// What is wrong and where.
+        reason: String,
+    },
+    /// The field selector names a field that cannot be selected on; the wording is the
+    /// apiserver's, so clients that recognise it keep working.
+    #[error("field label not supported: {0}")]
+    UnsupportedField(String),
+}
+
+// ---------------------------------------------------------------------------------------
+// Label selectors
+// ---------------------------------------------------------------------------------------
+
+/// What a [`Requirement`] demands of the value of its label.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operator {
+    /// `key=value` or `key==value`: the label is present with exactly this value.
+    Equals(String),
+    /// `key!=value`: the label is absent or has another value.
+    NotEquals(String),
+    /// `key in (a,b)`: the label is present with one of these values (never empty).
+    In(BTreeSet<String>),
+    /// `key notin (a,b)`: the label is absent or has none of these values (never empty).
+    NotIn(BTreeSet<String>),
+    /// `key`: the label is present, with any value.
+    Exists,
+    /// `!key`: the label is absent.
+    DoesNotExist,
+}
+
+/// One comma-separated term of a label selector: a label key and what its value must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Requirement {
+    key: String,
+    op: Operator,
+}
+
+impl Requirement {
+    /// Builds a requirement, checking that `key` is a qualified label key (an optional
+    /// DNS subdomain prefix and `/`, then a name of at most 63 characters), that every
+    /// value is a valid label value, and that `in`/`notin` have at least one value.
+    pub fn new(key: impl Into<String>, op: Operator) -> Result<Requirement, SelectorError> {
+        let key = key.into();
+        let req = Requirement { key, op };
+        req.check().map_err(|reason| SelectorError::Label { selector: req.to_string(), reason })?;
+        Ok(req)
+    }
+
+    /// The label key, e.g. `hive.dev/tier`.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// What the label's value must be.
+    pub fn operator(&self) -> &Operator {
+        &self.op
+    }
+
+    /// Whether the labels satisfy this requirement.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = labels.get(&self.key);
+        match &self.op {
+            Operator::Equals(v) => value == Some(v),
+            Operator::NotEquals(v) => value != Some(v),
+            Operator::In(vs) => value.is_some_and(|v| vs.contains(v)),
+            Operator::NotIn(vs) => value.is_none_or(|v| !vs.contains(v)),
+            Operator::Exists => value.is_some(),
+            Operator::DoesNotExist => value.is_none(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        check_key(&self.key)?;
+        match &self.op {
+            Operator::Equals(v) | Operator::NotEquals(v) => check_value(&self.key, v),
+            Operator::In(vs) | Operator::NotIn(vs) => {
+                if vs.is_empty() {
+                    return Err(format!("the values of {:?} must not be empty", self.key));
+                }
+                vs.iter().try_for_each(|v| {
+                    if v.is_empty() {
+                        Err(format!("empty value in the values of {:?}", self.key))
+                    } else {
+                        check_value(&self.key, v)
+                    }
+                })
+            }
+            Operator::Exists | Operator::DoesNotExist => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for Requirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |f: &mut fmt::Formatter<'_>, word: &str, vs: &BTreeSet<String>| {
+            let joined: Vec<&str> = vs.iter().map(String::as_str).collect();
+            write!(f, "{} {word} ({})", self.key, joined.join(","))
+        };
+        match &self.op {
+            Operator::Equals(v) => write!(f, "{}={v}", self.key),
+            Operator::NotEquals(v) => write!(f, "{}!={v}", self.key),
+            Operator::In(vs) => set(f, "in", vs),
+            Operator::NotIn(vs) => set(f, "notin", vs),
+            Operator::Exists => write!(f, "{}", self.key),
+            Operator::DoesNotExist => write!(f, "!{}", self.key),
+        }
+    }
+}
+
+/// A parsed `labelSelector`: every requirement must hold (they are ANDed). The empty
+/// selector matches every object.
+///
+/// Requirements are kept sorted by key (stably, as the apiserver does), so `Display`
+/// prints one canonical text: `==` becomes `=`, set values are sorted and deduplicated,
+/// and whitespace is normalised (`env in (dev,prod),!legacy,tier=gold`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    requirements: Vec<Requirement>,
+}
+
+impl LabelSelector {
+    /// A selector made of these requirements.
+    pub fn new(mut requirements: Vec<Requirement>) -> LabelSelector {
+        requirements.sort_by(|a, b| a.key.cmp(&b.key));
+        LabelSelector { requirements }
+    }
+
+    /// The requirements, sorted by key.
+    pub fn requirements(&self) -> &[Requirement] {
+        &self.requirements
+    }
+
+    /// True for the empty selector, which matches everything.
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether an object with these labels is selected.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.requirements.iter().all(|r| r.matches(labels))
+    }
+}
+
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for LabelSelector {
+    type Err = SelectorError;
+
+    fn from_str(text: &str) -> Result<LabelSelector, SelectorError> {
+        let fail = |reason: String| SelectorError::Label { selector: text.to_string(), reason };
+        let tokens = lex(text);
+        let requirements =
+            Parser { tokens: &tokens, next: 0, end: text.chars().count() }.parse().map_err(fail)?;
+        Ok(LabelSelector::new(requirements))
+    }
+}
+
+/// A lexical token of a label selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Tok {
+    /// A key or a value: a run of characters that are neither whitespace nor one of
+    /// `!=,()<>`. `in` and `notin` are idents too; the parser tells them apart by place.
+    Ident(String),
+    Not,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    Open,
+    Close,
+    Comma,
+    /// `<` or `>`: numeric comparisons, which hive does not support.
+    Compare(char),
+}
+
+impl fmt::Display for Tok {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Tok::Ident(s) => write!(f, "{s:?}"),
+            Tok::Not => f.write_str("'!'"),
+            Tok::Equals => f.write_str("'='"),
+            Tok::DoubleEquals => f.write_str("'=='"),
+            Tok::NotEquals => f.write_str("'!='"),
+            Tok::Open => f.write_str("'('"),
+            Tok::Close => f.write_str("')'"),
+            Tok::Comma => f.write_str("','"),
+            Tok::Compare(c) => write!(f, "'{c}'"),
+        }
+    }
+}
+
+/// Splits the selector into tokens, each with its position in characters.
+fn lex(text: &str) -> Vec<(Tok, usize)> {
+    const SPECIAL: &[char] = &['!', '=', ',', '(', ')', '<', '>'];
+    let chars: Vec<char> = text.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let (tok, len) = match c {
+            c if c.is_whitespace() => {
+                i += 1;
+                continue;
+            }
+            '!' if next == Some('=') => (Tok::NotEquals, 2),
+            '!' => (Tok::Not, 1),
+            '=' if next == Some('=') => (Tok::DoubleEquals, 2),
+            '=' => (Tok::Equals, 1),
+            ',' => (Tok::Comma, 1),
+            '(' => (Tok::Open, 1),
+            ')' => (Tok::Close, 1),
+            '<' | '>' => (Tok::Compare(c), 1),
+            _ => {
+                let len =
+                    chars[i..].iter().take_while(|c| !c.is_whitespace() && !SPECIAL.contains(c)).count();
+                (Tok::Ident(chars[i..i + len].iter().collect()), len)
+            }
+        };
+        tokens.push((tok, i));
+        i += len;
+    }
+    tokens
+}
+
+struct Parser<'a> {
+    tokens: &'a [(Tok, usize)],
+    next: usize,
+    /// Position of the end of the text, for errors at the end.
+    end: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&Tok> {
+        self.tokens.get(self.next).map(|(t, _)| t)
+    }
+
+    fn pos(&self) -> usize {
+        self.tokens.get(self.next).map_or(self.end, |(_, p)| *p)
+    }
+
+    fn bump(&mut self) -> Option<Tok> {
+        let tok = self.tokens.get(self.next).map(|(t, _)| t.clone());
+        self.next += 1;
+        tok
+    }
+
+    fn unexpected(&self, expected: &str) -> String {
+        match self.peek() {
+            Some(Tok::Compare(c)) => {
+                format!(
+                    "operator '{c}' at position {} is not supported (use =, ==, !=, in, notin)",
+                    self.pos()
+                )
+            }
+            Some(tok) => format!("unexpected {tok} at position {}, expected {expected}", self.pos()),
+            None => format!("unexpected end of selector, expected {expected}"),
+        }
+    }
+
+    fn parse(mut self) -> Result<Vec<Requirement>, String> {
+        let mut requirements = Vec::new();
+        if self.peek().is_none() {
+            return Ok(requirements);
+        }
+        loop {
+            requirements.push(self.requirement()?);
+            match self.peek() {
+                None => return Ok(requirements),
+                Some(Tok::Comma) => {
+                    self.bump();
+                }
+                Some(_) => return Err(self.unexpected("',' or the end of the selector")),
+            }
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        let start = self.pos();
+        if self.peek() == Some(&Tok::Not) {
+            self.bump();
+            let key = self.key()?;
+            return finish(key, Operator::DoesNotExist, start);
+        }
+        let key = self.key()?;
+        let op = match self.peek() {
+            None | Some(Tok::Comma) => Operator::Exists,
+            Some(Tok::Equals | Tok::DoubleEquals) => {
+                self.bump();
+                Operator::Equals(self.value())
+            }
+            Some(Tok::NotEquals) => {
+                self.bump();
+                Operator::NotEquals(self.value())
+            }
+            Some(Tok::Ident(word)) if word == "in" || word == "notin" => {
+                let notin = word == "notin";
+                self.bump();
+                let values = self.values(&key)?;
+                if notin {
+                    Operator::NotIn(values)
+                } else {
+                    Operator::In(values)
+                }
+            }
+            Some(_) => return Err(self.unexpected("an operator (=, ==, !=, in, notin), ',' or the end")),
+        };
+        finish(key, op, start)
+    }
+
+    fn key(&mut self) -> Result<String, String> {
+        match self.peek() {
+            Some(Tok::Ident(word)) if word != "in" && word != "notin" => {
+                let key = word.clone();
+                self.bump();
+                Ok(key)
+            }
+            _ => Err(self.unexpected("a label key")),
+        }
+    }
+
+    /// The value after `=`, `==` or `!=`; absent (`tier=`) means the empty value.
+    fn value(&mut self) -> String {
+        match self.peek() {
+            Some(Tok::Ident(word)) => {
+                let value = word.clone();
+                self.bump();
+                value
+            }
+            _ => String::new(),
+        }
+    }
+
+    /// `(a, b, c)` after `in` or `notin`.
+    fn values(&mut self, key: &str) -> Result<BTreeSet<String>, String> {
+        if self.peek() != Some(&Tok::Open) {
+            return Err(self.unexpected(&format!("'(' after the operator of {key:?}")));
+        }
+        self.bump();
+        let mut values = BTreeSet::new();
+        loop {
+            match self.bump() {
+                Some(Tok::Ident(v)) => {
+                    values.insert(v);
+                }
+                Some(Tok::Close) if values.is_empty() => {
+                    return Err(format!("the values of {key:?} must not be empty"));
+                }
+                None => return Err("missing ')'".to_string()),
+                Some(_) => {
+                    self.next -= 1;
+                    return Err(self.unexpected(&format!("a value of {key:?}")));
+                }
+            }
+            match self.bump() {
+                Some(Tok::Comma) => {}
+                Some(Tok::Close) => return Ok(values),
+                None => return Err("missing ')'".to_string()),
+                Some(_) => {
+                    self.next -= 1;
+                    return Err(self.unexpected("',' or ')'"));
+                }
+            }
+        }
+    }
+}
+
+/// Validates a parsed requirement, naming its position in the error.
+fn finish(key: String, op: Operator, start: usize) -> Result<Requirement, String> {
+    let req = Requirement { key, op };
+    req.check().map_err(|reason| format!("{reason} (in {:?} at position {start})", req.to_string()))?;
+    Ok(req)
+}
+
+/// A label name: 1–63 characters, alphanumerics, `-`, `_` and `.`, starting and ending
+/// with an alphanumeric.
+fn is_label_name(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A DNS-1123 subdomain: at most 253 characters, dot-separated lowercase labels.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            !b.is_empty()
+                && b[0].is_ascii_alphanumeric()
+                && b[b.len() - 1].is_ascii_alphanumeric()
+                && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        })
+}
+
+fn check_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if prefix.is_some_and(|p| !is_dns_subdomain(p)) {
+        return Err(format!(
+            "invalid label key {key:?}: the prefix must be a DNS subdomain (lowercase alphanumerics, '-' and '.')"
+        ));
+    }
+    if !is_label_name(name) {
+        return Err(format!("invalid label key {key:?}: the name must be {LABEL_NAME_RULE}"));
+    }
+    Ok(())
+}
+
+fn check_value(key: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err(format!("invalid value {value:?} for label {key:?}: must be empty or {LABEL_NAME_RULE}"))
+    }
+}
+
+const LABEL_NAME_RULE: &str = "1-63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric";
+
+// ---------------------------------------------------------------------------------------
+// Field selectors
+// ---------------------------------------------------------------------------------------
+
+/// A field that can be selected on. Every hive kind is cluster-scoped, so an object's
+/// namespace is always the empty string.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// `metadata.name`.
+    Name,
+    /// `metadata.namespace` (always `""` for hive objects).
+    Namespace,
+}
+
+impl Field {
+    /// The field's path as written in a selector, e.g. `metadata.name`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::Name => "metadata.name",
+            Field::Namespace => "metadata.namespace",
+        }
+    }
+}
+
+/// How a field selector term compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldOp {
+    /// `=` or `==`.
+    Equals,
+    /// `!=`.
+    NotEquals,
+}
+
+/// One term of a field selector, e.g. `metadata.name=a1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldRequirement {
+    /// The field compared.
+    pub field: Field,
+    /// How it is compared.
+    pub op: FieldOp,
+    /// The value compared with (unescaped).
+    pub value: String,
+}
+
+impl FieldRequirement {
+    fn matches(&self, name: &str) -> bool {
+        let actual = match self.field {
+            Field::Name => name,
+            Field::Namespace => "",
+        };
+        (actual == self.value) == (self.op == FieldOp::Equals)
+    }
+}
+
+impl fmt::Display for FieldRequirement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            FieldOp::Equals => "=",
+            FieldOp::NotEquals => "!=",
+        };
+        f.write_str(self.field.as_str())?;
+        f.write_str(op)?;
+        for c in self.value.chars() {
+            if matches!(c, '\\' | ',' | '=') {
+                f.write_str("\\")?;
+            }
+            write!(f, "{c}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A parsed `fieldSelector`: comma-separated `field=value`, `field==value` or
+/// `field!=value` terms, all of which must hold. Values escape `\`, `,` and `=` with a
+/// backslash, as the apiserver's do; empty terms are skipped, as upstream does, and
+/// whitespace around fields and values is ignored (names never contain any).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldSelector {
+    requirements: Vec<FieldRequirement>,
+}
+
+impl FieldSelector {
+    /// A selector made of these terms.
+    pub fn new(requirements: Vec<FieldRequirement>) -> FieldSelector {
+        FieldSelector { requirements }
+    }
+
+    /// The terms, in the order given.
+    pub fn requirements(&self) -> &[FieldRequirement] {
+        &self.requirements
+    }
+
+    /// True for the empty selector, which matches everything.
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// Whether the object with this name is selected.
+    pub fn matches(&self, name: &str) -> bool {
+        self.requirements.iter().all(|r| r.matches(name))
+    }
+
+    /// The one name this selector can match, when it has a `metadata.name=` term, so a
+    /// list can be served by a point read (kubectl's `wait` and `delete` send exactly
+    /// this). The other terms still have to be checked with [`FieldSelector::matches`].
+    pub fn exact_name(&self) -> Option<&str> {
+        self.requirements
+            .iter()
+            .find(|r| r.field == Field::Name && r.op == FieldOp::Equals)
+            .map(|r| r.value.as_str())
+    }
+}
+
+impl fmt::Display for FieldSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.requirements.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for FieldSelector {
+    type Err = SelectorError;
+
+    fn from_str(text: &str) -> Result<FieldSelector, SelectorError> {
+        let fail = |reason: String| SelectorError::Field { selector: text.to_string(), reason };
+        let mut requirements = Vec::new();
+        for term in split_unescaped(text, ',') {
+            let term = term.trim();
+            if term.is_empty() {
+                continue;
+            }
+            let (field, op, raw) = split_term(term)
+                .ok_or_else(|| fail(format!("term {term:?} has no operator (=, == or !=)")))?;
+            let field = match field.trim() {
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => return Err(SelectorError::UnsupportedField(other.to_string())),
+            };
+            let value = unescape(raw.trim()).map_err(|reason| fail(format!("{reason} in term {term:?}")))?;
+            requirements.push(FieldRequirement { field, op, value });
+        }
+        Ok(FieldSelector { requirements })
+    }
+}
+
+/// Splits at every `sep` not preceded by an escaping backslash.
+fn split_unescaped(text: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == sep {
+            parts.push(&text[start..i]);
+            start = i + 1;
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// Splits `field<op>value` at the first unescaped operator.
+fn split_term(term: &str) -> Option<(&str, FieldOp, &str)> {
+    let mut escaped = false;
+    for (i, c) in term.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        let (field, rest) = term.split_at(i);
+        if c == '\\' {
+            escaped = true;
+        } else if let Some(value) = rest.strip_prefix("!=") {
+            return Some((field, FieldOp::NotEquals, value));
+        } else if let Some(value) = rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')) {
+            return Some((field, FieldOp::Equals, value));
+        }
+    }
+    None
+}
+
+fn unescape(raw: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some(e @ ('\\' | ',' | '=')) => out.push(e),
+                Some(e) => return Err(format!("invalid escape sequence '\\{e}'")),
+                None => return Err("dangling '\\' at the end of the value".to_string()),
+            },
+            '=' => return Err("unescaped '=' in the value".to_string()),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn labels(pairs: &str) -> BTreeMap<String, String> {
+        pairs
+            .split_whitespace()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap();
+                (k.to_string(), v.to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn label_selector_matches() {
+        // (selector, labels as `k=v k=v`, expected)
+        let table = [
+            ("", "", true),
+            ("", "app=web", true),
+            ("app=web", "app=web", true),
+            ("app==web", "app=web", true),
+            ("app=web", "app=db", false),
+            ("app=web", "", false),
+            ("app!=web", "app=db", true),
+            ("app!=web", "", true),
+            ("app!=web", "app=web", false),
+            ("tier=", "tier=", true),
+            ("tier=", "tier=gold", false),
+            ("tier=", "", false),
+            ("env in (dev,prod)", "env=prod", true),
+            ("env in (dev,prod)", "env=qa", false),
+            ("env in (dev,prod)", "", false),
+            ("env notin (dev,prod)", "env=qa", true),
+            ("env notin (dev,prod)", "", true),
+            ("env notin (dev,prod)", "env=dev", false),
+            ("app", "app=", true),
+            ("app", "other=x", false),
+            ("!app", "other=x", true),
+            ("!app", "app=web", false),
+            ("app=web,tier=gold", "app=web tier=gold", true),
+            ("app=web,tier=gold", "app=web tier=silver", false),
+            ("  app = web ,  env  in  ( dev , prod ) , !legacy ", "app=web env=dev", true),
+            ("  app = web ,  env  in  ( dev , prod ) , !legacy ", "app=web env=dev legacy=1", false),
+            ("hive.dev/tier=gold", "hive.dev/tier=gold", true),
+            ("hive.dev/tier", "tier=gold", false),
+            ("v in (in,notin)", "v=notin", true),
+            ("app=in", "app=in", true),
+        ];
+        for (selector, given, expected) in table {
+            let parsed: LabelSelector =
+                selector.parse().unwrap_or_else(|e| panic!("{selector:?} did not parse: {e}"));
+            assert_eq!(parsed.matches(&labels(given)), expected, "{selector:?} on {given:?}");
+        }
+    }
+
+    #[test]
+    fn label_selector_canonical_text() {
+        let table = [
+            ("", ""),
+            ("app==web", "app=web"),
+            (" tier = gold , app in ( web , db , web ) ", "app in (db,web),tier=gold"),
+            ("!legacy,env notin (b,a)", "env notin (a,b),!legacy"),
+            ("b,a=1,b!=2", "a=1,b,b!=2"),
+            ("tier=", "tier="),
+        ];
+        for (selector, canonical) in table {
+            let parsed: LabelSelector = selector.parse().unwrap();
+            assert_eq!(parsed.to_string(), canonical, "{selector:?}");
+        }
+    }
+
+    /// Each line is `selector => reason`: parsing must fail with
+    /// `invalid label selector "<selector>": <reason>`.
+    #[test]
+    fn label_selector_errors() {
+        let table = r#"
+            a in (b      => missing ')'
+            a in (b,     => missing ')'
+            a in ()      => the values of "a" must not be empty
+            a in b       => unexpected "b" at position 5, expected '(' after the operator of "a"
+            a in (b c)   => unexpected "c" at position 8, expected ',' or ')'
+            a in (b,,c)  => unexpected ',' at position 8, expected a value of "a"
+            a in (b,)    => unexpected ')' at position 8, expected a value of "a"
+            a=b=c        => unexpected '=' at position 3, expected ',' or the end of the selector
+            a,           => unexpected end of selector, expected a label key
+            ,a           => unexpected ',' at position 0, expected a label key
+            a b          => unexpected "b" at position 2, expected an operator (=, ==, !=, in, notin), ',' or the end
+            !            => unexpected end of selector, expected a label key
+            =x           => unexpected '=' at position 0, expected a label key
+            in           => unexpected "in" at position 0, expected a label key
+            a>1          => operator '>' at position 1 is not supported (use =, ==, !=, in, notin)
+            x,-a=b       => invalid label key "-a": the name must be 1-63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric (in "-a=b" at position 2)
+            Hive.dev/a   => invalid label key "Hive.dev/a": the prefix must be a DNS subdomain (lowercase alphanumerics, '-' and '.') (in "Hive.dev/a" at position 0)
+            a=b-         => invalid value "b-" for label "a": must be empty or 1-63 alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric (in "a=b-" at position 0)
+        "#;
+        for line in table.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (selector, reason) = line.split_once(" => ").unwrap();
+            let selector = selector.trim();
+            let err = selector.parse::<LabelSelector>().expect_err(selector);
+            assert_eq!(err.to_string(), format!("invalid label selector {selector:?}: {reason}"));
+        }
+        let long = format!("a={}", "x".repeat(64));
+        assert!(long.parse::<LabelSelector>().is_err());
+    }
+
+    #[test]
+    fn requirement_new_validates() {
+        assert!(Requirement::new("app", Operator::In(BTreeSet::new())).is_err());
+        assert!(Requirement::new("a b", Operator::Exists).is_err());
+        let ok = Requirement::new("hive.dev/tier", Operator::Equals("gold".into())).unwrap();
+        assert_eq!(ok.key(), "hive.dev/tier");
+        assert_eq!(ok.operator(), &Operator::Equals("gold".into()));
+    }
+
+    #[test]
+    fn field_selector_matches() {
+        // (selector, object name, expected)
+        let table = [
+            ("", "a1", true),
+            ("metadata.name=a1", "a1", true),
+            ("metadata.name==a1", "a1", true),
+            ("metadata.name=a1", "a2", false),
+            ("metadata.name!=a1", "a2", true),
+            ("metadata.name!=a1", "a1", false),
+            ("metadata.namespace=", "a1", true),
+            ("metadata.namespace==", "a1", true),
+            ("metadata.namespace=default", "a1", false),
+            ("metadata.namespace!=default", "a1", true),
+            ("metadata.name=a1,metadata.namespace=", "a1", true),
+            ("metadata.name=a1,metadata.name!=a1", "a1", false),
+            (" metadata.name = a1 ,", "a1", true),
+            ("metadata.name=a\\,b", "a,b", true),
+        ];
+        for (selector, name, expected) in table {
+            let parsed: FieldSelector =
+                selector.parse().unwrap_or_else(|e| panic!("{selector:?} did not parse: {e}"));
+            assert_eq!(parsed.matches(name), expected, "{selector:?} on {name:?}");
+        }
+    }
+
+    #[test]
+    fn field_selector_exact_name() {
+        let table = [
+            ("", None),
+            ("metadata.name=a1", Some("a1")),
+            ("metadata.namespace=,metadata.name==a2", Some("a2")),
+            ("metadata.name!=a1", None),
+        ];
+        for (selector, name) in table {
+            assert_eq!(selector.parse::<FieldSelector>().unwrap().exact_name(), name, "{selector:?}");
+        }
+    }
+
+    /// Each line is `selector => message`.
+    #[test]
+    fn field_selector_errors() {
+        let table = r#"
+            spec.x=1                          => field label not supported: spec.x
+            metadata.name=a,status.phase!=Up  => field label not supported: status.phase
+            metadata.name                     => invalid field selector "metadata.name": term "metadata.name" has no operator (=, == or !=)
+            metadata.name=a\x                 => invalid field selector "metadata.name=a\\x": invalid escape sequence '\x' in term "metadata.name=a\\x"
+            metadata.name=a=b                 => invalid field selector "metadata.name=a=b": unescaped '=' in the value in term "metadata.name=a=b"
+        "#;
+        for line in table.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let (selector, message) = line.split_once(" => ").unwrap();
+            let selector = selector.trim();
+            let err = selector.parse::<FieldSelector>().expect_err(selector);
+            assert_eq!(err.to_string(), message, "{selector:?}");
+        }
+    }
+
+    fn label_name() -> impl Strategy<Value = String> + Clone {
+        "[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,8}[a-zA-Z0-9])?"
+    }
+
+    fn key() -> impl Strategy<Value = String> {
+        (proptest::option::of("[a-z0-9]{1,5}(\\.[a-z0-9]{1,5}){0,2}"), label_name())
+            .prop_filter("in and notin are operators", |(_, name)| name != "in" && name != "notin")
+            .prop_map(|(prefix, name)| match prefix {
+                Some(prefix) => format!("{prefix}/{name}"),
+                None => name,
+            })
+    }
+
+    fn operator() -> impl Strategy<Value = Operator> {
+        let value = prop_oneof![Just(String::new()), label_name()];
+        let values = proptest::collection::btree_set(label_name(), 1..4);
+        prop_oneof![
+            value.clone().prop_map(Operator::Equals),
+            value.prop_map(Operator::NotEquals),
+            values.clone().prop_map(Operator::In),
+            values.prop_map(Operator::NotIn),
+            Just(Operator::Exists),
+            Just(Operator::DoesNotExist),
+        ]
+    }
+
+    fn field_requirement() -> impl Strategy<Value = FieldRequirement> {
+        (
+            prop_oneof![Just(Field::Name), Just(Field::Namespace)],
+            prop_oneof![Just(FieldOp::Equals), Just(FieldOp::NotEquals)],
+            "([a-z0-9.!=,\\\\-]{0,10}[a-z0-9.,=\\\\-])?",
+        )
+            .prop_map(|(field, op, value)| FieldRequirement { field, op, value })
+    }
+
+    proptest! {
+        #[test]
+        fn label_selector_display_parse_round_trips(
+            reqs in proptest::collection::vec((key(), operator()), 0..5)
+        ) {
+            let reqs = reqs.into_iter().map(|(k, op)| Requirement::new(k, op).unwrap()).collect();
+            let selector = LabelSelector::new(reqs);
+            let text = selector.to_string();
+            let parsed: LabelSelector = text.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(&parsed, &selector);
+            prop_assert_eq!(parsed.to_string(), text);
+        }
+
+        #[test]
+        fn field_selector_display_parse_round_trips(
+            reqs in proptest::collection::vec(field_requirement(), 0..4)
+        ) {
+            let selector = FieldSelector::new(reqs);
+            let text = selector.to_string();
+            let parsed: FieldSelector = text.parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            prop_assert_eq!(&parsed, &selector);
+        }
+    }
+}

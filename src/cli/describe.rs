@@ -1,0 +1,482 @@
+//! `hive describe`: kubectl's generic describer — name, labels, annotations, metadata,
+//! spec and status as indented key/values, a conditions table and the object's events.
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use super::client::{self, Client, Query};
+use super::kind;
+use super::output::{self, tabwrite};
+use super::{Context, Reported};
+
+/// The annotation kubectl keeps its client-side apply state in; noise in `describe`.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// Longer annotations are cut (as kubectl does).
+const MAX_ANNOTATION_LEN: usize = 140;
+
+/// Show the details of objects: metadata, spec, status, conditions and events.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:
+  hive describe agent a1
+  hive describe agents -l tier=gold    # every matching agent
+  hive describe job/rebuild-a1-7")]
+pub struct Args {
+    /// `KIND [NAME...]` or `KIND/NAME...`; without names, every object of the kind.
+    #[arg(value_name = "KIND [NAME]...", required = true)]
+    pub resources: Vec<String>,
+
+    /// Only objects whose labels match (when no names are given).
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+
+    /// Show the object's events (`--show-events=false` to skip fetching them).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub show_events: bool,
+}
+
+/// Runs `hive describe`.
+pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
+    let kinds = kind::all();
+    let targets = kind::parse_targets(&kinds, &args.resources, "describe")?;
+    let client = ctx.client()?;
+    let mut failures = Vec::new();
+    let mut printed = 0;
+    for target in &targets {
+        let objects = if target.names.is_empty() {
+            let query = Query::default().push_opt("labelSelector", args.selector.as_deref());
+            let list = client.get(&format!("{}{query}", kind::collection_path(&target.kind))).await?;
+            list.get("items").and_then(Value::as_array).cloned().unwrap_or_default()
+        } else {
+            let mut objects = Vec::new();
+            for name in &target.names {
+                match client.get(&kind::object_path(&target.kind, name)).await {
+                    Ok(object) => objects.push(object),
+                    Err(e) => match client::api_error(&e) {
+                        Some(api) => failures.push(api.render()),
+                        None => return Err(e),
+                    },
+                }
+            }
+            objects
+        };
+        for object in objects {
+            let events =
+                if args.show_events { events_for(&client, &target.kind, &object).await } else { None };
+            let text = render(&object, events.as_deref(), Utc::now());
+            output::print(&if printed > 0 { format!("\n{text}") } else { text })?;
+            printed += 1;
+        }
+    }
+    if printed == 0 && failures.is_empty() {
+        eprintln!("No resources found");
+    }
+    for failure in &failures {
+        eprintln!("{failure}");
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Reported.into())
+    }
+}
+
+/// The object's events (core `/api/v1/events`); `None` when the server has none to
+/// offer. Describe never fails because of events.
+async fn events_for(client: &Client, kind: &hive_api::KindInfo, object: &Value) -> Option<Vec<Value>> {
+    let name = object.pointer("/metadata/name").and_then(Value::as_str)?;
+    let uid = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let mut selector = format!("involvedObject.name={name},involvedObject.kind={}", kind.kind);
+    if !uid.is_empty() {
+        selector.push_str(&format!(",involvedObject.uid={uid}"));
+    }
+    let query = Query::default().push("fieldSelector", selector).push("limit", "500");
+    let list = client.get(&format!("/api/v1/events{query}")).await.ok()?;
+    let items = list.get("items")?.as_array()?;
+    // Keep only this object's events, in case the server ignored the selector.
+    Some(
+        items
+            .iter()
+            .filter(|e| {
+                e.pointer("/involvedObject/name").and_then(Value::as_str) == Some(name)
+                    && e.pointer("/involvedObject/kind")
+                        .and_then(Value::as_str)
+                        .is_none_or(|k| k == kind.kind)
+            })
+            .cloned()
+            .collect(),
+    )
+}
+
+/// Renders one object (and its events, when known) as `kubectl describe` does.
+pub fn render(object: &Value, events: Option<&[Value]>, now: DateTime<Utc>) -> String {
+    let mut w = Writer::default();
+    let meta = object.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+    w.line(0, &format!("Name:\t{}", meta.get("name").and_then(Value::as_str).unwrap_or_default()));
+    labels(&mut w, meta.get("labels"));
+    annotations(&mut w, meta.get("annotations"));
+    w.line(
+        0,
+        &format!("API Version:\t{}", object.get("apiVersion").and_then(Value::as_str).unwrap_or_default()),
+    );
+    w.line(0, &format!("Kind:\t{}", object.get("kind").and_then(Value::as_str).unwrap_or_default()));
+
+    let mut rest = meta.clone();
+    for skip in ["name", "namespace", "labels", "annotations", "managedFields"] {
+        rest.remove(skip);
+    }
+    field(&mut w, 0, "metadata", &Value::Object(rest));
+
+    let skip_top = ["apiVersion", "kind", "metadata", "status"];
+    if let Some(map) = object.as_object() {
+        let mut keys: Vec<&String> = map.keys().filter(|k| !skip_top.contains(&k.as_str())).collect();
+        keys.sort();
+        for key in keys {
+            field(&mut w, 0, key, &map[key]);
+        }
+    }
+    let conditions = object.pointer("/status/conditions").cloned();
+    if let Some(Value::Object(status)) = object.get("status") {
+        let mut status = status.clone();
+        if matches!(conditions, Some(Value::Array(_))) {
+            status.remove("conditions");
+        }
+        field(&mut w, 0, "status", &Value::Object(status));
+    }
+    if let Some(Value::Array(conditions)) = conditions {
+        conditions_table(&mut w, &conditions);
+    }
+    if let Some(events) = events {
+        events_table(&mut w, events, now);
+    }
+    tabwrite(&w.text, 0, 2)
+}
+
+/// Lines of tab-separated cells with two-space indentation per level.
+#[derive(Default)]
+struct Writer {
+    text: String,
+}
+
+impl Writer {
+    fn line(&mut self, level: usize, text: &str) {
+        self.text.push_str(&"  ".repeat(level));
+        self.text.push_str(text);
+        self.text.push('\n');
+    }
+}
+
+fn labels(w: &mut Writer, labels: Option<&Value>) {
+    let mut pairs: Vec<String> = match labels {
+        Some(Value::Object(map)) => map.iter().map(|(k, v)| format!("{k}={}", scalar(v))).collect(),
+        _ => Vec::new(),
+    };
+    pairs.sort();
+    if pairs.is_empty() {
+        w.line(0, "Labels:\t<none>");
+    }
+    for (i, pair) in pairs.iter().enumerate() {
+        w.line(0, &format!("{}\t{pair}", if i == 0 { "Labels:" } else { "" }));
+    }
+}
+
+fn annotations(w: &mut Writer, annotations: Option<&Value>) {
+    let mut entries: Vec<(String, String)> = match annotations {
+        Some(Value::Object(map)) => map
+            .iter()
+            .filter(|(k, _)| k.as_str() != LAST_APPLIED)
+            .map(|(k, v)| (k.clone(), scalar(v).trim_end_matches('\n').to_string()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    entries.sort();
+    if entries.is_empty() {
+        w.line(0, "Annotations:\t<none>");
+    }
+    for (i, (key, value)) in entries.iter().enumerate() {
+        let title = if i == 0 { "Annotations:" } else { "" };
+        if key.len() + value.len() + 2 > MAX_ANNOTATION_LEN || value.contains('\n') {
+            w.line(0, &format!("{title}\t{key}:"));
+            for part in value.split('\n') {
+                w.line(0, &format!("\t  {}", shorten(part, MAX_ANNOTATION_LEN - 2)));
+            }
+        } else {
+            w.line(0, &format!("{title}\t{key}: {value}"));
+        }
+    }
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        text.chars().take(max).collect::<String>() + "..."
+    }
+}
+
+/// One field: scalars as `Key:\tvalue`, maps as a header with their fields one level
+/// deeper (sorted, as kubectl does), lists one element per line, list elements that are
+/// maps marked with `- ` so their boundaries show.
+fn field(w: &mut Writer, level: usize, key: &str, value: &Value) {
+    let label = smart_label(key);
+    match value {
+        Value::Object(map) if map.is_empty() => w.line(level, &format!("{label}:\t<none>")),
+        Value::Object(map) => {
+            w.line(level, &format!("{label}:"));
+            fields(w, level + 1, map, "");
+        }
+        Value::Array(items) if items.is_empty() => w.line(level, &format!("{label}:\t<none>")),
+        Value::Array(items) => {
+            w.line(level, &format!("{label}:"));
+            for item in items {
+                match item {
+                    Value::Object(map) if !map.is_empty() => fields(w, level + 1, map, "- "),
+                    other => w.line(level + 1, &scalar(other)),
+                }
+            }
+        }
+        other => {
+            let text = scalar(other);
+            let mut lines = text.split('\n');
+            w.line(level, &format!("{label}:\t{}", lines.next().unwrap_or_default()));
+            for more in lines {
+                w.line(level + 1, more);
+            }
+        }
+    }
+}
+
+/// The fields of a map, sorted; the first one prefixed by `marker` (and the others
+/// indented to match) when the map is a list element.
+fn fields(w: &mut Writer, level: usize, map: &Map<String, Value>, marker: &str) {
+    let mut keys: Vec<&String> = map.keys().collect();
+    keys.sort();
+    for (i, key) in keys.into_iter().enumerate() {
+        let mut sub = Writer::default();
+        field(&mut sub, 0, key, &map[key]);
+        let prefix = "  ".repeat(level);
+        let lead = if marker.is_empty() {
+            String::new()
+        } else if i == 0 {
+            marker.to_string()
+        } else {
+            " ".repeat(marker.len())
+        };
+        for (j, line) in sub.text.lines().enumerate() {
+            let pad = if j == 0 { lead.clone() } else { " ".repeat(lead.len()) };
+            w.text.push_str(&format!("{prefix}{pad}{line}\n"));
+        }
+    }
+}
+
+fn scalar(value: &Value) -> String {
+    match value {
+        Value::Null => "<none>".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn conditions_table(w: &mut Writer, conditions: &[Value]) {
+    if conditions.is_empty() {
+        w.line(0, "Conditions:\t<none>");
+        return;
+    }
+    w.line(0, "Conditions:");
+    w.line(1, "Type\tStatus\tReason\tMessage\tLast Transition");
+    w.line(1, "----\t------\t------\t-------\t---------------");
+    for c in conditions {
+        let get = |k: &str| c.get(k).map(scalar).unwrap_or_default().replace(['\t', '\n'], " ");
+        w.line(
+            1,
+            &format!(
+                "{}\t{}\t{}\t{}\t{}",
+                get("type"),
+                get("status"),
+                get("reason"),
+                get("message"),
+                get("lastTransitionTime")
+            ),
+        );
+    }
+}
+
+fn events_table(w: &mut Writer, events: &[Value], now: DateTime<Utc>) {
+    if events.is_empty() {
+        w.line(0, "Events:\t<none>");
+        return;
+    }
+    let time = |e: &Value, keys: &[&str]| -> Option<String> {
+        keys.iter()
+            .find_map(|k| e.pointer(k).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string))
+    };
+    let last_keys = ["/lastTimestamp", "/eventTime", "/firstTimestamp", "/metadata/creationTimestamp"];
+    let first_keys = ["/firstTimestamp", "/eventTime", "/lastTimestamp", "/metadata/creationTimestamp"];
+    let mut sorted: Vec<&Value> = events.iter().collect();
+    sorted.sort_by_key(|e| time(e, &last_keys).and_then(|t| DateTime::parse_from_rfc3339(&t).ok()));
+    w.line(0, "Events:");
+    w.line(1, "Type\tReason\tAge\tFrom\tMessage");
+    w.line(1, "----\t------\t----\t----\t-------");
+    for e in sorted {
+        let text =
+            |k: &str| e.pointer(k).and_then(Value::as_str).unwrap_or_default().replace(['\t', '\n'], " ");
+        let last = output::age(time(e, &last_keys).as_deref(), now);
+        let count = e.get("count").and_then(Value::as_i64).unwrap_or(1);
+        let age = if count > 1 {
+            format!("{last} (x{count} over {})", output::age(time(e, &first_keys).as_deref(), now))
+        } else {
+            last
+        };
+        let from = match (text("/source/component"), text("/source/host")) {
+            (c, h) if !c.is_empty() && !h.is_empty() => format!("{c}, {h}"),
+            (c, _) if !c.is_empty() => c,
+            _ => text("/reportingComponent"),
+        };
+        w.line(
+            1,
+            &format!("{}\t{}\t{age}\t{from}\t{}", text("/type"), text("/reason"), text("/message").trim()),
+        );
+    }
+}
+
+/// kubectl's field labels: `creationTimestamp` → `Creation Timestamp`, `uid` → `UID`;
+/// names with characters other than letters and `-` are kept as they are.
+pub fn smart_label(field: &str) -> String {
+    if field.is_empty() || field.chars().any(|c| !c.is_alphabetic() && c != '-') {
+        return field.to_string();
+    }
+    const ACRONYMS: [&str; 12] =
+        ["API", "CPU", "DAG", "DNS", "GPU", "GUID", "ID", "IP", "OSB", "TLS", "UID", "URL"];
+    let mut words: Vec<String> = Vec::new();
+    let chars: Vec<char> = field.chars().collect();
+    let mut current = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        let boundary = i > 0
+            && c.is_uppercase()
+            && (chars[i - 1].is_lowercase() || chars.get(i + 1).is_some_and(|n| n.is_lowercase()));
+        if boundary && !current.is_empty() {
+            words.push(std::mem::take(&mut current));
+        }
+        current.push(c);
+    }
+    words.push(current);
+    words
+        .into_iter()
+        .map(|word| {
+            let upper = word.to_uppercase();
+            if ACRONYMS.contains(&upper.as_str()) {
+                upper
+            } else {
+                let mut chars = word.chars();
+                chars
+                    .next()
+                    .map(|f| f.to_uppercase().collect::<String>() + chars.as_str())
+                    .unwrap_or_default()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+    use serde_json::json;
+
+    use super::*;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 29, 15, 0, 0).unwrap()
+    }
+
+    fn agent() -> Value {
+        json!({
+            "apiVersion": "hive.dev/v1",
+            "kind": "Agent",
+            "metadata": {
+                "name": "a1",
+                "uid": "6f1c2a3e-0000-4000-8000-000000000001",
+                "resourceVersion": "107",
+                "generation": 3,
+                "creationTimestamp": "2026-11-29T14:39:19Z",
+                "labels": {"tier": "gold", "app": "web"},
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": "{\"apiVersion\":\"hive.dev/v1\"}\n",
+                    "hive.dev/owner": "ops"
+                },
+                "finalizers": ["hive.dev/runtime"],
+                "managedFields": [{"manager": "hive", "operation": "Apply"}]
+            },
+            "spec": {
+                "wanted": "Up",
+                "config": {"repo": "https://git.example/agents/a1.git", "rev": "main"},
+                "resources": {"cpuQuota": "200%", "memoryMax": "4G"},
+                "permissions": {"toolGroups": ["git", "web"], "capabilities": []},
+                "nodes": [{"kind": "Prebuild", "deps": []}, {"kind": "Swap", "deps": ["prebuild"], "params": {"rev": "abc"}}]
+            },
+            "status": {
+                "observedGeneration": 3,
+                "power": "Up",
+                "appliedRev": "abc1234",
+                "activeJob": null,
+                "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Started", "message": "agent answers",
+                     "lastTransitionTime": "2026-11-29T14:40:02Z"},
+                    {"type": "Crashed", "status": "False", "reason": "Running", "lastTransitionTime": "2026-11-29T14:40:02Z"}
+                ]
+            }
+        })
+    }
+
+    #[test]
+    fn describe_agent_with_events() {
+        let events = vec![
+            json!({"type": "Normal", "reason": "Started", "message": "agent started",
+                   "involvedObject": {"name": "a1", "kind": "Agent"},
+                   "source": {"component": "hive-scheduler"},
+                   "firstTimestamp": "2026-11-29T14:40:00Z", "lastTimestamp": "2026-11-29T14:40:00Z", "count": 1}),
+            json!({"type": "Warning", "reason": "BuildSlow", "message": "prebuild took 4m\n",
+                   "involvedObject": {"name": "a1", "kind": "Agent"},
+                   "reportingComponent": "hive-agent-controller",
+                   "firstTimestamp": "2026-11-29T14:20:00Z", "lastTimestamp": "2026-11-29T14:55:00Z", "count": 3}),
+        ];
+        insta::assert_snapshot!(render(&agent(), Some(&events), now()));
+    }
+
+    #[test]
+    fn describe_minimal_object() {
+        let object =
+            json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"}, "spec": {}});
+        insta::assert_snapshot!(render(&object, Some(&[]), now()));
+    }
+
+    #[test]
+    fn labels_like_kubectl() {
+        let cases = [
+            ("creationTimestamp", "Creation Timestamp"),
+            ("uid", "UID"),
+            ("apiVersion", "API Version"),
+            ("resourceVersion", "Resource Version"),
+            ("cpuQuota", "CPU Quota"),
+            ("observedGeneration", "Observed Generation"),
+            ("activeJob", "Active Job"),
+            ("selectedOfferIds", "Selected Offer Ids"),
+            ("endpointID", "Endpoint ID"),
+            ("gpu2", "gpu2"),
+            ("hive.dev/owner", "hive.dev/owner"),
+            ("wanted", "Wanted"),
+        ];
+        for (field, label) in cases {
+            assert_eq!(smart_label(field), label, "{field}");
+        }
+    }
+
+    #[test]
+    fn long_annotations_are_cut() {
+        let long = "x".repeat(200);
+        let object = json!({"metadata": {"name": "a", "annotations": {"note": long}}});
+        let text = render(&object, None, now());
+        let expected_line = format!("{}  {}...", " ".repeat(14), "x".repeat(138));
+        assert!(text.lines().any(|l| l == expected_line), "{text}");
+    }
+}

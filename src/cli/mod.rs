@@ -1,0 +1,172 @@
+//! The `hive` command line: one file per verb, each with a clap `Args` struct and an
+//! `exec` function. The verbs speak only the public REST API, through [`client::Client`];
+//! rendering lives in pure functions (JSON in, `String` out) so it can be snapshot-tested.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod apply;
+pub mod client;
+pub mod delete;
+pub mod describe;
+pub mod duration;
+pub mod get;
+pub mod jsonpath;
+pub mod kind;
+pub mod manifest;
+pub mod openapi;
+pub mod output;
+pub mod schemas;
+pub mod serve;
+pub mod token;
+pub mod version;
+pub mod wait;
+
+/// hive: a declarative control plane for agents, approvals and fleet nodes.
+///
+/// The same binary runs the daemon (`hive serve`) and talks to it. Client commands find
+/// the server, its CA and a token in a kubeconfig file: `--kubeconfig`, else
+/// `$HIVE_KUBECONFIG`, else the one `hive serve` wrote.
+#[derive(Parser, Debug)]
+#[command(name = "hive", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Path of the kubeconfig file to use (default: `$HIVE_KUBECONFIG`, then the one
+    /// written by `hive serve`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Every `hive` subcommand.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create or update objects from manifests (server-side apply).
+    Apply(apply::Args),
+    /// List objects in a table, or print them as YAML, JSON or names.
+    Get(get::Args),
+    /// Show the details of objects: metadata, spec, status, conditions and events.
+    Describe(describe::Args),
+    /// Delete objects by kind and name, by label, or from manifests.
+    Delete(delete::Args),
+    /// Wait until objects meet a condition, match a JSONPath value, or are deleted.
+    Wait(wait::Args),
+    /// Create and list API tokens (admin only).
+    Token(token::Args),
+    /// Run the hive daemon.
+    Serve(serve::Args),
+    /// Print the OpenAPI document.
+    Openapi(openapi::Args),
+    /// Print the JSON Schemas of every kind.
+    Schemas(schemas::Args),
+    /// Print the client and server versions.
+    Version(version::Args),
+}
+
+/// What every verb gets besides its own arguments: the global flags, and the means to
+/// reach the server.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// `--kubeconfig`, if given.
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl Context {
+    /// A client for the server named by the current kubeconfig context. Built on demand:
+    /// `serve`, `openapi` and `schemas` need no kubeconfig at all.
+    pub fn client(&self) -> anyhow::Result<client::Client> {
+        client::Client::from_kubeconfig(self.kubeconfig.as_deref())
+    }
+}
+
+/// An error that has already been printed to stderr; `main` only turns it into exit
+/// code 1. Verbs that report several problems (one line each) return it at the end.
+#[derive(Debug)]
+pub struct Reported;
+
+impl std::fmt::Display for Reported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("errors were reported above")
+    }
+}
+
+impl std::error::Error for Reported {}
+
+/// Parses the command line, runs the verb, and maps its outcome to an exit code:
+/// 0 on success, 1 on any failure (printed kubectl-style on stderr), 2 for usage errors.
+pub async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ctx = Context { kubeconfig: cli.kubeconfig };
+    let result = match cli.command {
+        Command::Apply(args) => apply::exec(args, &ctx).await,
+        Command::Get(args) => get::exec(args, &ctx).await,
+        Command::Describe(args) => describe::exec(args, &ctx).await,
+        Command::Delete(args) => delete::exec(args, &ctx).await,
+        Command::Wait(args) => return wait::exec(args, &ctx).await,
+        Command::Token(args) => token::exec(args, &ctx).await,
+        Command::Serve(args) => serve::exec(args, &ctx).await,
+        Command::Openapi(args) => openapi::exec(args, &ctx).await,
+        Command::Schemas(args) => schemas::exec(args, &ctx).await,
+        Command::Version(args) => version::exec(args, &ctx).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => exit_with(&err),
+    }
+}
+
+/// Prints `err` the way kubectl would and returns the exit code for it. A closed stdout
+/// (`hive get agents | head -1`) is not an error.
+pub fn exit_with(err: &anyhow::Error) -> ExitCode {
+    if is_broken_pipe(err) {
+        return ExitCode::SUCCESS;
+    }
+    if let Some(text) = render_error(err) {
+        eprintln!("{text}");
+    }
+    ExitCode::FAILURE
+}
+
+/// The stderr text for a failed command, or `None` when it was already printed.
+pub fn render_error(err: &anyhow::Error) -> Option<String> {
+    if err.chain().any(|e| e.is::<Reported>()) {
+        return None;
+    }
+    if let Some(api) = err.chain().find_map(|e| e.downcast_ref::<client::ApiError>()) {
+        return Some(api.render());
+    }
+    Some(format!("error: {err:#}"))
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn reported_errors_are_not_printed_twice() {
+        let err = anyhow::Error::new(Reported).context("outer");
+        assert_eq!(render_error(&err), None);
+    }
+
+    #[test]
+    fn other_errors_print_their_chain() {
+        let err = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(render_error(&err).unwrap(), "error: outer: inner");
+    }
+}

@@ -1,0 +1,177 @@
+//! `hive serve`: runs the daemon on its embedded defaults — redb state in a local
+//! folder, HTTPS with a private CA, an admin token and a kubeconfig written on first
+//! start (as k3s does).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use tokio::net::TcpListener;
+
+use super::Context;
+use crate::auth::TokenStore;
+use crate::server::{self, tls, AppState, ServerConfig};
+use crate::store::{Store, StoreConfig};
+
+/// The default listen address. 7443 is hive's fixed port (README documents it).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
+
+/// The database file inside the state directory.
+pub const DB_FILE: &str = "hive.redb";
+
+/// Arguments of `hive serve`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address to listen on (HTTPS). Port 0 picks a free port; the kubeconfig records the real one.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_LISTEN, env = "HIVE_LISTEN")]
+    pub listen: SocketAddr,
+
+    /// Directory holding the database, TLS material, tokens and kubeconfig
+    /// (default: `$HIVE_STATE_DIR`, else `./.hive`).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Delete the database before starting. The only way to clear state: a corrupt or
+    /// unreadable database is otherwise a hard startup error.
+    #[arg(long)]
+    pub reset_state: bool,
+
+    /// Serve this certificate (PEM chain) instead of the generated one. Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// Key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Watch history: how many events are retained for resuming watches.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub retention_events: usize,
+
+    /// Watch history: how long events are retained, e.g. `1h`, `30m`.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
+    pub retention_age: Duration,
+
+    /// How often watches that allow bookmarks get one, e.g. `10s`.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration::parse)]
+    pub bookmark_interval: Duration,
+
+    /// Live events a watcher may lag behind before it is dropped with a 410 (it then re-lists).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub watch_buffer: usize,
+
+    /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
+    #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
+    pub log: String,
+}
+
+/// Runs `hive serve` until Ctrl-C or SIGTERM.
+pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
+    check(&args)?;
+    init_tracing(&args.log);
+    let state_dir = args.state_dir.clone().unwrap_or_else(crate::kubeconfig::default_state_dir);
+    crate::auth::secret_file::create_private_dir(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let db_path = state_dir.join(DB_FILE);
+    if args.reset_state {
+        Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;
+        tracing::warn!(path = %db_path.display(), "state reset: the database was deleted");
+    }
+    let mut store_config = StoreConfig::new(&db_path);
+    store_config.retention_events = args.retention_events;
+    store_config.retention_age = args.retention_age;
+    store_config.watch_buffer = args.watch_buffer;
+    let store = Store::open(store_config).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
+        )
+    })?;
+    let tokens = TokenStore::open(&state_dir)?;
+
+    let listener =
+        TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let local = listener.local_addr()?;
+    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
+    let material = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => tls::load_custom(cert, key)?,
+        _ => tls::ensure(&state_dir, &[host.clone(), "localhost".into(), "127.0.0.1".into()])?,
+    };
+    let tls_config = tls::server_config(&material)?;
+    let url_host = if host.contains(':') { format!("[{host}]") } else { host };
+    let url = format!("https://{url_host}:{}", local.port());
+    let kubeconfig = state_dir.join("kubeconfig.yaml");
+    write_kubeconfig(&kubeconfig, &url, material.ca_pem(), &tokens)?;
+
+    let state =
+        AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: args.bookmark_interval });
+    let app = server::app(state);
+    tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
+    println!("hive: serving {url}");
+    println!("hive: kubeconfig {}", kubeconfig.display());
+    server::serve::serve_tls(listener, tls_config, app, shutdown_signal()).await?;
+    tracing::info!("shutting down: draining pending commits");
+    store.shutdown().await;
+    Ok(())
+}
+
+/// Writes the kubeconfig with the current URL and CA. The first start mints the admin
+/// token; later starts keep the token already in the file. If the file is gone, a new
+/// admin token is minted (the old ones stay valid until revoked).
+fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &TokenStore) -> anyhow::Result<()> {
+    let existing = path
+        .exists()
+        .then(|| crate::kubeconfig::load(path).and_then(|k| k.current()))
+        .transpose()
+        .unwrap_or(None)
+        .and_then(|r| r.token)
+        .filter(|t| tokens.authenticate(t).is_some());
+    let token = match existing {
+        Some(token) => token,
+        None => match tokens.ensure_admin()? {
+            Some(token) => token,
+            None => {
+                let name = format!("admin-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+                tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
+                tokens.create(&name, crate::auth::Role::Admin)?
+            }
+        },
+    };
+    crate::kubeconfig::write(path, url, ca_pem, &token)
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Rejects flag values clap cannot check by itself.
+fn check(args: &Args) -> anyhow::Result<()> {
+    if args.watch_buffer == 0 {
+        bail!("--watch-buffer must be at least 1");
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! `hive token`: create and list API bearer tokens (admin only). A token's secret is
+//! shown once, at creation, on stdout alone so it can be captured by a script.
+
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use clap::Subcommand;
+use serde_json::{json, Value};
+
+use super::{output, Context};
+
+/// Where the server keeps tokens.
+const TOKENS_PATH: &str = "/hive/v1/tokens";
+
+/// Create and list API tokens (admin only).
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: TokenCommand,
+}
+
+/// `hive token` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum TokenCommand {
+    /// Create a token and print it (only this once) on stdout.
+    #[command(after_help = "Example:
+  TOKEN=$(hive token create --name ci --role operator)")]
+    Create(CreateArgs),
+    /// List tokens: name, role and age (never the secret).
+    List(ListArgs),
+}
+
+/// Arguments of `hive token create`.
+#[derive(clap::Args, Debug)]
+pub struct CreateArgs {
+    /// Name of the token (who or what uses it), e.g. `ci`.
+    #[arg(long)]
+    pub name: String,
+
+    /// What the token may do: viewer (read), operator (read and write), admin
+    /// (everything, including tokens).
+    #[arg(long, value_enum)]
+    pub role: Role,
+}
+
+/// Arguments of `hive token list`.
+#[derive(clap::Args, Debug)]
+pub struct ListArgs {
+    /// Output format.
+    #[arg(short, long, value_enum, value_name = "FORMAT", default_value_t = ListFormat::Table)]
+    pub output: ListFormat,
+}
+
+/// Token roles.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Read-only access.
+    Viewer,
+    /// Read and write access to resources.
+    Operator,
+    /// Full access, including token management.
+    Admin,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// `token list` formats.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListFormat {
+    /// NAME ROLE AGE.
+    Table,
+    /// The server's JSON.
+    Json,
+    /// The server's answer as YAML.
+    Yaml,
+}
+
+/// Runs `hive token`.
+pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
+    let client = ctx.client()?;
+    match args.command {
+        TokenCommand::Create(create) => {
+            let body = json!({"name": create.name, "role": create.role.as_str()});
+            let created = client.post(TOKENS_PATH, &body).await?;
+            let token = created
+                .get("token")
+                .and_then(Value::as_str)
+                .ok_or_else(|| anyhow::anyhow!("the server's answer holds no token"))?;
+            output::print(&format!("{token}\n"))?;
+            eprintln!(
+                "token {:?} (role {}) created; store it now, it will not be shown again",
+                create.name,
+                create.role.as_str()
+            );
+        }
+        TokenCommand::List(list) => {
+            let body = client.get(TOKENS_PATH).await?;
+            let text = match list.output {
+                ListFormat::Table => render_list(&body, Utc::now()),
+                ListFormat::Json => output::json(&body)?,
+                ListFormat::Yaml => output::yaml(&body)?,
+            };
+            if text.is_empty() {
+                eprintln!("No tokens found");
+            }
+            output::print(&text)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `NAME ROLE AGE` table of a token list (empty when there are none).
+pub fn render_list(body: &Value, now: DateTime<Utc>) -> String {
+    let items = body.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    if items.is_empty() {
+        return String::new();
+    }
+    let text =
+        |item: &Value, key: &str| item.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let mut lines = vec![vec!["NAME".to_string(), "ROLE".into(), "AGE".into()]];
+    for item in &items {
+        let created = item.get("createdAt").and_then(Value::as_str);
+        lines.push(vec![text(item, "name"), text(item, "role"), output::age(created, now)]);
+    }
+    output::align(&lines, &mut Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn token_table() {
+        let now = Utc.with_ymd_and_hms(2026, 11, 29, 15, 0, 0).unwrap();
+        let body = json!({"items": [
+            {"name": "admin", "role": "admin", "createdAt": "2026-11-01T10:00:00Z"},
+            {"name": "ci-pipeline", "role": "operator", "createdAt": "2026-11-29T14:58:00Z"}
+        ]});
+        assert_eq!(
+            render_list(&body, now),
+            "NAME          ROLE       AGE\nadmin         admin      28d\nci-pipeline   operator   2m\n"
+        );
+        assert_eq!(render_list(&json!({"items": []}), now), "");
+    }
+}

@@ -1,0 +1,8 @@
+//! hive: a declarative control plane. This crate is the daemon and the CLI in one
+//! binary; see ARCHITECTURE.md for the map.
+
+pub mod auth;
+pub mod cli;
+pub mod kubeconfig;
+pub mod server;
+pub mod store;

@@ -1,0 +1,191 @@
+//! `ApiError`: the one error type of the HTTP layer, rendered as a Kubernetes `Status`.
+//! Internal causes are logged, never sent.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use hive_api::meta::{Status, StatusCause, StatusDetails, GROUP};
+use hive_api::validation::ValidationError;
+
+use crate::store;
+
+/// Everything a request can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The object (or route) does not exist.
+    #[error("{plural}.{GROUP} \"{name}\" not found")]
+    NotFound {
+        /// Resource plural, e.g. `agents`.
+        plural: String,
+        /// Object name.
+        name: String,
+    },
+    /// No route serves the path.
+    #[error("the server could not find the requested resource")]
+    BadRoute,
+    /// A create named an object that exists.
+    #[error("{plural}.{GROUP} \"{name}\" already exists")]
+    AlreadyExists {
+        /// Resource plural.
+        plural: String,
+        /// Object name.
+        name: String,
+    },
+    /// Optimistic concurrency failed or a precondition did not hold.
+    #[error("{message}")]
+    Conflict {
+        /// Resource plural.
+        plural: String,
+        /// Object name.
+        name: String,
+        /// The full message.
+        message: String,
+    },
+    /// Server-side apply conflicts with other field managers.
+    #[error("{message}")]
+    ApplyConflict {
+        /// Resource plural.
+        plural: String,
+        /// Object name.
+        name: String,
+        /// Upstream-worded message.
+        message: String,
+        /// One cause per conflicting field.
+        causes: Vec<StatusCause>,
+    },
+    /// The object failed validation; every problem is listed with its field.
+    #[error("{kind} \"{name}\" is invalid: {}", summary(.errors))]
+    Invalid {
+        /// Kind name, e.g. `Agent`.
+        kind: String,
+        /// Object name.
+        name: String,
+        /// The problems.
+        errors: Vec<ValidationError>,
+    },
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The body is larger than the limit.
+    #[error("request entity too large: the body is larger than the limit of {limit} bytes")]
+    TooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The request's content type is not one the route accepts.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The method is not served on this path.
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    /// No or an unknown bearer token.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// The caller's role does not allow the request.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The requested resource version is older than the retained history.
+    #[error("{0}")]
+    Expired(String),
+    /// Something failed inside the server; the cause is logged, not sent.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+fn summary(errors: &[ValidationError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    /// The HTTP status code.
+    pub fn code(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound { .. } | ApiError::BadRoute => StatusCode::NOT_FOUND,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
+                StatusCode::CONFLICT
+            }
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Expired(_) => StatusCode::GONE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The Kubernetes `Status` object describing this error.
+    pub fn status(&self) -> Status {
+        let code = self.code().as_u16();
+        let (reason, details) = match self {
+            ApiError::NotFound { plural, name } => ("NotFound", Some(details(plural, name, vec![]))),
+            ApiError::AlreadyExists { plural, name } => ("AlreadyExists", Some(details(plural, name, vec![]))),
+            ApiError::Conflict { plural, name, .. } => ("Conflict", Some(details(plural, name, vec![]))),
+            ApiError::ApplyConflict { plural, name, causes, .. } => {
+                ("Conflict", Some(details(plural, name, causes.clone())))
+            }
+            ApiError::Invalid { kind, name, errors } => {
+                let causes = errors
+                    .iter()
+                    .map(|e| StatusCause {
+                        reason: e.reason.as_str().into(),
+                        message: e.cause_message(),
+                        field: e.field.clone(),
+                    })
+                    .collect();
+                ("Invalid", Some(StatusDetails { name: name.clone(), group: GROUP.into(), kind: kind.clone(), causes, ..Default::default() }))
+            }
+            ApiError::BadRoute => ("NotFound", None),
+            ApiError::BadRequest(_) => ("BadRequest", None),
+            ApiError::TooLarge { .. } => ("RequestEntityTooLarge", None),
+            ApiError::UnsupportedMediaType(_) => ("UnsupportedMediaType", None),
+            ApiError::MethodNotAllowed => ("MethodNotAllowed", None),
+            ApiError::Unauthorized => ("Unauthorized", None),
+            ApiError::Forbidden(_) => ("Forbidden", None),
+            ApiError::Expired(_) => ("Expired", None),
+            ApiError::Internal(_) => ("InternalError", None),
+        };
+        let mut status = Status::failure(code, reason, self.to_string());
+        status.details = details;
+        status
+    }
+}
+
+fn details(plural: &str, name: &str, causes: Vec<StatusCause>) -> StatusDetails {
+    StatusDetails { name: name.into(), group: GROUP.into(), kind: plural.into(), causes, ..Default::default() }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if let ApiError::Internal(err) = &self {
+            tracing::error!(error = format!("{err:#}"), "request failed");
+        }
+        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let mut response = (self.code(), body).into_response();
+        response.headers_mut().insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+}
+
+impl From<store::Error> for ApiError {
+    fn from(err: store::Error) -> Self {
+        match err {
+            store::Error::NotFound { kind, name } => ApiError::NotFound { plural: kind.to_string(), name },
+            store::Error::AlreadyExists { kind, name } => ApiError::AlreadyExists { plural: kind.to_string(), name },
+            store::Error::Conflict { kind, name, message } => {
+                ApiError::Conflict { plural: kind.to_string(), name, message }
+            }
+            store::Error::Expired { requested, oldest } => ApiError::Expired(format!(
+                "too old resource version: {requested} ({oldest})"
+            )),
+            other => ApiError::Internal(anyhow::Error::new(other)),
+        }
+    }
+}

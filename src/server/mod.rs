@@ -1,0 +1,162 @@
+//! The HTTP API: Kubernetes wire conventions over the store — discovery, OpenAPI,
+//! CRUD with patches and server-side apply, `/status`, watch, Table output — behind
+//! bearer-token auth, served over TLS.
+
+pub mod apply;
+pub mod body;
+pub mod discovery;
+pub mod error;
+pub mod kinds;
+pub mod openapi;
+pub mod params;
+pub mod resources;
+pub mod serve;
+pub mod table;
+pub mod tls;
+pub mod tokens;
+pub mod watch;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::http::{header, Method};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::auth::{Principal, TokenStore, Verb};
+use crate::store::Store;
+use error::ApiError;
+
+/// Tunables of the HTTP layer.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { bookmark_interval: Duration::from_secs(10) }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The object store.
+    pub store: Store,
+    /// Bearer tokens and their roles.
+    pub tokens: TokenStore,
+    /// Tunables.
+    pub config: Arc<ServerConfig>,
+    /// The rendered OpenAPI document (computed once).
+    pub openapi_json: Arc<String>,
+    /// Its content hash, for the discovery URL.
+    pub openapi_hash: Arc<str>,
+}
+
+impl AppState {
+    /// Builds the state, rendering the OpenAPI document once.
+    pub fn new(store: Store, tokens: TokenStore, config: ServerConfig) -> AppState {
+        let (json, hash) = openapi::rendered();
+        AppState {
+            store,
+            tokens,
+            config: Arc::new(config),
+            openapi_json: Arc::new(json),
+            openapi_hash: Arc::from(hash),
+        }
+    }
+}
+
+/// The whole API as one router.
+pub fn app(state: AppState) -> Router {
+    let authenticated = Router::new()
+        .route("/apis", get(discovery::api_groups))
+        .route("/apis/hive.dev", get(discovery::api_group))
+        .route("/apis/hive.dev/v1", get(discovery::api_resources))
+        .route("/openapi/v3", get(openapi::index))
+        .route("/openapi/v3/apis/hive.dev/v1", get(openapi::group_version))
+        .merge(kinds::router())
+        .merge(tokens::router())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/version", get(discovery::version))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .merge(authenticated)
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::BadRoute
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+/// The verb a request needs, and the resource it names (for the 403 message).
+fn required(method: &Method, path: &str) -> (Verb, String) {
+    let resource = path.trim_start_matches("/apis/hive.dev/v1/").split('/').next().unwrap_or("").to_string();
+    if path.starts_with("/hive/v1/tokens") {
+        return (Verb::Admin, "tokens".into());
+    }
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return (Verb::Read, resource);
+    }
+    if resource == "providers" {
+        return (Verb::Admin, resource);
+    }
+    (Verb::Write, resource)
+}
+
+fn verb_word(method: &Method) -> &'static str {
+    match *method {
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "access",
+    }
+}
+
+async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let Some(principal) = bearer.and_then(|b| state.tokens.authenticate(b)) else {
+        return ApiError::Unauthorized.into_response();
+    };
+    let (verb, resource) = required(request.method(), request.uri().path());
+    if !principal.allows(verb) {
+        let message = format!(
+            "{resource}.hive.dev is forbidden: User \"{}\" (role {}) cannot {} resource \"{resource}\" in API group \"hive.dev\"",
+            principal.name,
+            principal.role,
+            verb_word(request.method()),
+        );
+        return ApiError::Forbidden(message).into_response();
+    }
+    request.extensions_mut().insert::<Principal>(principal);
+    next.run(request).await
+}
+
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let response = next.run(request).await;
+    tracing::debug!(%method, path, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    response
+}

@@ -1,0 +1,526 @@
+//! The generic resource handlers — get, list, create, replace, patch, delete, and the
+//! `/status` subresource — for any kind in the registry. `kinds.rs` binds them to
+//! per-kind routes with their OpenAPI documentation.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use hive_api::meta::{Time, API_VERSION};
+use hive_api::selector::{FieldSelector, LabelSelector};
+use hive_api::KindInfo;
+use serde_json::{json, Value};
+
+use super::apply;
+use super::body::{self, MediaType};
+use super::error::{ApiError, ApiResult};
+use super::params::{FieldValidation, Params};
+use super::table::{self, IncludeObject};
+use super::{watch, AppState};
+use crate::store::{Mutation, Obj, Outcome, Subresource};
+
+/// How many times a patch is re-applied when a concurrent write wins the race.
+const PATCH_RETRIES: usize = 8;
+
+/// A JSON response with an optional list of `Warning` headers.
+fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut response = (code, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for warning in warnings {
+        let text = format!("299 - {}", serde_json::to_string(warning).unwrap_or_default());
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append("warning", value);
+        }
+    }
+    response
+}
+
+fn table_response(value: &Value) -> Response {
+    let mut response = (StatusCode::OK, serde_json::to_vec(value).unwrap_or_default()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(table::TABLE_CONTENT_TYPE));
+    response
+}
+
+
+/// Who made a change, for `managedFields`: `fieldManager`, else the user agent's
+/// program name (as upstream), else `unknown`.
+fn manager(params: &Params, headers: &HeaderMap) -> String {
+    if let Some(m) = params.field_manager.as_deref().filter(|m| !m.is_empty()) {
+        return m.to_string();
+    }
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ua| ua.split('/').next())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("unknown")
+        .to_string()
+}
+
+/// Decodes, defaults and validates a whole object of `kind`. Returns the normalized
+/// object and the warnings to send.
+pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> ApiResult<(Value, Vec<String>)> {
+    let handled_as = format!("{} in version \"v1\" cannot be handled as a {}", kind.kind, kind.kind);
+    if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
+        if api_version != API_VERSION {
+            return Err(ApiError::BadRequest(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({API_VERSION})"
+            )));
+        }
+    }
+    if let Some(k) = value.get("kind").and_then(Value::as_str) {
+        if k != kind.kind {
+            return Err(ApiError::BadRequest(format!(
+                "the kind in the data ({k}) does not match the expected kind ({})",
+                kind.kind
+            )));
+        }
+    }
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        // Cluster-scoped: kubectl and other clients may send a namespace; drop it.
+        meta.remove("namespace");
+    }
+    let decoded = (kind.decode)(&value).map_err(|e| {
+        let at = if e.field.is_empty() { String::new() } else { format!("{}: ", e.field) };
+        ApiError::BadRequest(format!("{handled_as}: {at}{}", e.message))
+    })?;
+    let mut warnings = Vec::new();
+    if !decoded.unknown_fields.is_empty() {
+        let listed: Vec<String> = decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        match validation {
+            FieldValidation::Strict => {
+                return Err(ApiError::BadRequest(format!(
+                    "{handled_as}: strict decoding error: {}",
+                    listed.join(", ")
+                )))
+            }
+            FieldValidation::Warn => warnings = listed,
+            FieldValidation::Ignore => {}
+        }
+    }
+    let mut object = decoded.object;
+    object["apiVersion"] = json!(API_VERSION);
+    object["kind"] = json!(kind.kind);
+    let errors = (kind.validate)(&object);
+    if !errors.is_empty() {
+        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+        return Err(ApiError::Invalid { kind: kind.kind.into(), name, errors });
+    }
+    Ok((object, warnings))
+}
+
+fn name_of(value: &Value) -> &str {
+    value["metadata"]["name"].as_str().unwrap_or("")
+}
+
+fn resource_version_of(value: &Value) -> Option<&str> {
+    value["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty())
+}
+
+fn ensure_body_name(kind: &KindInfo, object: &mut Value, path_name: &str) -> ApiResult<()> {
+    match object["metadata"]["name"].as_str() {
+        None | Some("") => {
+            object["metadata"]["name"] = json!(path_name);
+            Ok(())
+        }
+        Some(n) if n == path_name => Ok(()),
+        Some(n) => Err(ApiError::BadRequest(format!(
+            "the name of the object ({n}) does not match the name on the URL ({path_name}) for {}",
+            kind.plural
+        ))),
+    }
+}
+
+fn now() -> Time {
+    Time(chrono::Utc::now())
+}
+
+/// Keeps server-owned `managedFields` and records what this write changed.
+/// Records what a non-apply write changed in `managedFields` (client-sent
+/// `managedFields` are ignored; ownership comes from `old`).
+fn track_update(old: Option<&Value>, new: &mut Value, manager: &str, subresource: Option<&str>) {
+    apply::record_update(old, new, manager, subresource, now());
+}
+
+fn outcome_object(outcome: Outcome) -> (StatusCode, Obj) {
+    match outcome {
+        Outcome::Created(o) => (StatusCode::CREATED, o),
+        Outcome::Updated(o) | Outcome::Unchanged(o) | Outcome::Deleting(o) | Outcome::Deleted(o) => (StatusCode::OK, o),
+    }
+}
+
+/// `GET /apis/hive.dev/v1/{plural}/{name}`.
+pub async fn get(state: AppState, kind: &'static KindInfo, name: String, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    if table::wants_table(&headers) {
+        let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+        let rv = resource_version_of(&object).unwrap_or("").to_string();
+        return Ok(table_response(&table::table(kind, &[object], include, json!({"resourceVersion": rv}), true)));
+    }
+    Ok(json_response(StatusCode::OK, &object, &[]))
+}
+
+fn not_found(kind: &KindInfo, name: &str) -> ApiError {
+    ApiError::NotFound { plural: kind.plural.into(), name: name.into() }
+}
+
+/// Parsed selectors of a list or watch.
+pub struct Selectors {
+    labels: Option<LabelSelector>,
+    fields: Option<FieldSelector>,
+}
+
+impl Selectors {
+    /// Parses `labelSelector` and `fieldSelector`.
+    pub fn parse(params: &Params) -> ApiResult<Selectors> {
+        let labels = match params.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(s.parse::<LabelSelector>().map_err(|e| ApiError::BadRequest(format!("labelSelector: {e}")))?),
+            None => None,
+        };
+        let fields = match params.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(s.parse::<FieldSelector>().map_err(|e| ApiError::BadRequest(format!("fieldSelector: {e}")))?),
+            None => None,
+        };
+        Ok(Selectors { labels, fields })
+    }
+
+    /// Whether an object passes both selectors.
+    pub fn matches(&self, object: &Value) -> bool {
+        if let Some(fields) = &self.fields {
+            if !fields.matches(name_of(object)) {
+                return false;
+            }
+        }
+        if let Some(labels) = &self.labels {
+            let map: std::collections::BTreeMap<String, String> = object["metadata"]["labels"]
+                .as_object()
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+                .unwrap_or_default();
+            if !labels.matches(&map) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ContinueToken {
+    rv: u64,
+    start: String,
+}
+
+fn encode_continue(token: &ContinueToken) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(serde_json::to_vec(token).unwrap_or_default())
+}
+
+fn decode_continue(text: &str) -> ApiResult<ContinueToken> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| ApiError::BadRequest("continue: invalid continue token; start the list again without it".into()))
+}
+
+/// `GET /apis/hive.dev/v1/{plural}` — a list, or a watch with `watch=true`.
+pub async fn list(state: AppState, kind: &'static KindInfo, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let selectors = Selectors::parse(&params)?;
+    if params.watch()? {
+        return watch::serve(state, kind, &params, selectors, table::wants_table(&headers)).await;
+    }
+    let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+    let (revision, objects) = state.store.list(kind.plural);
+    let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let token = decode_continue(token)?;
+            if token.rv < state.store.stats().compacted {
+                return Err(ApiError::Expired(
+                    "The provided continue parameter is too old to display a consistent list result. \
+                     You can start a new list without the continue parameter."
+                        .into(),
+                ));
+            }
+            (token.rv, Some(token.start))
+        }
+        None => (revision, None),
+    };
+    let matching = objects
+        .into_iter()
+        .filter(|o| start_after.as_deref().is_none_or(|s| name_of(o) > s))
+        .filter(|o| selectors.matches(o));
+    let limit = params.limit()?;
+    let mut items: Vec<Obj> = Vec::new();
+    let mut remaining = 0i64;
+    for object in matching {
+        if limit.is_some_and(|l| items.len() >= l) {
+            remaining += 1;
+        } else {
+            items.push(object);
+        }
+    }
+    let mut list_meta = json!({"resourceVersion": list_rv.to_string()});
+    if remaining > 0 {
+        let last = items.last().map(|o| name_of(o).to_string()).unwrap_or_default();
+        list_meta["continue"] = json!(encode_continue(&ContinueToken { rv: list_rv, start: last }));
+        list_meta["remainingItemCount"] = json!(remaining);
+    }
+    if table::wants_table(&headers) {
+        return Ok(table_response(&table::table(kind, &items, include, list_meta, true)));
+    }
+    // Serialize the list by hand around the stored objects so 100k-item lists do not
+    // deep-copy every object into a new `Value` tree.
+    let mut out = Vec::with_capacity(64 + items.len() * 512);
+    out.extend_from_slice(format!("{{\"apiVersion\":\"{API_VERSION}\",\"kind\":\"{}\",\"metadata\":", kind.list_kind).as_bytes());
+    serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, item.as_ref()).map_err(|e| ApiError::Internal(e.into()))?;
+    }
+    out.extend_from_slice(b"]}");
+    let mut response = (StatusCode::OK, out).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+/// `POST /apis/hive.dev/v1/{plural}`.
+pub async fn create(state: AppState, kind: &'static KindInfo, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let bytes = body::read(body).await?;
+    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        meta.remove("managedFields");
+        meta.remove("resourceVersion");
+    }
+    track_update(None, &mut object, &manager(&params, &headers), None);
+    let outcome = state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
+    let (code, object) = outcome_object(outcome);
+    Ok(json_response(code, &object, &warnings))
+}
+
+/// `PUT /apis/hive.dev/v1/{plural}/{name}[/status]`.
+pub async fn replace(
+    state: AppState,
+    kind: &'static KindInfo,
+    name: String,
+    subresource: Subresource,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let bytes = body::read(body).await?;
+    let mut value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    ensure_body_name(kind, &mut value, &name)?;
+    let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
+    let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    let sub = matches!(subresource, Subresource::Status).then_some("status");
+    track_update(Some(&current), &mut object, &manager(&params, &headers), sub);
+    let outcome = state
+        .store
+        .commit(Mutation::Update { kind: kind.plural, object, subresource }, params.dry_run()?)
+        .await?;
+    let (code, object) = outcome_object(outcome);
+    Ok(json_response(code, &object, &warnings))
+}
+
+/// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
+/// server-side apply.
+pub async fn patch(
+    state: AppState,
+    kind: &'static KindInfo,
+    name: String,
+    subresource: Subresource,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let media = MediaType::of(&headers);
+    let bytes = body::read(body).await?;
+    let validation = params.field_validation()?;
+    let dry_run = params.dry_run()?;
+    let sub = matches!(subresource, Subresource::Status).then_some("status");
+    enum Patch {
+        Merge(Value),
+        Json(json_patch::Patch),
+        Apply(Value),
+    }
+    let patch = match media {
+        MediaType::MergePatch | MediaType::Json => Patch::Merge(body::parse_object(MediaType::Json, &bytes)?),
+        MediaType::JsonPatch => {
+            let value = body::parse_json(&bytes)?;
+            let ops: json_patch::Patch = serde_json::from_value(value)
+                .map_err(|e| ApiError::BadRequest(format!("invalid JSON patch: {e}")))?;
+            Patch::Json(ops)
+        }
+        MediaType::ApplyPatch => {
+            if params.field_manager.as_deref().is_none_or(str::is_empty) {
+                return Err(ApiError::BadRequest(
+                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+                        .into(),
+                ));
+            }
+            let mut value = body::parse_object(MediaType::ApplyPatch, &bytes)?;
+            ensure_body_name(kind, &mut value, &name)?;
+            Patch::Apply(value)
+        }
+        MediaType::StrategicMergePatch => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "strategic merge patch is not supported for {}.hive.dev: use --type merge or --type json \
+                 (accepted media types: application/merge-patch+json, application/json-patch+json, \
+                 application/apply-patch+yaml)",
+                kind.plural
+            )))
+        }
+        MediaType::Yaml | MediaType::Other => {
+            return Err(ApiError::UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types include: \
+                 application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                    .into(),
+            ))
+        }
+    };
+    let manager = manager(&params, &headers);
+    for _ in 0..PATCH_RETRIES {
+        let current = state.store.get(kind.plural, &name);
+        let (mutation, warnings, client_precondition) = match (&patch, current) {
+            (Patch::Apply(applied), None) => {
+                if sub.is_some() {
+                    return Err(not_found(kind, &name));
+                }
+                // Server-side apply creates an absent object.
+                // Check the manifest (unknown fields, validity), but hand apply the
+                // manifest as sent: defaults are not the applier's fields.
+                let (_, warnings) = admit(kind, applied.clone(), validation)?;
+                let merged = apply::apply(None, applied, &manager, params.force()?, now()).map_err(|c| conflict(kind, &name, &c))?;
+                let (mut object, _) = admit(kind, merged, FieldValidation::Ignore)?;
+                if let Some(meta) = object["metadata"].as_object_mut() {
+                    meta.remove("resourceVersion");
+                }
+                (Mutation::Create { kind: kind.plural, object }, warnings, false)
+            }
+            (_, None) => return Err(not_found(kind, &name)),
+            (patch, Some(current)) => {
+                let current_rv = resource_version_of(&current).map(str::to_string);
+                let (object, warnings) = match patch {
+                    Patch::Merge(p) => {
+                        let mut doc = (*current).clone();
+                        json_patch::merge(&mut doc, p);
+                        let (mut object, warnings) = admit(kind, doc, validation)?;
+                        track_update(Some(&current), &mut object, &manager, sub);
+                        (object, warnings)
+                    }
+                    Patch::Json(ops) => {
+                        let mut doc = (*current).clone();
+                        json_patch::patch(&mut doc, ops)
+                            .map_err(|e| ApiError::Invalid { kind: kind.kind.into(), name: name.clone(), errors: vec![
+                                hive_api::validation::ValidationError::new("", hive_api::validation::Reason::Invalid, format!("the JSON patch could not be applied: {e}")),
+                            ] })?;
+                        let (mut object, warnings) = admit(kind, doc, validation)?;
+                        track_update(Some(&current), &mut object, &manager, sub);
+                        (object, warnings)
+                    }
+                    Patch::Apply(applied) => {
+                        let (_, warnings) = admit(kind, applied.clone(), validation)?;
+                        let merged = apply::apply(Some(&current), applied, &manager, params.force()?, now())
+                            .map_err(|c| conflict(kind, &name, &c))?;
+                        let (object, _) = admit(kind, merged, FieldValidation::Ignore)?;
+                        (object, warnings)
+                    }
+                };
+                let client_rv = resource_version_of(&object).map(str::to_string);
+                let client_precondition = client_rv.is_some() && client_rv != current_rv;
+                let mut object = object;
+                if !client_precondition {
+                    object["metadata"]["resourceVersion"] = json!(current_rv);
+                }
+                (Mutation::Update { kind: kind.plural, object, subresource }, warnings, client_precondition)
+            }
+        };
+        let is_create = matches!(mutation, Mutation::Create { .. });
+        let is_apply = matches!(patch, Patch::Apply(_));
+        match state.store.commit(mutation, dry_run).await {
+            Ok(outcome) => {
+                let (code, object) = outcome_object(outcome);
+                return Ok(json_response(code, &object, &warnings));
+            }
+            // A concurrent write won the race: re-read and re-apply the patch, unless the
+            // client itself asked for a specific resourceVersion.
+            Err(crate::store::Error::AlreadyExists { .. }) if is_create => continue,
+            Err(crate::store::Error::Conflict { .. }) if !is_create && !client_precondition => continue,
+            Err(crate::store::Error::NotFound { .. }) if !is_create && is_apply => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ApiError::Conflict {
+        plural: kind.plural.into(),
+        name: name.clone(),
+        message: format!(
+            "Operation cannot be fulfilled on {}.hive.dev \"{name}\": too many concurrent writes; try again",
+            kind.plural
+        ),
+    })
+}
+
+fn conflict(kind: &KindInfo, name: &str, conflicts: &[apply::Conflict]) -> ApiError {
+    ApiError::ApplyConflict {
+        plural: kind.plural.into(),
+        name: name.into(),
+        message: apply::conflict_message(conflicts),
+        causes: apply::conflict_causes(conflicts),
+    }
+}
+
+/// The body of a DELETE (`DeleteOptions`); every field optional.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteOptions {
+    #[serde(default)]
+    preconditions: Option<Preconditions>,
+    #[serde(default)]
+    dry_run: Vec<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Preconditions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// `DELETE /apis/hive.dev/v1/{plural}/{name}`.
+pub async fn delete(
+    state: AppState,
+    kind: &'static KindInfo,
+    name: String,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let bytes = body::read(body).await?;
+    let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
+        DeleteOptions::default()
+    } else {
+        let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+        serde_json::from_value(value).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+    };
+    let dry_run = params.dry_run()? || options.dry_run.iter().any(|d| d == "All");
+    let pre = options.preconditions.unwrap_or_default();
+    let outcome = state
+        .store
+        .commit(
+            Mutation::Delete { kind: kind.plural, name, uid: pre.uid, resource_version: pre.resource_version },
+            dry_run,
+        )
+        .await?;
+    let (_, object) = outcome_object(outcome);
+    Ok(json_response(StatusCode::OK, &object, &[]))
+}

@@ -1,0 +1,70 @@
+//! `/hive/v1/tokens`: creating and listing bearer tokens (admin only). The plaintext
+//! token appears in exactly one response: the one that creates it.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::body::{self, MediaType};
+use super::error::{ApiError, ApiResult};
+use super::AppState;
+use crate::auth::{self, Role};
+
+/// The routes.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/hive/v1/tokens", get(list).post(create)).route("/hive/v1/tokens/{name}", delete(revoke))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateToken {
+    name: String,
+    role: String,
+}
+
+async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
+    let bytes = body::read(body).await?;
+    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let request: CreateToken = serde_json::from_value(value)
+        .map_err(|e| ApiError::BadRequest(format!("invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE}}")))?;
+    let role: Role = request.role.parse().map_err(|e: auth::ParseRoleError| ApiError::BadRequest(format!("role: {e}")))?;
+    let tokens = state.tokens.clone();
+    let name = request.name.clone();
+    let token = tokio::task::spawn_blocking(move || tokens.create(&name, role))
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?
+        .map_err(token_error)?;
+    tracing::info!(name = request.name, %role, "token created");
+    Ok((StatusCode::CREATED, Json(json!({"name": request.name, "role": role, "token": token}))).into_response())
+}
+
+fn token_error(err: auth::Error) -> ApiError {
+    match err {
+        auth::Error::Io { .. } | auth::Error::Corrupt { .. } | auth::Error::Invalid { .. } => {
+            ApiError::Internal(anyhow::Error::new(err))
+        }
+        auth::Error::Duplicate(name) => ApiError::AlreadyExists { plural: "tokens".into(), name },
+        auth::Error::NotFound(name) => ApiError::NotFound { plural: "tokens".into(), name },
+        other => ApiError::BadRequest(other.to_string()),
+    }
+}
+
+async fn list(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(json!({"items": state.tokens.list()}))
+}
+
+async fn revoke(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
+    let tokens = state.tokens.clone();
+    let target = name.clone();
+    tokio::task::spawn_blocking(move || tokens.revoke(&target))
+        .await
+        .map_err(|e| ApiError::Internal(e.into()))?
+        .map_err(token_error)?;
+    Ok(Json(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": {"name": name, "kind": "tokens"}}))
+        .into_response())
+}

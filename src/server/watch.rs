@@ -1,0 +1,179 @@
+//! Watch streams: chunked, one JSON event per line — ADDED, MODIFIED, DELETED,
+//! BOOKMARK, ERROR — with the `resourceVersion` semantics of the Kubernetes API
+//! concepts, bookmarks, `sendInitialEvents`, timeouts, selectors and Table rows.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use hive_api::meta::{Status, API_VERSION};
+use hive_api::KindInfo;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::error::{ApiError, ApiResult};
+use super::params::Params;
+use super::resources::Selectors;
+use super::table::{self, IncludeObject};
+use super::AppState;
+use crate::store::{self, EventType, Obj};
+
+/// Lines buffered between the watch task and the HTTP body.
+const LINE_BUFFER: usize = 64;
+
+struct Encoder {
+    kind: &'static KindInfo,
+    as_table: bool,
+    include: IncludeObject,
+    sent_columns: bool,
+}
+
+impl Encoder {
+    fn object_event(&mut self, type_: &str, object: &Obj) -> Bytes {
+        let rendered = if self.as_table {
+            let rv = object["metadata"]["resourceVersion"].clone();
+            let t = table::table(self.kind, std::slice::from_ref(object), self.include, json!({"resourceVersion": rv}), !self.sent_columns);
+            self.sent_columns = true;
+            t
+        } else {
+            return line_with_object(type_, object);
+        };
+        line(&json!({"type": type_, "object": rendered}))
+    }
+
+    fn bookmark(&self, revision: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": revision.to_string()});
+        if initial_events_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(&json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": API_VERSION, "metadata": metadata}}))
+    }
+}
+
+fn line(value: &Value) -> Bytes {
+    let mut out = serde_json::to_vec(value).unwrap_or_default();
+    out.push(b'\n');
+    Bytes::from(out)
+}
+
+/// Writes `{"type":T,"object":<stored object>}` without cloning the object.
+fn line_with_object(type_: &str, object: &Obj) -> Bytes {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(type_.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    let _ = serde_json::to_writer(&mut out, object.as_ref());
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+fn error_line(code: u16, reason: &str, message: String) -> Bytes {
+    line(&json!({"type": "ERROR", "object": Status::failure(code, reason, message)}))
+}
+
+/// Starts a watch of `kind` and returns the streaming response.
+pub async fn serve(
+    state: AppState,
+    kind: &'static KindInfo,
+    params: &Params,
+    selectors: Selectors,
+    as_table: bool,
+) -> ApiResult<Response> {
+    let bookmarks = params.bookmarks()?;
+    let send_initial = params.send_initial_events()?;
+    let timeout = params.timeout_seconds()?.map(Duration::from_secs);
+    let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+    let requested = params.revision()?;
+    let mut encoder = Encoder { kind, as_table, include, sent_columns: false };
+
+    // Unset or "0": synthetic ADDED for the current state, then every later change.
+    // "N": every change after N, or an in-stream 410 when N is no longer retained.
+    let (start, initial) = match requested {
+        None => {
+            let (revision, objects) = state.store.list(kind.plural);
+            (revision, Some(objects))
+        }
+        Some(n) if send_initial => {
+            // sendInitialEvents with resourceVersionMatch=NotOlderThan: the current
+            // state (which is not older than N), then live.
+            let _ = n;
+            let (revision, objects) = state.store.list(kind.plural);
+            (revision, Some(objects))
+        }
+        Some(n) => (n, None),
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(LINE_BUFFER);
+    let mut events = match state.store.watch(kind.plural, start) {
+        Ok(w) => Some(w),
+        Err(store::Error::Expired { requested, oldest }) => {
+            let _ = tx.try_send(error_line(410, "Expired", format!("too old resource version: {requested} ({oldest})")));
+            None
+        }
+        Err(other) => return Err(other.into()),
+    };
+    let bookmark_every = state.config.bookmark_interval;
+    tokio::spawn(async move {
+        if let Some(objects) = initial {
+            for object in objects.iter().filter(|o| selectors.matches(o)) {
+                if tx.send(encoder.object_event("ADDED", object)).await.is_err() {
+                    return;
+                }
+            }
+            if send_initial && tx.send(encoder.bookmark(start, true)).await.is_err() {
+                return;
+            }
+        }
+        let Some(events) = events.as_mut() else { return };
+        let mut last = start;
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(bookmark_every);
+        ticker.tick().await;
+        loop {
+            let next = tokio::select! {
+                event = events.next() => event,
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(encoder.bookmark(last, false)).await.is_err() { return; }
+                    continue;
+                }
+                _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return,
+                _ = tx.closed() => return,
+            };
+            match next {
+                Some(Ok(event)) => {
+                    last = event.revision;
+                    if !selectors.matches(&event.object) {
+                        continue;
+                    }
+                    let type_ = match event.type_ {
+                        EventType::Added => "ADDED",
+                        EventType::Modified => "MODIFIED",
+                        EventType::Deleted => "DELETED",
+                    };
+                    if tx.send(encoder.object_event(type_, &event.object)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Err(err)) => {
+                    let message = match err {
+                        store::Error::WatchOverflow { .. } => format!(
+                            "the watch fell behind the event stream and was closed; list again from revision {last} or later"
+                        ),
+                        other => format!("watch ended: {other}"),
+                    };
+                    let _ = tx.send(error_line(410, "Expired", message)).await;
+                    return;
+                }
+                None => return,
+            }
+        }
+    });
+    let body = Body::from_stream(futures_util::StreamExt::map(ReceiverStream::new(rx), Ok::<_, std::convert::Infallible>));
+    let mut response = (StatusCode::OK, body).into_response();
+    let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { "application/json" };
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    Ok(response)
+}

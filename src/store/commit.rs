@@ -1,0 +1,172 @@
+//! The commit thread: it drains pending write requests into one batch, plans each
+//! against the cache plus the batch's earlier effects, writes every successful change
+//! in one durable redb transaction, and only then updates the cache, feeds watchers
+//! and answers the writers (group commit).
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use redb::Database;
+use tokio::sync::{mpsc, oneshot};
+
+use super::config::StoreConfig;
+use super::disk::{self, BatchWrite};
+use super::error::{Error, Result};
+use super::mutation::{plan, Change, Mutation, Outcome};
+use super::state::State;
+use super::tables::object_key;
+use super::watch::EventType;
+use super::Obj;
+
+/// What the store handles and the commit thread share.
+pub(super) struct Shared {
+    pub state: RwLock<State>,
+    pub config: StoreConfig,
+    /// Tests set this to make the next batch's redb commit fail.
+    #[cfg(test)]
+    pub fail_next_commit: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    pub fn new(state: State, config: StoreConfig) -> Shared {
+        Shared {
+            state: RwLock::new(state),
+            config,
+            #[cfg(test)]
+            fail_next_commit: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The cache for reading. The cache is only changed in small steps after a durable
+    /// commit, so a panic elsewhere while holding the lock leaves it usable.
+    pub fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The cache for writing (the commit thread, and watch registration).
+    pub fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One writer's all-or-nothing group of mutations and where its answer goes.
+pub(super) struct Request {
+    pub mutations: Vec<Mutation>,
+    pub reply: oneshot::Sender<Result<Vec<Outcome>>>,
+}
+
+/// Runs the commit thread until every request sender is gone and the queue is drained.
+pub(super) fn run(
+    shared: Arc<Shared>,
+    db: Database,
+    mut requests: mpsc::Receiver<Request>,
+    stopped: tokio::sync::watch::Sender<bool>,
+) {
+    let exit = Exit { shared, db: Some(db), stopped };
+    let max_batch = exit.shared.config.max_batch.max(1);
+    while let Some(first) = requests.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < max_batch {
+            match requests.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        if let Some(db) = &exit.db {
+            commit_batch(&exit.shared, db, batch);
+        }
+    }
+}
+
+/// Closes the database, ends every watch and tells `shutdown` — also if the thread
+/// panics.
+struct Exit {
+    shared: Arc<Shared>,
+    db: Option<Database>,
+    stopped: tokio::sync::watch::Sender<bool>,
+}
+
+impl Drop for Exit {
+    fn drop(&mut self) {
+        // Release the file lock first, so whoever awaited shutdown can reopen it.
+        drop(self.db.take());
+        self.shared.write().close();
+        let _ = self.stopped.send(true);
+    }
+}
+
+pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) {
+    let now = shared.config.clock.now();
+    let time_ms = now.timestamp_millis();
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut changes: Vec<Change> = Vec::new();
+    let compacted = {
+        let state = shared.read();
+        // Objects as the batch's earlier writes left them; `None` = deleted.
+        let mut written: HashMap<String, Option<Obj>> = HashMap::new();
+        for request in batch {
+            let next_revision = state.revision + changes.len() as u64 + 1;
+            let lookup = |kind: &str, name: &str| match written.get(&object_key(kind, name)) {
+                Some(object) => object.clone(),
+                None => state.get(kind, name),
+            };
+            let result = plan(&lookup, request.mutations, next_revision, now).map(|planned| {
+                let mut outcomes = Vec::with_capacity(planned.len());
+                for applied in planned {
+                    if let Some(change) = applied.change {
+                        let object = (change.type_ != EventType::Deleted).then(|| change.object.clone());
+                        written.insert(object_key(change.kind, &change.name), object);
+                        changes.push(change);
+                    }
+                    outcomes.push(applied.outcome);
+                }
+                outcomes
+            });
+            replies.push((request.reply, result));
+        }
+        compacted_after(&state, &shared.config, changes.len(), time_ms)
+    };
+
+    if !changes.is_empty() {
+        if let Err(e) = write(shared, db, &BatchWrite { changes: &changes, time_ms, compacted }) {
+            tracing::error!(error = %e, writers = replies.len(), "store commit failed");
+            for (reply, _) in replies {
+                let _ = reply.send(Err(Error::Db(e.clone())));
+            }
+            return;
+        }
+        let mut state = shared.write();
+        for change in &changes {
+            state.apply(change, time_ms);
+        }
+        state.compact(compacted);
+    }
+    for (reply, result) in replies {
+        // A writer that gave up waiting still had its write applied; nobody to tell.
+        let _ = reply.send(result);
+    }
+}
+
+fn write(shared: &Shared, db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
+    #[cfg(test)]
+    if shared.fail_next_commit.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        return Err(Arc::new(redb::Error::Io(std::io::Error::other("injected commit failure"))));
+    }
+    #[cfg(not(test))]
+    let _ = shared;
+    disk::write_batch(db, batch)
+}
+
+/// The compacted revision once `new_events` more events are appended at `time_ms`:
+/// keep at most `retention_events`, and none older than `retention_age`.
+fn compacted_after(state: &State, config: &StoreConfig, new_events: usize, time_ms: i64) -> u64 {
+    let total = state.log.len() + new_events;
+    let mut dropped = total.saturating_sub(config.retention_events);
+    let max_age_ms = i64::try_from(config.retention_age.as_millis()).unwrap_or(i64::MAX);
+    let cutoff = time_ms.saturating_sub(max_age_ms);
+    // The batch's own events are stamped `time_ms`, never before the cutoff.
+    while dropped < state.log.len() && state.log[dropped].time_ms < cutoff {
+        dropped += 1;
+    }
+    state.compacted + dropped as u64
+}

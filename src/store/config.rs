@@ -1,0 +1,70 @@
+//! How a store is opened: file, retention, watch buffers, batch size, and the clock it
+//! stamps objects and events with.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+/// Settings for [`Store::open`](super::Store::open).
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// The redb database file. Created (atomically) when absent.
+    pub path: PathBuf,
+    /// At most this many events are retained for watches (default 100 000).
+    pub retention_events: usize,
+    /// Events older than this are dropped at the next commit (default 1 h).
+    pub retention_age: Duration,
+    /// Live events a watcher may have pending before it is dropped as too slow
+    /// (default 1024).
+    pub watch_buffer: usize,
+    /// At most this many pending commit requests go into one redb transaction
+    /// (default 256).
+    pub max_batch: usize,
+    /// Where `creationTimestamp`, `deletionTimestamp` and event ages come from.
+    pub clock: Clock,
+}
+
+impl StoreConfig {
+    /// The defaults, for the database at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            path: path.into(),
+            retention_events: 100_000,
+            retention_age: Duration::from_secs(3600),
+            watch_buffer: 1024,
+            max_batch: 256,
+            clock: Clock::system(),
+        }
+    }
+}
+
+/// A source of wall-clock time. The system clock in production; tests substitute one
+/// they can move so retention by age is checked without sleeping.
+#[derive(Clone)]
+pub struct Clock(Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>);
+
+impl Clock {
+    /// The system's wall clock.
+    pub fn system() -> Clock {
+        Clock(Arc::new(Utc::now))
+    }
+
+    /// A clock that reads the time from `now`.
+    pub fn from_fn(now: impl Fn() -> DateTime<Utc> + Send + Sync + 'static) -> Clock {
+        Clock(Arc::new(now))
+    }
+
+    /// The current time.
+    pub fn now(&self) -> DateTime<Utc> {
+        (self.0)()
+    }
+}
+
+impl fmt::Debug for Clock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Clock")
+    }
+}

@@ -1,0 +1,218 @@
+//! The redb side of the store: creating, opening and validating the database file,
+//! loading it into memory, and writing one batch as one durable transaction.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, DatabaseError, Durability, ReadableTable};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::mutation::Change;
+use super::state::{LogEntry, State};
+use super::tables::{
+    object_key, EVENTS, META, META_COMPACTED, META_REVISION, META_SCHEMA, OBJECTS, SCHEMA_VERSION,
+};
+use super::watch::{EventType, StoreEvent};
+
+/// One event as the `EVENTS` table stores it.
+#[derive(Deserialize)]
+struct EventRecord {
+    #[serde(rename = "type")]
+    type_: String,
+    kind: String,
+    /// Commit time, Unix milliseconds.
+    time: i64,
+    object: Value,
+}
+
+/// Opens the database at `path`, creating it when there is no file, and loads it.
+/// Anything unreadable is `Corrupt`: the store never starts empty over existing data.
+pub(super) fn open(path: &Path) -> Result<(Database, State)> {
+    let exists = path.try_exists().map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    if !exists {
+        create(path)?;
+    }
+    // redb validates headers and checksums and repairs after an unclean shutdown; a
+    // panic inside it on a damaged file must not take the daemon down unexplained.
+    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => return Err(Error::Locked { path: path.to_owned() }),
+        Ok(Err(e)) => return Err(Error::corrupt(path, e)),
+        Err(_) => return Err(Error::corrupt(path, "the database engine panicked while opening the file")),
+    };
+    let state = load(&db, path)?;
+    Ok((db, state))
+}
+
+/// Creates an empty store at `path` atomically: it is built under a temporary name and
+/// renamed into place, so a crash never leaves a half-initialized file at `path`.
+fn create(path: &Path) -> Result<()> {
+    let io_err = |path: &Path| {
+        let path = path.to_owned();
+        move |source: io::Error| Error::Io { path, source }
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = PathBuf::from(tmp);
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&tmp)(e)),
+        _ => {}
+    }
+    let file =
+        fs::OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(io_err(&tmp))?;
+    let db = Database::builder().create_file(file).map_err(Error::db)?;
+    let mut txn = db.begin_write().map_err(Error::db)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        txn.open_table(OBJECTS).map_err(Error::db)?;
+        txn.open_table(EVENTS).map_err(Error::db)?;
+        let mut meta = txn.open_table(META).map_err(Error::db)?;
+        meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
+        meta.insert(META_REVISION, 0).map_err(Error::db)?;
+        meta.insert(META_COMPACTED, 0).map_err(Error::db)?;
+    }
+    txn.commit().map_err(Error::db)?;
+    drop(db);
+    fs::rename(&tmp, path).map_err(io_err(path))?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
+}
+
+/// Reads everything into memory, checking the schema version and that the event log
+/// holds exactly the revisions `compacted + 1 ..= revision`.
+fn load(db: &Database, path: &Path) -> Result<State> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
+    let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
+    let counter = |key: &str| -> Result<Option<u64>> {
+        Ok(meta.get(key).map_err(|e| corrupt(e.into()))?.map(|v| v.value()))
+    };
+    match counter(META_SCHEMA)? {
+        Some(SCHEMA_VERSION) => {}
+        Some(other) => {
+            return Err(Error::corrupt(
+                path,
+                format!("unknown schema version {other} (this build reads version {SCHEMA_VERSION})"),
+            ))
+        }
+        None => return Err(Error::corrupt(path, "no schema version: not a hive state database")),
+    }
+    let (Some(revision), Some(compacted)) = (counter(META_REVISION)?, counter(META_COMPACTED)?) else {
+        return Err(Error::corrupt(path, "the revision counters are missing"));
+    };
+    let mut state = State::new(revision, compacted);
+
+    let objects = read.open_table(OBJECTS).map_err(|e| corrupt(e.into()))?;
+    for entry in objects.iter().map_err(|e| corrupt(e.into()))? {
+        let (key, bytes) = entry.map_err(|e| corrupt(e.into()))?;
+        let key = key.value();
+        let Some((kind, name)) = key.split_once('/') else {
+            return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
+        };
+        let object: Value = serde_json::from_slice(bytes.value())
+            .map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
+        state.load_object(kind, name, Arc::new(object));
+    }
+
+    let events = read.open_table(EVENTS).map_err(|e| corrupt(e.into()))?;
+    let mut expected = compacted + 1;
+    for entry in events.iter().map_err(|e| corrupt(e.into()))? {
+        let (revision, bytes) = entry.map_err(|e| corrupt(e.into()))?;
+        let revision = revision.value();
+        if revision != expected {
+            return Err(Error::corrupt(
+                path,
+                format!("event log has revision {revision}, expected {expected}"),
+            ));
+        }
+        expected += 1;
+        let record: EventRecord = serde_json::from_slice(bytes.value())
+            .map_err(|e| Error::corrupt(path, format!("event {revision}: {e}")))?;
+        let Some(type_) = EventType::parse(&record.type_) else {
+            return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
+        };
+        let event =
+            StoreEvent { revision, kind: state.intern(&record.kind), type_, object: Arc::new(record.object) };
+        state.log.push_back(LogEntry { event, time_ms: record.time });
+    }
+    if expected != revision + 1 {
+        return Err(Error::corrupt(
+            path,
+            format!("event log ends at revision {}, but the store is at {revision}", expected - 1),
+        ));
+    }
+    Ok(state)
+}
+
+/// Everything one batch writes.
+pub(super) struct BatchWrite<'a> {
+    /// The successful changes of the batch, in revision order.
+    pub changes: &'a [Change],
+    /// Commit time of the batch, Unix milliseconds.
+    pub time_ms: i64,
+    /// The compacted revision after this batch; events up to it are deleted (and the
+    /// batch's own events up to it are never written).
+    pub compacted: u64,
+}
+
+/// Writes one batch in one transaction with immediate durability: when this returns
+/// Ok, the batch survives a crash. The error is shared because every writer of the
+/// batch receives it.
+pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
+    let Some(last) = batch.changes.last() else { return Ok(()) };
+    let mut txn = db.begin_write().map_err(shared)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut objects = txn.open_table(OBJECTS).map_err(shared)?;
+        let mut events = txn.open_table(EVENTS).map_err(shared)?;
+        let mut meta = txn.open_table(META).map_err(shared)?;
+        for change in batch.changes {
+            let key = object_key(change.kind, &change.name);
+            let object = serde_json::to_vec(&*change.object).expect("a serde_json::Value always serializes");
+            if change.type_ == EventType::Deleted {
+                objects.remove(key.as_str()).map_err(shared)?;
+            } else {
+                objects.insert(key.as_str(), object.as_slice()).map_err(shared)?;
+            }
+            if change.revision > batch.compacted {
+                let record = event_record(change, batch.time_ms, &object);
+                events.insert(change.revision, record.as_slice()).map_err(shared)?;
+            }
+        }
+        events.retain_in(..=batch.compacted, |_, _| false).map_err(shared)?;
+        meta.insert(META_REVISION, last.revision).map_err(shared)?;
+        meta.insert(META_COMPACTED, batch.compacted).map_err(shared)?;
+    }
+    txn.commit().map_err(shared)?;
+    Ok(())
+}
+
+fn shared(e: impl Into<redb::Error>) -> Arc<redb::Error> {
+    Arc::new(e.into())
+}
+
+/// The `EVENTS` value of a change, reusing the already-encoded object.
+fn event_record(change: &Change, time_ms: i64, object: &[u8]) -> Vec<u8> {
+    let kind = Value::String(change.kind.to_owned());
+    let mut record = Vec::with_capacity(object.len() + 64);
+    record.extend_from_slice(
+        format!(r#"{{"type":"{}","kind":{kind},"time":{time_ms},"object":"#, change.type_.as_str())
+            .as_bytes(),
+    );
+    record.extend_from_slice(object);
+    record.push(b'}');
+    record
+}
+
+/// Deletes the database file at `path`, if there is one, and nothing else.
+pub(super) fn reset(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io { path: path.to_owned(), source: e }),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,173 @@
+//! The versioned object store on redb: group commit, event log, watch cache.
+//!
+//! Objects are kind-agnostic JSON (the server types and validates them first), keyed by
+//! plural resource name and object name. Every committed write gets the next value of
+//! one global revision, which becomes the object's `metadata.resourceVersion` and the
+//! revision of the event it produces. Writers hand mutations to one commit thread that
+//! batches everything pending into one durable transaction; reads and watches are
+//! served from memory.
+//!
+//! Architecture Invariant: this module is the only code in hive that opens the
+//! database, and a write is acknowledged only after its transaction is durable; the
+//! in-memory cache and watchers never see a change the file does not have.
+
+mod commit;
+mod config;
+mod disk;
+mod error;
+mod mutation;
+mod state;
+mod tables;
+mod watch;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use config::{Clock, StoreConfig};
+pub use error::{Error, Result};
+pub use mutation::{Mutation, Outcome, Subresource};
+pub use watch::{EventType, StoreEvent, Watch};
+
+use commit::{Request, Shared};
+use state::State;
+
+/// A stored object, shared between the cache, events and readers.
+pub type Obj = Arc<serde_json::Value>;
+
+/// How many write requests may wait for the commit thread before writers wait too.
+const REQUEST_QUEUE: usize = 4096;
+
+/// Handle to an open store. Cheap to clone; all clones share one database, cache and
+/// commit thread.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    /// Taken by `shutdown`; once every sender is gone the commit thread drains and stops.
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
+    /// Becomes true when the commit thread has stopped and closed the database.
+    stopped: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Counters for benchmarks and diagnostics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Objects currently stored.
+    pub objects: usize,
+    /// Events retained for watches.
+    pub events: usize,
+    /// Revision of the last committed write.
+    pub revision: u64,
+    /// Events at or below this revision have been dropped by retention.
+    pub compacted: u64,
+}
+
+impl Store {
+    /// Opens (or creates) the database at `config.path`, loads it into memory and
+    /// starts the commit thread. Blocks on file IO. A file that is unreadable, not a
+    /// hive store, or of an unknown schema version is `Error::Corrupt`.
+    pub fn open(config: StoreConfig) -> Result<Store> {
+        let (db, state) = disk::open(&config.path)?;
+        let shared = Arc::new(Shared::new(state, config));
+        let (requests, queue) = mpsc::channel(REQUEST_QUEUE);
+        let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("hive-store-commit".into())
+            .spawn(move || commit::run(thread_shared, db, queue, stopped_tx))
+            .map_err(Error::Thread)?;
+        Ok(Store { inner: Arc::new(Inner { shared, requests: Mutex::new(Some(requests)), stopped }) })
+    }
+
+    /// Deletes the database file at `path` (and nothing else); a missing file is fine.
+    /// For `hive serve --reset-state`; the store must not be open.
+    pub fn reset(path: &Path) -> Result<()> {
+        disk::reset(path)
+    }
+
+    /// Commits one mutation and returns what it did once it is durable. With `dry_run`
+    /// the outcome (or error) is computed against the current state, with the revision
+    /// the write would get if committed now, and nothing is written, revised or sent to
+    /// watchers. Dropping the future after the mutation was queued does not cancel it.
+    pub async fn commit(&self, mutation: Mutation, dry_run: bool) -> Result<Outcome> {
+        let mut outcomes = self.commit_all(vec![mutation], dry_run).await?;
+        Ok(outcomes.pop().expect("one outcome per mutation"))
+    }
+
+    /// Commits several mutations atomically: all of them in one transaction with
+    /// consecutive revisions, each seeing the effects of the ones before it, or none of
+    /// them if any fails (the first error is returned). For writes that must land
+    /// together, such as an intent change and the Job it causes.
+    pub async fn commit_all(&self, mutations: Vec<Mutation>, dry_run: bool) -> Result<Vec<Outcome>> {
+        if mutations.is_empty() {
+            return Ok(Vec::new());
+        }
+        if dry_run {
+            let state = self.inner.shared.read();
+            if state.closed {
+                return Err(Error::Closed);
+            }
+            let now = self.inner.shared.config.clock.now();
+            let lookup = |kind: &str, name: &str| state.get(kind, name);
+            let planned = mutation::plan(&lookup, mutations, state.revision + 1, now)?;
+            return Ok(planned.into_iter().map(|applied| applied.outcome).collect());
+        }
+        let requests = self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let requests = requests.ok_or(Error::Closed)?;
+        let (reply, answer) = oneshot::channel();
+        requests.send(Request { mutations, reply }).await.map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)?
+    }
+
+    /// The current object `name` of `kind`.
+    pub fn get(&self, kind: &str, name: &str) -> Option<Obj> {
+        self.inner.shared.read().get(kind, name)
+    }
+
+    /// Every object of `kind`, sorted by name, and the revision they are current at.
+    pub fn list(&self, kind: &str) -> (u64, Vec<Obj>) {
+        let state = self.inner.shared.read();
+        (state.revision, state.list(kind))
+    }
+
+    /// The revision of the last committed write.
+    pub fn revision(&self) -> u64 {
+        self.inner.shared.read().revision
+    }
+
+    /// Every event of `kind` with a revision above `after`: the retained ones, then live
+    /// ones. `Error::Expired` if retention already dropped some of them; `Error::Closed`
+    /// after shutdown.
+    pub fn watch(&self, kind: &str, after: u64) -> Result<Watch> {
+        let buffer = self.inner.shared.config.watch_buffer;
+        self.inner.shared.write().watch(kind, after, buffer)
+    }
+
+    /// Counters: objects, retained events, revision, compacted revision.
+    pub fn stats(&self) -> StoreStats {
+        let state: &State = &self.inner.shared.read();
+        StoreStats {
+            objects: state.object_count(),
+            events: state.log.len(),
+            revision: state.revision,
+            compacted: state.compacted,
+        }
+    }
+
+    /// Stops accepting writes, waits until every queued write is committed and the
+    /// database is closed, and ends all watches. Other clones see `Error::Closed`.
+    pub async fn shutdown(&self) {
+        drop(self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).take());
+        let mut stopped = self.inner.stopped.clone();
+        // An error means the thread is gone already, which is what we wait for.
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+}

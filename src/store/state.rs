@@ -1,0 +1,126 @@
+//! The in-memory picture of the database: every object by kind and name, the retained
+//! event log, and the registered watchers. Only the commit thread changes it, and only
+//! after the batch it reflects is durable.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use super::error::{Error, Result};
+use super::mutation::Change;
+use super::watch::{EventType, StoreEvent, Watch, Watcher};
+use super::Obj;
+
+/// One retained event and when it was committed (Unix milliseconds), for retention.
+pub(super) struct LogEntry {
+    pub event: StoreEvent,
+    pub time_ms: i64,
+}
+
+#[derive(Default)]
+pub(super) struct State {
+    /// Revision of the last committed mutation.
+    pub revision: u64,
+    /// Events at or below this revision are gone.
+    pub compacted: u64,
+    /// kind → name → object.
+    pub objects: HashMap<String, BTreeMap<String, Obj>>,
+    /// Exactly the events `compacted + 1 ..= revision`, in order.
+    pub log: VecDeque<LogEntry>,
+    /// kind → live watchers of that kind.
+    watchers: HashMap<String, Vec<Watcher>>,
+    /// One shared name per kind, so events do not each allocate one.
+    kinds: HashMap<String, Arc<str>>,
+    /// Set when the commit thread has stopped: no more writes or watches.
+    pub closed: bool,
+}
+
+impl State {
+    /// An empty cache at the given counters (filled by `disk::load`).
+    pub fn new(revision: u64, compacted: u64) -> State {
+        State { revision, compacted, ..State::default() }
+    }
+
+    pub fn get(&self, kind: &str, name: &str) -> Option<Obj> {
+        self.objects.get(kind)?.get(name).cloned()
+    }
+
+    pub fn list(&self, kind: &str) -> Vec<Obj> {
+        self.objects.get(kind).map(|objects| objects.values().cloned().collect()).unwrap_or_default()
+    }
+
+    pub fn object_count(&self) -> usize {
+        self.objects.values().map(BTreeMap::len).sum()
+    }
+
+    /// The shared name of `kind`.
+    pub fn intern(&mut self, kind: &str) -> Arc<str> {
+        if let Some(name) = self.kinds.get(kind) {
+            return name.clone();
+        }
+        let name: Arc<str> = Arc::from(kind);
+        self.kinds.insert(kind.to_owned(), name.clone());
+        name
+    }
+
+    /// Puts a loaded object in place (opening the store).
+    pub fn load_object(&mut self, kind: &str, name: &str, object: Obj) {
+        self.objects.entry(kind.to_owned()).or_default().insert(name.to_owned(), object);
+    }
+
+    /// Applies one durable change: the object, the log, and every watcher of its kind.
+    /// Never blocks: a watcher whose buffer is full is dropped as overflowed.
+    pub fn apply(&mut self, change: &Change, time_ms: i64) {
+        let objects = self.objects.entry(change.kind.to_owned()).or_default();
+        if change.type_ == EventType::Deleted {
+            objects.remove(&change.name);
+        } else {
+            objects.insert(change.name.clone(), change.object.clone());
+        }
+        let event = StoreEvent {
+            revision: change.revision,
+            kind: self.intern(change.kind),
+            type_: change.type_,
+            object: change.object.clone(),
+        };
+        if let Some(watchers) = self.watchers.get_mut(change.kind) {
+            watchers.retain(|w| w.offer(event.clone()));
+        }
+        self.revision = change.revision;
+        self.log.push_back(LogEntry { event, time_ms });
+    }
+
+    /// Drops retained events up to and including `revision`.
+    pub fn compact(&mut self, revision: u64) {
+        while self.log.front().is_some_and(|e| e.event.revision <= revision) {
+            self.log.pop_front();
+        }
+        self.compacted = self.compacted.max(revision);
+    }
+
+    /// Registers a watch of `kind` after `after`, with its replay taken in the same
+    /// critical section so nothing falls between replay and live.
+    pub fn watch(&mut self, kind: &str, after: u64, buffer: usize) -> Result<Watch> {
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        if after < self.compacted {
+            return Err(Error::Expired { requested: after, oldest: self.compacted });
+        }
+        // The log holds revisions compacted+1..=revision, so revision r sits at
+        // r - compacted - 1 and the replay starts right after `after`.
+        let start = usize::try_from(after - self.compacted).unwrap_or(usize::MAX).min(self.log.len());
+        let replay =
+            self.log.range(start..).filter(|e| &*e.event.kind == kind).map(|e| e.event.clone()).collect();
+        let (watch, watcher) = Watch::new(replay, buffer, after);
+        let watchers = self.watchers.entry(kind.to_owned()).or_default();
+        watchers.retain(|w| !w.is_closed());
+        watchers.push(watcher);
+        Ok(watch)
+    }
+
+    /// Ends every watch (the store is shutting down).
+    pub fn close(&mut self) {
+        self.closed = true;
+        self.watchers.clear();
+    }
+}

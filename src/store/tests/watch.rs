@@ -1,0 +1,174 @@
+//! Watches: replay then live with nothing lost or repeated, `Expired` after retention
+//! (by count, by age, across a reopen), overflow of a slow watcher, and shutdown.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use super::super::{Error, EventType, Mutation, Store, StoreConfig, Watch};
+use super::{agent, config, create, open, update, TestClock};
+
+/// Reads events until one at `last` arrives; panics on an error or a stalled watch.
+async fn collect_until(watch: &mut Watch, last: u64) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while seen.last() != Some(&last) {
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await.expect("watch stalled");
+        seen.push(event.expect("watch ended").expect("watch failed").revision);
+    }
+    seen
+}
+
+#[tokio::test]
+async fn replay_then_live_filters_by_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.commit(create(agent("a1", "Up")), false).await.unwrap(); // 1
+    let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"}});
+    store.commit(Mutation::Create { kind: "jobs", object: job }, false).await.unwrap(); // 2
+    store.commit(create(agent("a2", "Up")), false).await.unwrap(); // 3
+
+    let mut from_start = store.watch("agents", 0).unwrap();
+    let mut from_one = store.watch("agents", 1).unwrap();
+    let mut jobs = store.watch("jobs", 0).unwrap();
+    store.commit(super::delete("a1"), false).await.unwrap(); // 4
+
+    let first = from_start.next().await.unwrap().unwrap();
+    assert_eq!((first.revision, &*first.kind, first.type_), (1, "agents", EventType::Added));
+    assert_eq!(first.object["metadata"]["name"], "a1");
+    assert_eq!(collect_until(&mut from_start, 4).await, [3, 4]);
+    assert_eq!(collect_until(&mut from_one, 4).await, [3, 4]);
+    assert_eq!(jobs.next().await.unwrap().unwrap().revision, 2);
+}
+
+/// Watches registered while a writer is busy each see exactly the revisions after
+/// their starting point: the replay/live hand-over neither drops nor repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_started_during_writes_have_no_gaps_or_duplicates() {
+    const WRITES: u64 = 300;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let created = store.commit(create(agent("a1", "0")), false).await.unwrap();
+    let writer = {
+        let store = store.clone();
+        let mut object = created.object().as_ref().clone();
+        tokio::spawn(async move {
+            for i in 1..WRITES {
+                object["spec"]["wanted"] = json!(i);
+                object = store.commit(update(object), false).await.unwrap().object().as_ref().clone();
+            }
+        })
+    };
+    let mut watches = Vec::new();
+    while !writer.is_finished() {
+        let now = store.revision();
+        // Alternate between "from now" and "from a bit back" (replay + live).
+        let after = if watches.len() % 2 == 0 { now } else { now.saturating_sub(7) };
+        watches.push((after, store.watch("agents", after).unwrap()));
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    writer.await.unwrap();
+    assert!(watches.len() > 2, "the writer finished too fast to interleave");
+    for (after, mut watch) in watches {
+        let seen = if after == WRITES { Vec::new() } else { collect_until(&mut watch, WRITES).await };
+        assert_eq!(seen, (after + 1..=WRITES).collect::<Vec<_>>(), "watch after {after}");
+    }
+}
+
+#[tokio::test]
+async fn a_watch_from_the_future_starts_after_that_revision() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut watch = store.watch("agents", 2).unwrap();
+    for i in 0..4 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+    }
+    assert_eq!(collect_until(&mut watch, 4).await, [3, 4]);
+}
+
+#[tokio::test]
+async fn retention_by_count_expires_old_watches_also_after_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
+    let cfg = StoreConfig { retention_events: 5, ..config(dir.path(), &clock) };
+    let store = Store::open(cfg.clone()).unwrap();
+    for i in 0..10 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!((stats.events, stats.compacted, stats.revision, stats.objects), (5, 5, 10, 10));
+    let err = store.watch("agents", 4).err().unwrap();
+    assert!(matches!(err, Error::Expired { requested: 4, oldest: 5 }), "{err:?}");
+    assert_eq!(err.to_string(), "too old resource version: 4 (5)");
+    let mut watch = store.watch("agents", 5).unwrap();
+    assert_eq!(collect_until(&mut watch, 10).await, [6, 7, 8, 9, 10]);
+    store.shutdown().await;
+
+    let store = Store::open(cfg).unwrap();
+    assert_eq!(store.stats().compacted, 5);
+    assert!(matches!(store.watch("agents", 0), Err(Error::Expired { requested: 0, oldest: 5 })));
+    let mut watch = store.watch("agents", 7).unwrap();
+    assert_eq!(collect_until(&mut watch, 10).await, [8, 9, 10]);
+}
+
+#[tokio::test]
+async fn retention_by_age_drops_old_events_at_the_next_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
+    let cfg = StoreConfig { retention_age: Duration::from_secs(60), ..config(dir.path(), &clock) };
+    let store = Store::open(cfg.clone()).unwrap();
+    for i in 0..3 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+    }
+    clock.advance(Duration::from_secs(30));
+    store.commit(create(agent("b", "Up")), false).await.unwrap(); // 4, young
+    assert_eq!(store.stats().compacted, 0);
+    clock.advance(Duration::from_secs(45));
+    store.commit(create(agent("c", "Up")), false).await.unwrap(); // 5; 1..=3 are 75 s old
+    assert_eq!((store.stats().compacted, store.stats().events), (3, 2));
+    assert!(matches!(store.watch("agents", 2), Err(Error::Expired { requested: 2, oldest: 3 })));
+    store.shutdown().await;
+    let store = Store::open(cfg).unwrap();
+    let mut watch = store.watch("agents", 3).unwrap();
+    assert_eq!(collect_until(&mut watch, 5).await, [4, 5]);
+}
+
+#[tokio::test]
+async fn a_slow_watcher_overflows_without_blocking_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig { watch_buffer: 4, ..config(dir.path(), &TestClock::new()) };
+    let store = Store::open(cfg).unwrap();
+    let mut slow = store.watch("agents", 0).unwrap();
+    let mut fast = store.watch("agents", 0).unwrap();
+    for i in 0..10 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+        assert_eq!(fast.next().await.unwrap().unwrap().revision, i + 1);
+    }
+    // The slow watcher gets what it had buffered, then the overflow, then the end.
+    for revision in 1..=4 {
+        assert_eq!(slow.next().await.unwrap().unwrap().revision, revision);
+    }
+    assert!(matches!(slow.next().await, Some(Err(Error::WatchOverflow))));
+    assert!(slow.next().await.is_none());
+    assert!(slow.next().await.is_none());
+    // A replay longer than the buffer is fine: the buffer only bounds live events.
+    let mut late = store.watch("agents", 0).unwrap();
+    assert_eq!(collect_until(&mut late, 10).await, (1..=10).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn shutdown_ends_watches_and_refuses_new_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.commit(create(agent("a1", "Up")), false).await.unwrap();
+    let mut watch = store.watch("agents", 0).unwrap();
+    let clone = store.clone();
+    store.shutdown().await;
+    // As a Stream, too.
+    assert_eq!(StreamExt::next(&mut watch).await.unwrap().unwrap().revision, 1);
+    assert!(StreamExt::next(&mut watch).await.is_none());
+    assert!(matches!(clone.watch("agents", 0), Err(Error::Closed)));
+    assert!(matches!(clone.commit(create(agent("a2", "Up")), false).await, Err(Error::Closed)));
+    assert_eq!(clone.get("agents", "a1").unwrap()["metadata"]["name"], "a1");
+    clone.shutdown().await;
+}

@@ -1,0 +1,331 @@
+//! The REST surface with the Kubernetes semantics kubectl relies on.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{agent, Daemon};
+
+const AGENTS: &str = "/apis/hive.dev/v1/agents";
+
+#[tokio::test]
+async fn discovery_version_and_openapi() {
+    let d = Daemon::start();
+    let anon = d.client_with(None);
+    let version = anon.get("/version").await;
+    assert_eq!(version.code, 200);
+    assert_eq!(version.body["major"], "1");
+
+    let api = d.client();
+    // Aggregated discovery is asked for first; we answer the legacy document with a
+    // plain JSON content type, never a 406.
+    let groups = api
+        .send("GET", "/apis", "", None)
+        .await;
+    assert_eq!(groups.code, 200);
+    assert_eq!(groups.body["kind"], "APIGroupList");
+    assert_eq!(groups.headers["content-type"], "application/json");
+    let resources = api.get("/apis/hive.dev/v1").await;
+    let names: Vec<&str> = resources.body["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    for plural in ["agents", "jobs", "approvals", "nodes", "fleetcommands", "providers", "agents/status"] {
+        assert!(names.contains(&plural), "{plural} missing from {names:?}");
+    }
+    let index = api.get("/openapi/v3").await;
+    let url = index.body["paths"]["apis/hive.dev/v1"]["serverRelativeURL"].as_str().unwrap().to_string();
+    let doc = api.get(&url).await;
+    assert_eq!(doc.code, 200);
+    assert!(doc.body["components"]["schemas"]["Agent"].is_object());
+}
+
+#[tokio::test]
+async fn create_get_update_conflict_and_generation() {
+    let d = Daemon::start();
+    let api = d.client();
+    let created = api.post(AGENTS, &agent("a1")).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    let meta = &created.body["metadata"];
+    assert_eq!(meta["generation"], 1);
+    assert!(meta["uid"].is_string());
+    let rv1: u64 = meta["resourceVersion"].as_str().unwrap().parse().unwrap();
+
+    let dup = api.post(AGENTS, &agent("a1")).await;
+    assert_eq!(dup.code, 409);
+    assert_eq!(dup.body["reason"], "AlreadyExists");
+
+    // A spec change bumps generation; a label change does not.
+    let mut obj = created.body.clone();
+    obj["spec"]["wanted"] = json!("Offline");
+    let updated = api.put(&format!("{AGENTS}/a1"), &obj).await;
+    assert_eq!(updated.code, 200, "{:?}", updated.body);
+    assert_eq!(updated.body["metadata"]["generation"], 2);
+    let rv2: u64 = updated.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(rv2 > rv1);
+
+    // The first body's resourceVersion is stale now.
+    let stale = api.put(&format!("{AGENTS}/a1"), &obj).await;
+    assert_eq!(stale.code, 409);
+    assert_eq!(stale.body["reason"], "Conflict");
+
+    let mut labelled = updated.body.clone();
+    labelled["metadata"]["labels"]["tier"] = json!("gold");
+    let relabelled = api.put(&format!("{AGENTS}/a1"), &labelled).await;
+    assert_eq!(relabelled.body["metadata"]["generation"], 2);
+
+    let missing = api.get(&format!("{AGENTS}/nope")).await;
+    assert_eq!(missing.code, 404);
+    assert_eq!(missing.body["kind"], "Status");
+    assert_eq!(missing.body["message"], "agents.hive.dev \"nope\" not found");
+}
+
+#[tokio::test]
+async fn status_subresource_writes_only_status() {
+    let d = Daemon::start();
+    let api = d.client();
+    let created = api.post(AGENTS, &agent("s1")).await;
+    let mut obj = created.body.clone();
+    obj["spec"]["wanted"] = json!("Offline");
+    obj["status"] = json!({"observedGeneration": 1, "conditions": [{"type": "Ready", "status": "True", "reason": "Running"}]});
+    let written = api.put(&format!("{AGENTS}/s1/status"), &obj).await;
+    assert_eq!(written.code, 200, "{:?}", written.body);
+    assert_eq!(written.body["status"]["conditions"][0]["type"], "Ready");
+    assert_eq!(written.body["spec"]["wanted"], created.body["spec"]["wanted"], "status write must not change spec");
+    assert_eq!(written.body["metadata"]["generation"], 1);
+    // A spec write keeps status.
+    let patched = api
+        .patch(&format!("{AGENTS}/s1"), "application/merge-patch+json", &json!({"status": {"conditions": []}, "metadata": {"labels": {"x": "y"}}}))
+        .await;
+    assert_eq!(patched.body["status"]["conditions"][0]["type"], "Ready");
+}
+
+#[tokio::test]
+async fn validation_errors_name_fields_and_change_nothing() {
+    let d = Daemon::start();
+    let api = d.client();
+    let mut bad = agent("Bad_Name");
+    bad["spec"]["resources"] = json!({"memoryMax": "lots"});
+    let reply = api.post(AGENTS, &bad).await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert_eq!(reply.body["reason"], "Invalid");
+    let fields: Vec<&str> =
+        reply.body["details"]["causes"].as_array().unwrap().iter().filter_map(|c| c["field"].as_str()).collect();
+    assert!(fields.contains(&"metadata.name"), "{fields:?}");
+    assert!(fields.contains(&"spec.resources.memoryMax"), "{fields:?}");
+
+    let malformed = api.send("POST", AGENTS, "application/json", Some("{\"metadata\": {".into())).await;
+    assert_eq!(malformed.code, 400);
+    assert!(malformed.body["message"].as_str().unwrap().contains("line 1"), "{:?}", malformed.body);
+
+    let huge = "x".repeat(4 * 1024 * 1024);
+    let too_big = api.send("POST", AGENTS, "application/json", Some(huge)).await;
+    assert_eq!(too_big.code, 413);
+    assert_eq!(too_big.body["reason"], "RequestEntityTooLarge");
+
+    let mut unknown = agent("u1");
+    unknown["spec"]["bogus"] = json!(1);
+    let strict = api.post(&format!("{AGENTS}?fieldValidation=Strict"), &unknown).await;
+    assert_eq!(strict.code, 400);
+    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""), "{:?}", strict.body);
+    let warn = api.post(&format!("{AGENTS}?fieldValidation=Warn"), &unknown).await;
+    assert_eq!(warn.code, 201);
+    assert!(warn.headers["warning"].to_str().unwrap().contains("unknown field"));
+    assert!(warn.body["spec"].get("bogus").is_none());
+
+    let list = api.get(AGENTS).await;
+    let names: Vec<&str> = list.body["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, ["u1"], "rejected requests must change nothing");
+}
+
+#[tokio::test]
+async fn patches_dry_run_and_strategic_merge() {
+    let d = Daemon::start();
+    let api = d.client();
+    api.post(AGENTS, &agent("p1")).await;
+    let merge = api.patch(&format!("{AGENTS}/p1"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}})).await;
+    assert_eq!(merge.code, 200, "{:?}", merge.body);
+    assert_eq!(merge.body["spec"]["wanted"], "Offline");
+    let jp = api
+        .patch(&format!("{AGENTS}/p1"), "application/json-patch+json", &json!([{"op": "replace", "path": "/spec/wanted", "value": "Up"}]))
+        .await;
+    assert_eq!(jp.code, 200, "{:?}", jp.body);
+    assert_eq!(jp.body["spec"]["wanted"], "Up");
+    let smp = api.patch(&format!("{AGENTS}/p1"), "application/strategic-merge-patch+json", &json!({})).await;
+    assert_eq!(smp.code, 415);
+    let rv = jp.body["metadata"]["resourceVersion"].clone();
+    let dry = api
+        .patch(&format!("{AGENTS}/p1?dryRun=All"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}}))
+        .await;
+    assert_eq!(dry.body["spec"]["wanted"], "Offline");
+    let after = api.get(&format!("{AGENTS}/p1")).await;
+    assert_eq!(after.body["spec"]["wanted"], "Up");
+    assert_eq!(after.body["metadata"]["resourceVersion"], rv);
+    let dry_delete = api.send("DELETE", &format!("{AGENTS}/p1?dryRun=All"), "", None).await;
+    assert_eq!(dry_delete.code, 200);
+    assert_eq!(api.get(&format!("{AGENTS}/p1")).await.code, 200);
+}
+
+#[tokio::test]
+async fn server_side_apply_tracks_managers_and_conflicts() {
+    let d = Daemon::start();
+    let api = d.client();
+    let path = format!("{AGENTS}/ssa");
+    let manifest = agent("ssa");
+    let no_manager = api.send("PATCH", &path, "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    assert_eq!(no_manager.code, 400);
+    let created = api.send("PATCH", &format!("{path}?fieldManager=alice"), "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    assert_eq!(created.body["metadata"]["managedFields"][0]["manager"], "alice");
+    let again = api.send("PATCH", &format!("{path}?fieldManager=alice"), "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    assert_eq!(again.code, 200);
+    assert_eq!(again.body["metadata"]["resourceVersion"], created.body["metadata"]["resourceVersion"], "identical apply is a no-op");
+    // bob changes a field alice owns → conflict unless forced.
+    let mut bobs = agent("ssa");
+    bobs["metadata"]["labels"]["app"] = json!("other");
+    let conflict = api.send("PATCH", &format!("{path}?fieldManager=bob"), "application/apply-patch+yaml", Some(bobs.to_string())).await;
+    assert_eq!(conflict.code, 409, "{:?}", conflict.body);
+    assert_eq!(conflict.body["details"]["causes"][0]["reason"], "FieldManagerConflict");
+    let forced = api
+        .send("PATCH", &format!("{path}?fieldManager=bob&force=true"), "application/apply-patch+yaml", Some(bobs.to_string()))
+        .await;
+    assert_eq!(forced.code, 200, "{:?}", forced.body);
+    assert_eq!(forced.body["metadata"]["labels"]["app"], "other");
+}
+
+#[tokio::test]
+async fn finalizers_hold_deletion_until_removed() {
+    let d = Daemon::start();
+    let api = d.client();
+    let mut obj = agent("f1");
+    obj["metadata"]["finalizers"] = json!(["hive.dev/cleanup"]);
+    api.post(AGENTS, &obj).await;
+    let mut watch = api.watch(&format!("{AGENTS}?watch=true&fieldSelector=metadata.name%3Df1")).await;
+    assert_eq!(watch.next(Duration::from_secs(5)).await.unwrap()["type"], "ADDED");
+    let deleting = api.delete(&format!("{AGENTS}/f1")).await;
+    assert_eq!(deleting.code, 200);
+    assert!(deleting.body["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(api.get(&format!("{AGENTS}/f1")).await.code, 200);
+    assert_eq!(watch.next(Duration::from_secs(5)).await.unwrap()["type"], "MODIFIED");
+    let removed = api.patch(&format!("{AGENTS}/f1"), "application/merge-patch+json", &json!({"metadata": {"finalizers": null}})).await;
+    assert_eq!(removed.code, 200, "{:?}", removed.body);
+    assert_eq!(api.get(&format!("{AGENTS}/f1")).await.code, 404);
+    assert_eq!(watch.next(Duration::from_secs(5)).await.unwrap()["type"], "DELETED");
+}
+
+#[tokio::test]
+async fn lists_page_and_select() {
+    let d = Daemon::start();
+    let api = d.client();
+    for i in 0..5 {
+        let mut a = agent(&format!("l{i}"));
+        a["metadata"]["labels"] = json!({"tier": if i % 2 == 0 { "even" } else { "odd" }});
+        api.post(AGENTS, &a).await;
+    }
+    let page1 = api.get(&format!("{AGENTS}?limit=2")).await;
+    assert_eq!(page1.body["items"].as_array().unwrap().len(), 2);
+    assert_eq!(page1.body["metadata"]["remainingItemCount"], 3);
+    let token = page1.body["metadata"]["continue"].as_str().unwrap().to_string();
+    let mut names = Vec::new();
+    let mut next = Some(token);
+    names.extend(page1.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+    while let Some(token) = next {
+        let page = api.get(&format!("{AGENTS}?limit=2&continue={token}")).await;
+        assert_eq!(page.body["metadata"]["resourceVersion"], page1.body["metadata"]["resourceVersion"]);
+        names.extend(page.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+        next = page.body["metadata"]["continue"].as_str().map(str::to_string);
+    }
+    assert_eq!(names, ["l0", "l1", "l2", "l3", "l4"]);
+    let cases = [
+        ("tier%3Deven", vec!["l0", "l2", "l4"]),
+        ("tier%21%3Deven", vec!["l1", "l3"]),
+        ("tier%20in%20(odd)", vec!["l1", "l3"]),
+        ("tier%20notin%20(odd)", vec!["l0", "l2", "l4"]),
+        ("tier", vec!["l0", "l1", "l2", "l3", "l4"]),
+        ("%21tier", vec![]),
+    ];
+    for (selector, want) in cases {
+        let list = api.get(&format!("{AGENTS}?labelSelector={selector}")).await;
+        let got: Vec<&str> = list.body["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+        assert_eq!(got, want, "{selector}");
+    }
+    let bad = api.get(&format!("{AGENTS}?labelSelector=a%20in%20(b")).await;
+    assert_eq!(bad.code, 400);
+    let by_name = api.get(&format!("{AGENTS}?fieldSelector=metadata.name%3Dl3")).await;
+    assert_eq!(by_name.body["items"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn watch_replays_resumes_bookmarks_and_initial_events() {
+    let d = Daemon::start();
+    let api = d.client();
+    let first = api.post(AGENTS, &agent("w1")).await;
+    let rv1 = first.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    api.post(AGENTS, &agent("w2")).await;
+
+    // From rv1: exactly the later change, then live.
+    let mut w = api.watch(&format!("{AGENTS}?watch=true&resourceVersion={rv1}&allowWatchBookmarks=true")).await;
+    let e = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("w2")));
+    api.patch(&format!("{AGENTS}/w1"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}})).await;
+    let e = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(e["type"], "MODIFIED");
+    // Bookmarks arrive (interval 1s in tests) and carry a revision.
+    let b = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(b["type"], "BOOKMARK");
+    assert!(b["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().is_ok());
+
+    // Unset resourceVersion: synthetic ADDED for the current state.
+    let mut w0 = api.watch(&format!("{AGENTS}?watch=true")).await;
+    let names: Vec<String> = [w0.next(Duration::from_secs(5)).await.unwrap(), w0.next(Duration::from_secs(5)).await.unwrap()]
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["w1", "w2"]);
+
+    // sendInitialEvents: ADDED… then the annotated bookmark.
+    let mut wi = api.watch(&format!("{AGENTS}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan")).await;
+    assert_eq!(wi.next(Duration::from_secs(5)).await.unwrap()["type"], "ADDED");
+    assert_eq!(wi.next(Duration::from_secs(5)).await.unwrap()["type"], "ADDED");
+    let end = wi.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(end["type"], "BOOKMARK");
+    assert_eq!(end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+
+    // timeoutSeconds ends the stream.
+    let mut wt = api.watch(&format!("{AGENTS}?watch=true&resourceVersion={rv1}&timeoutSeconds=1")).await;
+    let started = std::time::Instant::now();
+    let mut seen = 0;
+    while wt.next(Duration::from_secs(5)).await.is_some() {
+        seen += 1;
+        assert!(seen < 10, "stream should end after timeoutSeconds");
+    }
+    assert_eq!(seen, 2, "the two changes after rv1");
+    assert!(started.elapsed() < Duration::from_secs(4), "ended by timeoutSeconds, not by the reader's timeout");
+}
+
+#[tokio::test]
+async fn watch_from_compacted_revision_gets_410() {
+    let d = Daemon::start_with(&["--retention-events", "3"]);
+    let api = d.client();
+    for i in 0..8 {
+        api.post(AGENTS, &agent(&format!("c{i}"))).await;
+    }
+    let mut w = api.watch(&format!("{AGENTS}?watch=true&resourceVersion=1")).await;
+    let e = w.next(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["reason"], "Expired");
+}
+
+#[tokio::test]
+async fn tables_for_get_list_and_watch() {
+    let d = Daemon::start();
+    let api = d.client();
+    api.post(AGENTS, &agent("t1")).await;
+    let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+    let resp = api.http.get(format!("{}{AGENTS}", api.base)).bearer_auth(&d.token).header("accept", accept).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "application/json;as=Table;v=v1;g=meta.k8s.io");
+    let table: Value = resp.json().await.unwrap();
+    assert_eq!(table["kind"], "Table");
+    assert_eq!(table["columnDefinitions"][0]["name"], "Name");
+    assert_eq!(table["rows"][0]["cells"][0], "t1");
+    assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    assert_eq!(table["rows"][0]["object"]["metadata"]["labels"]["app"], "demo");
+}

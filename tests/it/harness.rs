@@ -1,0 +1,303 @@
+//! Starts the real `hive` binary on 127.0.0.1:0 in a temp dir and drives it with
+//! reqwest, kubectl and the hive CLI.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A running daemon.
+pub struct Daemon {
+    child: Option<Child>,
+    /// The state directory (kept for restarts).
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// `<dir>/kubeconfig.yaml`.
+    pub kubeconfig: PathBuf,
+    /// The admin token from the kubeconfig.
+    pub token: String,
+    /// PEM of the CA.
+    pub ca_pem: Vec<u8>,
+}
+
+pub fn hive_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hive")
+}
+
+impl Daemon {
+    /// Starts a daemon on a fresh state dir.
+    pub fn start() -> Daemon {
+        Self::start_with(&[])
+    }
+
+    /// Starts a daemon on a fresh state dir with extra `serve` flags.
+    pub fn start_with(extra: &[&str]) -> Daemon {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = temp.path().to_path_buf();
+        let mut daemon = Self::spawn(&dir, extra).expect("daemon starts");
+        daemon._temp = Some(temp);
+        daemon
+    }
+
+    /// Starts a daemon on an existing state dir; the error is the daemon's stderr.
+    pub fn spawn(dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        let log_path = dir.join("daemon.log");
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| e.to_string())?;
+        let mut child = Command::new(hive_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
+            .arg(dir)
+            .args(["--bookmark-interval", "1s", "--log", "info"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn hive serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("hive: serving ") {
+                    let _ = tx.send(url.to_string());
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(std::fs::read_to_string(&log_path).unwrap_or_default());
+            }
+        };
+        let kubeconfig = dir.join("kubeconfig.yaml");
+        let resolved = hive::kubeconfig::load(&kubeconfig).and_then(|k| k.current()).expect("kubeconfig resolves");
+        Ok(Daemon {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            _temp: None,
+            url,
+            kubeconfig,
+            token: resolved.token.expect("token"),
+            ca_pem: resolved.ca_pem.expect("ca"),
+        })
+    }
+
+    /// Everything the daemon logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Sends SIGKILL and waits for the process to go.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts on the same state dir (after `kill9`).
+    pub fn restart(&mut self) {
+        self.kill9();
+        let mut fresh = Self::spawn(&self.dir, &[]).expect("daemon restarts");
+        self.child = fresh.child.take();
+        self.url = std::mem::take(&mut fresh.url);
+        self.token = std::mem::take(&mut fresh.token);
+        self.ca_pem = std::mem::take(&mut fresh.ca_pem);
+    }
+
+    /// An HTTP client trusting the daemon's CA, sending `token` (if any).
+    pub fn client_with(&self, token: Option<&str>) -> Api {
+        let cert = reqwest::Certificate::from_pem(&self.ca_pem).expect("ca pem");
+        let http = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(cert)
+            .build()
+            .expect("client");
+        Api { http, base: self.url.clone(), token: token.map(str::to_string) }
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> Api {
+        self.client_with(Some(&self.token.clone()))
+    }
+
+    /// Runs stock kubectl against the daemon.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_stdin(args, None)
+    }
+
+    /// Runs kubectl with `stdin`.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        run_with_stdin(
+            Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&self.kubeconfig)
+                .arg("--cache-dir")
+                .arg(self.dir.join("kube-cache"))
+                .args(args),
+            stdin,
+        )
+    }
+
+    /// Runs the hive CLI against the daemon.
+    pub fn hive(&self, args: &[&str]) -> Output {
+        self.hive_stdin(args, None)
+    }
+
+    /// Runs the hive CLI with `stdin`.
+    pub fn hive_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        run_with_stdin(Command::new(hive_bin()).arg("--kubeconfig").arg(&self.kubeconfig).args(args), stdin)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn run_with_stdin(cmd: &mut Command, stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn");
+    if let Some(input) = stdin {
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    }
+    child.wait_with_output().expect("wait")
+}
+
+/// stdout of a successful command; panics with stderr otherwise.
+pub fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "command failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    stdout
+}
+
+/// stderr of a failed command; panics if it succeeded.
+pub fn fails(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "command unexpectedly succeeded:\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    stderr
+}
+
+/// A thin REST client for tests.
+#[derive(Clone)]
+pub struct Api {
+    /// The reqwest client.
+    pub http: reqwest::Client,
+    /// Base URL.
+    pub base: String,
+    token: Option<String>,
+}
+
+/// A response: status, headers and JSON body.
+#[derive(Debug)]
+pub struct Reply {
+    pub code: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Api {
+    /// Sends a request; `body` is sent as-is with `content_type`.
+    pub async fn send(&self, method: &str, path: &str, content_type: &str, body: Option<String>) -> Reply {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req.header("content-type", content_type).body(b);
+        }
+        let resp = req.send().await.expect("request");
+        let code = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let bytes = resp.bytes().await.expect("body");
+        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        Reply { code, headers, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, "", None).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Reply {
+        self.send("POST", path, "application/json", Some(body.to_string())).await
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> Reply {
+        self.send("PUT", path, "application/json", Some(body.to_string())).await
+    }
+
+    pub async fn patch(&self, path: &str, content_type: &str, body: &Value) -> Reply {
+        self.send("PATCH", path, content_type, Some(body.to_string())).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Reply {
+        self.send("DELETE", path, "", None).await
+    }
+
+    /// The bearer token (empty for anonymous).
+    pub fn token(&self) -> &str {
+        self.token.as_deref().unwrap_or("")
+    }
+
+    /// Opens a watch and returns a line reader.
+    pub async fn watch(&self, path: &str) -> WatchLines {
+        let mut req = self.http.get(format!("{}{}", self.base, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.expect("watch request");
+        assert_eq!(resp.status().as_u16(), 200, "watch status");
+        WatchLines { resp, buf: Vec::new() }
+    }
+}
+
+/// Reads NDJSON watch events.
+pub struct WatchLines {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl WatchLines {
+    /// The next event, or None when the stream ends or `timeout` passes.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Some(serde_json::from_slice(&line).expect("event is JSON"));
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match tokio::time::timeout(left, self.resp.chunk()).await {
+                Ok(Ok(Some(chunk))) => self.buf.extend_from_slice(&chunk),
+                Ok(Ok(None)) | Ok(Err(_)) | Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// A minimal valid Agent.
+pub fn agent(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "hive.dev/v1",
+        "kind": "Agent",
+        "metadata": {"name": name, "labels": {"app": "demo"}},
+        "spec": {
+            "config": {"repo": format!("https://git.example.invalid/agents/{name}.git"), "rev": "main"},
+            "runtime": {"type": "process", "process": {"command": ["./run.sh"]}}
+        }
+    })
+}

@@ -1,0 +1,156 @@
+//! Stock kubectl (v1.32 on this machine and CI's) against the real daemon, with the
+//! kubeconfig `hive serve` writes and nothing else.
+
+use crate::harness::{fails, ok, Daemon};
+
+const AGENT_YAML: &str = r#"apiVersion: hive.dev/v1
+kind: Agent
+metadata:
+  name: k1
+  labels:
+    app: demo
+spec:
+  wanted: Up
+  config:
+    repo: https://git.example.invalid/agents/k1.git
+    rev: main
+  runtime:
+    type: process
+    process:
+      command: ["./run.sh"]
+"#;
+
+#[test]
+fn api_resources_lists_every_kind() {
+    let d = Daemon::start();
+    let out = ok(d.kubectl(&["api-resources", "--api-group=hive.dev"]));
+    for line in ["agents", "ag", "jobs", "approvals", "nodes", "fleetcommands", "providers"] {
+        assert!(out.contains(line), "{line} missing:\n{out}");
+    }
+    assert!(out.contains("false"), "cluster-scoped kinds show NAMESPACED false:\n{out}");
+}
+
+#[test]
+fn apply_create_update_unchanged_get_and_delete() {
+    let d = Daemon::start();
+    let file = d.dir.join("agent.yaml");
+    std::fs::write(&file, AGENT_YAML).unwrap();
+    let f = file.to_str().unwrap();
+    assert_eq!(ok(d.kubectl(&["apply", "-f", f])).trim(), "agent.hive.dev/k1 created");
+    assert_eq!(ok(d.kubectl(&["apply", "-f", f])).trim(), "agent.hive.dev/k1 unchanged");
+    std::fs::write(&file, AGENT_YAML.replace("wanted: Up", "wanted: Offline")).unwrap();
+    assert_eq!(ok(d.kubectl(&["apply", "-f", f])).trim(), "agent.hive.dev/k1 configured");
+
+    let table = ok(d.kubectl(&["get", "agents"]));
+    let header = table.lines().next().unwrap();
+    assert!(header.starts_with("NAME"), "{table}");
+    assert!(header.contains("AGE"), "{table}");
+    assert!(table.contains("k1"), "{table}");
+    assert!(table.contains("Offline"), "{table}");
+
+    let wide = ok(d.kubectl(&["get", "agents", "-o", "wide"]));
+    assert!(wide.lines().next().unwrap().len() > header.len(), "wide adds columns:\n{wide}");
+
+    let yaml = ok(d.kubectl(&["get", "agent", "k1", "-o", "yaml"]));
+    assert!(yaml.contains("kind: Agent"), "{yaml}");
+    assert!(yaml.contains("wanted: Offline"), "{yaml}");
+
+    let labelled = ok(d.kubectl(&["get", "ag", "-l", "app=demo", "--show-labels"]));
+    assert!(labelled.contains("app=demo"), "labels come from rows[].object:\n{labelled}");
+    let none = d.kubectl(&["get", "ag", "-l", "app=other"]);
+    assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"));
+
+    let all = ok(d.kubectl(&["get", "hive"]));
+    assert!(all.contains("agent.hive.dev/k1"), "{all}");
+
+    assert_eq!(ok(d.kubectl(&["delete", "agent", "k1"])).trim(), "agent.hive.dev \"k1\" deleted");
+    let err = fails(d.kubectl(&["get", "agent", "k1"]));
+    assert!(err.contains("Error from server (NotFound): agents.hive.dev \"k1\" not found"), "{err}");
+}
+
+#[test]
+fn server_side_apply_and_conflicts() {
+    let d = Daemon::start();
+    let file = d.dir.join("agent.yaml");
+    std::fs::write(&file, AGENT_YAML).unwrap();
+    let f = file.to_str().unwrap();
+    let out = ok(d.kubectl(&["apply", "--server-side", "-f", f]));
+    assert_eq!(out.trim(), "agent.hive.dev/k1 serverside-applied");
+    std::fs::write(&file, AGENT_YAML.replace("app: demo", "app: other")).unwrap();
+    let err = fails(d.kubectl(&["apply", "--server-side", "--field-manager=intruder", "-f", f]));
+    assert!(err.contains("conflict"), "{err}");
+    ok(d.kubectl(&["apply", "--server-side", "--field-manager=intruder", "--force-conflicts", "-f", f]));
+    let labels = ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.metadata.labels.app}"]));
+    assert_eq!(labels, "other");
+}
+
+#[test]
+fn patch_replace_stale_and_strict_validation() {
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
+    ok(d.kubectl(&["patch", "agent", "k1", "--type", "merge", "-p", r#"{"spec":{"wanted":"Offline"}}"#]));
+    assert_eq!(ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.wanted}"])), "Offline");
+    ok(d.kubectl(&["patch", "agent", "k1", "--type", "json", "-p", r#"[{"op":"replace","path":"/spec/wanted","value":"Up"}]"#]));
+    assert_eq!(ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.wanted}"])), "Up");
+    let err = fails(d.kubectl(&["patch", "agent", "k1", "-p", r#"{"spec":{"wanted":"Up"}}"#]));
+    assert!(err.contains("strategic"), "{err}");
+
+    // replace with a stale resourceVersion
+    let current = ok(d.kubectl(&["get", "agent", "k1", "-o", "yaml"]));
+    ok(d.kubectl(&["label", "agent", "k1", "tier=gold"]));
+    let stale = d.dir.join("stale.yaml");
+    std::fs::write(&stale, current).unwrap();
+    let err = fails(d.kubectl(&["replace", "-f", stale.to_str().unwrap()]));
+    assert!(err.contains("Conflict") && err.contains("the object has been modified"), "{err}");
+
+    // an unknown field under Strict (kubectl's default --validate=strict)
+    let bogus = AGENT_YAML.replace("  wanted: Up", "  wanted: Up\n  bogus: 1");
+    let err = fails(d.kubectl_stdin(&["apply", "-f", "-"], Some(&bogus)));
+    assert!(err.contains("unknown field \"spec.bogus\""), "{err}");
+}
+
+#[test]
+fn wait_and_explain() {
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
+    // Mark Ready through the status subresource, as a controller would.
+    ok(d.kubectl(&[
+        "patch", "agent", "k1", "--subresource=status", "--type", "merge", "-p",
+        r#"{"status":{"observedGeneration":1,"conditions":[{"type":"Ready","status":"True","reason":"Running","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
+    ]));
+    let out = ok(d.kubectl(&["wait", "--for=condition=Ready", "agent/k1", "--timeout=20s"]));
+    assert_eq!(out.trim(), "agent.hive.dev/k1 condition met");
+    let out = ok(d.kubectl(&["wait", "--for=jsonpath={.spec.wanted}=Up", "agent/k1", "--timeout=20s"]));
+    assert!(out.contains("condition met"), "{out}");
+    let explain = ok(d.kubectl(&["explain", "agent.spec"]));
+    assert!(explain.contains("wanted"), "{explain}");
+    let explain = ok(d.kubectl(&["explain", "agents"]));
+    assert!(explain.contains("KIND:") && explain.contains("Agent"), "{explain}");
+}
+
+#[test]
+fn get_watch_streams_table_rows() {
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&d.kubeconfig)
+        .arg("--cache-dir")
+        .arg(d.dir.join("kube-cache"))
+        .args(["get", "agents", "-w", "--request-timeout=0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    ok(d.kubectl(&["label", "agent", "k1", "tier=gold"]));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() >= 3, "header, initial row and the update:\n{text}");
+    assert!(lines[0].starts_with("NAME"), "{text}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("NAME")).count(), 1, "one header only:\n{text}");
+    assert!(lines[1..].iter().all(|l| l.starts_with("k1")), "{text}");
+}
