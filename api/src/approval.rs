@@ -185,6 +185,10 @@ impl ApprovalPhase {
 }
 
 impl Resource for Approval {
+    fn validate_update(&self, old: &Self, errors: &mut Errors) {
+        Approval::validate_update(self, old, errors)
+    }
+
     fn validate(&self, errors: &mut Errors) {
         let spec = &self.spec;
         let kind = spec.kind;

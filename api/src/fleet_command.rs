@@ -162,6 +162,10 @@ impl FleetCommand {
 }
 
 impl Resource for FleetCommand {
+    fn validate_update(&self, old: &Self, errors: &mut Errors) {
+        FleetCommand::validate_update(self, old, errors)
+    }
+
     fn validate(&self, errors: &mut Errors) {
         match (&self.spec.provision, &self.spec.kill) {
             (None, None) => {

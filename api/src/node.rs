@@ -173,6 +173,10 @@ pub struct TelemetrySummary {
 }
 
 impl Resource for Node {
+    fn validate_update(&self, old: &Self, errors: &mut Errors) {
+        Node::validate_update(self, old, errors)
+    }
+
     fn validate(&self, errors: &mut Errors) {
         let spec = &self.spec;
         validation::name(errors, "spec.provider", &spec.provider);

@@ -61,6 +61,10 @@ pub trait Resource: Object {
     fn columns() -> Vec<Column>;
     /// One cell per entry of [`Resource::columns`], in the same order.
     fn cells(&self) -> Vec<Value>;
+
+    /// Records every problem of changing `old` into `self` (immutable fields, one-time
+    /// decisions). Most kinds allow any valid change.
+    fn validate_update(&self, _old: &Self, _errors: &mut Errors) {}
 }
 
 /// The outcome of decoding a request body as a kind.
@@ -139,6 +143,17 @@ fn validate_value<K: Resource>(value: &Value) -> Vec<ValidationError> {
     }
 }
 
+fn validate_update_value<K: Resource>(new: &Value, old: &Value) -> Vec<ValidationError> {
+    match (decode::<K>(new), decode::<K>(old)) {
+        (Ok((new, _)), Ok((old, _))) => {
+            let mut errors = Errors::default();
+            new.validate_update(&old, &mut errors);
+            errors.0
+        }
+        (Err(e), _) | (_, Err(e)) => vec![ValidationError::new(e.field, validation::Reason::Invalid, e.message)],
+    }
+}
+
 fn cells_value<K: Resource>(value: &Value) -> Vec<Value> {
     match decode::<K>(value) {
         Ok((typed, _)) => typed.cells(),
@@ -163,6 +178,8 @@ pub struct KindInfo {
     pub decode: fn(&Value) -> Result<Decoded, DecodeError>,
     /// Validates a (decoded) object of this kind.
     pub validate: fn(&Value) -> Vec<ValidationError>,
+    /// Validates a change from the stored object (second argument) to a new one.
+    pub validate_update: fn(&Value, &Value) -> Vec<ValidationError>,
     /// The kind's printing columns.
     pub columns: fn() -> Vec<Column>,
     /// One row of cells for an object of this kind.
@@ -186,6 +203,7 @@ impl KindInfo {
             short_names: K::SHORT_NAMES,
             decode: decode_value::<K>,
             validate: validate_value::<K>,
+            validate_update: validate_update_value::<K>,
             columns: K::columns,
             cells: cells_value::<K>,
         }

@@ -284,11 +284,8 @@ impl Client {
                  or start a server with `hive serve` (it writes one)"
             )
         })?;
-        let config = crate::kubeconfig::load(&path)
-            .with_context(|| format!("cannot load kubeconfig {}", path.display()))?;
-        let resolved = config
-            .current()
-            .with_context(|| format!("kubeconfig {} has no usable context", path.display()))?;
+        // Both name the file in their errors.
+        let resolved = crate::kubeconfig::load(&path)?.current()?;
         Client::new(&resolved.server, resolved.ca_pem.as_deref(), resolved.token.clone(), resolved.insecure)
     }
 
@@ -478,6 +475,9 @@ impl Watch {
             match self.response.chunk().await {
                 Ok(Some(bytes)) => self.buffer.extend_from_slice(&bytes),
                 Ok(None) => self.done = true,
+                // A connection dropped between two events lost nothing: treat it as
+                // the end of the stream, as kubectl does. Mid-event, it is an error.
+                Err(_) if self.buffer.iter().all(u8::is_ascii_whitespace) => self.done = true,
                 Err(e) => {
                     return Err(ConnectError {
                         server: self.server.clone(),

@@ -25,7 +25,7 @@ use super::{duration, kind, output, Context, Reported};
   hive delete agent a1 --wait=false       # do not wait for finalizers")]
 pub struct Args {
     /// `KIND NAME...` or `KIND/NAME...` (or just `KIND` with `-l`/`--all`).
-    #[arg(value_name = "KIND [NAME]...")]
+    #[arg(value_name = "KIND [NAME]")]
     pub resources: Vec<String>,
 
     /// Delete the objects a manifest file, directory or `-` (stdin) describes. Repeatable.

@@ -23,7 +23,7 @@ const MAX_ANNOTATION_LEN: usize = 140;
   hive describe job/rebuild-a1-7")]
 pub struct Args {
     /// `KIND [NAME...]` or `KIND/NAME...`; without names, every object of the kind.
-    #[arg(value_name = "KIND [NAME]...", required = true)]
+    #[arg(value_name = "KIND [NAME]", required = true)]
     pub resources: Vec<String>,
 
     /// Only objects whose labels match (when no names are given).
@@ -61,8 +61,10 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             objects
         };
         for object in objects {
-            let events =
-                if args.show_events { events_for(&client, &target.kind, &object).await } else { None };
+            let events = match args.show_events {
+                true => Some(events_for(&client, &target.kind, &object).await.unwrap_or_default()),
+                false => None,
+            };
             let text = render(&object, events.as_deref(), Utc::now());
             output::print(&if printed > 0 { format!("\n{text}") } else { text })?;
             printed += 1;
@@ -81,8 +83,8 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     }
 }
 
-/// The object's events (core `/api/v1/events`); `None` when the server has none to
-/// offer. Describe never fails because of events.
+/// The object's events (core `/api/v1/events`); `None` when the server cannot say
+/// (shown as `Events: <none>`, as kubectl does). Describe never fails because of events.
 async fn events_for(client: &Client, kind: &hive_api::KindInfo, object: &Value) -> Option<Vec<Value>> {
     let name = object.pointer("/metadata/name").and_then(Value::as_str)?;
     let uid = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::client::{self, Client, Query, JSON, TABLE_ACCEPT};
 use super::kind::{self, Target};
-use super::output::{self, Format, Table, TableOptions};
+use super::output::{self, ColumnDefinition, Format, Table, TableOptions};
 use super::{Context, Reported};
 
 /// Display one or many objects.
@@ -27,7 +27,7 @@ use super::{Context, Reported};
   hive get agent a1 -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}'")]
 pub struct Args {
     /// `KIND [NAME...]`, `KIND,KIND... [NAME...]` or `KIND/NAME...`.
-    #[arg(value_name = "KIND [NAME]...", required = true)]
+    #[arg(value_name = "KIND [NAME]", required = true)]
     pub resources: Vec<String>,
 
     /// Output format: table (default), wide (extra columns), yaml, json, name, or
@@ -289,8 +289,14 @@ async fn watch(client: &Client, target: &Target, args: &Args, format: &Format) -
         no_headers: args.no_headers,
         kind_prefix: None,
     };
-    let mut printer =
-        WatchPrinter { format: format.clone(), opts, widths: Vec::new(), header_done: false, printed: 0 };
+    let mut printer = WatchPrinter {
+        format: format.clone(),
+        opts,
+        widths: Vec::new(),
+        header_done: false,
+        printed: 0,
+        columns: Vec::new(),
+    };
 
     let list_path = format!("{path}{}", list_query(args, name));
     let first = if table_mode { client.get_table(&list_path).await? } else { client.get(&list_path).await? };
@@ -326,12 +332,20 @@ struct WatchPrinter {
     widths: Vec<usize>,
     header_done: bool,
     printed: usize,
+    /// The last column definitions seen: like the Kubernetes API server, ours may send
+    /// them with the list and the first event only.
+    columns: Vec<ColumnDefinition>,
 }
 
 impl WatchPrinter {
     fn render(&mut self, kind: &KindInfo, body: Value, show_managed_fields: bool) -> Result<String> {
         if self.format.is_table() {
-            let table = Table::from_response(body, Utc::now());
+            let mut table = Table::from_response(body, Utc::now());
+            if table.column_definitions.is_empty() {
+                table.column_definitions = self.columns.clone();
+            } else {
+                self.columns = table.column_definitions.clone();
+            }
             if table.rows.is_empty() {
                 return Ok(String::new());
             }
@@ -430,16 +444,15 @@ mod tests {
             widths: Vec::new(),
             header_done: false,
             printed: 0,
+            columns: Vec::new(),
         };
-        let table = |name: &str, wanted: &str| {
-            json!({"kind": "Table", "columnDefinitions": [
+        // Column definitions come with the list only; events carry rows alone.
+        let table = |name: &str, wanted: &str| json!({"kind": "Table", "rows": [{"cells": [name, wanted, "1s"], "object": {"metadata": {"name": name}}}]});
+        let kind = fixtures::agent();
+        let empty = json!({"kind": "Table", "columnDefinitions": [
                 {"name": "Name", "format": "name", "priority": 0},
                 {"name": "Wanted", "priority": 0},
-                {"name": "Age", "priority": 0}],
-             "rows": [{"cells": [name, wanted, "1s"], "object": {"metadata": {"name": name}}}]})
-        };
-        let kind = fixtures::agent();
-        let empty = json!({"kind": "Table", "columnDefinitions": [], "rows": []});
+                {"name": "Age", "priority": 0}], "rows": []});
         let mut out = printer.render(&kind, empty, false).unwrap();
         out += &printer.render(&kind, table("a1", "Up"), false).unwrap();
         out += &printer.render(&kind, table("a1", "Offline"), false).unwrap();

@@ -110,6 +110,18 @@ pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> 
     Ok((object, warnings))
 }
 
+/// Rejects changes the kind forbids (immutable specs, decisions made twice).
+fn check_update(kind: &KindInfo, new: &Value, old: &Value, subresource: Option<&str>) -> ApiResult<()> {
+    if subresource.is_some() {
+        return Ok(());
+    }
+    let errors = (kind.validate_update)(new, old);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid { kind: kind.kind.into(), name: name_of(new).to_string(), errors })
+}
+
 fn name_of(value: &Value) -> &str {
     value["metadata"]["name"].as_str().unwrap_or("")
 }
@@ -298,6 +310,8 @@ pub async fn create(state: AppState, kind: &'static KindInfo, headers: HeaderMap
         meta.remove("managedFields");
         meta.remove("resourceVersion");
     }
+    // Status is observed state: only controllers write it, through /status.
+    object["status"] = json!({});
     track_update(None, &mut object, &manager(&params, &headers), None);
     let outcome = state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
     let (code, object) = outcome_object(outcome);
@@ -321,6 +335,7 @@ pub async fn replace(
     let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
     let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     let sub = matches!(subresource, Subresource::Status).then_some("status");
+    check_update(kind, &object, &current, sub)?;
     track_update(Some(&current), &mut object, &manager(&params, &headers), sub);
     let outcome = state
         .store
@@ -404,6 +419,7 @@ pub async fn patch(
                 if let Some(meta) = object["metadata"].as_object_mut() {
                     meta.remove("resourceVersion");
                 }
+                object["status"] = json!({});
                 (Mutation::Create { kind: kind.plural, object }, warnings, false)
             }
             (_, None) => return Err(not_found(kind, &name)),
@@ -435,6 +451,7 @@ pub async fn patch(
                         (object, warnings)
                     }
                 };
+                check_update(kind, &object, &current, sub)?;
                 let client_rv = resource_version_of(&object).map(str::to_string);
                 let client_precondition = client_rv.is_some() && client_rv != current_rv;
                 let mut object = object;

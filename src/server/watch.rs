@@ -158,7 +158,7 @@ pub async fn serve(
                 }
                 Some(Err(err)) => {
                     let message = match err {
-                        store::Error::WatchOverflow { .. } => format!(
+                        store::Error::WatchOverflow => format!(
                             "the watch fell behind the event stream and was closed; list again from revision {last} or later"
                         ),
                         other => format!("watch ended: {other}"),

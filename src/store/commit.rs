@@ -95,6 +95,8 @@ impl Drop for Exit {
     }
 }
 
+/// Plans, writes and publishes one batch, then answers every request in it. If the
+/// transaction fails, every request gets the error and the cache stays as it was.
 pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) {
     let now = shared.config.clock.now();
     let time_ms = now.timestamp_millis();
@@ -147,6 +149,7 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
     }
 }
 
+/// The batch's transaction; tests can make it fail.
 fn write(shared: &Shared, db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
     #[cfg(test)]
     if shared.fail_next_commit.swap(false, std::sync::atomic::Ordering::SeqCst) {

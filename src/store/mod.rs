@@ -11,6 +11,7 @@
 //! database, and a write is acknowledged only after its transaction is durable; the
 //! in-memory cache and watchers never see a change the file does not have.
 
+pub mod bench;
 mod commit;
 mod config;
 mod disk;

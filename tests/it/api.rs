@@ -329,3 +329,71 @@ async fn tables_for_get_list_and_watch() {
     assert_eq!(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     assert_eq!(table["rows"][0]["object"]["metadata"]["labels"]["app"], "demo");
 }
+
+#[tokio::test]
+async fn approvals_resolve_once_and_node_specs_are_immutable() {
+    let d = Daemon::start();
+    let api = d.client();
+    let approval = json!({
+        "apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "ap1"},
+        "spec": {"kind": "ApplyCommit", "target": "a1", "payload": {"commit": "9f2c4e1a7b3d5f6e8a0c1b2d3e4f5a6b7c8d9e0f"},
+                 "decision": {"state": "Pending"}}
+    });
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval).await.code, 201);
+    let path = "/apis/hive.dev/v1/approvals/ap1";
+    let approve = api.patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Approved"}}})).await;
+    assert_eq!(approve.code, 200, "{:?}", approve.body);
+    let flip = api.patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Denied"}}})).await;
+    assert_eq!(flip.code, 422, "a decision is made once: {:?}", flip.body);
+    assert_eq!(flip.body["details"]["causes"][0]["field"].as_str().map(|f| f.starts_with("spec.decision")), Some(true));
+
+    let node = json!({"apiVersion": "hive.dev/v1", "kind": "Node", "metadata": {"name": "node-1"},
+                      "spec": {"logicalId": 1, "provider": "process", "command": "prov-1"}});
+    assert_eq!(api.post("/apis/hive.dev/v1/nodes", &node).await.code, 201);
+    let change = api.patch("/apis/hive.dev/v1/nodes/node-1", "application/merge-patch+json", &json!({"spec": {"logicalId": 2}})).await;
+    assert_eq!(change.code, 422, "{:?}", change.body);
+    let labels = api.patch("/apis/hive.dev/v1/nodes/node-1", "application/merge-patch+json", &json!({"metadata": {"labels": {"a": "b"}}})).await;
+    assert_eq!(labels.code, 200, "metadata stays writable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_conflict_or_retry_correctly() {
+    let d = Daemon::start();
+    let api = d.client();
+    let created = api.post(AGENTS, &agent("race")).await;
+    let path = format!("{AGENTS}/race");
+
+    // Merge patches re-read and retry on a lost race: all 24 land.
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let api = api.clone();
+        let path = path.clone();
+        tasks.push(tokio::spawn(async move {
+            api.patch(&path, "application/merge-patch+json", &json!({"metadata": {"labels": {format!("k{i}"): "v"}}})).await.code
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let after = api.get(&path).await;
+    let labels = after.body["metadata"]["labels"].as_object().unwrap();
+    assert_eq!(labels.len(), 25, "every concurrent patch landed: {labels:?}");
+
+    // PUTs carrying the same resourceVersion: exactly one wins, the rest get 409.
+    let base = after.body.clone();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let api = api.clone();
+        let path = path.clone();
+        let mut obj = base.clone();
+        obj["metadata"]["labels"]["winner"] = json!(format!("w{i}"));
+        tasks.push(tokio::spawn(async move { api.put(&path, &obj).await.code }));
+    }
+    let mut codes = Vec::new();
+    for t in tasks {
+        codes.push(t.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 409).count(), 15, "{codes:?}");
+    let _ = created;
+}

@@ -29,8 +29,9 @@ async fn role_matrix() {
         let label = who.unwrap_or("anonymous");
         let got = api.get("/apis/hive.dev/v1/agents").await;
         assert_eq!(got.code, list, "{label} list");
-        assert_eq!(got.body["kind"], "Status", "{label}: errors are Status objects") ;
-        let _ = got;
+        if list != 200 {
+            assert_eq!(got.body["kind"], "Status", "{label}: errors are Status objects");
+        }
         let created = api.post("/apis/hive.dev/v1/agents", &agent(&format!("m{i}"))).await;
         assert_eq!(created.code, create, "{label} create agent: {:?}", created.body);
         let mut p = provider.clone();
