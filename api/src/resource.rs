@@ -150,7 +150,9 @@ fn validate_update_value<K: Resource>(new: &Value, old: &Value) -> Vec<Validatio
             new.validate_update(&old, &mut errors);
             errors.0
         }
-        (Err(e), _) | (_, Err(e)) => vec![ValidationError::new(e.field, validation::Reason::Invalid, e.message)],
+        (Err(e), _) | (_, Err(e)) => {
+            vec![ValidationError::new(e.field, validation::Reason::Invalid, e.message)]
+        }
     }
 }
 

@@ -10,15 +10,7 @@ use super::client::{self, ApiError, Client, Query, APPLY_PATCH};
 use super::manifest::{self, Checks, Manifest};
 use super::{kind, output, Context, Reported};
 
-/// Create or update objects from manifests (server-side apply).
-///
-/// Reads multi-document YAML or JSON (including `kind: List`) from files, directories
-/// (recursively: every .yaml, .yml and .json file, in path order) or stdin. Every
-/// document must be `apiVersion: hive.dev/v1` with a known kind and a `metadata.name`.
-/// All documents are checked before anything is sent: if one is invalid, nothing is
-/// applied. Objects are then applied in order; the first refusal by the server stops
-/// the rest (with `--continue-on-error`, the rest are still applied and the command
-/// exits 1 at the end).
+/// Arguments of `hive apply` (its help text is on [`super::Command::Apply`]).
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   hive apply -f agent.yaml

@@ -11,11 +11,7 @@ use super::kind::{self, Target};
 use super::output::{self, ColumnDefinition, Format, Table, TableOptions};
 use super::{Context, Reported};
 
-/// Display one or many objects.
-///
-/// KIND is a plural (`agents`), singular (`agent`), short name (`ag`), Kind (`Agent`) or
-/// `agents.hive.dev`, in any case; several kinds are separated by commas; `all` (or
-/// `hive`) means every kind.
+/// Arguments of `hive get` (its help text is on [`super::Command::Get`]).
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   hive get agents                      # table of every agent

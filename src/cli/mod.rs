@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod apply;
+pub mod bench;
 pub mod client;
 pub mod delete;
 pub mod describe;
@@ -45,8 +46,20 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create or update objects from manifests (server-side apply).
+    ///
+    /// Reads multi-document YAML or JSON (including `kind: List`) from files, directories
+    /// (recursively: every .yaml, .yml and .json file, in path order) or stdin. Every
+    /// document must be `apiVersion: hive.dev/v1` with a known kind and a `metadata.name`.
+    /// All documents are checked before anything is sent: if one is invalid, nothing is
+    /// applied. Objects are then applied in order; the first refusal by the server stops
+    /// the rest (with `--continue-on-error`, the rest are still applied and the command
+    /// exits 1 at the end). Each object prints `created`, `configured` or `unchanged`.
     Apply(apply::Args),
     /// List objects in a table, or print them as YAML, JSON or names.
+    ///
+    /// KIND is a plural (`agents`), singular (`agent`), short name (`ag`), Kind (`Agent`)
+    /// or `agents.hive.dev`, in any case; several kinds are separated by commas; `all`
+    /// (or `hive`) means every kind.
     Get(get::Args),
     /// Show the details of objects: metadata, spec, status, conditions and events.
     Describe(describe::Args),

@@ -60,7 +60,8 @@ pub async fn read(body: Body) -> ApiResult<bytes::Bytes> {
     let mut collected = bytes::BytesMut::new();
     let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::BadRequest(format!("failed to read the request body: {e}")))?;
+        let frame =
+            frame.map_err(|e| ApiError::BadRequest(format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         seen += data.len();
         if seen > DRAIN_LIMIT {

@@ -126,7 +126,9 @@ impl ApiError {
         let code = self.code().as_u16();
         let (reason, details) = match self {
             ApiError::NotFound { plural, name } => ("NotFound", Some(details(plural, name, vec![]))),
-            ApiError::AlreadyExists { plural, name } => ("AlreadyExists", Some(details(plural, name, vec![]))),
+            ApiError::AlreadyExists { plural, name } => {
+                ("AlreadyExists", Some(details(plural, name, vec![])))
+            }
             ApiError::Conflict { plural, name, .. } => ("Conflict", Some(details(plural, name, vec![]))),
             ApiError::ApplyConflict { plural, name, causes, .. } => {
                 ("Conflict", Some(details(plural, name, causes.clone())))
@@ -140,7 +142,16 @@ impl ApiError {
                         field: e.field.clone(),
                     })
                     .collect();
-                ("Invalid", Some(StatusDetails { name: name.clone(), group: GROUP.into(), kind: kind.clone(), causes, ..Default::default() }))
+                (
+                    "Invalid",
+                    Some(StatusDetails {
+                        name: name.clone(),
+                        group: GROUP.into(),
+                        kind: kind.clone(),
+                        causes,
+                        ..Default::default()
+                    }),
+                )
             }
             ApiError::BadRoute => ("NotFound", None),
             ApiError::BadRequest(_) => ("BadRequest", None),
@@ -159,7 +170,13 @@ impl ApiError {
 }
 
 fn details(plural: &str, name: &str, causes: Vec<StatusCause>) -> StatusDetails {
-    StatusDetails { name: name.into(), group: GROUP.into(), kind: plural.into(), causes, ..Default::default() }
+    StatusDetails {
+        name: name.into(),
+        group: GROUP.into(),
+        kind: plural.into(),
+        causes,
+        ..Default::default()
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -169,7 +186,9 @@ impl IntoResponse for ApiError {
         }
         let body = serde_json::to_vec(&self.status()).unwrap_or_default();
         let mut response = (self.code(), body).into_response();
-        response.headers_mut().insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+            .headers_mut()
+            .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     }
 }
@@ -178,13 +197,15 @@ impl From<store::Error> for ApiError {
     fn from(err: store::Error) -> Self {
         match err {
             store::Error::NotFound { kind, name } => ApiError::NotFound { plural: kind.to_string(), name },
-            store::Error::AlreadyExists { kind, name } => ApiError::AlreadyExists { plural: kind.to_string(), name },
+            store::Error::AlreadyExists { kind, name } => {
+                ApiError::AlreadyExists { plural: kind.to_string(), name }
+            }
             store::Error::Conflict { kind, name, message } => {
                 ApiError::Conflict { plural: kind.to_string(), name, message }
             }
-            store::Error::Expired { requested, oldest } => ApiError::Expired(format!(
-                "too old resource version: {requested} ({oldest})"
-            )),
+            store::Error::Expired { requested, oldest } => {
+                ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
+            }
             other => ApiError::Internal(anyhow::Error::new(other)),
         }
     }

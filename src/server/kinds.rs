@@ -223,12 +223,54 @@ pub fn axum_path(path: &str) -> String {
     path.to_string()
 }
 
-kind_routes!(agents, Agent, AgentList, "/apis/hive.dev/v1/agents", "/apis/hive.dev/v1/agents/{name}", "/apis/hive.dev/v1/agents/{name}/status");
-kind_routes!(jobs, Job, JobList, "/apis/hive.dev/v1/jobs", "/apis/hive.dev/v1/jobs/{name}", "/apis/hive.dev/v1/jobs/{name}/status");
-kind_routes!(approvals, Approval, ApprovalList, "/apis/hive.dev/v1/approvals", "/apis/hive.dev/v1/approvals/{name}", "/apis/hive.dev/v1/approvals/{name}/status");
-kind_routes!(nodes, Node, NodeList, "/apis/hive.dev/v1/nodes", "/apis/hive.dev/v1/nodes/{name}", "/apis/hive.dev/v1/nodes/{name}/status");
-kind_routes!(fleetcommands, FleetCommand, FleetCommandList, "/apis/hive.dev/v1/fleetcommands", "/apis/hive.dev/v1/fleetcommands/{name}", "/apis/hive.dev/v1/fleetcommands/{name}/status");
-kind_routes!(providers, Provider, ProviderList, "/apis/hive.dev/v1/providers", "/apis/hive.dev/v1/providers/{name}", "/apis/hive.dev/v1/providers/{name}/status");
+kind_routes!(
+    agents,
+    Agent,
+    AgentList,
+    "/apis/hive.dev/v1/agents",
+    "/apis/hive.dev/v1/agents/{name}",
+    "/apis/hive.dev/v1/agents/{name}/status"
+);
+kind_routes!(
+    jobs,
+    Job,
+    JobList,
+    "/apis/hive.dev/v1/jobs",
+    "/apis/hive.dev/v1/jobs/{name}",
+    "/apis/hive.dev/v1/jobs/{name}/status"
+);
+kind_routes!(
+    approvals,
+    Approval,
+    ApprovalList,
+    "/apis/hive.dev/v1/approvals",
+    "/apis/hive.dev/v1/approvals/{name}",
+    "/apis/hive.dev/v1/approvals/{name}/status"
+);
+kind_routes!(
+    nodes,
+    Node,
+    NodeList,
+    "/apis/hive.dev/v1/nodes",
+    "/apis/hive.dev/v1/nodes/{name}",
+    "/apis/hive.dev/v1/nodes/{name}/status"
+);
+kind_routes!(
+    fleetcommands,
+    FleetCommand,
+    FleetCommandList,
+    "/apis/hive.dev/v1/fleetcommands",
+    "/apis/hive.dev/v1/fleetcommands/{name}",
+    "/apis/hive.dev/v1/fleetcommands/{name}/status"
+);
+kind_routes!(
+    providers,
+    Provider,
+    ProviderList,
+    "/apis/hive.dev/v1/providers",
+    "/apis/hive.dev/v1/providers/{name}",
+    "/apis/hive.dev/v1/providers/{name}/status"
+);
 
 /// Routes of every kind.
 pub fn router() -> Router<AppState> {
@@ -243,5 +285,12 @@ pub fn router() -> Router<AppState> {
 
 /// OpenAPI paths of every kind.
 pub fn paths() -> Vec<utoipa::openapi::Paths> {
-    vec![agents::paths(), jobs::paths(), approvals::paths(), nodes::paths(), fleetcommands::paths(), providers::paths()]
+    vec![
+        agents::paths(),
+        jobs::paths(),
+        approvals::paths(),
+        nodes::paths(),
+        fleetcommands::paths(),
+        providers::paths(),
+    ]
 }

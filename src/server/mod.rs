@@ -160,3 +160,67 @@ async fn log_request(request: Request, next: Next) -> Response {
     tracing::debug!(%method, path, status = response.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::auth::Role;
+    use crate::store::StoreConfig;
+
+    #[test]
+    fn required_verbs() {
+        let cases = [
+            (Method::GET, "/apis/hive.dev/v1/agents", Verb::Read),
+            (Method::GET, "/apis/hive.dev/v1/providers/p", Verb::Read),
+            (Method::POST, "/apis/hive.dev/v1/agents", Verb::Write),
+            (Method::PATCH, "/apis/hive.dev/v1/agents/a/status", Verb::Write),
+            (Method::DELETE, "/apis/hive.dev/v1/fleetcommands/c", Verb::Write),
+            (Method::POST, "/apis/hive.dev/v1/providers", Verb::Admin),
+            (Method::PUT, "/apis/hive.dev/v1/providers/p/status", Verb::Admin),
+            (Method::GET, "/hive/v1/tokens", Verb::Admin),
+            (Method::POST, "/hive/v1/tokens", Verb::Admin),
+        ];
+        for (method, path, want) in cases {
+            assert_eq!(required(&method, path).0, want, "{method} {path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn routes_answer_without_a_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        let tokens = TokenStore::open(dir.path()).unwrap();
+        let viewer = tokens.create("v", Role::Viewer).unwrap();
+        let app = app(AppState::new(store, tokens, ServerConfig::default()));
+        let send = |method: &str, path: &str, token: Option<&str>| {
+            let mut req = Request::builder().method(method).uri(path);
+            if let Some(t) = token {
+                req = req.header("authorization", format!("Bearer {t}"));
+            }
+            app.clone().oneshot(req.body(Body::empty()).unwrap())
+        };
+        assert_eq!(send("GET", "/version", None).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(send("GET", "/apis", None).await.unwrap().status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(send("GET", "/apis", Some(&viewer)).await.unwrap().status(), StatusCode::OK);
+        assert_eq!(
+            send("GET", "/apis/hive.dev/v1/agents", Some(&viewer)).await.unwrap().status(),
+            StatusCode::OK
+        );
+        assert_eq!(
+            send("GET", "/apis/hive.dev/v1/bogus", Some(&viewer)).await.unwrap().status(),
+            StatusCode::NOT_FOUND
+        );
+        let forbidden = send("POST", "/apis/hive.dev/v1/agents", Some(&viewer)).await.unwrap();
+        assert_eq!(forbidden.status(), StatusCode::FORBIDDEN);
+        let body = axum::body::to_bytes(forbidden.into_body(), 1 << 20).await.unwrap();
+        let status: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["reason"], "Forbidden");
+        let not_allowed = send("DELETE", "/apis/hive.dev/v1/agents", Some(&viewer)).await.unwrap();
+        assert_eq!(not_allowed.status(), StatusCode::FORBIDDEN, "role checks come before routing");
+    }
+}

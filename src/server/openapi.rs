@@ -114,8 +114,11 @@ fn flatten_nullable(schema: &mut Value) {
             }
             for key in ["oneOf", "anyOf"] {
                 if let Some(Value::Array(variants)) = map.get(key) {
-                    let rest: Vec<Value> =
-                        variants.iter().filter(|v| v.get("type").and_then(Value::as_str) != Some("null")).cloned().collect();
+                    let rest: Vec<Value> = variants
+                        .iter()
+                        .filter(|v| v.get("type").and_then(Value::as_str) != Some("null"))
+                        .cloned()
+                        .collect();
                     if rest.len() == 1 && rest.len() < variants.len() {
                         map.remove(key);
                         let only = rest.into_iter().next().unwrap_or(Value::Null);

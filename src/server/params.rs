@@ -47,7 +47,9 @@ fn flag(name: &str, value: &Option<String>) -> ApiResult<bool> {
     match value.as_deref() {
         None | Some("") | Some("false") | Some("0") => Ok(false),
         Some("true") | Some("1") => Ok(true),
-        Some(other) => Err(ApiError::BadRequest(format!("{name}: invalid boolean {other:?}; use true or false"))),
+        Some(other) => {
+            Err(ApiError::BadRequest(format!("{name}: invalid boolean {other:?}; use true or false")))
+        }
     }
 }
 
@@ -96,7 +98,9 @@ impl Params {
         match self.dry_run.as_deref() {
             None | Some("") => Ok(false),
             Some("All") => Ok(true),
-            Some(other) => Err(ApiError::BadRequest(format!("dryRun: unsupported value {other:?}: supported values are All"))),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "dryRun: unsupported value {other:?}: supported values are All"
+            ))),
         }
     }
 
@@ -104,10 +108,9 @@ impl Params {
     pub fn limit(&self) -> ApiResult<Option<usize>> {
         match self.limit.as_deref() {
             None | Some("") | Some("0") => Ok(None),
-            Some(n) => n
-                .parse::<usize>()
-                .map(Some)
-                .map_err(|_| ApiError::BadRequest(format!("limit: invalid value {n:?}; expected a non-negative integer"))),
+            Some(n) => n.parse::<usize>().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!("limit: invalid value {n:?}; expected a non-negative integer"))
+            }),
         }
     }
 
@@ -116,7 +119,9 @@ impl Params {
         match self.timeout_seconds.as_deref() {
             None | Some("") => Ok(None),
             Some(n) => n.parse::<u64>().map(Some).map_err(|_| {
-                ApiError::BadRequest(format!("timeoutSeconds: invalid value {n:?}; expected a non-negative integer"))
+                ApiError::BadRequest(format!(
+                    "timeoutSeconds: invalid value {n:?}; expected a non-negative integer"
+                ))
             }),
         }
     }
@@ -138,7 +143,9 @@ impl Params {
         match self.resource_version.as_deref() {
             None | Some("") | Some("0") => Ok(None),
             Some(rv) => rv.parse::<u64>().map(Some).map_err(|_| {
-                ApiError::BadRequest(format!("resourceVersion: invalid value {rv:?}; expected a revision number"))
+                ApiError::BadRequest(format!(
+                    "resourceVersion: invalid value {rv:?}; expected a revision number"
+                ))
             }),
         }
     }

@@ -42,7 +42,6 @@ fn table_response(value: &Value) -> Response {
     response
 }
 
-
 /// Who made a change, for `managedFields`: `fieldManager`, else the user agent's
 /// program name (as upstream), else `unknown`.
 fn manager(params: &Params, headers: &HeaderMap) -> String {
@@ -60,7 +59,11 @@ fn manager(params: &Params, headers: &HeaderMap) -> String {
 
 /// Decodes, defaults and validates a whole object of `kind`. Returns the normalized
 /// object and the warnings to send.
-pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> ApiResult<(Value, Vec<String>)> {
+pub fn admit(
+    kind: &KindInfo,
+    mut value: Value,
+    validation: FieldValidation,
+) -> ApiResult<(Value, Vec<String>)> {
     let handled_as = format!("{} in version \"v1\" cannot be handled as a {}", kind.kind, kind.kind);
     if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
         if api_version != API_VERSION {
@@ -87,7 +90,8 @@ pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> 
     })?;
     let mut warnings = Vec::new();
     if !decoded.unknown_fields.is_empty() {
-        let listed: Vec<String> = decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+        let listed: Vec<String> =
+            decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
         match validation {
             FieldValidation::Strict => {
                 return Err(ApiError::BadRequest(format!(
@@ -158,18 +162,32 @@ fn track_update(old: Option<&Value>, new: &mut Value, manager: &str, subresource
 fn outcome_object(outcome: Outcome) -> (StatusCode, Obj) {
     match outcome {
         Outcome::Created(o) => (StatusCode::CREATED, o),
-        Outcome::Updated(o) | Outcome::Unchanged(o) | Outcome::Deleting(o) | Outcome::Deleted(o) => (StatusCode::OK, o),
+        Outcome::Updated(o) | Outcome::Unchanged(o) | Outcome::Deleting(o) | Outcome::Deleted(o) => {
+            (StatusCode::OK, o)
+        }
     }
 }
 
 /// `GET /apis/hive.dev/v1/{plural}/{name}`.
-pub async fn get(state: AppState, kind: &'static KindInfo, name: String, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+pub async fn get(
+    state: AppState,
+    kind: &'static KindInfo,
+    name: String,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     if table::wants_table(&headers) {
         let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
         let rv = resource_version_of(&object).unwrap_or("").to_string();
-        return Ok(table_response(&table::table(kind, &[object], include, json!({"resourceVersion": rv}), true)));
+        return Ok(table_response(&table::table(
+            kind,
+            &[object],
+            include,
+            json!({"resourceVersion": rv}),
+            true,
+        )));
     }
     Ok(json_response(StatusCode::OK, &object, &[]))
 }
@@ -188,11 +206,17 @@ impl Selectors {
     /// Parses `labelSelector` and `fieldSelector`.
     pub fn parse(params: &Params) -> ApiResult<Selectors> {
         let labels = match params.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(s.parse::<LabelSelector>().map_err(|e| ApiError::BadRequest(format!("labelSelector: {e}")))?),
+            Some(s) => Some(
+                s.parse::<LabelSelector>()
+                    .map_err(|e| ApiError::BadRequest(format!("labelSelector: {e}")))?,
+            ),
             None => None,
         };
         let fields = match params.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(s.parse::<FieldSelector>().map_err(|e| ApiError::BadRequest(format!("fieldSelector: {e}")))?),
+            Some(s) => Some(
+                s.parse::<FieldSelector>()
+                    .map_err(|e| ApiError::BadRequest(format!("fieldSelector: {e}")))?,
+            ),
             None => None,
         };
         Ok(Selectors { labels, fields })
@@ -233,11 +257,18 @@ fn decode_continue(text: &str) -> ApiResult<ContinueToken> {
         .decode(text)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| ApiError::BadRequest("continue: invalid continue token; start the list again without it".into()))
+        .ok_or_else(|| {
+            ApiError::BadRequest("continue: invalid continue token; start the list again without it".into())
+        })
 }
 
 /// `GET /apis/hive.dev/v1/{plural}` — a list, or a watch with `watch=true`.
-pub async fn list(state: AppState, kind: &'static KindInfo, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+pub async fn list(
+    state: AppState,
+    kind: &'static KindInfo,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let selectors = Selectors::parse(&params)?;
     if params.watch()? {
@@ -285,7 +316,10 @@ pub async fn list(state: AppState, kind: &'static KindInfo, headers: HeaderMap, 
     // Serialize the list by hand around the stored objects so 100k-item lists do not
     // deep-copy every object into a new `Value` tree.
     let mut out = Vec::with_capacity(64 + items.len() * 512);
-    out.extend_from_slice(format!("{{\"apiVersion\":\"{API_VERSION}\",\"kind\":\"{}\",\"metadata\":", kind.list_kind).as_bytes());
+    out.extend_from_slice(
+        format!("{{\"apiVersion\":\"{API_VERSION}\",\"kind\":\"{}\",\"metadata\":", kind.list_kind)
+            .as_bytes(),
+    );
     serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
     out.extend_from_slice(b",\"items\":[");
     for (i, item) in items.iter().enumerate() {
@@ -301,7 +335,13 @@ pub async fn list(state: AppState, kind: &'static KindInfo, headers: HeaderMap, 
 }
 
 /// `POST /apis/hive.dev/v1/{plural}`.
-pub async fn create(state: AppState, kind: &'static KindInfo, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+pub async fn create(
+    state: AppState,
+    kind: &'static KindInfo,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
@@ -313,7 +353,8 @@ pub async fn create(state: AppState, kind: &'static KindInfo, headers: HeaderMap
     // Status is observed state: only controllers write it, through /status.
     object["status"] = json!({});
     track_update(None, &mut object, &manager(&params, &headers), None);
-    let outcome = state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
+    let outcome =
+        state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
     let (code, object) = outcome_object(outcome);
     Ok(json_response(code, &object, &warnings))
 }
@@ -414,7 +455,8 @@ pub async fn patch(
                 // Check the manifest (unknown fields, validity), but hand apply the
                 // manifest as sent: defaults are not the applier's fields.
                 let (_, warnings) = admit(kind, applied.clone(), validation)?;
-                let merged = apply::apply(None, applied, &manager, params.force()?, now()).map_err(|c| conflict(kind, &name, &c))?;
+                let merged = apply::apply(None, applied, &manager, params.force()?, now())
+                    .map_err(|c| conflict(kind, &name, &c))?;
                 let (mut object, _) = admit(kind, merged, FieldValidation::Ignore)?;
                 if let Some(meta) = object["metadata"].as_object_mut() {
                     meta.remove("resourceVersion");
@@ -435,10 +477,15 @@ pub async fn patch(
                     }
                     Patch::Json(ops) => {
                         let mut doc = (*current).clone();
-                        json_patch::patch(&mut doc, ops)
-                            .map_err(|e| ApiError::Invalid { kind: kind.kind.into(), name: name.clone(), errors: vec![
-                                hive_api::validation::ValidationError::new("", hive_api::validation::Reason::Invalid, format!("the JSON patch could not be applied: {e}")),
-                            ] })?;
+                        json_patch::patch(&mut doc, ops).map_err(|e| ApiError::Invalid {
+                            kind: kind.kind.into(),
+                            name: name.clone(),
+                            errors: vec![hive_api::validation::ValidationError::new(
+                                "",
+                                hive_api::validation::Reason::Invalid,
+                                format!("the JSON patch could not be applied: {e}"),
+                            )],
+                        })?;
                         let (mut object, warnings) = admit(kind, doc, validation)?;
                         track_update(Some(&current), &mut object, &manager, sub);
                         (object, warnings)
@@ -527,14 +574,20 @@ pub async fn delete(
         DeleteOptions::default()
     } else {
         let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-        serde_json::from_value(value).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        serde_json::from_value(value)
+            .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
     };
     let dry_run = params.dry_run()? || options.dry_run.iter().any(|d| d == "All");
     let pre = options.preconditions.unwrap_or_default();
     let outcome = state
         .store
         .commit(
-            Mutation::Delete { kind: kind.plural, name, uid: pre.uid, resource_version: pre.resource_version },
+            Mutation::Delete {
+                kind: kind.plural,
+                name,
+                uid: pre.uid,
+                resource_version: pre.resource_version,
+            },
             dry_run,
         )
         .await?;

@@ -54,9 +54,7 @@ pub fn column_definitions(kind: &KindInfo) -> Vec<Value> {
         "name": "Name", "type": "string", "format": "name",
         "description": "Name must be unique within the kind. A DNS-1123 label.", "priority": 0
     })];
-    let def = |c: &hive_api::Column| {
-        json!({"name": c.name, "type": c.type_, "format": "", "description": c.description, "priority": c.priority})
-    };
+    let def = |c: &hive_api::Column| json!({"name": c.name, "type": c.type_, "format": "", "description": c.description, "priority": c.priority});
     defs.extend(columns.iter().filter(|c| c.priority == 0).map(def));
     defs.push(json!({
         "name": "Age", "type": "date", "format": "",

@@ -17,7 +17,9 @@ use crate::auth::{self, Role};
 
 /// The routes.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/hive/v1/tokens", get(list).post(create)).route("/hive/v1/tokens/{name}", delete(revoke))
+    Router::new()
+        .route("/hive/v1/tokens", get(list).post(create))
+        .route("/hive/v1/tokens/{name}", delete(revoke))
 }
 
 #[derive(Deserialize)]
@@ -30,9 +32,13 @@ struct CreateToken {
 async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let request: CreateToken = serde_json::from_value(value)
-        .map_err(|e| ApiError::BadRequest(format!("invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE}}")))?;
-    let role: Role = request.role.parse().map_err(|e: auth::ParseRoleError| ApiError::BadRequest(format!("role: {e}")))?;
+    let request: CreateToken = serde_json::from_value(value).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE}}"
+        ))
+    })?;
+    let role: Role =
+        request.role.parse().map_err(|e: auth::ParseRoleError| ApiError::BadRequest(format!("role: {e}")))?;
     let tokens = state.tokens.clone();
     let name = request.name.clone();
     let token = tokio::task::spawn_blocking(move || tokens.create(&name, role))
@@ -40,7 +46,8 @@ async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -
         .map_err(|e| ApiError::Internal(e.into()))?
         .map_err(token_error)?;
     tracing::info!(name = request.name, %role, "token created");
-    Ok((StatusCode::CREATED, Json(json!({"name": request.name, "role": role, "token": token}))).into_response())
+    Ok((StatusCode::CREATED, Json(json!({"name": request.name, "role": role, "token": token})))
+        .into_response())
 }
 
 fn token_error(err: auth::Error) -> ApiError {

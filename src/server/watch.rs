@@ -35,7 +35,13 @@ impl Encoder {
     fn object_event(&mut self, type_: &str, object: &Obj) -> Bytes {
         let rendered = if self.as_table {
             let rv = object["metadata"]["resourceVersion"].clone();
-            let t = table::table(self.kind, std::slice::from_ref(object), self.include, json!({"resourceVersion": rv}), !self.sent_columns);
+            let t = table::table(
+                self.kind,
+                std::slice::from_ref(object),
+                self.include,
+                json!({"resourceVersion": rv}),
+                !self.sent_columns,
+            );
             self.sent_columns = true;
             t
         } else {
@@ -49,7 +55,9 @@ impl Encoder {
         if initial_events_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
-        line(&json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": API_VERSION, "metadata": metadata}}))
+        line(
+            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": API_VERSION, "metadata": metadata}}),
+        )
     }
 }
 
@@ -109,7 +117,11 @@ pub async fn serve(
     let mut events = match state.store.watch(kind.plural, start) {
         Ok(w) => Some(w),
         Err(store::Error::Expired { requested, oldest }) => {
-            let _ = tx.try_send(error_line(410, "Expired", format!("too old resource version: {requested} ({oldest})")));
+            let _ = tx.try_send(error_line(
+                410,
+                "Expired",
+                format!("too old resource version: {requested} ({oldest})"),
+            ));
             None
         }
         Err(other) => return Err(other.into()),
@@ -152,7 +164,13 @@ pub async fn serve(
                         EventType::Modified => "MODIFIED",
                         EventType::Deleted => "DELETED",
                     };
-                    if tx.send(encoder.object_event(type_, &event.object)).await.is_err() {
+                    // Plain JSON lines are the same for every watcher: encode once.
+                    let line = if encoder.as_table {
+                        encoder.object_event(type_, &event.object)
+                    } else {
+                        event.encoded.get_or_init(|| line_with_object(type_, &event.object))
+                    };
+                    if tx.send(line).await.is_err() {
                         return;
                     }
                 }
@@ -170,7 +188,10 @@ pub async fn serve(
             }
         }
     });
-    let body = Body::from_stream(futures_util::StreamExt::map(ReceiverStream::new(rx), Ok::<_, std::convert::Infallible>));
+    let body = Body::from_stream(futures_util::StreamExt::map(
+        ReceiverStream::new(rx),
+        Ok::<_, std::convert::Infallible>,
+    ));
     let mut response = (StatusCode::OK, body).into_response();
     let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { "application/json" };
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

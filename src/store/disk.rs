@@ -136,8 +136,13 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         let Some(type_) = EventType::parse(&record.type_) else {
             return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
         };
-        let event =
-            StoreEvent { revision, kind: state.intern(&record.kind), type_, object: Arc::new(record.object) };
+        let event = StoreEvent {
+            revision,
+            kind: state.intern(&record.kind),
+            type_,
+            object: Arc::new(record.object),
+            encoded: Default::default(),
+        };
         state.log.push_back(LogEntry { event, time_ms: record.time });
     }
     if expected != revision + 1 {

@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use config::{Clock, StoreConfig};
 pub use error::{Error, Result};
 pub use mutation::{Mutation, Outcome, Subresource};
-pub use watch::{EventType, StoreEvent, Watch};
+pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
 use commit::{Request, Shared};
 use state::State;

@@ -81,6 +81,7 @@ impl State {
             kind: self.intern(change.kind),
             type_: change.type_,
             object: change.object.clone(),
+            encoded: Default::default(),
         };
         if let Some(watchers) = self.watchers.get_mut(change.kind) {
             watchers.retain(|w| w.offer(event.clone()));

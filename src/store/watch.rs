@@ -56,6 +56,33 @@ pub struct StoreEvent {
     pub type_: EventType,
     /// The object after the change (for `Deleted`, its last state).
     pub object: Obj,
+    /// A slot where the first consumer may keep this event's wire encoding, so that a
+    /// thousand watchers of one kind serialize each event once, not a thousand times.
+    pub encoded: Encoded,
+}
+
+/// A write-once cache of an event's encoding, shared by every clone of the event.
+/// Ignored by equality and `Debug`: it is derived data.
+#[derive(Clone, Default)]
+pub struct Encoded(Arc<std::sync::OnceLock<bytes::Bytes>>);
+
+impl Encoded {
+    /// The cached encoding, computing it with `encode` on first use.
+    pub fn get_or_init(&self, encode: impl FnOnce() -> bytes::Bytes) -> bytes::Bytes {
+        self.0.get_or_init(encode).clone()
+    }
+}
+
+impl PartialEq for Encoded {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Encoded")
+    }
 }
 
 /// A stream of every event of one kind after a given revision: first the retained

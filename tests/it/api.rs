@@ -19,14 +19,13 @@ async fn discovery_version_and_openapi() {
     let api = d.client();
     // Aggregated discovery is asked for first; we answer the legacy document with a
     // plain JSON content type, never a 406.
-    let groups = api
-        .send("GET", "/apis", "", None)
-        .await;
+    let groups = api.send("GET", "/apis", "", None).await;
     assert_eq!(groups.code, 200);
     assert_eq!(groups.body["kind"], "APIGroupList");
     assert_eq!(groups.headers["content-type"], "application/json");
     let resources = api.get("/apis/hive.dev/v1").await;
-    let names: Vec<&str> = resources.body["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
+    let names: Vec<&str> =
+        resources.body["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
     for plural in ["agents", "jobs", "approvals", "nodes", "fleetcommands", "providers", "agents/status"] {
         assert!(names.contains(&plural), "{plural} missing from {names:?}");
     }
@@ -88,11 +87,18 @@ async fn status_subresource_writes_only_status() {
     let written = api.put(&format!("{AGENTS}/s1/status"), &obj).await;
     assert_eq!(written.code, 200, "{:?}", written.body);
     assert_eq!(written.body["status"]["conditions"][0]["type"], "Ready");
-    assert_eq!(written.body["spec"]["wanted"], created.body["spec"]["wanted"], "status write must not change spec");
+    assert_eq!(
+        written.body["spec"]["wanted"], created.body["spec"]["wanted"],
+        "status write must not change spec"
+    );
     assert_eq!(written.body["metadata"]["generation"], 1);
     // A spec write keeps status.
     let patched = api
-        .patch(&format!("{AGENTS}/s1"), "application/merge-patch+json", &json!({"status": {"conditions": []}, "metadata": {"labels": {"x": "y"}}}))
+        .patch(
+            &format!("{AGENTS}/s1"),
+            "application/merge-patch+json",
+            &json!({"status": {"conditions": []}, "metadata": {"labels": {"x": "y"}}}),
+        )
         .await;
     assert_eq!(patched.body["status"]["conditions"][0]["type"], "Ready");
 }
@@ -106,8 +112,12 @@ async fn validation_errors_name_fields_and_change_nothing() {
     let reply = api.post(AGENTS, &bad).await;
     assert_eq!(reply.code, 422, "{:?}", reply.body);
     assert_eq!(reply.body["reason"], "Invalid");
-    let fields: Vec<&str> =
-        reply.body["details"]["causes"].as_array().unwrap().iter().filter_map(|c| c["field"].as_str()).collect();
+    let fields: Vec<&str> = reply.body["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["field"].as_str())
+        .collect();
     assert!(fields.contains(&"metadata.name"), "{fields:?}");
     assert!(fields.contains(&"spec.resources.memoryMax"), "{fields:?}");
 
@@ -124,14 +134,23 @@ async fn validation_errors_name_fields_and_change_nothing() {
     unknown["spec"]["bogus"] = json!(1);
     let strict = api.post(&format!("{AGENTS}?fieldValidation=Strict"), &unknown).await;
     assert_eq!(strict.code, 400);
-    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""), "{:?}", strict.body);
+    assert!(
+        strict.body["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""),
+        "{:?}",
+        strict.body
+    );
     let warn = api.post(&format!("{AGENTS}?fieldValidation=Warn"), &unknown).await;
     assert_eq!(warn.code, 201);
     assert!(warn.headers["warning"].to_str().unwrap().contains("unknown field"));
     assert!(warn.body["spec"].get("bogus").is_none());
 
     let list = api.get(AGENTS).await;
-    let names: Vec<&str> = list.body["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let names: Vec<&str> = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
     assert_eq!(names, ["u1"], "rejected requests must change nothing");
 }
 
@@ -140,11 +159,21 @@ async fn patches_dry_run_and_strategic_merge() {
     let d = Daemon::start();
     let api = d.client();
     api.post(AGENTS, &agent("p1")).await;
-    let merge = api.patch(&format!("{AGENTS}/p1"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}})).await;
+    let merge = api
+        .patch(
+            &format!("{AGENTS}/p1"),
+            "application/merge-patch+json",
+            &json!({"spec": {"wanted": "Offline"}}),
+        )
+        .await;
     assert_eq!(merge.code, 200, "{:?}", merge.body);
     assert_eq!(merge.body["spec"]["wanted"], "Offline");
     let jp = api
-        .patch(&format!("{AGENTS}/p1"), "application/json-patch+json", &json!([{"op": "replace", "path": "/spec/wanted", "value": "Up"}]))
+        .patch(
+            &format!("{AGENTS}/p1"),
+            "application/json-patch+json",
+            &json!([{"op": "replace", "path": "/spec/wanted", "value": "Up"}]),
+        )
         .await;
     assert_eq!(jp.code, 200, "{:?}", jp.body);
     assert_eq!(jp.body["spec"]["wanted"], "Up");
@@ -152,7 +181,11 @@ async fn patches_dry_run_and_strategic_merge() {
     assert_eq!(smp.code, 415);
     let rv = jp.body["metadata"]["resourceVersion"].clone();
     let dry = api
-        .patch(&format!("{AGENTS}/p1?dryRun=All"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}}))
+        .patch(
+            &format!("{AGENTS}/p1?dryRun=All"),
+            "application/merge-patch+json",
+            &json!({"spec": {"wanted": "Offline"}}),
+        )
         .await;
     assert_eq!(dry.body["spec"]["wanted"], "Offline");
     let after = api.get(&format!("{AGENTS}/p1")).await;
@@ -169,22 +202,52 @@ async fn server_side_apply_tracks_managers_and_conflicts() {
     let api = d.client();
     let path = format!("{AGENTS}/ssa");
     let manifest = agent("ssa");
-    let no_manager = api.send("PATCH", &path, "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    let no_manager =
+        api.send("PATCH", &path, "application/apply-patch+yaml", Some(manifest.to_string())).await;
     assert_eq!(no_manager.code, 400);
-    let created = api.send("PATCH", &format!("{path}?fieldManager=alice"), "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    let created = api
+        .send(
+            "PATCH",
+            &format!("{path}?fieldManager=alice"),
+            "application/apply-patch+yaml",
+            Some(manifest.to_string()),
+        )
+        .await;
     assert_eq!(created.code, 201, "{:?}", created.body);
     assert_eq!(created.body["metadata"]["managedFields"][0]["manager"], "alice");
-    let again = api.send("PATCH", &format!("{path}?fieldManager=alice"), "application/apply-patch+yaml", Some(manifest.to_string())).await;
+    let again = api
+        .send(
+            "PATCH",
+            &format!("{path}?fieldManager=alice"),
+            "application/apply-patch+yaml",
+            Some(manifest.to_string()),
+        )
+        .await;
     assert_eq!(again.code, 200);
-    assert_eq!(again.body["metadata"]["resourceVersion"], created.body["metadata"]["resourceVersion"], "identical apply is a no-op");
+    assert_eq!(
+        again.body["metadata"]["resourceVersion"], created.body["metadata"]["resourceVersion"],
+        "identical apply is a no-op"
+    );
     // bob changes a field alice owns → conflict unless forced.
     let mut bobs = agent("ssa");
     bobs["metadata"]["labels"]["app"] = json!("other");
-    let conflict = api.send("PATCH", &format!("{path}?fieldManager=bob"), "application/apply-patch+yaml", Some(bobs.to_string())).await;
+    let conflict = api
+        .send(
+            "PATCH",
+            &format!("{path}?fieldManager=bob"),
+            "application/apply-patch+yaml",
+            Some(bobs.to_string()),
+        )
+        .await;
     assert_eq!(conflict.code, 409, "{:?}", conflict.body);
     assert_eq!(conflict.body["details"]["causes"][0]["reason"], "FieldManagerConflict");
     let forced = api
-        .send("PATCH", &format!("{path}?fieldManager=bob&force=true"), "application/apply-patch+yaml", Some(bobs.to_string()))
+        .send(
+            "PATCH",
+            &format!("{path}?fieldManager=bob&force=true"),
+            "application/apply-patch+yaml",
+            Some(bobs.to_string()),
+        )
         .await;
     assert_eq!(forced.code, 200, "{:?}", forced.body);
     assert_eq!(forced.body["metadata"]["labels"]["app"], "other");
@@ -204,7 +267,13 @@ async fn finalizers_hold_deletion_until_removed() {
     assert!(deleting.body["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(api.get(&format!("{AGENTS}/f1")).await.code, 200);
     assert_eq!(watch.next(Duration::from_secs(5)).await.unwrap()["type"], "MODIFIED");
-    let removed = api.patch(&format!("{AGENTS}/f1"), "application/merge-patch+json", &json!({"metadata": {"finalizers": null}})).await;
+    let removed = api
+        .patch(
+            &format!("{AGENTS}/f1"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
     assert_eq!(removed.code, 200, "{:?}", removed.body);
     assert_eq!(api.get(&format!("{AGENTS}/f1")).await.code, 404);
     assert_eq!(watch.next(Duration::from_secs(5)).await.unwrap()["type"], "DELETED");
@@ -225,11 +294,23 @@ async fn lists_page_and_select() {
     let token = page1.body["metadata"]["continue"].as_str().unwrap().to_string();
     let mut names = Vec::new();
     let mut next = Some(token);
-    names.extend(page1.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+    names.extend(
+        page1.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+    );
     while let Some(token) = next {
         let page = api.get(&format!("{AGENTS}?limit=2&continue={token}")).await;
         assert_eq!(page.body["metadata"]["resourceVersion"], page1.body["metadata"]["resourceVersion"]);
-        names.extend(page.body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+        names.extend(
+            page.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+        );
         next = page.body["metadata"]["continue"].as_str().map(str::to_string);
     }
     assert_eq!(names, ["l0", "l1", "l2", "l3", "l4"]);
@@ -243,7 +324,12 @@ async fn lists_page_and_select() {
     ];
     for (selector, want) in cases {
         let list = api.get(&format!("{AGENTS}?labelSelector={selector}")).await;
-        let got: Vec<&str> = list.body["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+        let got: Vec<&str> = list.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["metadata"]["name"].as_str())
+            .collect();
         assert_eq!(got, want, "{selector}");
     }
     let bad = api.get(&format!("{AGENTS}?labelSelector=a%20in%20(b")).await;
@@ -261,10 +347,16 @@ async fn watch_replays_resumes_bookmarks_and_initial_events() {
     api.post(AGENTS, &agent("w2")).await;
 
     // From rv1: exactly the later change, then live.
-    let mut w = api.watch(&format!("{AGENTS}?watch=true&resourceVersion={rv1}&allowWatchBookmarks=true")).await;
+    let mut w =
+        api.watch(&format!("{AGENTS}?watch=true&resourceVersion={rv1}&allowWatchBookmarks=true")).await;
     let e = w.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("w2")));
-    api.patch(&format!("{AGENTS}/w1"), "application/merge-patch+json", &json!({"spec": {"wanted": "Offline"}})).await;
+    api.patch(
+        &format!("{AGENTS}/w1"),
+        "application/merge-patch+json",
+        &json!({"spec": {"wanted": "Offline"}}),
+    )
+    .await;
     let e = w.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(e["type"], "MODIFIED");
     // Bookmarks arrive (interval 1s in tests) and carry a revision.
@@ -274,10 +366,11 @@ async fn watch_replays_resumes_bookmarks_and_initial_events() {
 
     // Unset resourceVersion: synthetic ADDED for the current state.
     let mut w0 = api.watch(&format!("{AGENTS}?watch=true")).await;
-    let names: Vec<String> = [w0.next(Duration::from_secs(5)).await.unwrap(), w0.next(Duration::from_secs(5)).await.unwrap()]
-        .iter()
-        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string())
-        .collect();
+    let names: Vec<String> =
+        [w0.next(Duration::from_secs(5)).await.unwrap(), w0.next(Duration::from_secs(5)).await.unwrap()]
+            .iter()
+            .map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
     assert_eq!(names, ["w1", "w2"]);
 
     // sendInitialEvents: ADDED… then the annotated bookmark.
@@ -297,7 +390,10 @@ async fn watch_replays_resumes_bookmarks_and_initial_events() {
         assert!(seen < 10, "stream should end after timeoutSeconds");
     }
     assert_eq!(seen, 2, "the two changes after rv1");
-    assert!(started.elapsed() < Duration::from_secs(4), "ended by timeoutSeconds, not by the reader's timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ended by timeoutSeconds, not by the reader's timeout"
+    );
 }
 
 #[tokio::test]
@@ -320,7 +416,14 @@ async fn tables_for_get_list_and_watch() {
     let api = d.client();
     api.post(AGENTS, &agent("t1")).await;
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-    let resp = api.http.get(format!("{}{AGENTS}", api.base)).bearer_auth(&d.token).header("accept", accept).send().await.unwrap();
+    let resp = api
+        .http
+        .get(format!("{}{AGENTS}", api.base))
+        .bearer_auth(&d.token)
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.headers()["content-type"], "application/json;as=Table;v=v1;g=meta.k8s.io");
     let table: Value = resp.json().await.unwrap();
     assert_eq!(table["kind"], "Table");
@@ -341,18 +444,37 @@ async fn approvals_resolve_once_and_node_specs_are_immutable() {
     });
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval).await.code, 201);
     let path = "/apis/hive.dev/v1/approvals/ap1";
-    let approve = api.patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Approved"}}})).await;
+    let approve = api
+        .patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Approved"}}}))
+        .await;
     assert_eq!(approve.code, 200, "{:?}", approve.body);
-    let flip = api.patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Denied"}}})).await;
+    let flip = api
+        .patch(path, "application/merge-patch+json", &json!({"spec": {"decision": {"state": "Denied"}}}))
+        .await;
     assert_eq!(flip.code, 422, "a decision is made once: {:?}", flip.body);
-    assert_eq!(flip.body["details"]["causes"][0]["field"].as_str().map(|f| f.starts_with("spec.decision")), Some(true));
+    assert_eq!(
+        flip.body["details"]["causes"][0]["field"].as_str().map(|f| f.starts_with("spec.decision")),
+        Some(true)
+    );
 
     let node = json!({"apiVersion": "hive.dev/v1", "kind": "Node", "metadata": {"name": "node-1"},
                       "spec": {"logicalId": 1, "provider": "process", "command": "prov-1"}});
     assert_eq!(api.post("/apis/hive.dev/v1/nodes", &node).await.code, 201);
-    let change = api.patch("/apis/hive.dev/v1/nodes/node-1", "application/merge-patch+json", &json!({"spec": {"logicalId": 2}})).await;
+    let change = api
+        .patch(
+            "/apis/hive.dev/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &json!({"spec": {"logicalId": 2}}),
+        )
+        .await;
     assert_eq!(change.code, 422, "{:?}", change.body);
-    let labels = api.patch("/apis/hive.dev/v1/nodes/node-1", "application/merge-patch+json", &json!({"metadata": {"labels": {"a": "b"}}})).await;
+    let labels = api
+        .patch(
+            "/apis/hive.dev/v1/nodes/node-1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+        .await;
     assert_eq!(labels.code, 200, "metadata stays writable");
 }
 
@@ -369,7 +491,13 @@ async fn concurrent_writers_conflict_or_retry_correctly() {
         let api = api.clone();
         let path = path.clone();
         tasks.push(tokio::spawn(async move {
-            api.patch(&path, "application/merge-patch+json", &json!({"metadata": {"labels": {format!("k{i}"): "v"}}})).await.code
+            api.patch(
+                &path,
+                "application/merge-patch+json",
+                &json!({"metadata": {"labels": {format!("k{i}"): "v"}}}),
+            )
+            .await
+            .code
         }));
     }
     for t in tasks {

@@ -47,10 +47,19 @@ async fn acknowledged_writes_survive_kill_9() {
     let list = api.get("/apis/hive.dev/v1/agents").await;
     let list_rv: u64 = list.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     assert!(list_rv >= max_rv, "revision went backwards: {list_rv} < {max_rv}");
-    let present: std::collections::HashSet<&str> =
-        list.body["items"].as_array().unwrap().iter().filter_map(|i| i["metadata"]["name"].as_str()).collect();
+    let present: std::collections::HashSet<&str> = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
     let lost: Vec<&String> = acked.iter().map(|(n, _)| n).filter(|n| !present.contains(n.as_str())).collect();
-    assert!(lost.is_empty(), "{} acknowledged writes lost, e.g. {:?}", lost.len(), &lost[..lost.len().min(5)]);
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged writes lost, e.g. {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
     let next = api.post("/apis/hive.dev/v1/agents", &agent("after-restart")).await;
     let next_rv: u64 = next.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     assert!(next_rv > list_rv, "a new write must get a newer revision");
@@ -68,7 +77,11 @@ fn corrupt_database_is_a_hard_error_until_reset() {
     std::fs::write(&db, b"this is not a redb database at all, not even close").unwrap();
     let err = Daemon::spawn(&d.dir, &[]).err().expect("a corrupt database must stop the start");
     assert!(err.contains("hive.redb"), "the error names the file:\n{err}");
-    assert_eq!(std::fs::read(&db).unwrap(), b"this is not a redb database at all, not even close", "state unchanged");
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        b"this is not a redb database at all, not even close",
+        "state unchanged"
+    );
     let fresh = Daemon::spawn(&d.dir, &["--reset-state"]).expect("--reset-state clears it");
     drop(fresh);
 }

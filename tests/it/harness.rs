@@ -47,7 +47,11 @@ impl Daemon {
     pub fn spawn(dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let log_path = dir.join("daemon.log");
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(|e| e.to_string())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| e.to_string())?;
         let mut child = Command::new(hive_bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir)
@@ -76,7 +80,8 @@ impl Daemon {
             }
         };
         let kubeconfig = dir.join("kubeconfig.yaml");
-        let resolved = hive::kubeconfig::load(&kubeconfig).and_then(|k| k.current()).expect("kubeconfig resolves");
+        let resolved =
+            hive::kubeconfig::load(&kubeconfig).and_then(|k| k.current()).expect("kubeconfig resolves");
         Ok(Daemon {
             child: Some(child),
             dir: dir.to_path_buf(),
@@ -224,7 +229,8 @@ impl Api {
         let code = resp.status().as_u16();
         let headers = resp.headers().clone();
         let bytes = resp.bytes().await.expect("body");
-        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
         Reply { code, headers, body }
     }
 

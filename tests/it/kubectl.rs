@@ -90,7 +90,15 @@ fn patch_replace_stale_and_strict_validation() {
     ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
     ok(d.kubectl(&["patch", "agent", "k1", "--type", "merge", "-p", r#"{"spec":{"wanted":"Offline"}}"#]));
     assert_eq!(ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.wanted}"])), "Offline");
-    ok(d.kubectl(&["patch", "agent", "k1", "--type", "json", "-p", r#"[{"op":"replace","path":"/spec/wanted","value":"Up"}]"#]));
+    ok(d.kubectl(&[
+        "patch",
+        "agent",
+        "k1",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/wanted","value":"Up"}]"#,
+    ]));
     assert_eq!(ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.wanted}"])), "Up");
     let err = fails(d.kubectl(&["patch", "agent", "k1", "-p", r#"{"spec":{"wanted":"Up"}}"#]));
     assert!(err.contains("strategic"), "{err}");

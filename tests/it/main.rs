@@ -1,9 +1,9 @@
 //! The one integration test binary: starts the real `hive` daemon and drives it with
 //! the REST API, stock kubectl and the hive CLI.
 
-mod harness;
 mod api;
-mod kubectl;
 mod auth;
 mod crash;
 mod generated;
+mod harness;
+mod kubectl;

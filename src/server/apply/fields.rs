@@ -218,4 +218,3 @@ impl FromIterator<FieldPath> for FieldSet {
         FieldSet(iter.into_iter().collect())
     }
 }
-

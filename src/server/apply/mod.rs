@@ -473,4 +473,3 @@ pub fn record_update(
     }
     store_owners(new, owners);
 }
-

@@ -222,8 +222,7 @@ fn fields_changed_by_an_update_conflict_with_a_later_apply() {
         r#"Apply failed with 1 conflict: conflict with "kubectl-edit" using hive.dev/v1: .spec.wanted"#
     );
     // Agreeing with the edit shares the field; forcing takes it.
-    w.apply("kubectl", json!({"spec": {"wanted": "Offline", "resources": {"cpuQuota": "200%"}}}))
-        .unwrap();
+    w.apply("kubectl", json!({"spec": {"wanted": "Offline", "resources": {"cpuQuota": "200%"}}})).unwrap();
     assert_eq!(
         owners(w.object()),
         "kubectl Apply: .spec.resources.cpuQuota .spec.wanted | kubectl-edit Update: .spec.wanted"
@@ -264,8 +263,7 @@ fn apply_never_touches_status() {
     let mut w = World::new();
     w.apply("kubectl", json!({"spec": {"wanted": "Up"}})).unwrap();
     w.update("hive-controller", Some("status"), json!({"status": {"observedGeneration": 1}}));
-    w.apply("kubectl", json!({"spec": {"wanted": "Offline"}, "status": {"observedGeneration": 5}}))
-        .unwrap();
+    w.apply("kubectl", json!({"spec": {"wanted": "Offline"}, "status": {"observedGeneration": 5}})).unwrap();
     w.apply("kubectl", json!({"spec": {"rev": "abc"}})).unwrap();
     w.check(
         json!({"spec": {"rev": "abc"}, "status": {"observedGeneration": 1}}),
