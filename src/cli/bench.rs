@@ -332,6 +332,8 @@ struct Endpoint {
 struct Daemon {
     child: tokio::process::Child,
     endpoint: Endpoint,
+    /// Its stderr (warnings and errors only).
+    log_path: PathBuf,
 }
 
 impl Daemon {
@@ -377,7 +379,7 @@ impl Daemon {
         let ca_pem = resolved.ca_pem.context("the daemon's kubeconfig has no CA")?;
         let token = resolved.token.context("the daemon's kubeconfig has no token")?;
         let endpoint = Endpoint { url: url.into(), ca_pem: ca_pem.into(), token: token.into() };
-        Ok(Daemon { child, endpoint })
+        Ok(Daemon { child, endpoint, log_path })
     }
 
     /// Resident memory now and at its peak, from `/proc/<pid>/status`.
@@ -389,8 +391,19 @@ impl Daemon {
         Ok(Memory { rss_kib: kib("VmRSS")?, hwm_kib: kib("VmHWM")? })
     }
 
+    /// Kills the daemon and passes on what it logged: a warning during a run (a watcher
+    /// dropped, a failed commit) changes what the numbers mean.
     async fn stop(mut self) {
         let _ = self.child.kill().await;
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        if !log.trim().is_empty() {
+            let first: Vec<&str> = log.lines().take(5).collect();
+            progress(format_args!(
+                "the daemon logged {} line(s); the first:\n{}",
+                log.lines().count(),
+                first.join("\n")
+            ));
+        }
     }
 }
 

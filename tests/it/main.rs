@@ -7,3 +7,4 @@ mod crash;
 mod generated;
 mod harness;
 mod kubectl;
+mod cli;

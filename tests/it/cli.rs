@@ -1,0 +1,101 @@
+//! The hive CLI against the real daemon: output snapshots (ages, uids and timestamps
+//! normalized) and exit codes.
+
+use crate::harness::{fails, ok, Daemon};
+
+/// Replaces what changes from run to run: ages (`3s`, `2m`), uids and timestamps. An
+/// age keeps the width of its column (token plus padding), so alignment stays checked
+/// whether the age reads `1s` or `12s`.
+fn normalize(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            let mut out = String::new();
+            let mut rest = line;
+            while !rest.is_empty() {
+                let ws = rest.len() - rest.trim_start().len();
+                out.push_str(&rest[..ws]);
+                rest = &rest[ws..];
+                let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+                let token = &rest[..end];
+                rest = &rest[end..];
+                let replaced = normalize_token(token);
+                if replaced == "<age>" {
+                    let pad = rest.len() - rest.trim_start().len();
+                    rest = &rest[pad..];
+                    out.push_str("<age>");
+                    if !rest.is_empty() {
+                        out.push_str(&" ".repeat((token.len() + pad).saturating_sub(5).max(1)));
+                    }
+                } else {
+                    out.push_str(&replaced);
+                }
+            }
+            out
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn normalize_token(token: &str) -> String {
+    let is_age = token.len() >= 2
+        && token.ends_with(['s', 'm', 'h', 'd'])
+        && token[..token.len() - 1].chars().all(|c| c.is_ascii_digit());
+    let is_uid = token.len() == 36 && token.chars().filter(|c| *c == '-').count() == 4;
+    let is_time = token.len() == 20 && token.ends_with('Z') && token.as_bytes().get(10) == Some(&b'T');
+    if is_age {
+        "<age>".into()
+    } else if is_uid {
+        "<uid>".into()
+    } else if is_time {
+        "<time>".into()
+    } else {
+        token.to_string()
+    }
+}
+
+fn manifests() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/manifests").to_string()
+}
+
+#[test]
+fn apply_get_describe_snapshots() {
+    let d = Daemon::start();
+    let applied = ok(d.hive(&["apply", "-f", &manifests()]));
+    insta::assert_snapshot!("apply_manifests", applied);
+    let again = ok(d.hive(&["apply", "-f", &format!("{}/agent.yaml", manifests())]));
+    insta::assert_snapshot!("apply_unchanged", again);
+    insta::assert_snapshot!("get_agents", normalize(&ok(d.hive(&["get", "agents"]))));
+    insta::assert_snapshot!("get_agents_wide", normalize(&ok(d.hive(&["get", "agents", "-o", "wide"]))));
+    insta::assert_snapshot!("get_hive", normalize(&ok(d.hive(&["get", "hive"]))));
+    insta::assert_snapshot!("get_names", ok(d.hive(&["get", "agents", "-o", "name", "-l", "hive.dev/role=manager"])));
+    insta::assert_snapshot!("describe_agent", normalize(&ok(d.hive(&["describe", "agent", "manager"]))));
+}
+
+#[test]
+fn errors_print_the_server_status_and_exit_non_zero() {
+    let d = Daemon::start();
+    let err = fails(d.hive(&["get", "agent", "nope"]));
+    assert_eq!(err.trim(), "Error from server (NotFound): agents.hive.dev \"nope\" not found");
+    let bad = "apiVersion: hive.dev/v1\nkind: Agent\nmetadata:\n  name: ok-one\nspec:\n  config: {repo: r}\n---\napiVersion: hive.dev/v1\nkind: Agent\nmetadata:\n  name: Bad\n";
+    let err = fails(d.hive_stdin(&["apply", "-f", "-"], Some(bad)));
+    assert!(err.contains("document 2"), "names the document: {err}");
+    assert!(err.contains("nothing was applied"), "{err}");
+    let listed = ok(d.hive(&["get", "agents", "-o", "name"]));
+    assert_eq!(listed.trim(), "", "an invalid document stops the whole apply");
+    let err = fails(d.hive(&["get", "gadgets"]));
+    assert!(err.contains("gadgets"), "{err}");
+}
+
+#[test]
+fn wait_delete_and_watch() {
+    let d = Daemon::start();
+    ok(d.hive(&["apply", "-f", &format!("{}/agent.yaml", manifests())]));
+    let met = ok(d.hive(&["wait", "agent/manager", "--for=jsonpath={.spec.wanted}=Up", "--timeout", "10s"]));
+    assert_eq!(met.trim(), "agent.hive.dev/manager condition met");
+    let err = fails(d.hive(&["wait", "agent/manager", "--for=condition=Ready", "--timeout", "1s"]));
+    assert!(err.contains("timed out waiting for the condition on agents/manager"), "{err}");
+    let deleted = ok(d.hive(&["delete", "agent", "researcher"]));
+    assert_eq!(deleted.trim(), "agent.hive.dev \"researcher\" deleted");
+    let gone = ok(d.hive(&["wait", "agent/researcher", "--for=delete", "--timeout", "5s"]));
+    assert!(gone.contains("condition met") || gone.contains("deleted"), "{gone}");
+}
