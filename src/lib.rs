@@ -4,5 +4,6 @@
 pub mod auth;
 pub mod cli;
 pub mod kubeconfig;
+pub mod local_client;
 pub mod server;
 pub mod store;

@@ -67,7 +67,10 @@ fn apply_get_describe_snapshots() {
     insta::assert_snapshot!("get_agents", normalize(&ok(d.hive(&["get", "agents"]))));
     insta::assert_snapshot!("get_agents_wide", normalize(&ok(d.hive(&["get", "agents", "-o", "wide"]))));
     insta::assert_snapshot!("get_hive", normalize(&ok(d.hive(&["get", "hive"]))));
-    insta::assert_snapshot!("get_names", ok(d.hive(&["get", "agents", "-o", "name", "-l", "hive.dev/role=manager"])));
+    insta::assert_snapshot!(
+        "get_names",
+        ok(d.hive(&["get", "agents", "-o", "name", "-l", "hive.dev/role=manager"]))
+    );
     insta::assert_snapshot!("describe_agent", normalize(&ok(d.hive(&["describe", "agent", "manager"]))));
 }
 

@@ -162,3 +162,39 @@ fn get_watch_streams_table_rows() {
     assert_eq!(lines.iter().filter(|l| l.starts_with("NAME")).count(), 1, "one header only:\n{text}");
     assert!(lines[1..].iter().all(|l| l.starts_with("k1")), "{text}");
 }
+
+#[test]
+fn describe_diff_dry_run_and_chunked_lists() {
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
+    let described = ok(d.kubectl(&["describe", "agent", "k1"]));
+    assert!(described.contains("Name:") && described.contains("k1"), "{described}");
+    assert!(described.contains("Wanted:"), "the generic describer prints the spec:\n{described}");
+
+    let file = d.dir.join("agent.yaml");
+    std::fs::write(&file, AGENT_YAML).unwrap();
+    let f = file.to_str().unwrap();
+    let same = d.kubectl(&["diff", "-f", f]);
+    assert_eq!(same.status.code(), Some(0), "no difference: {}", String::from_utf8_lossy(&same.stderr));
+    std::fs::write(&file, AGENT_YAML.replace("wanted: Up", "wanted: Offline")).unwrap();
+    let differs = d.kubectl(&["diff", "-f", f]);
+    assert_eq!(differs.status.code(), Some(1), "{}", String::from_utf8_lossy(&differs.stderr));
+    assert!(String::from_utf8_lossy(&differs.stdout).contains("wanted: Offline"));
+
+    let dry = ok(d.kubectl(&["apply", "--dry-run=server", "-f", f]));
+    assert_eq!(dry.trim(), "agent.hive.dev/k1 configured (server dry run)");
+    assert_eq!(
+        ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.wanted}"])),
+        "Up",
+        "dry run changed nothing"
+    );
+
+    for i in 0..5 {
+        ok(d.kubectl_stdin(
+            &["apply", "-f", "-"],
+            Some(&AGENT_YAML.replace("name: k1", &format!("name: chunk{i}"))),
+        ));
+    }
+    let chunked = ok(d.kubectl(&["get", "agents", "--chunk-size=2", "-o", "name"]));
+    assert_eq!(chunked.lines().count(), 6, "{chunked}");
+}

@@ -3,8 +3,8 @@
 
 mod api;
 mod auth;
+mod cli;
 mod crash;
 mod generated;
 mod harness;
 mod kubectl;
-mod cli;
