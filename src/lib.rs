@@ -1,6 +1,7 @@
 //! hive: a declarative control plane. This crate is the daemon and the CLI in one
 //! binary; see ARCHITECTURE.md for the map.
 
+pub mod age;
 pub mod auth;
 pub mod cli;
 pub mod kubeconfig;

@@ -19,8 +19,10 @@ use super::table::{self, IncludeObject};
 use super::{watch, AppState};
 use crate::store::{Mutation, Obj, Outcome, Subresource};
 
-/// How many times a patch is re-applied when a concurrent write wins the race.
-const PATCH_RETRIES: usize = 8;
+/// How many times a patch is re-applied when a concurrent write wins the race. Each
+/// group commit lets one of N racing patches of one object through, so N racers need
+/// up to N rounds; past this many the client gets a 409 and retries itself.
+const PATCH_RETRIES: usize = 64;
 
 /// A JSON response with an optional list of `Warning` headers.
 fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
@@ -444,7 +446,11 @@ pub async fn patch(
         }
     };
     let manager = manager(&params, &headers);
-    for _ in 0..PATCH_RETRIES {
+    for attempt in 0..PATCH_RETRIES {
+        if attempt > 0 {
+            // Spread the racers out a little so they stop landing in the same batch.
+            tokio::time::sleep(retry_delay(attempt)).await;
+        }
         let current = state.store.get(kind.plural, &name);
         let (mutation, warnings, client_precondition) = match (&patch, current) {
             (Patch::Apply(applied), None) => {
@@ -468,24 +474,23 @@ pub async fn patch(
             (patch, Some(current)) => {
                 let current_rv = resource_version_of(&current).map(str::to_string);
                 let (object, warnings) = match patch {
-                    Patch::Merge(p) => {
+                    Patch::Merge(_) | Patch::Json(_) => {
                         let mut doc = (*current).clone();
-                        json_patch::merge(&mut doc, p);
-                        let (mut object, warnings) = admit(kind, doc, validation)?;
-                        track_update(Some(&current), &mut object, &manager, sub);
-                        (object, warnings)
-                    }
-                    Patch::Json(ops) => {
-                        let mut doc = (*current).clone();
-                        json_patch::patch(&mut doc, ops).map_err(|e| ApiError::Invalid {
-                            kind: kind.kind.into(),
-                            name: name.clone(),
-                            errors: vec![hive_api::validation::ValidationError::new(
-                                "",
-                                hive_api::validation::Reason::Invalid,
-                                format!("the JSON patch could not be applied: {e}"),
-                            )],
-                        })?;
+                        match patch {
+                            Patch::Merge(p) => json_patch::merge(&mut doc, p),
+                            Patch::Json(ops) => {
+                                json_patch::patch(&mut doc, ops).map_err(|e| ApiError::Invalid {
+                                    kind: kind.kind.into(),
+                                    name: name.clone(),
+                                    errors: vec![hive_api::validation::ValidationError::new(
+                                        "",
+                                        hive_api::validation::Reason::Invalid,
+                                        format!("the JSON patch could not be applied: {e}"),
+                                    )],
+                                })?
+                            }
+                            Patch::Apply(_) => unreachable!("matched above"),
+                        }
                         let (mut object, warnings) = admit(kind, doc, validation)?;
                         track_update(Some(&current), &mut object, &manager, sub);
                         (object, warnings)
@@ -531,6 +536,17 @@ pub async fn patch(
             kind.plural
         ),
     })
+}
+
+/// A short, jittered pause before re-applying a patch: up to `attempt` × 200 µs,
+/// capped at 5 ms.
+fn retry_delay(attempt: usize) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let max_us = (attempt as u64 * 200).min(5_000);
+    std::time::Duration::from_micros(u64::from(nanos) % max_us.max(1))
 }
 
 fn conflict(kind: &KindInfo, name: &str, conflicts: &[apply::Conflict]) -> ApiError {

@@ -123,77 +123,13 @@ pub fn table(
 
 /// Age of an RFC 3339 timestamp as kubectl prints it (`5s`, `3m20s`, `4h`, `12d`).
 pub fn age(timestamp: Option<&str>) -> String {
-    let Some(ts) = timestamp.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else {
-        return "<unknown>".into();
-    };
-    let secs = (Utc::now() - ts.with_timezone(&Utc)).num_seconds().max(0);
-    human_duration(secs)
-}
-
-/// kubectl's `HumanDuration` rendering of a number of seconds.
-pub fn human_duration(secs: i64) -> String {
-    let minutes = secs / 60;
-    let hours = secs / 3600;
-    let days = hours / 24;
-    let years = days / 365;
-    if secs < 120 {
-        format!("{secs}s")
-    } else if minutes < 10 {
-        match secs % 60 {
-            0 => format!("{minutes}m"),
-            s => format!("{minutes}m{s}s"),
-        }
-    } else if minutes < 180 {
-        format!("{minutes}m")
-    } else if hours < 8 {
-        match minutes % 60 {
-            0 => format!("{hours}h"),
-            m => format!("{hours}h{m}m"),
-        }
-    } else if hours < 48 {
-        format!("{hours}h")
-    } else if hours < 24 * 8 {
-        match hours % 24 {
-            0 => format!("{days}d"),
-            h => format!("{days}d{h}h"),
-        }
-    } else if days < 365 * 2 {
-        format!("{days}d")
-    } else if years < 8 {
-        match days % 365 {
-            0 => format!("{years}y"),
-            d => format!("{years}y{d}d"),
-        }
-    } else {
-        format!("{years}y")
-    }
+    crate::age::age(timestamp, Utc::now())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
-
-    #[test]
-    fn human_durations_match_kubectl() {
-        let cases = [
-            (0, "0s"),
-            (119, "119s"),
-            (120, "2m"),
-            (200, "3m20s"),
-            (600, "10m"),
-            (179 * 60, "179m"),
-            (3 * 3600 + 60, "3h1m"),
-            (10 * 3600, "10h"),
-            (50 * 3600, "2d2h"),
-            (30 * 86400, "30d"),
-            (3 * 365 * 86400 + 86400, "3y1d"),
-            (9 * 365 * 86400, "9y"),
-        ];
-        for (secs, want) in cases {
-            assert_eq!(human_duration(secs), want, "{secs}s");
-        }
-    }
 
     #[test]
     fn table_accept_is_recognised() {

@@ -225,7 +225,7 @@ impl Api {
         if let Some(b) = body {
             req = req.header("content-type", content_type).body(b);
         }
-        let resp = req.send().await.expect("request");
+        let resp = req.send().await.unwrap_or_else(|e| panic!("request {path}: {e:?}"));
         let code = resp.status().as_u16();
         let headers = resp.headers().clone();
         let bytes = resp.bytes().await.expect("body");
