@@ -71,3 +71,26 @@ fn token_create_cli_prints_a_working_token() {
     let code = rt.block_on(async { d.client_with(Some(&token)).get("/apis/hive.dev/v1/agents").await.code });
     assert_eq!(code, 200);
 }
+
+#[tokio::test]
+async fn bring_your_own_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let cert_path = dir.path().join("own.crt");
+    let key_path = dir.path().join("own.key");
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let state = dir.path().join("state");
+    let d = Daemon::spawn(
+        &state,
+        &["--tls-cert", cert_path.to_str().unwrap(), "--tls-key", key_path.to_str().unwrap()],
+    )
+    .expect("starts with its own certificate");
+    assert_eq!(d.ca_pem, cert.pem().into_bytes(), "the kubeconfig trusts the operator's certificate");
+    assert!(!state.join("pki").exists(), "no private CA is minted when a certificate is given");
+    assert_eq!(d.client().get("/apis/hive.dev/v1/agents").await.code, 200);
+    let out = d.kubectl(&["get", "agents"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
