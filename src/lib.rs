@@ -8,3 +8,4 @@ pub mod kubeconfig;
 pub mod local_client;
 pub mod server;
 pub mod store;
+pub mod submit;

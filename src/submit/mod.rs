@@ -1,0 +1,272 @@
+//! The submit layer: the only producer of Jobs. It builds an operation's DAG from the
+//! agents' live state ([`shapes`]), and writes the intent (`spec.wanted`) and the Job
+//! in ONE store transaction, so intent and its DAG are atomic and rapid toggles are
+//! last-writer-wins. A multi-agent operation is one Job with a subgraph per agent.
+//!
+//! Handing the Job to the scheduler is the caller's next step (the daemon wires it).
+
+pub mod shapes;
+
+use std::collections::BTreeSet;
+
+use hive_api::agent::{Agent, Wanted};
+use hive_api::job::{Job, JobSource, JobSpec, JobTemplate};
+use hive_api::validation::ValidationError;
+use serde_json::json;
+
+use crate::store::{self, Mutation, Obj, Outcome, Store, Subresource};
+use shapes::AgentState;
+
+/// How often a submit is retried when an agent changed between read and commit.
+const RETRIES: usize = 8;
+
+/// What the submit layer needs to know that the store does not hold: whether an agent
+/// runs right now (the runtime's observed view).
+pub trait LiveState: Send + Sync {
+    /// Whether `agent` is running.
+    fn is_running(&self, agent: &str) -> bool;
+}
+
+/// One operation to submit.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The operation, e.g. `Stop`.
+    pub template: JobTemplate,
+    /// The agents it acts on, in order (duplicates are ignored).
+    pub agents: Vec<String>,
+    /// Which surface asked.
+    pub source: JobSource,
+    /// Why, for the Job's `spec.reason`.
+    pub reason: Option<String>,
+}
+
+/// Why a submit was refused. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The request names no agent.
+    #[error("no agents given: name at least one agent")]
+    NoAgents,
+    /// A named agent does not exist.
+    #[error("agents.hive.dev \"{0}\" not found")]
+    UnknownAgent(String),
+    /// The template is not built from agent state (e.g. `MetaUpdate`).
+    #[error("template {0:?} is not an agent operation; submit it as a custom DAG")]
+    NotAgentTemplate(JobTemplate),
+    /// A stored agent does not decode (a bug: the API validates what it stores).
+    #[error("stored agent {name:?} does not decode: {message}")]
+    Corrupt {
+        /// The agent.
+        name: String,
+        /// The decode error.
+        message: String,
+    },
+    /// The built Job failed validation (a bug in a shape).
+    #[error("the built Job is invalid: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<ValidationError>),
+    /// The agents kept changing under the submit.
+    #[error("the agents changed during the submit {RETRIES} times in a row; try again")]
+    Contended,
+    /// The store refused or failed the write.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// Result of the submit layer.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Builds and stores the Job for `request`, with the intent change of every agent it
+/// names, atomically. Returns the stored Job.
+pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> Result<Obj> {
+    if !shapes::is_agent_template(request.template) {
+        return Err(Error::NotAgentTemplate(request.template));
+    }
+    let mut seen = BTreeSet::new();
+    let names: Vec<&String> = request.agents.iter().filter(|a| seen.insert(a.as_str())).collect();
+    if names.is_empty() {
+        return Err(Error::NoAgents);
+    }
+    for _ in 0..RETRIES {
+        let mut states = Vec::with_capacity(names.len());
+        let mut mutations = Vec::new();
+        for name in &names {
+            let stored = store.get("agents", name).ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
+            let agent = <Agent as serde::Deserialize>::deserialize(stored.as_ref())
+                .map_err(|e| Error::Corrupt { name: name.to_string(), message: e.to_string() })?;
+            states.push(AgentState {
+                name: name.to_string(),
+                running: live.is_running(name),
+                stale: is_stale(&agent),
+                graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+            });
+            if let Some(wanted) = shapes::intent(request.template) {
+                if agent.spec.wanted != wanted {
+                    let mut object = (*stored).clone();
+                    object["spec"]["wanted"] = json!(wanted_str(wanted));
+                    mutations.push(Mutation::Update {
+                        kind: "agents",
+                        object,
+                        subresource: Subresource::Main,
+                    });
+                }
+            }
+        }
+        let job = job_object(request, &states)?;
+        mutations.push(Mutation::Create { kind: "jobs", object: job });
+        match store.commit_all(mutations, false).await {
+            Ok(outcomes) => {
+                let job = outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written");
+                return Ok(job);
+            }
+            // An agent changed between the read and the commit: read again.
+            Err(store::Error::Conflict { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(Error::Contended)
+}
+
+fn wanted_str(wanted: Wanted) -> &'static str {
+    match wanted {
+        Wanted::Up => "Up",
+        Wanted::Offline => "Offline",
+    }
+}
+
+/// An agent is stale when the rev it asks for is not the one it runs.
+fn is_stale(agent: &Agent) -> bool {
+    match (&agent.spec.config.rev, &agent.status.applied_rev) {
+        (Some(wanted), Some(applied)) => wanted != applied && !applied.starts_with(wanted.as_str()),
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Value> {
+    let template =
+        serde_json::to_value(request.template).ok().and_then(|v| v.as_str().map(str::to_lowercase));
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let name = format!("{}-{}", template.unwrap_or_else(|| "job".into()), &suffix[..8]);
+    let spec = JobSpec {
+        template: request.template,
+        reason: request.reason.clone(),
+        source: request.source,
+        nodes: shapes::build(request.template, states),
+        ..Default::default()
+    };
+    let mut job = Job::new(name, spec);
+    job.kind = "Job".into();
+    let errors = hive_api::resource::validate(&job);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let mut value = serde_json::to_value(&job).map_err(|e| {
+        Error::Invalid(vec![ValidationError::new("", hive_api::validation::Reason::Invalid, e.to_string())])
+    })?;
+    value["status"] = json!({});
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::store::StoreConfig;
+
+    struct Running(HashSet<&'static str>);
+
+    impl LiveState for Running {
+        fn is_running(&self, agent: &str) -> bool {
+            self.0.contains(agent)
+        }
+    }
+
+    fn agent(name: &str) -> serde_json::Value {
+        json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
+               "spec": {"wanted": "Up", "config": {"repo": "r", "rev": "main"},
+                        "runtime": {"type": "process", "gracefulStopSeconds": 30, "process": {"command": ["x"]}}},
+               "status": {"appliedRev": "main"}})
+    }
+
+    async fn store_with(names: &[&str]) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        for name in names {
+            store.commit(Mutation::Create { kind: "agents", object: agent(name) }, false).await.unwrap();
+        }
+        (dir, store)
+    }
+
+    #[tokio::test]
+    async fn a_multi_agent_stop_is_one_job_written_with_its_intent() {
+        let (_dir, store) = store_with(&["a", "b"]).await;
+        let before = store.revision();
+        let live = Running(["a"].into());
+        let request = Request {
+            template: JobTemplate::Stop,
+            agents: vec!["a".into(), "b".into(), "a".into()],
+            source: JobSource::Cli,
+            reason: None,
+        };
+        let job = submit(&store, &live, &request).await.unwrap();
+        assert!(job["metadata"]["name"].as_str().unwrap().starts_with("stop-"));
+        let ids: Vec<&str> =
+            job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+        assert_eq!(
+            ids,
+            ["a/set-wanted", "a/signal", "a/drain", "a/reconcile", "b/set-wanted", "b/reconcile"]
+        );
+        for name in ["a", "b"] {
+            let stored = store.get("agents", name).unwrap();
+            assert_eq!(stored["spec"]["wanted"], "Offline");
+            assert_eq!(stored["metadata"]["generation"], 2);
+        }
+        // One transaction: two intent writes and the Job, consecutive revisions.
+        assert_eq!(store.revision(), before + 3);
+        assert_eq!(store.list("jobs").1.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unchanged_intent_is_not_rewritten_and_a_stale_start_rebuilds() {
+        let (_dir, store) = store_with(&["a"]).await;
+        let mut stale = (*store.get("agents", "a").unwrap()).clone();
+        stale["spec"]["config"]["rev"] = json!("v2");
+        store
+            .commit(Mutation::Update { kind: "agents", object: stale, subresource: Subresource::Main }, false)
+            .await
+            .ok();
+        let live = Running(HashSet::new());
+        let request = Request {
+            template: JobTemplate::Start,
+            agents: vec!["a".into()],
+            source: JobSource::Api,
+            reason: None,
+        };
+        let before = store.revision();
+        let job = submit(&store, &live, &request).await.unwrap();
+        assert_eq!(store.revision(), before + 1, "wanted was already Up: only the Job is written");
+        let kinds: Vec<&str> =
+            job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["SetWanted", "Prebuild", "StopForUpdate", "Swap", "Reconcile"]);
+    }
+
+    #[tokio::test]
+    async fn refusals_write_nothing() {
+        let (_dir, store) = store_with(&["a"]).await;
+        let before = store.revision();
+        let live = Running(HashSet::new());
+        let unknown = Request {
+            template: JobTemplate::Stop,
+            agents: vec!["a".into(), "ghost".into()],
+            source: JobSource::Api,
+            reason: None,
+        };
+        assert!(matches!(submit(&store, &live, &unknown).await, Err(Error::UnknownAgent(n)) if n == "ghost"));
+        let empty = Request { agents: vec![], ..unknown.clone() };
+        assert!(matches!(submit(&store, &live, &empty).await, Err(Error::NoAgents)));
+        let meta = Request { template: JobTemplate::MetaUpdate, ..unknown };
+        assert!(matches!(submit(&store, &live, &meta).await, Err(Error::NotAgentTemplate(_))));
+        assert_eq!(store.revision(), before);
+        assert_eq!(store.get("agents", "a").unwrap()["spec"]["wanted"], "Up");
+    }
+}

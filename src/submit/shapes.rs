@@ -1,0 +1,242 @@
+//! The DAG shape of every power and lifecycle operation, per agent, from the agent's
+//! live state — the coordinator document's "Every operation as a DAG". Pure: the
+//! caller reads live state; this module only decides nodes and edges.
+//!
+//! The head `SetWanted` (intent) and the tail `Reconcile` (convergence) are always
+//! present in the power shapes; only the mechanical nodes (Signal, Drain,
+//! StopForUpdate) depend on whether the agent runs. A multi-agent operation is one
+//! DAG with an independent subgraph per agent.
+
+use hive_api::agent::Wanted;
+use hive_api::job::{Edge, JobNode, JobNodeKind, JobTemplate};
+use serde_json::json;
+
+/// What the submit layer read about one agent just before building its subgraph.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentState {
+    /// The agent's name.
+    pub name: String,
+    /// Whether it runs now.
+    pub running: bool,
+    /// Whether its applied rev lags the wanted one (a start then rebuilds first).
+    pub stale: bool,
+    /// Whether it has a harness that honours the graceful-stop fence.
+    pub graceful: bool,
+}
+
+/// The intent an operation writes, if any.
+pub fn intent(template: JobTemplate) -> Option<Wanted> {
+    match template {
+        JobTemplate::Start | JobTemplate::Restart | JobTemplate::Spawn => Some(Wanted::Up),
+        JobTemplate::Stop | JobTemplate::Kill => Some(Wanted::Offline),
+        _ => None,
+    }
+}
+
+/// Whether `template` is one the submit layer builds from agent state.
+pub fn is_agent_template(template: JobTemplate) -> bool {
+    matches!(
+        template,
+        JobTemplate::Rebuild
+            | JobTemplate::Start
+            | JobTemplate::Stop
+            | JobTemplate::Restart
+            | JobTemplate::Kill
+            | JobTemplate::Spawn
+            | JobTemplate::Reconcile
+    )
+}
+
+/// Builds the nodes of one DAG: a subgraph per agent, in the order given.
+pub fn build(template: JobTemplate, agents: &[AgentState]) -> Vec<JobNode> {
+    agents.iter().flat_map(|a| subgraph(template, a)).collect()
+}
+
+/// Appends nodes as a chain: each node depends (AfterOk) on the one before.
+struct Chain<'a> {
+    agent: &'a str,
+    nodes: Vec<JobNode>,
+}
+
+impl<'a> Chain<'a> {
+    fn new(agent: &'a str) -> Chain<'a> {
+        Chain { agent, nodes: Vec::new() }
+    }
+
+    fn id(&self, step: &str) -> String {
+        format!("{}/{step}", self.agent)
+    }
+
+    fn push(&mut self, step: &str, kind: JobNodeKind, edge: Edge) -> &mut JobNode {
+        let mut node = JobNode::new(self.id(step), kind, Some(self.agent));
+        if let Some(prev) = self.nodes.last() {
+            node = node.after(prev.id.clone(), edge);
+        }
+        self.nodes.push(node);
+        self.nodes.last_mut().expect("just pushed")
+    }
+
+    fn then(&mut self, step: &str, kind: JobNodeKind) -> &mut JobNode {
+        self.push(step, kind, Edge::AfterOk)
+    }
+
+    fn set_wanted(&mut self, wanted: Wanted) {
+        let value = match wanted {
+            Wanted::Up => "Up",
+            Wanted::Offline => "Offline",
+        };
+        self.then("set-wanted", JobNodeKind::SetWanted).params.insert("wanted".into(), json!(value));
+    }
+
+    /// Prebuild → StopForUpdate → Swap →(AfterAny) Reconcile: the one rebuild shape.
+    /// The AfterAny edge brings a wanted-up agent back on its old config when the swap
+    /// fails.
+    fn rebuild(&mut self) {
+        self.then("prebuild", JobNodeKind::Prebuild);
+        self.then("stop-for-update", JobNodeKind::StopForUpdate);
+        self.then("swap", JobNodeKind::Swap);
+        self.push("reconcile", JobNodeKind::Reconcile, Edge::AfterAny);
+    }
+
+    fn quiesce(&mut self, agent: &AgentState) {
+        if agent.running && agent.graceful {
+            self.then("signal", JobNodeKind::Signal);
+            self.then("drain", JobNodeKind::Drain);
+        }
+    }
+}
+
+fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
+    let mut chain = Chain::new(&agent.name);
+    match template {
+        JobTemplate::Rebuild => chain.rebuild(),
+        JobTemplate::Stop => {
+            chain.set_wanted(Wanted::Offline);
+            chain.quiesce(agent);
+            chain.then("reconcile", JobNodeKind::Reconcile);
+        }
+        JobTemplate::Kill => {
+            chain.set_wanted(Wanted::Offline);
+            chain.then("reconcile", JobNodeKind::Reconcile).params.insert("kill".into(), json!(true));
+        }
+        JobTemplate::Restart => {
+            chain.set_wanted(Wanted::Up);
+            if agent.running {
+                chain.quiesce(agent);
+                chain.then("stop-for-update", JobNodeKind::StopForUpdate);
+            }
+            chain.then("reconcile", JobNodeKind::Reconcile);
+        }
+        JobTemplate::Start => {
+            chain.set_wanted(Wanted::Up);
+            if !agent.running && agent.stale {
+                chain.rebuild();
+            } else {
+                chain.then("reconcile", JobNodeKind::Reconcile);
+            }
+        }
+        JobTemplate::Spawn => {
+            chain.then("create", JobNodeKind::Create);
+            chain.then("write-dropin", JobNodeKind::WriteDropin);
+            chain.then("reconcile", JobNodeKind::Reconcile);
+        }
+        _ => {
+            chain.then("reconcile", JobNodeKind::Reconcile);
+        }
+    }
+    chain.nodes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(name: &str, running: bool, stale: bool, graceful: bool) -> AgentState {
+        AgentState { name: name.into(), running, stale, graceful }
+    }
+
+    /// `kind(dep, dep~)` per node, `~` marking an AfterAny edge.
+    fn render(nodes: &[JobNode]) -> String {
+        nodes
+            .iter()
+            .map(|n| {
+                let deps: Vec<String> = n
+                    .deps
+                    .iter()
+                    .map(|d| {
+                        let step = d.node.rsplit('/').next().unwrap_or("");
+                        if d.edge == Edge::AfterAny {
+                            format!("{step}~")
+                        } else {
+                            step.to_string()
+                        }
+                    })
+                    .collect();
+                let step = n.id.rsplit('/').next().unwrap_or("");
+                if deps.is_empty() {
+                    step.to_string()
+                } else {
+                    format!("{step}({})", deps.join(","))
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn shapes_follow_the_coordinator_document() {
+        use JobTemplate::*;
+        let cases = [
+            (Rebuild, agent("a", true, false, true), "prebuild stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"),
+            (Rebuild, agent("a", false, false, false), "prebuild stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"),
+            (Stop, agent("a", true, false, true), "set-wanted signal(set-wanted) drain(signal) reconcile(drain)"),
+            (Stop, agent("a", true, false, false), "set-wanted reconcile(set-wanted)"),
+            (Stop, agent("a", false, false, true), "set-wanted reconcile(set-wanted)"),
+            (Restart, agent("a", true, false, true), "set-wanted signal(set-wanted) drain(signal) stop-for-update(drain) reconcile(stop-for-update)"),
+            (Restart, agent("a", true, false, false), "set-wanted stop-for-update(set-wanted) reconcile(stop-for-update)"),
+            (Restart, agent("a", false, false, true), "set-wanted reconcile(set-wanted)"),
+            (Start, agent("a", false, false, true), "set-wanted reconcile(set-wanted)"),
+            (Start, agent("a", false, true, true), "set-wanted prebuild(set-wanted) stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"),
+            (Start, agent("a", true, true, true), "set-wanted reconcile(set-wanted)"),
+            (Kill, agent("a", true, false, true), "set-wanted reconcile(set-wanted)"),
+            (Spawn, agent("a", false, false, true), "create write-dropin(create) reconcile(write-dropin)"),
+            (Reconcile, agent("a", true, false, true), "reconcile"),
+        ];
+        for (template, state, want) in cases {
+            assert_eq!(render(&build(template, &[state.clone()])), want, "{template:?} {state:?}");
+        }
+    }
+
+    #[test]
+    fn many_agents_make_one_dag_with_independent_subgraphs() {
+        let nodes =
+            build(JobTemplate::Stop, &[agent("a", true, false, true), agent("b", false, false, true)]);
+        let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["a/set-wanted", "a/signal", "a/drain", "a/reconcile", "b/set-wanted", "b/reconcile"]
+        );
+        assert!(nodes.iter().all(|n| n.deps.iter().all(|d| d.node.starts_with(n.agent.as_deref().unwrap()))));
+        assert_eq!(nodes[0].params["wanted"], "Offline");
+    }
+
+    #[test]
+    fn kill_reconciles_without_a_drain_and_intents_match() {
+        let nodes = build(JobTemplate::Kill, &[agent("a", true, false, true)]);
+        assert_eq!(nodes[1].params["kill"], true);
+        assert_eq!(intent(JobTemplate::Kill), Some(Wanted::Offline));
+        assert_eq!(intent(JobTemplate::Restart), Some(Wanted::Up));
+        assert_eq!(intent(JobTemplate::Rebuild), None);
+    }
+
+    #[test]
+    fn every_shape_validates_as_a_job() {
+        use JobTemplate::*;
+        for template in [Rebuild, Start, Stop, Restart, Kill, Spawn, Reconcile] {
+            let mut job = hive_api::Job::new("j", hive_api::job::JobSpec { template, ..Default::default() });
+            job.spec.nodes = build(template, &[agent("a", true, true, true), agent("b", false, true, false)]);
+            let errors = hive_api::resource::validate(&job);
+            assert!(errors.is_empty(), "{template:?}: {errors:?}");
+        }
+    }
+}
