@@ -203,7 +203,11 @@ mod tests {
             (Reconcile, agent("a", true, false, true), "reconcile"),
         ];
         for (template, state, want) in cases {
-            assert_eq!(render(&build(template, &[state.clone()])), want, "{template:?} {state:?}");
+            assert_eq!(
+                render(&build(template, std::slice::from_ref(&state))),
+                want,
+                "{template:?} {state:?}"
+            );
         }
     }
 
