@@ -76,7 +76,8 @@ fn token_create_cli_prints_a_working_token() {
 async fn bring_your_own_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let key = rcgen::KeyPair::generate().unwrap();
-    let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
     let cert = params.self_signed(&key).unwrap();
     let cert_path = dir.path().join("own.crt");
     let key_path = dir.path().join("own.key");
