@@ -12,6 +12,7 @@ pub mod validation;
 
 pub mod agent;
 pub mod approval;
+pub mod event;
 pub mod fleet_command;
 pub mod job;
 pub mod node;

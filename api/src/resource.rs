@@ -166,6 +166,8 @@ fn cells_value<K: Resource>(value: &Value) -> Vec<Value> {
 /// Everything the server needs to serve a kind without knowing its Rust type.
 #[derive(Clone, Copy)]
 pub struct KindInfo {
+    /// `apiVersion` of the kind's objects: `hive.dev/v1`, or `v1` for core events.
+    pub api_version: &'static str,
     /// Kind name, e.g. `Agent`.
     pub kind: &'static str,
     /// List kind name, e.g. `AgentList`.
@@ -176,6 +178,8 @@ pub struct KindInfo {
     pub singular: &'static str,
     /// Short names, e.g. `ag`.
     pub short_names: &'static [&'static str],
+    /// Fields a `fieldSelector` may name (dotted paths).
+    pub field_selectors: &'static [&'static str],
     /// Decodes a body as this kind.
     pub decode: fn(&Value) -> Result<Decoded, DecodeError>,
     /// Validates a (decoded) object of this kind.
@@ -198,11 +202,13 @@ impl KindInfo {
     /// The registry entry for `K`.
     pub const fn of<K: Resource>() -> KindInfo {
         KindInfo {
+            api_version: crate::meta::API_VERSION,
             kind: K::KIND,
             list_kind: K::LIST_KIND,
             plural: K::PLURAL,
             singular: K::SINGULAR,
             short_names: K::SHORT_NAMES,
+            field_selectors: crate::selector::OBJECT_FIELDS,
             decode: decode_value::<K>,
             validate: validate_value::<K>,
             validate_update: validate_update_value::<K>,

@@ -461,20 +461,43 @@ const LABEL_NAME_RULE: &str = "1-63 alphanumerics, '-', '_' or '.', starting and
 
 /// A field that can be selected on. Every hive kind is cluster-scoped, so an object's
 /// namespace is always the empty string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Field {
     /// `metadata.name`.
     Name,
     /// `metadata.namespace` (always `""` for hive objects).
     Namespace,
+    /// Another dotted path a kind allows, e.g. `involvedObject.name` for events.
+    Path(String),
 }
+
+/// The fields every kind can be selected on.
+pub const OBJECT_FIELDS: &[&str] = &["metadata.name", "metadata.namespace"];
 
 impl Field {
     /// The field's path as written in a selector, e.g. `metadata.name`.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Field::Name => "metadata.name",
             Field::Namespace => "metadata.namespace",
+            Field::Path(path) => path,
+        }
+    }
+
+    /// The field's value in `object` as a selector compares it: strings as they are,
+    /// other scalars in their JSON text, absent fields as `""`.
+    pub fn value_in<'a>(&self, object: &'a serde_json::Value) -> std::borrow::Cow<'a, str> {
+        let mut at = object;
+        for key in self.as_str().split('.') {
+            match at.get(key) {
+                Some(next) => at = next,
+                None => return std::borrow::Cow::Borrowed(""),
+            }
+        }
+        match at {
+            serde_json::Value::String(s) => std::borrow::Cow::Borrowed(s),
+            serde_json::Value::Null => std::borrow::Cow::Borrowed(""),
+            other => std::borrow::Cow::Owned(other.to_string()),
         }
     }
 }
@@ -503,9 +526,13 @@ impl FieldRequirement {
     fn matches(&self, name: &str) -> bool {
         let actual = match self.field {
             Field::Name => name,
-            Field::Namespace => "",
+            Field::Namespace | Field::Path(_) => "",
         };
         (actual == self.value) == (self.op == FieldOp::Equals)
+    }
+
+    fn matches_object(&self, object: &serde_json::Value) -> bool {
+        (self.field.value_in(object) == self.value.as_str()) == (self.op == FieldOp::Equals)
     }
 }
 
@@ -552,9 +579,42 @@ impl FieldSelector {
         self.requirements.is_empty()
     }
 
-    /// Whether the object with this name is selected.
+    /// Whether the object with this name is selected (for selectors on
+    /// `metadata.name` / `metadata.namespace` only; other paths read as `""`).
     pub fn matches(&self, name: &str) -> bool {
         self.requirements.iter().all(|r| r.matches(name))
+    }
+
+    /// Whether `object` is selected, reading every term's field from it.
+    pub fn matches_object(&self, object: &serde_json::Value) -> bool {
+        self.requirements.iter().all(|r| r.matches_object(object))
+    }
+
+    /// Parses a selector whose fields must be among `allowed` (dotted paths); any
+    /// other field is [`SelectorError::UnsupportedField`]. `FromStr` allows
+    /// [`OBJECT_FIELDS`].
+    pub fn parse_with(text: &str, allowed: &[&str]) -> Result<FieldSelector, SelectorError> {
+        let fail = |reason: String| SelectorError::Field { selector: text.to_string(), reason };
+        let mut requirements = Vec::new();
+        for term in split_unescaped(text, ',') {
+            let term = term.trim();
+            if term.is_empty() {
+                continue;
+            }
+            let (field, op, raw) = split_term(term)
+                .ok_or_else(|| fail(format!("term {term:?} has no operator (=, == or !=)")))?;
+            let field = match field.trim() {
+                other if !allowed.contains(&other) => {
+                    return Err(SelectorError::UnsupportedField(other.to_string()))
+                }
+                "metadata.name" => Field::Name,
+                "metadata.namespace" => Field::Namespace,
+                other => Field::Path(other.to_string()),
+            };
+            let value = unescape(raw.trim()).map_err(|reason| fail(format!("{reason} in term {term:?}")))?;
+            requirements.push(FieldRequirement { field, op, value });
+        }
+        Ok(FieldSelector { requirements })
     }
 
     /// The one name this selector can match, when it has a `metadata.name=` term, so a
@@ -584,24 +644,7 @@ impl FromStr for FieldSelector {
     type Err = SelectorError;
 
     fn from_str(text: &str) -> Result<FieldSelector, SelectorError> {
-        let fail = |reason: String| SelectorError::Field { selector: text.to_string(), reason };
-        let mut requirements = Vec::new();
-        for term in split_unescaped(text, ',') {
-            let term = term.trim();
-            if term.is_empty() {
-                continue;
-            }
-            let (field, op, raw) = split_term(term)
-                .ok_or_else(|| fail(format!("term {term:?} has no operator (=, == or !=)")))?;
-            let field = match field.trim() {
-                "metadata.name" => Field::Name,
-                "metadata.namespace" => Field::Namespace,
-                other => return Err(SelectorError::UnsupportedField(other.to_string())),
-            };
-            let value = unescape(raw.trim()).map_err(|reason| fail(format!("{reason} in term {term:?}")))?;
-            requirements.push(FieldRequirement { field, op, value });
-        }
-        Ok(FieldSelector { requirements })
+        FieldSelector::parse_with(text, OBJECT_FIELDS)
     }
 }
 

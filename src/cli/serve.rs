@@ -61,6 +61,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub watch_buffer: usize,
 
+    /// How long an Event is kept after it last happened, e.g. `1h`.
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
+    pub event_ttl: Duration,
+
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
@@ -105,6 +109,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
 
     let state =
         AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: args.bookmark_interval });
+    spawn_event_expiry(store.clone(), args.event_ttl);
     let app = server::app(state);
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
@@ -138,6 +143,23 @@ fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &Token
         },
     };
     crate::kubeconfig::write(path, url, ca_pem, &token)
+}
+
+/// Deletes expired events every few minutes (and once at start).
+fn spawn_event_expiry(store: Store, ttl: Duration) {
+    let recorder = crate::events::Recorder::new(store, "hive");
+    let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(300));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            match recorder.expire(ttl).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(expired = n, "old events deleted"),
+                Err(err) => tracing::warn!(error = %err, "expiring events failed"),
+            }
+        }
+    });
 }
 
 fn init_tracing(filter: &str) {

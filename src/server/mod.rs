@@ -6,6 +6,7 @@ pub mod apply;
 pub mod body;
 pub mod discovery;
 pub mod error;
+pub mod events;
 pub mod kinds;
 pub mod openapi;
 pub mod params;
@@ -81,6 +82,7 @@ pub fn app(state: AppState) -> Router {
         .route("/openapi/v3", get(openapi::index))
         .route("/openapi/v3/apis/hive.dev/v1", get(openapi::group_version))
         .merge(kinds::router())
+        .merge(events::router())
         .merge(tokens::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -104,7 +106,9 @@ async fn method_not_allowed() -> ApiError {
 
 /// The verb a request needs, and the resource it names (for the 403 message).
 fn required(method: &Method, path: &str) -> (Verb, String) {
-    let resource = path.trim_start_matches("/apis/hive.dev/v1/").split('/').next().unwrap_or("").to_string();
+    let rest =
+        path.strip_prefix("/apis/hive.dev/v1/").or_else(|| path.strip_prefix("/api/v1/")).unwrap_or("");
+    let resource = rest.split('/').next().unwrap_or("").to_string();
     if path.starts_with("/hive/v1/tokens") {
         return (Verb::Admin, "tokens".into());
     }

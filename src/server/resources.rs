@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use hive_api::meta::{Time, API_VERSION};
+use hive_api::meta::Time;
 use hive_api::selector::{FieldSelector, LabelSelector};
 use hive_api::KindInfo;
 use serde_json::{json, Value};
@@ -68,9 +68,10 @@ pub fn admit(
 ) -> ApiResult<(Value, Vec<String>)> {
     let handled_as = format!("{} in version \"v1\" cannot be handled as a {}", kind.kind, kind.kind);
     if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
-        if api_version != API_VERSION {
+        if api_version != kind.api_version {
             return Err(ApiError::BadRequest(format!(
-                "the API version in the data ({api_version}) does not match the expected API version ({API_VERSION})"
+                "the API version in the data ({api_version}) does not match the expected API version ({})",
+                kind.api_version
             )));
         }
     }
@@ -106,7 +107,7 @@ pub fn admit(
         }
     }
     let mut object = decoded.object;
-    object["apiVersion"] = json!(API_VERSION);
+    object["apiVersion"] = json!(kind.api_version);
     object["kind"] = json!(kind.kind);
     let errors = (kind.validate)(&object);
     if !errors.is_empty() {
@@ -206,7 +207,7 @@ pub struct Selectors {
 
 impl Selectors {
     /// Parses `labelSelector` and `fieldSelector`.
-    pub fn parse(params: &Params) -> ApiResult<Selectors> {
+    pub fn parse(kind: &KindInfo, params: &Params) -> ApiResult<Selectors> {
         let labels = match params.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
             Some(s) => Some(
                 s.parse::<LabelSelector>()
@@ -216,7 +217,7 @@ impl Selectors {
         };
         let fields = match params.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
             Some(s) => Some(
-                s.parse::<FieldSelector>()
+                FieldSelector::parse_with(s, kind.field_selectors)
                     .map_err(|e| ApiError::BadRequest(format!("fieldSelector: {e}")))?,
             ),
             None => None,
@@ -227,7 +228,7 @@ impl Selectors {
     /// Whether an object passes both selectors.
     pub fn matches(&self, object: &Value) -> bool {
         if let Some(fields) = &self.fields {
-            if !fields.matches(name_of(object)) {
+            if !fields.matches_object(object) {
                 return false;
             }
         }
@@ -272,7 +273,7 @@ pub async fn list(
     uri: Uri,
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
-    let selectors = Selectors::parse(&params)?;
+    let selectors = Selectors::parse(kind, &params)?;
     if params.watch()? {
         return watch::serve(state, kind, &params, selectors, table::wants_table(&headers)).await;
     }
@@ -319,7 +320,7 @@ pub async fn list(
     // deep-copy every object into a new `Value` tree.
     let mut out = Vec::with_capacity(64 + items.len() * 512);
     out.extend_from_slice(
-        format!("{{\"apiVersion\":\"{API_VERSION}\",\"kind\":\"{}\",\"metadata\":", kind.list_kind)
+        format!("{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":", kind.api_version, kind.list_kind)
             .as_bytes(),
     );
     serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use hive_api::meta::{Status, API_VERSION};
+use hive_api::meta::Status;
 use hive_api::KindInfo;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -56,7 +56,7 @@ impl Encoder {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         line(
-            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": API_VERSION, "metadata": metadata}}),
+            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": metadata}}),
         )
     }
 }

@@ -198,3 +198,34 @@ fn describe_diff_dry_run_and_chunked_lists() {
     let chunked = ok(d.kubectl(&["get", "agents", "--chunk-size=2", "-o", "name"]));
     assert_eq!(chunked.lines().count(), 6, "{chunked}");
 }
+
+#[tokio::test]
+async fn describe_lists_the_objects_events() {
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML)));
+    let api = d.client();
+    let agent = api.get("/apis/hive.dev/v1/agents/k1").await.body;
+    for (name, about, reason) in [("k1-started", "k1", "Started"), ("other-started", "other", "Started")] {
+        let uid = if about == "k1" { agent["metadata"]["uid"].clone() } else { serde_json::json!("x") };
+        let event = serde_json::json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"apiVersion": "hive.dev/v1", "kind": "Agent", "name": about, "uid": uid},
+            "reason": reason, "message": format!("{about} started generation 1"), "type": "Normal", "count": 3,
+            "firstTimestamp": "2026-11-29T10:00:00Z", "lastTimestamp": "2026-11-29T10:05:00Z",
+            "source": {"component": "hive-test"}
+        });
+        let created = api.post("/api/v1/events", &event).await;
+        assert_eq!(created.code, 201, "{:?}", created.body);
+    }
+    let selected =
+        api.get("/api/v1/events?fieldSelector=involvedObject.name%3Dk1%2CinvolvedObject.kind%3DAgent").await;
+    assert_eq!(selected.body["items"].as_array().unwrap().len(), 1, "{:?}", selected.body);
+    let described = ok(d.kubectl(&["describe", "agent", "k1"]));
+    assert!(described.contains("Events:"), "{described}");
+    assert!(described.contains("k1 started generation 1"), "{described}");
+    assert!(!described.contains("other started"), "only k1's events:\n{described}");
+    let listed = ok(d.kubectl(&["get", "events"]));
+    assert!(listed.contains("Started"), "{listed}");
+    let hive_described = ok(d.hive(&["describe", "agent", "k1"]));
+    assert!(hive_described.contains("k1 started generation 1"), "{hive_described}");
+}

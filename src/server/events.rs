@@ -1,0 +1,111 @@
+//! The core group's one resource: `Event`, at `/api/v1/events`, so `kubectl describe`
+//! shows an object's history (it asks `/api/v1/events` with `involvedObject` field
+//! selectors). Events are cluster-scoped like every hive object; the namespaced path
+//! that namespaced clients use serves the same events.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use axum::routing::get;
+use axum::{Json, Router};
+use hive_api::event::EVENT_KIND;
+use serde_json::{json, Value};
+
+use super::error::ApiResult;
+use super::{resources, AppState};
+use crate::store::Subresource;
+
+/// The routes of `/api` and `/api/v1`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/api", get(versions))
+        .route("/api/v1", get(resource_list))
+        .route("/api/v1/events", get(list).post(create))
+        .route("/api/v1/events/{name}", get(read).put(replace).patch(patch).delete(delete))
+        .route("/api/v1/namespaces/{namespace}/events", get(list_namespaced))
+}
+
+async fn versions() -> Json<Value> {
+    Json(json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+    }))
+}
+
+async fn resource_list() -> Json<Value> {
+    Json(json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [{
+            "name": "events",
+            "singularName": "event",
+            "namespaced": false,
+            "kind": "Event",
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "shortNames": ["ev"],
+        }],
+    }))
+}
+
+async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+    resources::list(state, &EVENT_KIND, headers, uri).await
+}
+
+async fn list_namespaced(
+    State(state): State<AppState>,
+    Path(_namespace): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    resources::list(state, &EVENT_KIND, headers, uri).await
+}
+
+async fn create(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    resources::create(state, &EVENT_KIND, headers, uri, body).await
+}
+
+async fn read(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    resources::get(state, &EVENT_KIND, name, headers, uri).await
+}
+
+async fn replace(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    resources::replace(state, &EVENT_KIND, name, Subresource::Main, headers, uri, body).await
+}
+
+async fn patch(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    resources::patch(state, &EVENT_KIND, name, Subresource::Main, headers, uri, body).await
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    resources::delete(state, &EVENT_KIND, name, headers, uri, body).await
+}
