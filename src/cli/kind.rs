@@ -8,9 +8,17 @@ use hive_api::KindInfo;
 
 use super::client::encode;
 
-/// Every kind the API serves, in discovery order.
+/// Every kind the API serves, in discovery order: the `hive.dev` kinds, then core
+/// events.
 pub fn all() -> Vec<KindInfo> {
-    hive_api::kinds().to_vec()
+    let mut kinds = hive_api::kinds().to_vec();
+    kinds.push(hive_api::event::EVENT_KIND);
+    kinds
+}
+
+/// Whether `kind` belongs to the `hive.dev` group (what `all` and `hive` mean).
+fn in_hive_group(kind: &KindInfo) -> bool {
+    kind.api_version == API_VERSION
 }
 
 /// Resolves a user's name for a kind (plural, singular, short name or Kind, any case,
@@ -53,9 +61,14 @@ pub fn known(kinds: &[KindInfo]) -> String {
     format!("valid kinds: {}", names.join(", "))
 }
 
-/// `agent.hive.dev`: how kubectl names a kind in output (`-o name`, `deleted`).
+/// `agent.hive.dev`: how kubectl names a kind in output (`-o name`, `deleted`); core
+/// kinds have no group (`event`).
 pub fn qualified(kind: &KindInfo) -> String {
-    format!("{}.{GROUP}", kind.kind.to_ascii_lowercase())
+    if in_hive_group(kind) {
+        format!("{}.{GROUP}", kind.kind.to_ascii_lowercase())
+    } else {
+        kind.kind.to_ascii_lowercase()
+    }
 }
 
 /// `agent.hive.dev/a1`.
@@ -63,9 +76,13 @@ pub fn object_ref(kind: &KindInfo, name: &str) -> String {
     format!("{}/{name}", qualified(kind))
 }
 
-/// `/apis/hive.dev/v1/agents`.
+/// `/apis/hive.dev/v1/agents`, or `/api/v1/events` for the core group.
 pub fn collection_path(kind: &KindInfo) -> String {
-    format!("/apis/{API_VERSION}/{}", kind.plural)
+    if in_hive_group(kind) {
+        format!("/apis/{}/{}", kind.api_version, kind.plural)
+    } else {
+        format!("/api/{}/{}", kind.api_version, kind.plural)
+    }
 }
 
 /// `/apis/hive.dev/v1/agents/a1` (the name percent-encoded).
@@ -112,7 +129,7 @@ pub fn parse_targets(kinds: &[KindInfo], args: &[String], verb: &str) -> Result<
     }
     for word in first.split(',').filter(|w| !w.is_empty()) {
         let group: Vec<KindInfo> = match word.to_ascii_lowercase().as_str() {
-            "all" | "hive" => kinds.to_vec(),
+            "all" | "hive" => kinds.iter().filter(|k| in_hive_group(k)).copied().collect(),
             _ => vec![resolve(kinds, word)?],
         };
         for kind in group {

@@ -13,6 +13,7 @@ pub mod client;
 pub mod delete;
 pub mod describe;
 pub mod duration;
+pub mod events;
 pub mod get;
 pub mod jsonpath;
 pub mod kind;
@@ -65,6 +66,8 @@ pub enum Command {
     Describe(describe::Args),
     /// Delete objects by kind and name, by label, or from manifests.
     Delete(delete::Args),
+    /// Show the events recorded about an object (or all), and follow them with -w.
+    Events(events::Args),
     /// Wait until objects meet a condition, match a JSONPath value, or are deleted.
     Wait(wait::Args),
     /// Create and list API tokens (admin only).
@@ -118,6 +121,7 @@ pub async fn main() -> ExitCode {
         Command::Get(args) => get::exec(args, &ctx).await,
         Command::Describe(args) => describe::exec(args, &ctx).await,
         Command::Delete(args) => delete::exec(args, &ctx).await,
+        Command::Events(args) => events::exec(args, &ctx).await,
         Command::Wait(args) => return wait::exec(args, &ctx).await,
         Command::Token(args) => token::exec(args, &ctx).await,
         Command::Serve(args) => serve::exec(args, &ctx).await,

@@ -228,4 +228,9 @@ async fn describe_lists_the_objects_events() {
     assert!(listed.contains("Started"), "{listed}");
     let hive_described = ok(d.hive(&["describe", "agent", "k1"]));
     assert!(hive_described.contains("k1 started generation 1"), "{hive_described}");
+    let events = ok(d.hive(&["events", "agent/k1"]));
+    assert!(events.contains("Started") && events.contains("agent/k1"), "{events}");
+    assert!(!events.contains("other"), "{events}");
+    let all = ok(d.hive(&["get", "events", "-o", "name"]));
+    assert_eq!(all.lines().count(), 2, "{all}");
 }
