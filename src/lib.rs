@@ -7,6 +7,7 @@ pub mod cli;
 pub mod events;
 pub mod kubeconfig;
 pub mod local_client;
+pub mod runtime;
 pub mod server;
 pub mod store;
 pub mod submit;

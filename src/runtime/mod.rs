@@ -1,0 +1,396 @@
+//! Runtime drivers: the one trait for the node primitives the scheduler runs against an
+//! agent (prebuild, stop-for-update, swap, create, start with the cold-start fallback,
+//! stop, kill, signal, drain, write limits, write permissions, is-running, observed),
+//! the observed snapshot they publish, and the drivers themselves (`process`, the
+//! embedded default).
+//!
+//! The trait is shaped after the coordinator document's container lifecycle so the
+//! `nixos-container` driver maps onto it one call per command: [`Runtime::prebuild`] ≈
+//! `nix build <meta>#nixosConfigurations.<name>.config.system.build.toplevel` (the
+//! returned [`Generation::id`] is then the toplevel store path), [`Runtime::swap`] ≈
+//! `nixos-container update <name> --flake <meta>#<name>`, [`Runtime::create`] ≈
+//! `nixos-container create`, [`Runtime::start`] / [`Runtime::stop`] ≈
+//! `nixos-container start|stop`, [`Runtime::kill`] ≈ `systemctl kill --signal=KILL
+//! container@<name>`, [`Runtime::write_limits`] ≈ the `CPUQuota=`/`MemoryMax=` drop-in
+//! plus `systemctl daemon-reload`. Every input is the [`Agent`] object itself, so a
+//! driver reads the settings block of its own `spec.runtime.type`.
+//!
+//! Methods return boxed futures so a daemon can hold drivers as `Arc<dyn Runtime>` and
+//! pick one per agent by `spec.runtime.type`.
+
+pub mod process;
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_util::future::BoxFuture;
+use hive_api::agent::{Agent, Power};
+use tokio::sync::broadcast;
+
+/// A runtime result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The node primitives of DESIGN.md ("Runtime drivers"), one method each. Every
+/// method names the agent it acts on through the [`Agent`] object (its
+/// `metadata.name` and `spec`). Implementations serialize nothing across agents; the
+/// scheduler's per-agent lease serializes the container-affecting calls of one agent.
+pub trait Runtime: Send + Sync {
+    /// Materializes the agent's wanted config (`spec.config.repo` at `spec.config.rev`)
+    /// into a NEW generation and builds it, while the current generation keeps running.
+    /// Build output goes to `log` line by line. A failure leaves no half-built
+    /// generation and never touches the running agent.
+    fn prebuild<'a>(&'a self, agent: &'a Agent, log: &'a dyn BuildLog) -> BoxFuture<'a, Result<Generation>>;
+
+    /// Stops the agent for a generation swap: a plain stop that never touches the
+    /// power intent. A no-op when the agent is already stopped.
+    fn stop_for_update<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Makes a prebuilt generation the agent's current one, atomically. The agent must
+    /// be stopped ([`Error::NotStopped`] otherwise).
+    fn swap<'a>(&'a self, agent: &'a Agent, generation: &'a Generation) -> BoxFuture<'a, Result<()>>;
+
+    /// First spawn: materializes, builds and installs the agent's first generation as
+    /// current, without starting it. Atomic: a failed create leaves nothing behind.
+    fn create<'a>(&'a self, agent: &'a Agent, log: &'a dyn BuildLog) -> BoxFuture<'a, Result<Generation>>;
+
+    /// Starts the agent on its current generation, with the cold-start fallback: when
+    /// the start fails, the agent is stopped gracefully, killed, and started clean
+    /// once more; if that fails too, [`Error::ColdStart`] carries both errors. A no-op
+    /// returning the running pid when the agent already runs.
+    fn start<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Started>>;
+
+    /// Graceful stop: SIGTERM to the agent's process group, then SIGKILL once the
+    /// graceful-stop timeout (`spec.runtime.gracefulStopSeconds`, else the driver's
+    /// default) has passed. A no-op when the agent is stopped.
+    fn stop<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// SIGKILL to the agent's whole process group, without a graceful phase. A no-op
+    /// when the agent is stopped.
+    fn kill<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Sets the graceful fence and kicks the agent's harness so it runs one
+    /// stop-checkpoint turn and clears the fence. The process driver kicks with
+    /// [`process::FENCE_SIGNAL`] (SIGUSR1).
+    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Waits for the harness to clear the fence, bounded by the graceful-stop timeout.
+    /// Resolves `Ok` either way and says which happened.
+    fn drain<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Drain>>;
+
+    /// Writes the agent's resource limits (`spec.resources`) where the driver applies
+    /// them: a systemd drop-in for containers; an advisory file for processes.
+    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Writes the agent's permissions (`spec.permissions`) where its harness reads them.
+    fn write_permissions<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Whether the agent runs right now.
+    fn is_running<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<bool>>;
+
+    /// The observed snapshot of the agent: running, pid, current generation, since
+    /// when, and how it last exited.
+    fn observed<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Observed>>;
+
+    /// Removes everything the runtime keeps for a deleted agent (after stopping it):
+    /// generations, logs, fence. A no-op for an unknown agent.
+    fn destroy<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+
+    /// Observed changes (starts, exits, swaps, destroys) of every agent this runtime
+    /// runs, as they happen. Exits are published the moment the runtime reaps them.
+    /// A subscriber that falls behind the channel's buffer gets `Lagged` and should
+    /// re-read [`Runtime::observed`] for the agents it tracks.
+    fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent>;
+}
+
+/// Where a prebuild or create writes its build output, one line at a time (without
+/// the trailing newline). The scheduler hands in the node's build log; any
+/// `Fn(&str) + Send + Sync` closure is one.
+pub trait BuildLog: Send + Sync {
+    /// Appends one line.
+    fn line(&self, line: &str);
+}
+
+impl<F: Fn(&str) + Send + Sync> BuildLog for F {
+    fn line(&self, line: &str) {
+        self(line)
+    }
+}
+
+/// A built generation of an agent's config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    /// The driver's name for it: `<n>-<shortrev>` for processes, the toplevel store
+    /// path for NixOS containers.
+    pub id: String,
+    /// The config commit it was built from (a full sha).
+    pub rev: String,
+}
+
+/// What a successful [`Runtime::start`] reports.
+#[derive(Debug)]
+pub struct Started {
+    /// Pid of the agent's main process (also its process group id).
+    pub pid: u32,
+    /// The error of the first attempt when the cold-start fallback was needed.
+    pub recovered_from: Option<Box<Error>>,
+}
+
+/// How a [`Runtime::drain`] ended; both are success.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drain {
+    /// The harness cleared the fence (or the agent was not running, or exited).
+    Drained,
+    /// The timeout passed with the fence still set.
+    TimedOut,
+}
+
+/// How an agent's process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code, when it exited by itself.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// When the runtime reaped it.
+    pub at: DateTime<Utc>,
+    /// True when the runtime ended it on request (stop, kill, stop-for-update,
+    /// destroy); false for a crash or an exit of the agent's own accord.
+    pub requested: bool,
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (Some(code), _) => write!(f, "exit code {code}"),
+            (None, Some(signal)) => write!(f, "killed by signal {signal}"),
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// The observed snapshot of one agent ("Container view").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The agent's name.
+    pub agent: String,
+    /// Running or stopped; the runtime reports nothing in between for processes.
+    pub power: Power,
+    /// Pid of the main process while running; `None` once stopped.
+    pub pid: Option<u32>,
+    /// The current generation, if one is installed.
+    pub generation: Option<Generation>,
+    /// Since when the agent has been in its current power state (start or exit time);
+    /// `None` when the runtime has not seen it start or stop since the daemon started.
+    pub since: Option<DateTime<Utc>>,
+    /// How the agent last exited, if it has since the daemon started.
+    pub last_exit: Option<Exit>,
+}
+
+impl Observed {
+    /// True when the agent runs.
+    pub fn running(&self) -> bool {
+        self.power == Power::Running
+    }
+}
+
+/// One observed change, published on [`Runtime::subscribe`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeEvent {
+    /// The agent it happened to.
+    pub agent: String,
+    /// What happened.
+    pub change: Change,
+    /// When.
+    pub at: DateTime<Utc>,
+}
+
+/// What changed in a [`RuntimeEvent`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The agent was started with this main pid.
+    Started {
+        /// Pid of the main process.
+        pid: u32,
+    },
+    /// The agent's main process exited (crash or requested stop; see
+    /// [`Exit::requested`]).
+    Exited(Exit),
+    /// A new generation became current.
+    Swapped(Generation),
+    /// The agent's runtime state was removed.
+    Destroyed,
+}
+
+/// Why a runtime operation failed. Every variant names the agent; those about a
+/// command or a file name it too.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The agent's spec lacks what this driver needs (e.g. `spec.runtime.process`).
+    #[error("agent {agent:?}: {field}: {message}")]
+    Config {
+        /// The agent.
+        agent: String,
+        /// Field path in the Agent, e.g. `spec.runtime.process.command`.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+    },
+    /// A command could not be launched at all (missing program, bad directory).
+    #[error("agent {agent:?}: cannot run `{command}` in {}", dir.display())]
+    Spawn {
+        /// The agent.
+        agent: String,
+        /// The command line.
+        command: String,
+        /// Its working directory.
+        dir: PathBuf,
+        /// The launch error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A command ran and failed (git, the build command, `nixos-container`, …).
+    #[error("agent {agent:?}: `{command}` in {} failed: {status}{}", dir.display(), tail(output))]
+    Command {
+        /// The agent.
+        agent: String,
+        /// The command line.
+        command: String,
+        /// Its working directory.
+        dir: PathBuf,
+        /// Its exit status, as text.
+        status: String,
+        /// The last lines it printed (stderr for git), possibly empty.
+        output: String,
+    },
+    /// A file operation of the runtime failed.
+    #[error("agent {agent:?}: {action} {}", path.display())]
+    Io {
+        /// The agent.
+        agent: String,
+        /// What was being done, e.g. `cannot create`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Swap needs the agent stopped, and it runs.
+    #[error("agent {agent:?} is running (pid {pid}); swap requires it stopped")]
+    NotStopped {
+        /// The agent.
+        agent: String,
+        /// Its main pid.
+        pid: u32,
+    },
+    /// A swap named a generation that is not built (pruned, failed, never built).
+    #[error("agent {agent:?}: generation {generation:?} is not built ({})", path.display())]
+    UnknownGeneration {
+        /// The agent.
+        agent: String,
+        /// The generation id asked for.
+        generation: String,
+        /// Where it was expected.
+        path: PathBuf,
+    },
+    /// A start found no current generation (create or swap first).
+    #[error("agent {agent:?} has no current generation at {}", path.display())]
+    NoGeneration {
+        /// The agent.
+        agent: String,
+        /// The `current` link that is missing.
+        path: PathBuf,
+    },
+    /// The agent's command started but exited within the start grace period.
+    #[error("agent {agent:?}: `{command}` in {} exited during start: {exit} (log: {})", dir.display(), log.display())]
+    StartExited {
+        /// The agent.
+        agent: String,
+        /// The command line.
+        command: String,
+        /// Its working directory.
+        dir: PathBuf,
+        /// How it exited.
+        exit: Box<Exit>,
+        /// The agent's log file, which holds its output.
+        log: PathBuf,
+    },
+    /// The start failed, and so did the clean cold start after stop and kill.
+    #[error("agent {agent:?}: start failed: {first}; cold-start fallback failed too: {second}")]
+    ColdStart {
+        /// The agent.
+        agent: String,
+        /// Why the first start failed.
+        first: Box<Error>,
+        /// Why the cold start failed.
+        second: Box<Error>,
+    },
+    /// A signal could not be delivered.
+    #[error("agent {agent:?}: cannot send {signal} to pid {pid}")]
+    Signal {
+        /// The agent.
+        agent: String,
+        /// The signal's name, e.g. `SIGTERM`.
+        signal: &'static str,
+        /// The target pid (the process group id for group signals).
+        pid: u32,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The agent's processes did not go away after SIGKILL within the bound.
+    #[error("agent {agent:?}: pid {pid} still running {after:?} after SIGKILL")]
+    Unkillable {
+        /// The agent.
+        agent: String,
+        /// Its main pid.
+        pid: u32,
+        /// How long the runtime waited.
+        after: Duration,
+    },
+    /// The driver does not support the operation for this agent (e.g. a runtime type
+    /// handled by another driver).
+    #[error("agent {agent:?}: the {driver} runtime cannot {operation}: {message}")]
+    Unsupported {
+        /// The agent.
+        agent: String,
+        /// The driver, e.g. `process`.
+        driver: &'static str,
+        /// The operation, e.g. `start`.
+        operation: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The agent the error is about.
+    pub fn agent(&self) -> &str {
+        match self {
+            Error::Config { agent, .. }
+            | Error::Spawn { agent, .. }
+            | Error::Command { agent, .. }
+            | Error::Io { agent, .. }
+            | Error::NotStopped { agent, .. }
+            | Error::UnknownGeneration { agent, .. }
+            | Error::NoGeneration { agent, .. }
+            | Error::StartExited { agent, .. }
+            | Error::ColdStart { agent, .. }
+            | Error::Signal { agent, .. }
+            | Error::Unkillable { agent, .. }
+            | Error::Unsupported { agent, .. } => agent,
+        }
+    }
+}
+
+/// `": <output>"` for a non-empty command output, else nothing.
+fn tail(output: &str) -> String {
+    let output = output.trim();
+    if output.is_empty() {
+        String::new()
+    } else {
+        format!(": {output}")
+    }
+}

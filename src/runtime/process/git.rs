@@ -1,0 +1,83 @@
+//! The git side of a prebuild, through the `git` CLI: a per-agent mirror of the config
+//! repository (`<agent>/repo.git`, `git clone --mirror`, then `git fetch --prune`),
+//! resolving the wanted rev to a commit there, and checking that commit out into a
+//! fresh generation directory (`git clone --no-checkout` from the mirror, then
+//! `git checkout --detach`). Every command's stderr is kept for the error message.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+use crate::runtime::{BuildLog, Error, Result};
+
+/// Clones the mirror on first use, fetches it otherwise.
+pub async fn sync_mirror(agent: &str, repo: &str, mirror: &Path, log: &dyn BuildLog) -> Result<()> {
+    // A local path, a `file://` URL and remote URLs all go to git as written.
+    let url = repo;
+    if mirror.join("HEAD").exists() {
+        let dir = mirror;
+        // The stored remote follows `spec.config.repo` when the user changes it.
+        git(agent, dir, &["remote", "set-url", "origin", url], log).await?;
+        git(agent, dir, &["fetch", "--quiet", "--prune", "--force", "origin"], log).await?;
+    } else {
+        let parent = mirror.parent().unwrap_or(mirror);
+        let target = mirror.to_string_lossy();
+        git(agent, parent, &["clone", "--quiet", "--mirror", "--", url, &target], log).await?;
+    }
+    Ok(())
+}
+
+/// The full commit sha `rev` (a branch, tag or sha; `None` is the default branch's
+/// head) names in the mirror.
+pub async fn resolve(agent: &str, mirror: &Path, rev: Option<&str>, log: &dyn BuildLog) -> Result<String> {
+    let spec = format!("{}^{{commit}}", rev.unwrap_or("HEAD"));
+    let out =
+        git(agent, mirror, &["rev-parse", "--verify", "--quiet", "--end-of-options", &spec], log).await?;
+    Ok(out.trim().to_string())
+}
+
+/// Checks commit `sha` out from the mirror into `dir`, which must not exist yet.
+pub async fn checkout(agent: &str, mirror: &Path, sha: &str, dir: &Path, log: &dyn BuildLog) -> Result<()> {
+    let parent = dir.parent().unwrap_or(dir);
+    let source = mirror.to_string_lossy();
+    let target = dir.to_string_lossy();
+    git(agent, parent, &["clone", "--quiet", "--no-checkout", "--", &source, &target], log).await?;
+    git(agent, dir, &["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha], log)
+        .await?;
+    Ok(())
+}
+
+/// Runs `git <args>` in `dir`, logging the command line, and returns its stdout.
+async fn git(agent: &str, dir: &Path, args: &[&str], log: &dyn BuildLog) -> Result<String> {
+    let command = format!("git {}", args.join(" "));
+    log.line(&format!("$ {command}"));
+    let output = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|source| Error::Spawn {
+            agent: agent.into(),
+            command: command.clone(),
+            dir: dir.into(),
+            source,
+        })?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for line in stderr.lines() {
+        log.line(line);
+    }
+    if !output.status.success() {
+        return Err(Error::Command {
+            agent: agent.into(),
+            command,
+            dir: dir.into(),
+            status: output.status.to_string(),
+            output: stderr.trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}

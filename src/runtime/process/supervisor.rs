@@ -1,0 +1,191 @@
+//! Supervising one agent process: spawning it in its own process group with its output
+//! piped into the rotating log, a task that awaits the child so an exit is noticed the
+//! moment the kernel reports it (no polling), and process-group signals.
+//!
+//! Signals go through `rustix::process::kill_process_group` (the `kill(2)` syscall with
+//! a negative pid): `rustix` with only its `process` feature is small and safe, where
+//! `nix` is large and shelling out to `kill(1)` costs a fork per signal and loses the
+//! error kind (`ESRCH` is "already gone", not a failure).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rustix::process::{Pid, Signal};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::watch;
+
+use super::logs::RotatingLog;
+use crate::runtime::{Error, Exit, Generation, Result};
+
+/// A running agent process, as its supervisor task sees it.
+#[derive(Clone, Debug)]
+pub struct Running {
+    /// Pid of the main process; also the process group id.
+    pub pid: u32,
+    /// When it was spawned.
+    pub since: DateTime<Utc>,
+    /// The generation it runs.
+    pub generation: Option<Generation>,
+    /// Set before the runtime signals it to stop, so its exit counts as requested.
+    pub stop_requested: Arc<AtomicBool>,
+    /// Becomes `Some` once the supervisor has reaped it.
+    pub exited: watch::Receiver<Option<Exit>>,
+}
+
+impl Running {
+    /// Waits up to `within` for the process to be reaped; its exit, or `None` when it
+    /// still runs.
+    pub async fn wait_exit(&self, within: Duration) -> Option<Exit> {
+        let mut exited = self.exited.clone();
+        let waited = tokio::time::timeout(within, exited.wait_for(Option::is_some)).await;
+        match waited {
+            Ok(Ok(exit)) => exit.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// What to spawn.
+pub struct SpawnRequest<'a> {
+    /// The agent's name (`HIVE_AGENT`).
+    pub agent: &'a str,
+    /// Program and arguments.
+    pub argv: &'a [String],
+    /// Working directory.
+    pub dir: &'a Path,
+    /// Environment of the agent, on top of the daemon's.
+    pub env: &'a BTreeMap<String, String>,
+    /// The fence file (`HIVE_FENCE`).
+    pub fence: &'a Path,
+    /// The agent's log directory.
+    pub logs: &'a Path,
+    /// Size bound of one log file.
+    pub log_max_bytes: u64,
+    /// Number of log files kept.
+    pub log_files: usize,
+    /// The generation being started.
+    pub generation: Option<Generation>,
+}
+
+/// Spawns the agent process and its supervisor task. `on_exit` runs in that task once
+/// the process is reaped and its remaining group killed, before the exit is published
+/// on [`Running::exited`], so whoever waits there sees the runtime's state updated.
+pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'static) -> Result<Running> {
+    let SpawnRequest { agent, argv, dir, env, fence, logs, log_max_bytes, log_files, generation } = request;
+    let command = argv.join(" ");
+    let log = RotatingLog::open(logs, log_max_bytes, log_files).map_err(|source| Error::Io {
+        agent: agent.into(),
+        action: "cannot open log in",
+        path: logs.into(),
+        source,
+    })?;
+    let log = Arc::new(Mutex::new(log));
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .envs(env)
+        .env("HIVE_AGENT", agent)
+        .env("HIVE_FENCE", fence)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group, so stop and kill reach every process it started.
+        .process_group(0)
+        .spawn()
+        .map_err(|source| Error::Spawn { agent: agent.into(), command, dir: dir.into(), source })?;
+    let pid = child.id().expect("a freshly spawned child has a pid");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    tokio::spawn(pump(stdout, log.clone()));
+    tokio::spawn(pump(stderr, log));
+    let stop_requested = Arc::new(AtomicBool::new(false));
+    let (tx, exited) = watch::channel(None);
+    let requested = stop_requested.clone();
+    tokio::spawn(async move {
+        let status = child.wait().await;
+        // Leftovers of the group (children of a crashed harness) go with it.
+        let _ = signal_group(pid, Signal::KILL);
+        let (code, signal) = match status {
+            Ok(status) => (status.code(), status.signal()),
+            Err(_) => (None, None),
+        };
+        let exit = Exit { code, signal, at: Utc::now(), requested: requested.load(Ordering::SeqCst) };
+        on_exit(exit.clone());
+        let _ = tx.send(Some(exit));
+    });
+    Ok(Running { pid, since: Utc::now(), generation, stop_requested, exited })
+}
+
+/// Copies everything `reader` yields into the log until end of file.
+async fn pump(mut reader: impl AsyncRead + Unpin, log: Arc<Mutex<RotatingLog>>) {
+    let mut buf = vec![0; 8192];
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(error) = log.write(&buf[..n]) {
+                    tracing::warn!(%error, "cannot write agent log");
+                }
+            }
+        }
+    }
+}
+
+/// Sends `signal` to process group `pgid`; a group that is already gone is fine.
+pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
+    send(pgid, signal, true)
+}
+
+/// Sends `signal` to the single process `pid`; a process that is already gone is fine.
+pub fn signal_process(pid: u32, signal: Signal) -> io::Result<()> {
+    send(pid, signal, false)
+}
+
+fn send(pid: u32, signal: Signal, group: bool) -> io::Result<()> {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a valid pid"));
+    };
+    let sent = if group {
+        rustix::process::kill_process_group(pid, signal)
+    } else {
+        rustix::process::kill_process(pid, signal)
+    };
+    match sent {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(errno) => Err(errno.into()),
+    }
+}
+
+/// The start time of process `pid` in clock ticks after boot (field 22 of
+/// `/proc/<pid>/stat`): with the pid it identifies one process, so a pid reused by a
+/// later process is told apart. `None` when the process is gone (or there is no
+/// `/proc`).
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; what follows the
+    // last `)` is plain space-separated fields, starting with field 3.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// The signal error of `agent` for `pid`.
+pub fn signal_error(agent: &str, signal: &'static str, pid: u32, source: io::Error) -> Error {
+    Error::Signal { agent: agent.into(), signal, pid, source }
+}
+
+/// The working directory of a generation: its tree, or `config.dir` inside it.
+pub fn workdir(generation_dir: &Path, subdir: Option<&str>) -> PathBuf {
+    match subdir {
+        Some(sub) => generation_dir.join(sub),
+        None => generation_dir.to_path_buf(),
+    }
+}

@@ -1,0 +1,518 @@
+//! Tests of the process runtime with real processes and real git, all under a temp
+//! dir and bounded in time. The config repository holds a tiny `run.sh` whose commits
+//! `v1` and `v2` write their version to `$OUT` in a loop and clear `$HIVE_FENCE` on
+//! SIGUSR1, as an agent harness does.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hive_api::agent::{Agent, Power, ProcessRuntime as ProcessSettings};
+use tempfile::TempDir;
+use tokio::sync::broadcast;
+
+use super::{ProcessConfig, ProcessRuntime};
+use crate::runtime::{Change, Drain, Error, Exit, Runtime, RuntimeEvent};
+
+const RUN_SH: &str = r#"#!/bin/sh
+if [ -n "$IGNORE_FENCE" ]; then trap '' USR1; else trap 'rm -f "$HIVE_FENCE"' USR1; fi
+if [ -n "$FAIL_ONCE" ] && [ ! -e "$FAIL_ONCE" ]; then : > "$FAIL_ONCE"; echo "first start fails" >&2; exit 3; fi
+if [ -n "$FAIL_ALWAYS" ]; then echo "always fails" >&2; exit 4; fi
+echo "started VERSION"
+while true; do
+  echo VERSION > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+  sleep 0.05
+done
+"#;
+
+/// Runs `body` with a deadline, so a hung process fails the test instead of CI.
+async fn bounded<F: Future<Output = ()>>(body: F) {
+    tokio::time::timeout(Duration::from_secs(60), body).await.expect("test took longer than 60 s");
+}
+
+/// Polls `check` every 20 ms until it holds, for at most 10 s.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = StdCommand::new("git")
+        .args(["-c", "user.name=hive", "-c", "user.email=hive@example.com", "-c", "commit.gpgsign=false"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The test world: a temp dir with the config repository (tags v1, v2), the runtime
+/// root, and the marker file the agent writes.
+struct World {
+    tmp: TempDir,
+    repo: PathBuf,
+    runtime: ProcessRuntime,
+}
+
+impl World {
+    fn new() -> World {
+        World::with(|_| {})
+    }
+
+    fn with(tune: impl FnOnce(&mut ProcessConfig)) -> World {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("config");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "--quiet", "-b", "main"]);
+        for version in ["v1", "v2"] {
+            std::fs::write(repo.join("run.sh"), RUN_SH.replace("VERSION", version)).unwrap();
+            git(&repo, &["add", "run.sh"]);
+            git(&repo, &["commit", "--quiet", "-m", version]);
+            git(&repo, &["tag", version]);
+        }
+        let mut config = ProcessConfig::new(tmp.path().join("agents"));
+        config.start_grace = Duration::from_millis(800);
+        config.graceful_stop = Duration::from_secs(5);
+        config.kill_wait = Duration::from_secs(5);
+        tune(&mut config);
+        let runtime = ProcessRuntime::new(config);
+        World { tmp, repo, runtime }
+    }
+
+    fn marker(&self) -> PathBuf {
+        self.tmp.path().join("marker")
+    }
+
+    fn sha(&self, rev: &str) -> String {
+        git(&self.repo, &["rev-parse", &format!("{rev}^{{commit}}")])
+    }
+
+    /// Agent `alpha` at `rev`, built by copying `run.sh` (so the build visibly ran in
+    /// the generation) and run as `sh built.sh`.
+    fn agent(&self, rev: &str, env: &[(&str, &str)]) -> Agent {
+        let mut agent = Agent::default();
+        agent.metadata.name = "alpha".into();
+        agent.spec.config.repo = self.repo.display().to_string();
+        agent.spec.config.rev = Some(rev.into());
+        let mut settings = ProcessSettings {
+            build: ["sh", "-c", "echo building; cp run.sh built.sh"].map(String::from).to_vec(),
+            command: ["sh", "built.sh"].map(String::from).to_vec(),
+            ..Default::default()
+        };
+        settings.env.insert("OUT".into(), self.marker().display().to_string());
+        for (key, value) in env {
+            settings.env.insert((*key).into(), (*value).into());
+        }
+        agent.spec.runtime.process = Some(settings);
+        agent
+    }
+
+    /// Waits until the agent writes `version` to the marker file.
+    async fn serving(&self, version: &str) {
+        let marker = self.marker();
+        eventually(&format!("the agent to serve {version}"), || {
+            std::fs::read_to_string(&marker).map(|s| s.trim() == version).unwrap_or(false)
+        })
+        .await;
+    }
+
+    fn generation_dirs(&self) -> Vec<String> {
+        let dir = self.runtime.agent_dir("alpha").join("generations");
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        names
+    }
+}
+
+/// A build log that keeps its lines.
+fn build_log() -> (Arc<Mutex<Vec<String>>>, impl Fn(&str) + Send + Sync) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    (lines, move |line: &str| sink.lock().unwrap().push(line.to_string()))
+}
+
+/// The next exit of `alpha` published on `events`, within 5 s.
+async fn next_exit(events: &mut broadcast::Receiver<RuntimeEvent>) -> Exit {
+    let wait = async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if let (Change::Exited(exit), "alpha") = (event.change, event.agent.as_str()) {
+                return exit;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), wait).await.expect("no exit event within 5 s")
+}
+
+#[tokio::test]
+async fn rebuild_keeps_the_old_generation_serving_until_the_swap() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let mut events = rt.subscribe();
+        let (lines, log) = build_log();
+        let v1 = world.agent("v1", &[]);
+        let g1 = rt.create(&v1, &log).await.unwrap();
+        assert!(g1.id.starts_with("1-"), "{g1:?}");
+        assert_eq!(g1.rev, world.sha("v1"));
+        let rev_file = rt.agent_dir("alpha").join("generations").join(&g1.id).join(".hive-rev");
+        assert_eq!(std::fs::read_to_string(rev_file).unwrap().trim(), g1.rev);
+        assert!(lines.lock().unwrap().iter().any(|l| l == "building"), "build output reaches the log");
+        assert!(!rt.is_running(&v1).await.unwrap());
+
+        let started = rt.start(&v1).await.unwrap();
+        assert!(started.recovered_from.is_none());
+        let observed = rt.observed(&v1).unwrap();
+        assert_eq!((observed.power, observed.pid), (Power::Running, Some(started.pid)));
+        assert_eq!(observed.generation.as_ref(), Some(&g1));
+        assert!(observed.since.is_some());
+        world.serving("v1").await;
+
+        // Prebuild v2 while v1 keeps running and serving.
+        let v2 = world.agent("v2", &[]);
+        let g2 = rt.prebuild(&v2, &log).await.unwrap();
+        assert!(g2.id.starts_with("2-"), "{g2:?}");
+        assert_eq!(g2.rev, world.sha("v2"));
+        std::fs::remove_file(world.marker()).unwrap();
+        world.serving("v1").await;
+        let observed = rt.observed(&v2).unwrap();
+        assert_eq!(observed.pid, Some(started.pid));
+        assert_eq!(observed.generation.as_ref(), Some(&g1), "prebuild does not switch current");
+
+        let refused = rt.swap(&v2, &g2).await.unwrap_err();
+        assert!(matches!(refused, Error::NotStopped { pid, .. } if pid == started.pid), "{refused}");
+
+        rt.stop_for_update(&v2).await.unwrap();
+        let stopped = rt.observed(&v2).unwrap();
+        assert_eq!((stopped.power, stopped.pid), (Power::Stopped, None));
+        assert!(stopped.last_exit.as_ref().unwrap().requested);
+        rt.stop_for_update(&v2).await.unwrap(); // a no-op when stopped
+
+        rt.swap(&v2, &g2).await.unwrap();
+        let restarted = rt.start(&v2).await.unwrap();
+        assert_ne!(restarted.pid, started.pid);
+        world.serving("v2").await;
+        assert_eq!(rt.observed(&v2).unwrap().generation, Some(g2.clone()));
+
+        let mut changes = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            changes.push(match event.change {
+                Change::Started { .. } => "started".to_string(),
+                Change::Exited(exit) => format!("exited requested={}", exit.requested),
+                Change::Swapped(g) => format!("swapped {}", &g.id[..1]),
+                Change::Destroyed => "destroyed".into(),
+            });
+        }
+        assert_eq!(changes, ["swapped 1", "started", "exited requested=true", "swapped 2", "started"]);
+        rt.stop(&v2).await.unwrap();
+        assert!(!rt.is_running(&v2).await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_build_leaves_the_running_generation_untouched_and_no_half_generation() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let v1 = world.agent("v1", &[]);
+        let g1 = rt.create(&v1, &log).await.unwrap();
+        let pid = rt.start(&v1).await.unwrap().pid;
+
+        let mut broken = world.agent("v2", &[]);
+        broken.spec.runtime.process.as_mut().unwrap().build =
+            ["sh", "-c", "echo compiling; echo broken >&2; exit 7"].map(String::from).to_vec();
+        let (lines, log) = build_log();
+        let error = rt.prebuild(&broken, &log).await.unwrap_err();
+        match &error {
+            Error::Command { agent, command, output, .. } => {
+                assert_eq!(agent, "alpha");
+                assert!(command.contains("exit 7"), "{command}");
+                assert!(output.contains("broken"), "{output}");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+        assert!(error.to_string().contains("exit status: 7"), "{error}");
+        assert!(lines.lock().unwrap().iter().any(|l| l == "compiling"));
+        assert_eq!(world.generation_dirs(), std::slice::from_ref(&g1.id), "no half-built generation is left");
+        let observed = rt.observed(&v1).unwrap();
+        assert_eq!((observed.pid, observed.generation), (Some(pid), Some(g1.clone())));
+
+        // An unknown rev fails in git, before any generation directory exists.
+        let missing = world.agent("no-such-rev", &[]);
+        let error = rt.prebuild(&missing, &log).await.unwrap_err();
+        assert!(matches!(&error, Error::Command { command, .. } if command.contains("rev-parse")), "{error}");
+        assert_eq!(world.generation_dirs(), std::slice::from_ref(&g1.id));
+        world.serving("v1").await;
+        rt.stop(&v1).await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_create_leaves_nothing_behind() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let mut agent = world.agent("v1", &[]);
+        agent.spec.runtime.process.as_mut().unwrap().build = vec!["false".into()];
+        let (_, log) = build_log();
+        rt.create(&agent, &log).await.unwrap_err();
+        assert!(!rt.agent_dir("alpha").exists());
+        let error = rt.start(&agent).await.unwrap_err();
+        assert!(matches!(error, Error::NoGeneration { .. }), "{error}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_start_gets_the_cold_start_fallback_and_both_errors_when_that_fails_too() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let flag = world.tmp.path().join("failed-once");
+        let once = world.agent("v1", &[("FAIL_ONCE", flag.to_str().unwrap())]);
+        rt.create(&once, &log).await.unwrap();
+        let started = rt.start(&once).await.unwrap();
+        let first = started.recovered_from.expect("the first start failed");
+        assert!(matches!(&*first, Error::StartExited { exit, .. } if exit.code == Some(3)), "{first}");
+        assert!(rt.is_running(&once).await.unwrap());
+        world.serving("v1").await;
+        rt.stop(&once).await.unwrap();
+
+        let always = world.agent("v1", &[("FAIL_ALWAYS", "1")]);
+        let error = rt.start(&always).await.unwrap_err();
+        let Error::ColdStart { first, second, .. } = &error else { panic!("unexpected error {error}") };
+        assert!(matches!(&**first, Error::StartExited { exit, .. } if exit.code == Some(4)), "{first}");
+        assert!(matches!(&**second, Error::StartExited { exit, .. } if exit.code == Some(4)), "{second}");
+        let message = error.to_string();
+        assert!(
+            message.contains("start failed") && message.contains("cold-start fallback failed"),
+            "{message}"
+        );
+        assert!(!rt.is_running(&always).await.unwrap());
+        let log_text = std::fs::read_to_string(rt.log_files("alpha").pop().unwrap()).unwrap();
+        assert!(log_text.contains("always fails"), "the agent's stderr is in its log: {log_text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn signal_then_drain_ends_when_the_harness_clears_the_fence_or_at_the_timeout() {
+    bounded(async {
+        let world = World::with(|config| config.graceful_stop = Duration::from_millis(600));
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let honours = world.agent("v1", &[]);
+        rt.create(&honours, &log).await.unwrap();
+        rt.start(&honours).await.unwrap();
+        rt.signal(&honours).await.unwrap();
+        assert_eq!(rt.drain(&honours).await.unwrap(), Drain::Drained);
+        assert!(!rt.agent_dir("alpha").join("fence").exists());
+        assert!(rt.is_running(&honours).await.unwrap(), "drain does not stop the agent");
+        rt.stop(&honours).await.unwrap();
+
+        let ignores = world.agent("v1", &[("IGNORE_FENCE", "1")]);
+        rt.start(&ignores).await.unwrap();
+        rt.signal(&ignores).await.unwrap();
+        let begun = tokio::time::Instant::now();
+        assert_eq!(rt.drain(&ignores).await.unwrap(), Drain::TimedOut);
+        assert!(begun.elapsed() >= Duration::from_millis(600));
+        assert!(rt.agent_dir("alpha").join("fence").exists());
+        rt.stop(&ignores).await.unwrap();
+        assert_eq!(rt.drain(&ignores).await.unwrap(), Drain::Drained, "nothing to drain once stopped");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_external_kill_is_published_at_once_with_its_status() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let agent = world.agent("v1", &[]);
+        rt.create(&agent, &log).await.unwrap();
+        let pid = rt.start(&agent).await.unwrap().pid;
+        let mut events = rt.subscribe();
+        let status = StdCommand::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+        assert!(status.success());
+        let exit = next_exit(&mut events).await;
+        assert_eq!((exit.code, exit.signal, exit.requested), (None, Some(9), false));
+        assert_eq!(exit.to_string(), "killed by signal 9");
+        let observed = rt.observed(&agent).unwrap();
+        assert_eq!((observed.power, observed.pid), (Power::Stopped, None));
+        assert_eq!(observed.last_exit, Some(exit));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_agent_log_rotates_at_its_size_bound() {
+    bounded(async {
+        let world = World::with(|config| {
+            config.log_max_bytes = 1024;
+            config.log_files = 2;
+        });
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let mut agent = world.agent("v1", &[]);
+        let script =
+            "i=0; while [ $i -lt 200 ]; do echo line-$i-0123456789abcdef; i=$((i+1)); done; exec sleep 30";
+        agent.spec.runtime.process.as_mut().unwrap().command =
+            ["sh", "-c", script].map(String::from).to_vec();
+        rt.create(&agent, &log).await.unwrap();
+        rt.start(&agent).await.unwrap();
+        let live = rt.agent_dir("alpha").join("logs").join("agent.log");
+        eventually("the last line in the live log", || {
+            std::fs::read_to_string(&live).map(|s| s.contains("line-199-")).unwrap_or(false)
+        })
+        .await;
+        let files = rt.log_files("alpha");
+        assert_eq!(files.len(), 2, "{files:?}");
+        assert!(files[0].ends_with("agent.log.1"));
+        for file in &files {
+            let len = std::fs::metadata(file).unwrap().len();
+            assert!(len <= 1024, "{} holds {len} bytes", file.display());
+        }
+        rt.kill(&agent).await.unwrap();
+        assert!(!rt.is_running(&agent).await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn limits_permissions_and_destroy() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let mut agent = world.agent("v1", &[]);
+        agent.spec.resources.cpu_quota = Some("200%".into());
+        agent.spec.resources.memory_max = Some("4G".into());
+        agent.spec.permissions.tool_groups = vec!["git".into()];
+        rt.create(&agent, &log).await.unwrap();
+        rt.write_limits(&agent).await.unwrap();
+        rt.write_permissions(&agent).await.unwrap();
+        let dir = rt.agent_dir("alpha");
+        let limits: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
+        assert_eq!(limits, serde_json::json!({"cpuQuota": "200%", "memoryMax": "4G", "enforced": false}));
+        let permissions: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("permissions.json")).unwrap()).unwrap();
+        assert_eq!(permissions, serde_json::json!({"toolGroups": ["git"], "capabilities": []}));
+
+        rt.start(&agent).await.unwrap();
+        let mut events = rt.subscribe();
+        rt.destroy(&agent).await.unwrap();
+        assert!(!dir.exists());
+        assert!(next_exit(&mut events).await.requested);
+        assert_eq!(events.recv().await.unwrap().change, Change::Destroyed);
+        rt.destroy(&agent).await.unwrap(); // unknown agent: no-op
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn stop_escalates_to_sigkill_when_sigterm_is_ignored() {
+    bounded(async {
+        let world = World::with(|config| config.graceful_stop = Duration::from_millis(500));
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let mut agent = world.agent("v1", &[]);
+        let script = "trap '' TERM; while true; do sleep 0.05; done";
+        agent.spec.runtime.process.as_mut().unwrap().command =
+            ["sh", "-c", script].map(String::from).to_vec();
+        rt.create(&agent, &log).await.unwrap();
+        let pid = rt.start(&agent).await.unwrap().pid;
+        assert!(rt.agent_dir("alpha").join("pid").exists());
+        let mut events = rt.subscribe();
+        let begun = tokio::time::Instant::now();
+        rt.stop(&agent).await.unwrap();
+        assert!(begun.elapsed() >= Duration::from_millis(500), "SIGTERM alone did not stop it");
+        let exit = next_exit(&mut events).await;
+        assert_eq!((exit.signal, exit.requested), (Some(9), true));
+        assert!(super::supervisor::start_ticks(pid).is_none(), "pid {pid} is gone");
+        assert!(!rt.agent_dir("alpha").join("pid").exists(), "the pid file goes with the process");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn orphans_of_an_earlier_daemon_are_killed_and_reused_pids_are_not() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let spawn_sleep = || {
+            use std::os::unix::process::CommandExt;
+            StdCommand::new("sleep").arg("30").process_group(0).spawn().unwrap()
+        };
+        let mut orphan = spawn_sleep();
+        let mut stranger = spawn_sleep();
+        for (name, child, skew) in [("orphan", &orphan, 0), ("stale", &stranger, 1)] {
+            let dir = rt.agent_dir(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let ticks = super::supervisor::start_ticks(child.id()).unwrap() + skew;
+            std::fs::write(dir.join("pid"), format!("{} {ticks}\n", child.id())).unwrap();
+        }
+        let killed = rt.kill_orphans();
+        assert_eq!(killed, [("orphan".to_string(), orphan.id())]);
+        let status = tokio::task::spawn_blocking(move || orphan.wait().unwrap()).await.unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+        assert!(stranger.try_wait().unwrap().is_none(), "a pid whose start time differs is left alone");
+        assert!(!rt.agent_dir("stale").join("pid").exists());
+        stranger.kill().unwrap();
+        stranger.wait().unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_driver_works_as_a_trait_object() {
+    bounded(async {
+        let world = World::new();
+        let rt: Arc<dyn Runtime> = Arc::new(world.runtime.clone());
+        let (_, log) = build_log();
+        let agent = world.agent("v1", &[]);
+        let generation = rt.create(&agent, &log).await.unwrap();
+        let pid = rt.start(&agent).await.unwrap().pid;
+        let observed = rt.observed(&agent).await.unwrap();
+        assert!(observed.running());
+        assert_eq!((observed.pid, observed.generation), (Some(pid), Some(generation)));
+        rt.signal(&agent).await.unwrap();
+        assert_eq!(rt.drain(&agent).await.unwrap(), Drain::Drained);
+        rt.stop(&agent).await.unwrap();
+        assert!(!rt.is_running(&agent).await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn old_generations_are_pruned_but_never_the_current_one() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let v1 = world.agent("v1", &[]);
+        let current = rt.create(&v1, &log).await.unwrap();
+        for rev in ["v2", "v1", "v2", "v1"] {
+            rt.prebuild(&world.agent(rev, &[]), &log).await.unwrap();
+        }
+        let ids: Vec<String> = world.generation_dirs().iter().map(|id| id[..1].to_string()).collect();
+        assert_eq!(ids, ["1", "3", "4", "5"], "the 3 newest and the current one are kept");
+        let snapshot = rt.snapshot();
+        assert_eq!(snapshot.len(), 1);
+        assert_eq!((snapshot[0].agent.as_str(), snapshot[0].power), ("alpha", Power::Stopped));
+        assert_eq!(snapshot[0].generation, Some(current));
+    })
+    .await;
+}
