@@ -4,6 +4,7 @@
 pub mod age;
 pub mod auth;
 pub mod cli;
+pub mod crashwatch;
 pub mod events;
 pub mod kubeconfig;
 pub mod local_client;
