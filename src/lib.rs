@@ -9,6 +9,7 @@ pub mod events;
 pub mod kubeconfig;
 pub mod local_client;
 pub mod runtime;
+pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod submit;

@@ -1,0 +1,434 @@
+//! The scheduler task: owns every DAG, receives requests and node completions on one
+//! channel, starts ready nodes whose resources are free, and publishes one batch of Job
+//! updates per turn.
+//!
+//! A turn handles every message already waiting (up to a bound), then settles DAGs that
+//! became terminal (releasing their leases, applying history), then makes one pass over
+//! the dep-ready nodes in (submit order, node order), then publishes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures_util::FutureExt;
+use hive_api::{JobSpec, Time};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::dag::{Dag, Ending};
+use super::error::{Error, NodeError, Result};
+use super::executor::{Executor, NodeContext, NodeOutcome, NodeRun};
+use super::history::History;
+use super::log::NodeLog;
+use super::resources::{would_deadlock, Resources};
+use super::snapshot::{JobSink, JobSnapshot, JobUpdate};
+use super::{CancelledJob, SchedulerConfig};
+
+/// Messages handled per turn at most, so requests stay answered under a flood of
+/// completions.
+const MAX_BATCH: usize = 4096;
+
+/// What the scheduler task receives: requests from handles, and reports from nodes.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Submit { name: String, spec: JobSpec, reply: oneshot::Sender<Result<()>> },
+    Cancel { name: String, reply: oneshot::Sender<Result<CancelledJob>> },
+    CancelChildren { name: String, reply: oneshot::Sender<Result<Vec<CancelledJob>>> },
+    Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
+    List { reply: oneshot::Sender<Vec<JobSnapshot>> },
+    Log { job: String, node: String, reply: oneshot::Sender<Result<Arc<NodeLog>>> },
+    Step { seq: u64, index: u32, label: String },
+    Finished { seq: u64, index: u32, result: Result<NodeOutcome, NodeError>, children: Vec<JobSpec> },
+    Shutdown { reply: oneshot::Sender<()> },
+}
+
+pub(super) struct Engine<E, S> {
+    executor: Arc<E>,
+    sink: S,
+    config: SchedulerConfig,
+    /// For node contexts; weak so the task ends once every handle and node is gone.
+    tx: mpsc::WeakUnboundedSender<Msg>,
+    dags: BTreeMap<u64, Dag>,
+    names: HashMap<String, u64>,
+    next_seq: u64,
+    /// Dep-ready queued nodes, in the order they compete: submit order, then node order.
+    ready: BTreeSet<(u64, u32)>,
+    resources: Resources,
+    history: History,
+    tasks: JoinSet<()>,
+    /// DAGs changed this turn, each once (see `touched_set`).
+    touched: Vec<u64>,
+    touched_set: BTreeSet<u64>,
+    created: Vec<JobUpdate>,
+    removed: Vec<JobUpdate>,
+}
+
+impl<E: Executor, S: JobSink> Engine<E, S> {
+    pub(super) fn new(
+        executor: E,
+        sink: S,
+        config: SchedulerConfig,
+        tx: mpsc::WeakUnboundedSender<Msg>,
+        resources: Resources,
+    ) -> Self {
+        Engine {
+            executor: Arc::new(executor),
+            sink,
+            history: History::new(config.history_per_template),
+            config,
+            tx,
+            dags: BTreeMap::new(),
+            names: HashMap::new(),
+            next_seq: 1,
+            ready: BTreeSet::new(),
+            resources,
+            tasks: JoinSet::new(),
+            touched: Vec::new(),
+            touched_set: BTreeSet::new(),
+            created: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    /// The task loop; returns at shutdown or when every sender is gone.
+    pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
+        while let Some(first) = rx.recv().await {
+            let now = Time(chrono::Utc::now());
+            let mut stop = None;
+            let mut next = Some(first);
+            let mut handled = 0;
+            while let Some(msg) = next.take() {
+                match msg {
+                    Msg::Shutdown { reply } => {
+                        stop = Some(reply);
+                        break;
+                    }
+                    msg => self.handle(msg, now),
+                }
+                handled += 1;
+                if handled < MAX_BATCH {
+                    next = rx.try_recv().ok();
+                }
+            }
+            self.end_turn(now);
+            while self.tasks.try_join_next().is_some() {}
+            if let Some(reply) = stop {
+                // Running nodes are abandoned; the daemon marks their Jobs interrupted
+                // at its next start.
+                self.tasks.shutdown().await;
+                let _ = reply.send(());
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Msg, now: Time) {
+        match msg {
+            Msg::Submit { name, spec, reply } => {
+                let _ = reply.send(self.submit(name, spec, now).map(|_| ()));
+            }
+            Msg::Cancel { name, reply } => {
+                let _ = reply.send(self.cancel(&name, now));
+            }
+            Msg::CancelChildren { name, reply } => {
+                let _ = reply.send(self.cancel_children(&name, now));
+            }
+            Msg::Snapshot { name, reply } => {
+                let _ = reply.send(self.dag(&name).map(Dag::snapshot));
+            }
+            Msg::List { reply } => {
+                let _ = reply.send(self.dags.values().map(Dag::snapshot).collect());
+            }
+            Msg::Log { job, node, reply } => {
+                let _ = reply.send(self.log(&job, &node));
+            }
+            Msg::Step { seq, index, label } => {
+                if let Some(dag) = self.dags.get_mut(&seq) {
+                    dag.set_step(index, label);
+                    self.touch(seq);
+                }
+            }
+            Msg::Finished { seq, index, result, children } => {
+                self.finished(seq, index, result, children, now)
+            }
+            Msg::Shutdown { .. } => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn dag(&self, name: &str) -> Result<&Dag> {
+        self.names
+            .get(name)
+            .and_then(|seq| self.dags.get(seq))
+            .ok_or_else(|| Error::NotFound { name: name.to_string() })
+    }
+
+    fn touch(&mut self, seq: u64) {
+        if self.touched_set.insert(seq) {
+            self.touched.push(seq);
+        }
+    }
+
+    /// Adds a validated DAG; its roots become ready.
+    fn submit(&mut self, name: String, spec: JobSpec, now: Time) -> Result<u64> {
+        if self.names.contains_key(&name) {
+            return Err(Error::AlreadyExists { name });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let dag = Dag::new(seq, name.as_str().into(), Arc::new(spec), now);
+        self.ready.extend(dag.roots().map(|i| (seq, i)));
+        self.names.insert(name, seq);
+        self.dags.insert(seq, dag);
+        self.touch(seq);
+        Ok(seq)
+    }
+
+    fn cancel(&mut self, name: &str, now: Time) -> Result<CancelledJob> {
+        let seq = self.dag(name)?.seq;
+        self.cancel_seq(seq, now)
+    }
+
+    fn cancel_seq(&mut self, seq: u64, now: Time) -> Result<CancelledJob> {
+        let dag = self.dags.get_mut(&seq).expect("caller checked");
+        if !dag.is_fully_queued() {
+            return Err(Error::NotCancellable { name: dag.name.to_string(), phase: dag.phase() });
+        }
+        dag.cancel_all("cancelled while queued", now);
+        let cancelled = CancelledJob::of(&dag.name, &dag.spec);
+        let stale: Vec<(u64, u32)> = self.ready.range((seq, 0)..=(seq, u32::MAX)).copied().collect();
+        for key in stale {
+            self.ready.remove(&key);
+        }
+        self.touch(seq);
+        Ok(cancelled)
+    }
+
+    fn cancel_children(&mut self, name: &str, now: Time) -> Result<Vec<CancelledJob>> {
+        self.dag(name)?;
+        let children: Vec<u64> = self
+            .dags
+            .values()
+            .filter(|d| d.spec.parent.as_deref() == Some(name) && d.is_fully_queued())
+            .map(|d| d.seq)
+            .collect();
+        children.into_iter().map(|seq| self.cancel_seq(seq, now)).collect()
+    }
+
+    fn log(&mut self, job: &str, node: &str) -> Result<Arc<NodeLog>> {
+        let seq = self.dag(job)?.seq;
+        let limit = self.config.log_limit;
+        let dag = self.dags.get_mut(&seq).expect("looked up");
+        let index = dag
+            .node_index(node)
+            .ok_or_else(|| Error::NodeNotFound { job: job.to_string(), node: node.to_string() })?;
+        let slot = &mut dag.nodes[index as usize];
+        let terminal = slot.state.is_terminal();
+        Ok(slot
+            .log
+            .get_or_insert_with(|| {
+                let log = NodeLog::new(limit);
+                if terminal {
+                    log.close();
+                }
+                log
+            })
+            .clone())
+    }
+
+    fn finished(
+        &mut self,
+        seq: u64,
+        index: u32,
+        result: Result<NodeOutcome, NodeError>,
+        children: Vec<JobSpec>,
+        now: Time,
+    ) {
+        let Some(dag) = self.dags.get_mut(&seq) else { return };
+        if dag.is_heavy(index) {
+            self.resources.give_slot();
+        }
+        let ok = result.is_ok();
+        let ending = match result {
+            Ok(outcome) => Ending::Done(outcome.step),
+            Err(e) => Ending::Failed(e.to_string()),
+        };
+        let mut ready = Vec::new();
+        dag.finish(index, ending, now, &mut ready);
+        self.ready.extend(ready.into_iter().map(|i| (seq, i)));
+        self.touch(seq);
+        if ok {
+            for spec in children {
+                self.fan_out(seq, spec, now);
+            }
+        }
+    }
+
+    /// Submits a child of DAG `parent` under a name derived from the parent's.
+    fn fan_out(&mut self, parent: u64, spec: JobSpec, now: Time) {
+        let parent_dag = &self.dags[&parent];
+        let mut k = parent_dag.children.len() + 1;
+        let name = loop {
+            let candidate = child_name(&parent_dag.name, k);
+            if !self.names.contains_key(&candidate) {
+                break candidate;
+            }
+            k += 1;
+        };
+        let seq = self.submit(name.clone(), spec, now).expect("name is free");
+        let spec = self.dags[&seq].spec.clone();
+        self.created.push(JobUpdate::Created { name: name.clone(), spec });
+        let parent_dag = self.dags.get_mut(&parent).expect("parent exists");
+        parent_dag.children.push(name);
+        parent_dag.touch();
+    }
+
+    fn end_turn(&mut self, now: Time) {
+        self.settle(now);
+        self.pass(now);
+        self.resources.publish();
+        let mut batch = std::mem::take(&mut self.created);
+        for seq in std::mem::take(&mut self.touched) {
+            if let Some(update) = self.dags.get_mut(&seq).and_then(Dag::take_update) {
+                batch.push(JobUpdate::Changed(update));
+            }
+        }
+        self.touched_set.clear();
+        batch.append(&mut self.removed);
+        if !batch.is_empty() {
+            self.sink.publish(batch);
+        }
+    }
+
+    /// Finishes DAGs that became terminal this turn: releases their leases and applies
+    /// history.
+    fn settle(&mut self, now: Time) {
+        for k in 0..self.touched.len() {
+            let seq = self.touched[k];
+            let Some(dag) = self.dags.get_mut(&seq) else { continue };
+            if !dag.is_terminal() || dag.is_finished() {
+                continue;
+            }
+            dag.set_finished(now);
+            for agent in std::mem::take(&mut dag.held) {
+                self.resources.release(&agent);
+            }
+            let template = dag.spec.template;
+            for old in self.history.record(template, seq) {
+                if let Some(gone) = self.dags.remove(&old) {
+                    self.names.remove(&*gone.name);
+                    self.removed.push(JobUpdate::Removed { name: gone.name.to_string() });
+                }
+            }
+        }
+    }
+
+    /// Starts every dep-ready node whose resources are free, in competition order.
+    ///
+    /// FIFO: a node that could take its agent's lease but waits for a build slot
+    /// reserves that lease for the rest of the pass, so a later DAG's cheap node cannot
+    /// take the lease and starve it. A node waiting for a lease held by another DAG
+    /// reserves nothing (so builds elsewhere keep going); when the lease frees, the
+    /// earliest waiter is first in the next pass.
+    fn pass(&mut self, now: Time) {
+        if self.ready.is_empty() {
+            return;
+        }
+        // Leases taken in this pass are applied at once, so the deadlock check of a
+        // later candidate sees them.
+        let candidates: Vec<(u64, u32)> = self.ready.iter().copied().collect();
+        let mut reserved: Vec<(String, u64)> = Vec::new();
+        for (seq, i) in candidates {
+            let dag = &self.dags[&seq];
+            let heavy = dag.is_heavy(i);
+            let slot_free = self.resources.slots_left() > 0;
+            let acquire = match dag.lease_of(i) {
+                None => None,
+                Some(agent) if dag.holds(agent) => None,
+                Some(agent) => {
+                    let free = self.resources.holder(agent).is_none()
+                        && !reserved.iter().any(|(a, s)| a == agent && *s != seq);
+                    if !free || would_deadlock(&self.dags, &self.resources, seq, agent) {
+                        continue;
+                    }
+                    Some(agent.to_string())
+                }
+            };
+            if heavy && !slot_free {
+                reserved.extend(acquire.map(|agent| (agent, seq)));
+                continue;
+            }
+            if let Some(agent) = acquire {
+                self.resources.acquire(&agent, seq);
+                self.dags.get_mut(&seq).expect("ready DAG exists").held.push(agent);
+            }
+            self.ready.remove(&(seq, i));
+            self.start_node(seq, i, now);
+        }
+    }
+
+    fn start_node(&mut self, seq: u64, i: u32, now: Time) {
+        let limit = self.config.log_limit;
+        let dag = self.dags.get_mut(&seq).expect("ready DAG exists");
+        if dag.is_heavy(i) {
+            self.resources.take_slot();
+        }
+        let log = dag.nodes[i as usize].log.clone().unwrap_or_else(|| NodeLog::new(limit));
+        dag.start(i, now, log.clone());
+        self.touch(seq);
+        let Some(tx) = self.tx.upgrade() else { return };
+        let dag = &self.dags[&seq];
+        let kind = dag.spec.nodes[i as usize].kind;
+        let fan_out = Arc::new(Mutex::new(Vec::new()));
+        let ctx = NodeContext {
+            job: dag.name.clone(),
+            seq,
+            index: i,
+            log,
+            tx: tx.clone(),
+            fan_out: fan_out.clone(),
+        };
+        let run = NodeRun { job: dag.name.clone(), spec: dag.spec.clone(), index: i as usize, ctx };
+        let executor = self.executor.clone();
+        self.tasks.spawn(async move {
+            let result = AssertUnwindSafe(executor.run(run))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|panic| Err(NodeError::Panicked(kind, panic_message(&panic))));
+            let children = std::mem::take(&mut *fan_out.lock().unwrap_or_else(PoisonError::into_inner));
+            let _ = tx.send(Msg::Finished { seq, index: i, result, children });
+        });
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+/// `parent-k`, with the parent's name cut so the result is a DNS-1123 label (≤ 63).
+fn child_name(parent: &str, k: usize) -> String {
+    let suffix = format!("-{k}");
+    let room = hive_api::validation::MAX_NAME_LEN - suffix.len();
+    let base = parent[..parent.len().min(room)].trim_end_matches('-');
+    format!("{base}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn child_names_stay_labels() {
+        assert_eq!(child_name("meta-update", 1), "meta-update-1");
+        let long = format!("{}-{}", "a".repeat(59), "b".repeat(3));
+        let name = child_name(&long, 12);
+        assert_eq!(name.len(), 62);
+        assert!(name.ends_with("aaa-12"), "{name}");
+        assert!(hive_api::validation::dns1123_label(&child_name(&"x".repeat(63), 100)).is_ok());
+    }
+}

@@ -1,0 +1,197 @@
+//! The seam between the scheduler and whatever runs a node: the [`Executor`] trait, what
+//! a node run carries ([`NodeRun`], [`NodeContext`]), and the stand-in behaviour for
+//! primitives whose executors land in later steps ([`UnavailableExecutor`]).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use hive_api::job::{JobNode, JobNodeKind, JobSource, JobTemplate};
+use hive_api::{Job, JobSpec};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::engine::Msg;
+use super::error::{Error, NodeError, Result};
+use super::log::NodeLog;
+
+/// Longest step label kept, in bytes; longer labels are cut at a character boundary.
+const MAX_STEP_LEN: usize = 256;
+
+/// Runs one node's primitive. The real implementation dispatches on
+/// [`NodeRun::kind`] to the runtime driver; tests use scripted executors.
+///
+/// The scheduler calls `run` on its own tokio task per node, so a slow node never
+/// blocks scheduling; a panic inside `run` fails the node ([`NodeError::Panicked`]).
+pub trait Executor: Send + Sync + 'static {
+    /// Runs the node to completion. Progress goes through `node.ctx`.
+    fn run(&self, node: NodeRun) -> impl Future<Output = Result<NodeOutcome, NodeError>> + Send;
+}
+
+/// What a node finished with, when it succeeded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOutcome {
+    /// Final step label to show (e.g. `noop: already running`); `None` keeps the last
+    /// label the executor set.
+    pub step: Option<String>,
+}
+
+/// One node to run: which Job and node, the spec it came from, and its context.
+#[derive(Debug)]
+pub struct NodeRun {
+    /// The Job's name.
+    pub job: Arc<str>,
+    /// The Job's spec, shared (not copied) with the scheduler.
+    pub spec: Arc<JobSpec>,
+    /// Index of the node in `spec.nodes`.
+    pub index: usize,
+    /// Step label, build log and fan-out for this node.
+    pub ctx: NodeContext,
+}
+
+impl NodeRun {
+    /// The node's spec.
+    pub fn node(&self) -> &JobNode {
+        &self.spec.nodes[self.index]
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> &str {
+        &self.node().id
+    }
+
+    /// The primitive to run.
+    pub fn kind(&self) -> JobNodeKind {
+        self.node().kind
+    }
+
+    /// The agent the node acts on (`None` only for `MetaLock`).
+    pub fn agent(&self) -> Option<&str> {
+        self.node().agent.as_deref()
+    }
+
+    /// Kind-specific parameters.
+    pub fn params(&self) -> &serde_json::Map<String, Value> {
+        &self.node().params
+    }
+
+    /// The Job's template.
+    pub fn template(&self) -> JobTemplate {
+        self.spec.template
+    }
+}
+
+/// The handle through which an executor reports progress on its node: the step label,
+/// the build log, and child Jobs to fan out. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct NodeContext {
+    pub(super) job: Arc<str>,
+    pub(super) seq: u64,
+    pub(super) index: u32,
+    pub(super) log: Arc<NodeLog>,
+    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) fan_out: Arc<Mutex<Vec<JobSpec>>>,
+}
+
+impl NodeContext {
+    /// Sets the node's step label (e.g. `building toplevel`), shown in the Job's status
+    /// and the CLI's progress line. Labels over 256 bytes are cut.
+    pub fn set_step(&self, label: impl Into<String>) {
+        let mut label = label.into();
+        truncate(&mut label, MAX_STEP_LEN);
+        // The scheduler only goes away at shutdown, when nobody reads the label anyway.
+        let _ = self.tx.send(Msg::Step { seq: self.seq, index: self.index, label });
+    }
+
+    /// Appends to the node's build log (bounded; the oldest bytes are dropped first).
+    pub fn log(&self, data: &[u8]) {
+        self.log.append(data);
+    }
+
+    /// The node's build log, e.g. to hand to a child process's output pump.
+    pub fn build_log(&self) -> &Arc<NodeLog> {
+        &self.log
+    }
+
+    /// Appends a child Job to be submitted when this node **succeeds** (a failed node
+    /// fans out nothing, so there is nothing to cancel). The child gets
+    /// `spec.parent` = this Job and `spec.source` = `FanOut`, and a name derived from
+    /// the parent's. It is validated now, so a bad child fails here, not later.
+    pub fn fan_out(&self, mut spec: JobSpec) -> Result<()> {
+        spec.parent = Some(self.job.to_string());
+        spec.source = JobSource::FanOut;
+        let errors = hive_api::resource::validate(&Job::new(self.job.to_string(), spec.clone()));
+        if !errors.is_empty() {
+            return Err(Error::Invalid { name: format!("fan-out of {}", self.job), errors });
+        }
+        self.fan_out.lock().unwrap_or_else(PoisonError::into_inner).push(spec);
+        Ok(())
+    }
+}
+
+fn truncate(text: &mut String, max: usize) {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+}
+
+/// The primitives whose executors belong to later steps: the meta repo (`MetaLock`,
+/// `WritePermFile`), approvals (`ApprovalDeploy`) and resource limits (`WriteDropin`).
+pub const UNAVAILABLE_KINDS: [JobNodeKind; 4] = [
+    JobNodeKind::MetaLock,
+    JobNodeKind::ApprovalDeploy,
+    JobNodeKind::WriteDropin,
+    JobNodeKind::WritePermFile,
+];
+
+/// `Err(NodeError::Unavailable)` for a primitive in [`UNAVAILABLE_KINDS`]; the real
+/// executor calls this first so such nodes fail loudly, never as silent no-ops.
+pub fn check_available(kind: JobNodeKind) -> Result<(), NodeError> {
+    if UNAVAILABLE_KINDS.contains(&kind) {
+        Err(NodeError::Unavailable(kind))
+    } else {
+        Ok(())
+    }
+}
+
+/// An executor with no runtime behind it: fails every node, with
+/// [`NodeError::Unavailable`] naming the primitive. The stand-in until a runtime
+/// executor is wired in, and the shape of the "not available yet" arm for the real one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UnavailableExecutor;
+
+impl Executor for UnavailableExecutor {
+    async fn run(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
+        node.ctx.set_step("not available");
+        Err(NodeError::Unavailable(node.kind()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn later_primitives_are_unavailable() {
+        for kind in UNAVAILABLE_KINDS {
+            let err = check_available(kind).unwrap_err();
+            assert!(err.to_string().contains("not available yet"), "{err}");
+            assert!(err.to_string().contains(kind.as_str()), "{err}");
+        }
+        assert_eq!(check_available(JobNodeKind::Reconcile), Ok(()));
+        assert_eq!(check_available(JobNodeKind::Prebuild), Ok(()));
+    }
+
+    #[test]
+    fn step_labels_are_cut_on_a_char_boundary() {
+        let mut label = "é".repeat(200);
+        truncate(&mut label, MAX_STEP_LEN);
+        assert_eq!(label.len(), MAX_STEP_LEN);
+        let mut label = format!("a{}", "é".repeat(200));
+        truncate(&mut label, MAX_STEP_LEN);
+        assert_eq!(label.len(), MAX_STEP_LEN - 1);
+    }
+}

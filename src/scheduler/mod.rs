@@ -1,0 +1,213 @@
+//! The job-DAG scheduler: one tokio task owns every submitted DAG in memory and runs
+//! its nodes through an [`Executor`] as their deps and resources allow, publishing
+//! status changes to a [`JobSink`] (the daemon mirrors them into the store's Job
+//! objects).
+//!
+//! Semantics (the coordinator document's "Scheduler semantics" and "Cancel, history"):
+//!
+//! - A node is **ready** when it is queued, every dep is satisfied, and its resources
+//!   are free. Deps are intra-DAG. `AfterOk` needs the dep to succeed; a failed or
+//!   cancelled dep cancels the dependent (state `Cancelled`, not `Failed`), transitively.
+//!   `AfterAny` runs once the dep is terminal either way (Swap → Reconcile).
+//! - **Build slots** ([`SchedulerConfig::build_slots`], default 1) are held by heavy
+//!   nodes ([`JobNodeKind::is_heavy`](hive_api::job::JobNodeKind::is_heavy)) while
+//!   they run.
+//! - The **per-agent lease** is exclusive across all DAGs: a DAG takes an agent's lease
+//!   at its first node of that agent that
+//!   [`takes_lease`](hive_api::job::JobNodeKind::takes_lease), and holds it until the
+//!   DAG is terminal. Prebuild, MetaLock and WritePermFile are exempt and run while
+//!   another DAG holds the lease. A DAG spanning agents holds one lease per agent.
+//! - **FIFO**: among ready nodes competing for a resource, DAG submit order wins (see
+//!   `engine::Engine::pass` for how a slot-waiting node keeps its lease from being
+//!   taken by a later DAG).
+//! - **No lease deadlock**: a lease grant that could close a cycle of DAGs each holding
+//!   a lease the next one needs is deferred (see `resources::would_deadlock`). The
+//!   coordinator document does not spell this out, but its multi-agent DAGs (a rebuild
+//!   of `x, y` against a stop of `x, y`) can otherwise wait on each other forever.
+//! - **Cancel** applies only while every node of a DAG is queued;
+//!   [`SchedulerHandle::cancel_children`] cancels a parent's still-queued children. The
+//!   result carries the cancelled spec and agents so the submit layer can revert
+//!   `spec.wanted` of a cancelled power DAG.
+//! - **Fan-out**: a node's executor may append child DAGs
+//!   ([`NodeContext::fan_out`]); they are submitted when the node succeeds.
+//! - **Roll-up** is [`JobPhase::roll_up`](hive_api::job::JobPhase::roll_up).
+//! - **History**: the [`SchedulerConfig::history_per_template`] (5) most recent
+//!   terminal DAGs per template are kept; older ones are dropped and reported as
+//!   [`JobUpdate::Removed`].
+//! - Each node has a **step label** and a bounded **build log** that can be followed
+//!   while it runs ([`SchedulerHandle::log`]).
+//! - The **transient guard**: [`SchedulerHandle::leased_agents`] is the set of agents
+//!   whose lease some DAG holds; their state changes are expected, not crashes.
+//!
+//! The queue is in memory only, by design: after a restart the daemon marks unfinished
+//! Jobs interrupted and the boot reconcile re-derives the work.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use hive_api::job::JobTemplate;
+use hive_api::{Job, JobSpec};
+use tokio::sync::{mpsc, oneshot, watch};
+
+mod dag;
+mod engine;
+mod error;
+mod executor;
+mod history;
+mod log;
+mod resources;
+mod snapshot;
+
+pub mod bench;
+#[cfg(test)]
+mod tests;
+
+pub use error::{Error, NodeError, Result};
+pub use executor::{
+    check_available, Executor, NodeContext, NodeOutcome, NodeRun, UnavailableExecutor, UNAVAILABLE_KINDS,
+};
+pub use log::{LogFollower, NodeLog};
+pub use resources::LeasedAgents;
+pub use snapshot::{JobSink, JobSnapshot, JobUpdate, NullSink};
+
+use engine::{Engine, Msg};
+use resources::Resources;
+
+/// Tunables of the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// How many heavy nodes may run at once (`buildSlots`); at least 1.
+    pub build_slots: usize,
+    /// Bytes of build log kept per node; older bytes are dropped with a marker.
+    pub log_limit: usize,
+    /// Terminal Jobs kept per template.
+    pub history_per_template: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { build_slots: 1, log_limit: 1 << 20, history_per_template: 5 }
+    }
+}
+
+/// A Job cancelled while fully queued: what the caller needs to undo its intent
+/// (a cancelled power DAG reverts `spec.wanted` of its agents to the observed state).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CancelledJob {
+    /// The Job's name.
+    pub name: String,
+    /// Its template (`Start`, `Stop` … are power DAGs).
+    pub template: JobTemplate,
+    /// Its spec as submitted.
+    pub spec: Arc<JobSpec>,
+    /// The agents its nodes act on, each once, in node order.
+    pub agents: Vec<String>,
+}
+
+impl CancelledJob {
+    fn of(name: &str, spec: &Arc<JobSpec>) -> CancelledJob {
+        let mut agents: Vec<String> = Vec::new();
+        for agent in spec.nodes.iter().filter_map(|n| n.agent.as_ref()) {
+            if !agents.contains(agent) {
+                agents.push(agent.clone());
+            }
+        }
+        CancelledJob { name: name.to_string(), template: spec.template, spec: spec.clone(), agents }
+    }
+}
+
+/// Starts the scheduler task.
+#[derive(Debug)]
+pub struct Scheduler;
+
+impl Scheduler {
+    /// Spawns the scheduler task on the current tokio runtime and returns its handle.
+    /// The task ends at [`SchedulerHandle::shutdown`], or once every handle is dropped
+    /// and no node is running.
+    pub fn start<E: Executor, S: JobSink>(executor: E, sink: S, config: SchedulerConfig) -> SchedulerHandle {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (resources, leased) = Resources::new(config.build_slots);
+        let engine = Engine::new(executor, sink, config, tx.downgrade(), resources);
+        tokio::spawn(engine.run(rx));
+        SchedulerHandle { tx, leased }
+    }
+}
+
+/// A cheap-to-clone handle to the scheduler task.
+#[derive(Debug, Clone)]
+pub struct SchedulerHandle {
+    tx: mpsc::UnboundedSender<Msg>,
+    leased: watch::Receiver<LeasedAgents>,
+}
+
+impl SchedulerHandle {
+    async fn ask<T>(&self, msg: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(msg(reply)).map_err(|_| Error::Stopped)?;
+        rx.await.map_err(|_| Error::Stopped)
+    }
+
+    /// Validates the DAG (names, unique node ids, agents where needed, deps that
+    /// resolve, no cycles — the Job kind's own validation) and enqueues it under
+    /// `name`. Validation runs on the caller's task, not the scheduler's.
+    pub async fn submit(&self, name: impl Into<String>, spec: JobSpec) -> Result<()> {
+        let name = name.into();
+        let job = Job::new(name, spec);
+        let errors = hive_api::resource::validate(&job);
+        if !errors.is_empty() {
+            return Err(Error::Invalid { name: job.metadata.name, errors });
+        }
+        let (name, spec) = (job.metadata.name, job.spec);
+        self.ask(|reply| Msg::Submit { name, spec, reply }).await?
+    }
+
+    /// Cancels a Job none of whose nodes has started ([`Error::NotCancellable`]
+    /// otherwise).
+    pub async fn cancel(&self, name: &str) -> Result<CancelledJob> {
+        let name = name.to_string();
+        self.ask(|reply| Msg::Cancel { name, reply }).await?
+    }
+
+    /// Cancels the still fully queued children (fan-outs) of Job `name`; children that
+    /// already started are left alone. Returns those cancelled.
+    pub async fn cancel_children(&self, name: &str) -> Result<Vec<CancelledJob>> {
+        let name = name.to_string();
+        self.ask(|reply| Msg::CancelChildren { name, reply }).await?
+    }
+
+    /// The complete status of Job `name` (queued, running or in history).
+    pub async fn snapshot(&self, name: &str) -> Result<JobSnapshot> {
+        let name = name.to_string();
+        self.ask(|reply| Msg::Snapshot { name, reply }).await?
+    }
+
+    /// Every Job the scheduler holds (queued, running, history), in submit order.
+    pub async fn list(&self) -> Result<Vec<JobSnapshot>> {
+        self.ask(|reply| Msg::List { reply }).await
+    }
+
+    /// Node `node` of Job `job`'s build log so far, and a follower of later appends
+    /// (`None` once the node is terminal). Works for a queued node too: its follower
+    /// starts receiving when the node runs.
+    pub async fn log(&self, job: &str, node: &str) -> Result<(Vec<u8>, Option<LogFollower>)> {
+        let (job, node) = (job.to_string(), node.to_string());
+        let log = self.ask(|reply| Msg::Log { job, node, reply }).await??;
+        Ok(log.read())
+    }
+
+    /// Agents whose lease some DAG holds right now.
+    pub fn leased_agents(&self) -> HashSet<String> {
+        (**self.leased.borrow()).clone()
+    }
+
+    /// A receiver that follows [`SchedulerHandle::leased_agents`] as it changes.
+    pub fn watch_leased_agents(&self) -> watch::Receiver<LeasedAgents> {
+        self.leased.clone()
+    }
+
+    /// Stops the scheduler task, abandoning running nodes (their Jobs are left
+    /// non-terminal, to be marked interrupted at the next start). Idempotent.
+    pub async fn shutdown(&self) {
+        let _ = self.ask(|reply| Msg::Shutdown { reply }).await;
+    }
+}
