@@ -1,0 +1,218 @@
+//! The Jobs mirror: the scheduler owns every DAG in memory; Job objects in the store
+//! are its durable mirror for clients. This task writes the scheduler's batched
+//! updates into Job `status` (one status write per Job per batch), creates the Job
+//! objects of fan-out children, and deletes Jobs that fell out of history. At daemon
+//! start, Jobs left non-terminal by a previous run are marked `Interrupted`: the boot
+//! reconcile re-derives the work, there is no durable queue to recover.
+
+use std::collections::BTreeMap;
+
+use hive_api::job::{Job, JobPhase, JobStatus};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use crate::scheduler::{JobSnapshot, JobUpdate};
+use crate::store::{self, Mutation, Store, Subresource};
+
+const KIND: &str = "jobs";
+
+/// How many times a status write is retried when the Job changed under it.
+const RETRIES: usize = 8;
+
+/// Applies batches of scheduler updates until the scheduler drops its sender.
+pub async fn run(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
+    while let Some(batch) = updates.recv().await {
+        if let Err(err) = apply(&store, batch).await {
+            tracing::warn!(error = %err, "the Jobs mirror could not write a batch");
+        }
+    }
+}
+
+/// Writes one batch: creations first, then one coalesced status write per Job, then
+/// removals.
+pub async fn apply(store: &Store, batch: Vec<JobUpdate>) -> store::Result<()> {
+    let mut changed: BTreeMap<String, Vec<JobSnapshot>> = BTreeMap::new();
+    let mut removed = Vec::new();
+    for update in batch {
+        match update {
+            JobUpdate::Created { name, spec } => {
+                let mut job = Job::new(name, (*spec).clone());
+                job.kind = "Job".into();
+                let mut object = serde_json::to_value(&job).expect("a Job serializes");
+                object["status"] = json!({});
+                match store.commit(Mutation::Create { kind: KIND, object }, false).await {
+                    Ok(_) | Err(store::Error::AlreadyExists { .. }) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            JobUpdate::Changed(snapshot) => changed.entry(snapshot.name.clone()).or_default().push(snapshot),
+            JobUpdate::Removed { name } => removed.push(name),
+        }
+    }
+    for (name, snapshots) in changed {
+        write_status(store, &name, |status| snapshots.iter().for_each(|s| s.apply_to(status))).await?;
+    }
+    for name in removed {
+        let delete = Mutation::Delete { kind: KIND, name, uid: None, resource_version: None };
+        match store.commit(delete, false).await {
+            Ok(_) | Err(store::Error::NotFound { .. }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+/// Marks every Job a previous run left Queued or Running as `Interrupted`, naming why.
+/// Returns the names marked.
+pub async fn mark_interrupted(store: &Store) -> store::Result<Vec<String>> {
+    let (_, jobs) = store.list(KIND);
+    let mut marked = Vec::new();
+    for job in jobs {
+        let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
+        if phase.is_some_and(JobPhase::is_terminal) {
+            continue;
+        }
+        let name = job["metadata"]["name"].as_str().unwrap_or("").to_string();
+        write_status(store, &name, |status| {
+            status.phase = Some(JobPhase::Interrupted);
+            status.message = Some(
+                "the daemon stopped before this Job finished; the boot reconcile re-derives its work".into(),
+            );
+            status.finished_at = Some(hive_api::Time(chrono::Utc::now()));
+        })
+        .await?;
+        marked.push(name);
+    }
+    Ok(marked)
+}
+
+async fn write_status(store: &Store, name: &str, change: impl Fn(&mut JobStatus)) -> store::Result<()> {
+    for _ in 0..RETRIES {
+        let Some(current) = store.get(KIND, name) else { return Ok(()) };
+        let mut status: JobStatus = serde_json::from_value(current["status"].clone()).unwrap_or_default();
+        change(&mut status);
+        let mut object: Value = (*current).clone();
+        object["status"] = serde_json::to_value(&status).expect("a JobStatus serializes");
+        match store
+            .commit(Mutation::Update { kind: KIND, object, subresource: Subresource::Status }, false)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(store::Error::Conflict { .. }) => continue,
+            Err(store::Error::NotFound { .. }) => return Ok(()),
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use hive_api::job::{JobSource, JobTemplate};
+
+    use super::*;
+    use crate::scheduler::{Executor, NodeError, NodeOutcome, NodeRun, Scheduler, SchedulerConfig};
+    use crate::store::StoreConfig;
+    use crate::submit::{self, LiveState, Request};
+
+    /// Succeeds every node, except Reconcile of agent `bad`.
+    struct Scripted;
+
+    impl Executor for Scripted {
+        async fn run(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
+            node.ctx.set_step("working");
+            node.ctx.log(b"did the thing\n");
+            if node.agent() == Some("bad") && node.id().ends_with("/reconcile") {
+                return Err(NodeError::Failed("the agent did not come up".into()));
+            }
+            Ok(NodeOutcome::default())
+        }
+    }
+
+    struct NothingRuns;
+
+    impl LiveState for NothingRuns {
+        fn is_running(&self, _: &str) -> bool {
+            false
+        }
+    }
+
+    fn agent(name: &str) -> Value {
+        json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
+               "spec": {"wanted": "Offline", "config": {"repo": "r"}, "runtime": {"type": "process", "process": {"command": ["x"]}}}})
+    }
+
+    async fn phase_of(store: &Store, job: &str) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let phase = store.get(KIND, job).and_then(|j| j["status"]["phase"].as_str().map(str::to_string));
+            if phase.as_deref().is_some_and(|p| !matches!(p, "Queued" | "Running"))
+                || tokio::time::Instant::now() > deadline
+            {
+                return phase;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn submitted_jobs_run_and_their_status_lands_in_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        for name in ["good", "bad"] {
+            store.commit(Mutation::Create { kind: "agents", object: agent(name) }, false).await.unwrap();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mirror = tokio::spawn(run(store.clone(), rx));
+        let scheduler = Scheduler::start(Scripted, tx, SchedulerConfig::default());
+
+        let mut names = Vec::new();
+        for agent in ["good", "bad"] {
+            let request = Request {
+                template: JobTemplate::Start,
+                agents: vec![agent.into()],
+                source: JobSource::Cli,
+                reason: None,
+            };
+            let job = submit::submit(&store, &NothingRuns, &request).await.unwrap();
+            let name = job["metadata"]["name"].as_str().unwrap().to_string();
+            let spec = serde_json::from_value(job["spec"].clone()).unwrap();
+            scheduler.submit(name.clone(), spec).await.unwrap();
+            names.push(name);
+        }
+        assert_eq!(phase_of(&store, &names[0]).await.as_deref(), Some("Done"));
+        assert_eq!(phase_of(&store, &names[1]).await.as_deref(), Some("Failed"));
+        let failed = store.get(KIND, &names[1]).unwrap();
+        let nodes = failed["status"]["nodes"].as_array().unwrap();
+        let states: HashSet<(&str, &str)> =
+            nodes.iter().map(|n| (n["id"].as_str().unwrap(), n["state"].as_str().unwrap())).collect();
+        assert!(states.contains(&("bad/set-wanted", "Done")), "{states:?}");
+        assert!(states.contains(&("bad/reconcile", "Failed")), "{states:?}");
+        assert!(nodes.iter().any(|n| n["error"].as_str().is_some_and(|e| e.contains("did not come up"))));
+
+        scheduler.shutdown().await;
+        drop(scheduler);
+        let _ = tokio::time::timeout(Duration::from_secs(5), mirror).await;
+    }
+
+    #[tokio::test]
+    async fn jobs_left_running_are_marked_interrupted_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        for (name, phase) in [("a", Some("Running")), ("b", Some("Done")), ("c", None)] {
+            let mut job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
+                                 "spec": {"template": "Reconcile", "nodes": []}, "status": {}});
+            if let Some(phase) = phase {
+                job["status"]["phase"] = json!(phase);
+            }
+            store.commit(Mutation::Create { kind: KIND, object: job }, false).await.unwrap();
+        }
+        let marked = mark_interrupted(&store).await.unwrap();
+        assert_eq!(marked, ["a", "c"]);
+        assert_eq!(store.get(KIND, "a").unwrap()["status"]["phase"], "Interrupted");
+        assert_eq!(store.get(KIND, "b").unwrap()["status"]["phase"], "Done");
+    }
+}
