@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cli;
 pub mod crashwatch;
 pub mod events;
+pub mod executor;
 pub mod jobs_mirror;
 pub mod kubeconfig;
 pub mod local_client;

@@ -1,0 +1,340 @@
+//! The runtime executor: what each scheduler node does to a real agent, through the
+//! [`Runtime`] driver. Node kinds whose executors belong to later work (MetaLock,
+//! ApprovalDeploy, WritePermFile) fail with a clear "not available" error.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hive_api::agent::{Agent, Wanted};
+use hive_api::job::JobNodeKind;
+use serde_json::json;
+
+use crate::runtime::{BuildLog, Drain, Generation, Runtime};
+use crate::scheduler::{check_available, Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
+use crate::store::{self, Mutation, Store, Subresource};
+
+/// Runs nodes against a runtime driver, reading agents from the store.
+pub struct RuntimeExecutor {
+    store: Store,
+    runtime: Arc<dyn Runtime>,
+    /// The generation each agent's last Prebuild produced, for its Swap.
+    prebuilt: Mutex<HashMap<String, Generation>>,
+}
+
+impl RuntimeExecutor {
+    /// An executor over `runtime`.
+    pub fn new(store: Store, runtime: Arc<dyn Runtime>) -> RuntimeExecutor {
+        RuntimeExecutor { store, runtime, prebuilt: Mutex::new(HashMap::new()) }
+    }
+
+    fn agent(&self, name: &str) -> Result<Agent, NodeError> {
+        let stored = self
+            .store
+            .get("agents", name)
+            .ok_or_else(|| NodeError::Failed(format!("agents.hive.dev \"{name}\" not found")))?;
+        serde::Deserialize::deserialize(stored.as_ref())
+            .map_err(|e| NodeError::Failed(format!("stored agent {name:?} does not decode: {e}")))
+    }
+
+    /// Writes `wanted` unless it is already the intent (the submit layer normally
+    /// wrote it with the Job; this keeps a replayed or hand-made DAG honest).
+    async fn set_wanted(&self, name: &str, wanted: Wanted) -> Result<String, NodeError> {
+        for _ in 0..8 {
+            let Some(stored) = self.store.get("agents", name) else {
+                return Err(NodeError::Failed(format!("agents.hive.dev \"{name}\" not found")));
+            };
+            let agent = self.agent(name)?;
+            if agent.spec.wanted == wanted {
+                return Ok(format!("wanted {wanted:?}"));
+            }
+            let mut object = (*stored).clone();
+            object["spec"]["wanted"] = json!(wanted);
+            let update = Mutation::Update { kind: "agents", object, subresource: Subresource::Main };
+            match self.store.commit(update, false).await {
+                Ok(_) => return Ok(format!("wanted {wanted:?}")),
+                Err(store::Error::Conflict { .. }) => continue,
+                Err(err) => return Err(NodeError::Failed(err.to_string())),
+            }
+        }
+        Err(NodeError::Failed(format!("agent {name:?} kept changing while its intent was written")))
+    }
+}
+
+/// Streams build output into the node's log, a line at a time.
+struct NodeLines<'a>(&'a NodeContext);
+
+impl BuildLog for NodeLines<'_> {
+    fn line(&self, line: &str) {
+        self.0.log(line.as_bytes());
+        self.0.log(b"\n");
+    }
+}
+
+fn failed(err: impl std::fmt::Display) -> NodeError {
+    NodeError::Failed(err.to_string())
+}
+
+impl Executor for RuntimeExecutor {
+    async fn run(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
+        let kind = node.kind();
+        if kind == JobNodeKind::WriteDropin {
+            // The process runtime writes advisory limits; container drivers write the
+            // systemd drop-in. Available for every driver through `write_limits`.
+        } else {
+            check_available(kind)?;
+        }
+        let name = node
+            .agent()
+            .ok_or_else(|| failed(format!("{kind:?} node {} names no agent", node.id())))?
+            .to_string();
+        let ctx = &node.ctx;
+        let log = NodeLines(ctx);
+        let step = match kind {
+            JobNodeKind::SetWanted => {
+                let wanted = match node.params().get("wanted").and_then(|v| v.as_str()) {
+                    Some("Offline") => Wanted::Offline,
+                    Some("Up") | None => Wanted::Up,
+                    Some(other) => return Err(failed(format!("SetWanted: unknown wanted {other:?}"))),
+                };
+                self.set_wanted(&name, wanted).await?
+            }
+            JobNodeKind::Reconcile => {
+                let agent = self.agent(&name)?;
+                let running = self.runtime.is_running(&agent).await.map_err(failed)?;
+                let kill = node.params().get("kill").and_then(|v| v.as_bool()).unwrap_or(false);
+                match (agent.spec.wanted, running) {
+                    (Wanted::Up, false) => {
+                        ctx.set_step("starting");
+                        let started = self.runtime.start(&agent).await.map_err(failed)?;
+                        if let Some(first) = started.recovered_from {
+                            log.line(&format!(
+                                "the first start failed ({first}); a clean cold start succeeded"
+                            ));
+                        }
+                        format!("started (pid {})", started.pid)
+                    }
+                    (Wanted::Offline, true) if kill => {
+                        ctx.set_step("killing");
+                        self.runtime.kill(&agent).await.map_err(failed)?;
+                        "killed".into()
+                    }
+                    (Wanted::Offline, true) => {
+                        ctx.set_step("stopping");
+                        self.runtime.stop(&agent).await.map_err(failed)?;
+                        "stopped".into()
+                    }
+                    (Wanted::Up, true) => "already running".into(),
+                    (Wanted::Offline, false) => "already stopped".into(),
+                }
+            }
+            JobNodeKind::StopForUpdate => {
+                let agent = self.agent(&name)?;
+                ctx.set_step("stopping for the update");
+                self.runtime.stop_for_update(&agent).await.map_err(failed)?;
+                "stopped for the update".into()
+            }
+            JobNodeKind::Prebuild => {
+                let agent = self.agent(&name)?;
+                ctx.set_step("building");
+                let generation = self.runtime.prebuild(&agent, &log).await.map_err(failed)?;
+                let step = format!("built generation {}", generation.id);
+                self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), generation);
+                step
+            }
+            JobNodeKind::Swap => {
+                let agent = self.agent(&name)?;
+                let generation =
+                    self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).remove(&name).ok_or_else(
+                        || {
+                            failed(format!(
+                                "no prebuilt generation for agent {name:?}: a Prebuild must run first"
+                            ))
+                        },
+                    )?;
+                ctx.set_step(format!("swapping to {}", generation.id));
+                self.runtime.swap(&agent, &generation).await.map_err(failed)?;
+                format!("now on generation {}", generation.id)
+            }
+            JobNodeKind::Create => {
+                let agent = self.agent(&name)?;
+                ctx.set_step("creating");
+                let generation = self.runtime.create(&agent, &log).await.map_err(failed)?;
+                format!("created generation {}", generation.id)
+            }
+            JobNodeKind::WriteDropin => {
+                let agent = self.agent(&name)?;
+                self.runtime.write_limits(&agent).await.map_err(failed)?;
+                "limits written".into()
+            }
+            JobNodeKind::Signal => {
+                let agent = self.agent(&name)?;
+                self.runtime.signal(&agent).await.map_err(failed)?;
+                "fence set".into()
+            }
+            JobNodeKind::Drain => {
+                let agent = self.agent(&name)?;
+                ctx.set_step("waiting for the harness to clear the fence");
+                match self.runtime.drain(&agent).await.map_err(failed)? {
+                    Drain::Drained => "drained".into(),
+                    Drain::TimedOut => "drain timed out; stopping anyway".into(),
+                }
+            }
+            other => return Err(NodeError::Unavailable(other)),
+        };
+        ctx.set_step(step.clone());
+        Ok(NodeOutcome { step: Some(step) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use hive_api::job::{JobSource, JobTemplate};
+    use serde_json::Value;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::runtime::process::{ProcessConfig, ProcessRuntime};
+    use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
+    use crate::store::StoreConfig;
+    use crate::submit::{self, LiveState, Request};
+
+    const RUN_SH: &str = r#"trap 'rm -f "$HIVE_FENCE"' USR1
+trap 'exit 0' TERM
+echo VERSION > "$OUT"
+while true; do sleep 0.1; done
+"#;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=hive", "-c", "user.email=hive@example.com", "-c", "commit.gpgsign=false"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    struct Live(Arc<ProcessRuntime>);
+
+    impl LiveState for Live {
+        fn is_running(&self, agent: &str) -> bool {
+            self.0.snapshot().iter().any(|o| o.agent == agent && o.running())
+        }
+    }
+
+    struct World {
+        store: Store,
+        runtime: Arc<ProcessRuntime>,
+        scheduler: SchedulerHandle,
+    }
+
+    impl World {
+        async fn run(&self, template: JobTemplate) -> (String, Value) {
+            let request =
+                Request { template, agents: vec!["alpha".into()], source: JobSource::Cli, reason: None };
+            let job = submit::submit(&self.store, &Live(self.runtime.clone()), &request).await.unwrap();
+            let name = job["metadata"]["name"].as_str().unwrap().to_string();
+            self.scheduler
+                .submit(name.clone(), serde_json::from_value(job["spec"].clone()).unwrap())
+                .await
+                .unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                let job = self.store.get("jobs", &name).unwrap();
+                let phase = job["status"]["phase"].as_str().unwrap_or("Queued").to_string();
+                if !matches!(phase.as_str(), "Queued" | "Running") {
+                    return (phase, job["status"].clone());
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{template:?} did not finish: {}",
+                    job["status"]
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+
+        fn running(&self) -> bool {
+            Live(self.runtime.clone()).is_running("alpha")
+        }
+    }
+
+    async fn eventually(what: &str, check: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !check() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spawn_stop_start_and_rebuild_a_real_agent() {
+        tokio::time::timeout(Duration::from_secs(90), async {
+            let tmp = tempfile::tempdir().unwrap();
+            let repo = tmp.path().join("config");
+            std::fs::create_dir(&repo).unwrap();
+            git(&repo, &["init", "--quiet", "-b", "main"]);
+            for version in ["v1", "v2"] {
+                std::fs::write(repo.join("run.sh"), RUN_SH.replace("VERSION", version)).unwrap();
+                git(&repo, &["add", "run.sh"]);
+                git(&repo, &["commit", "--quiet", "-m", version]);
+                git(&repo, &["tag", version]);
+            }
+            let marker = tmp.path().join("marker");
+            let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
+            let agent = json!({
+                "apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": "alpha"},
+                "spec": {"wanted": "Up", "config": {"repo": repo.display().to_string(), "rev": "v1"},
+                         "runtime": {"type": "process", "gracefulStopSeconds": 5,
+                                     "process": {"command": ["sh", "run.sh"], "env": {"OUT": marker.display().to_string()}}}}
+            });
+            store.commit(Mutation::Create { kind: "agents", object: agent }, false).await.unwrap();
+            let mut config = ProcessConfig::new(tmp.path().join("agents"));
+            config.start_grace = Duration::from_millis(300);
+            let runtime = Arc::new(ProcessRuntime::new(config));
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));
+            let executor = RuntimeExecutor::new(store.clone(), runtime.clone());
+            let scheduler = Scheduler::start(executor, tx, SchedulerConfig::default());
+            let world = World { store: store.clone(), runtime, scheduler };
+            let read_marker = || std::fs::read_to_string(&marker).unwrap_or_default().trim().to_string();
+
+            let (phase, status) = world.run(JobTemplate::Spawn).await;
+            assert_eq!(phase, "Done", "{status}");
+            assert!(world.running());
+            eventually("v1 marker", || read_marker() == "v1").await;
+
+            // A graceful stop: Signal → Drain (the harness clears the fence) → Reconcile.
+            let (phase, status) = world.run(JobTemplate::Stop).await;
+            assert_eq!(phase, "Done", "{status}");
+            let steps: Vec<&str> = status["nodes"].as_array().unwrap().iter().filter_map(|n| n["step"].as_str()).collect();
+            assert!(steps.contains(&"drained"), "{steps:?}");
+            assert!(!world.running());
+            assert_eq!(store.get("agents", "alpha").unwrap()["spec"]["wanted"], "Offline");
+
+            let (phase, _) = world.run(JobTemplate::Start).await;
+            assert_eq!(phase, "Done");
+            assert!(world.running());
+
+            // A new rev: prebuild while v1 serves, stop for the update, swap, start.
+            let mut agent = (*store.get("agents", "alpha").unwrap()).clone();
+            agent["spec"]["config"]["rev"] = json!("v2");
+            store.commit(Mutation::Update { kind: "agents", object: agent, subresource: Subresource::Main }, false).await.unwrap();
+            std::fs::remove_file(&marker).unwrap();
+            let (phase, status) = world.run(JobTemplate::Rebuild).await;
+            assert_eq!(phase, "Done", "{status}");
+            eventually("v2 marker", || read_marker() == "v2").await;
+            assert!(world.running());
+
+            let (phase, _) = world.run(JobTemplate::Kill).await;
+            assert_eq!(phase, "Done");
+            assert!(!world.running());
+            world.scheduler.shutdown().await;
+        })
+        .await
+        .expect("the end-to-end run took longer than 90 s");
+    }
+}
