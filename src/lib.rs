@@ -5,6 +5,7 @@ pub mod age;
 pub mod auth;
 pub mod cli;
 pub mod crashwatch;
+pub mod daemon;
 pub mod events;
 pub mod executor;
 pub mod jobs_mirror;

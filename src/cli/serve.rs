@@ -61,6 +61,10 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub watch_buffer: usize,
 
+    /// How many heavy Job nodes (builds, swaps, first creates) run at once.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub build_slots: usize,
+
     /// How long an Event is kept after it last happened, e.g. `1h`.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
     pub event_ttl: Duration,
@@ -110,12 +114,21 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let state =
         AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: args.bookmark_interval });
     spawn_event_expiry(store.clone(), args.event_ttl);
+    let engine = crate::daemon::Engine::start(
+        store.clone(),
+        &state_dir,
+        crate::daemon::EngineConfig { build_slots: args.build_slots },
+    )
+    .await
+    .context("starting the scheduler and the process runtime")?;
+    let state = state.with_engine(engine.clone());
     let app = server::app(state);
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
     println!("hive: kubeconfig {}", kubeconfig.display());
     server::serve::serve_tls(listener, tls_config, app, shutdown_signal()).await?;
-    tracing::info!("shutting down: draining pending commits");
+    tracing::info!("shutting down: stopping agents and draining pending commits");
+    engine.shutdown().await;
     store.shutdown().await;
     Ok(())
 }

@@ -124,6 +124,10 @@ macro_rules! kind_routes {
                           (status = 409, description = "Already exists", body = Status),
                           (status = 422, description = "Invalid", body = Status)))]
             pub async fn create(State(state): State<AppState>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+                if info().plural == "jobs" && state.engine.is_some() {
+                    // Jobs go through the submit layer and the scheduler.
+                    return crate::server::jobs::create(state, headers, uri, body).await;
+                }
                 resources::create(state, info(), headers, uri, body).await
             }
 

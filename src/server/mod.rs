@@ -7,6 +7,7 @@ pub mod body;
 pub mod discovery;
 pub mod error;
 pub mod events;
+pub mod jobs;
 pub mod kinds;
 pub mod openapi;
 pub mod params;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub openapi_json: Arc<String>,
     /// Its content hash, for the discovery URL.
     pub openapi_hash: Arc<str>,
+    /// The scheduler and runtime behind Jobs, when the daemon runs them.
+    pub engine: Option<Arc<crate::daemon::Engine>>,
 }
 
 impl AppState {
@@ -69,7 +72,14 @@ impl AppState {
             config: Arc::new(config),
             openapi_json: Arc::new(json),
             openapi_hash: Arc::from(hash),
+            engine: None,
         }
+    }
+
+    /// The same state with the engine that runs Jobs.
+    pub fn with_engine(mut self, engine: Arc<crate::daemon::Engine>) -> AppState {
+        self.engine = Some(engine);
+        self
     }
 }
 
@@ -83,6 +93,7 @@ pub fn app(state: AppState) -> Router {
         .route("/openapi/v3/apis/hive.dev/v1", get(openapi::group_version))
         .merge(kinds::router())
         .merge(events::router())
+        .merge(jobs::router())
         .merge(tokens::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -8,3 +8,4 @@ mod crash;
 mod generated;
 mod harness;
 mod kubectl;
+mod jobs;

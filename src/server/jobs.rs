@@ -1,0 +1,322 @@
+//! Jobs through the engine: `POST …/jobs` with a template and agents reaches the submit
+//! layer (a custom DAG with explicit nodes is validated and scheduled as it is),
+//! `POST …/jobs/{name}/cancel`, and the followable logs of a Job's nodes and of an
+//! agent's process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use bytes::Bytes;
+use hive_api::agent::Wanted;
+use hive_api::job::{JobSource, JobTemplate};
+use hive_api::validation::{Reason, ValidationError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::body::{self, MediaType};
+use super::error::{ApiError, ApiResult};
+use super::params::Params;
+use super::AppState;
+use crate::daemon::{Engine, SubmitError};
+use crate::scheduler;
+use crate::store::{self, Mutation, Subresource};
+
+/// The routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/apis/hive.dev/v1/jobs/{name}/cancel", post(cancel))
+        .route("/apis/hive.dev/v1/jobs/{name}/log", get(job_log))
+        .route("/apis/hive.dev/v1/agents/{name}/log", get(agent_log))
+}
+
+fn engine(state: &AppState) -> ApiResult<Arc<Engine>> {
+    state.engine.clone().ok_or_else(|| ApiError::BadRequest("this server runs no scheduler".into()))
+}
+
+fn invalid(name: &str, field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Invalid {
+        kind: "Job".into(),
+        name: name.into(),
+        errors: vec![ValidationError::new(field, Reason::Invalid, message)],
+    }
+}
+
+/// Maps a scheduler refusal onto the API's errors.
+pub fn scheduler_error(err: scheduler::Error) -> ApiError {
+    match err {
+        scheduler::Error::Invalid { name, errors } => ApiError::Invalid { kind: "Job".into(), name, errors },
+        scheduler::Error::AlreadyExists { name } => ApiError::AlreadyExists { plural: "jobs".into(), name },
+        scheduler::Error::NotFound { name } => ApiError::NotFound { plural: "jobs".into(), name },
+        scheduler::Error::NodeNotFound { job, node } => {
+            ApiError::BadRequest(format!("node: job {job:?} has no node {node:?}"))
+        }
+        scheduler::Error::NotCancellable { name, phase } => ApiError::Conflict {
+            plural: "jobs".into(),
+            name: name.clone(),
+            message: format!(
+                "job {name:?} is {phase:?}: only a Job none of whose nodes has started can be cancelled"
+            ),
+        },
+        other => ApiError::Internal(anyhow::Error::new(other)),
+    }
+}
+
+fn submit_error(err: SubmitError) -> ApiError {
+    use crate::submit::Error as E;
+    match err {
+        SubmitError::Submit(E::UnknownAgent(name)) => ApiError::NotFound { plural: "agents".into(), name },
+        SubmitError::Submit(E::NoAgents) => invalid("", "spec.agents", "name at least one agent"),
+        SubmitError::Submit(E::NotAgentTemplate(t)) => {
+            invalid("", "spec.template", format!("{t:?} is not built from agents; give spec.nodes instead"))
+        }
+        SubmitError::Submit(E::Store(err)) => err.into(),
+        SubmitError::Submit(other) => ApiError::Internal(anyhow::Error::new(other)),
+        SubmitError::Scheduler(err) => scheduler_error(err),
+    }
+}
+
+/// `POST /apis/hive.dev/v1/jobs` when the daemon runs a scheduler.
+pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+    let engine = engine(&state)?;
+    let params = Params::from_uri(&uri)?;
+    let bytes = body::read(body).await?;
+    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let spec = &value["spec"];
+    let has_nodes = spec["nodes"].as_array().is_some_and(|n| !n.is_empty());
+    if !has_nodes {
+        if params.dry_run()? {
+            return Err(ApiError::BadRequest("dryRun is not supported for template Jobs".into()));
+        }
+        let template: JobTemplate = serde_json::from_value(spec["template"].clone())
+            .map_err(|e| invalid("", "spec.template", e.to_string()))?;
+        let agents: Vec<String> = serde_json::from_value(spec.get("agents").cloned().unwrap_or(json!([])))
+            .map_err(|e| invalid("", "spec.agents", e.to_string()))?;
+        let source: JobSource = serde_json::from_value(spec.get("source").cloned().unwrap_or(json!("Api")))
+            .map_err(|e| invalid("", "spec.source", e.to_string()))?;
+        let reason = spec["reason"].as_str().map(str::to_string);
+        let job = engine.submit(template, agents, source, reason).await.map_err(submit_error)?;
+        return Ok(created(&job));
+    }
+    // A custom DAG: validated like any Job, stored, then scheduled.
+    let (mut object, _warnings) = super::resources::admit(
+        hive_api::kind_by_plural("jobs").expect("jobs are registered"),
+        value,
+        params.field_validation()?,
+    )?;
+    object["status"] = json!({});
+    if object["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+        let suffix = uuid::Uuid::new_v4().simple().to_string();
+        object["metadata"]["name"] = json!(format!("custom-{}", &suffix[..8]));
+    }
+    let outcome = state.store.commit(Mutation::Create { kind: "jobs", object }, params.dry_run()?).await?;
+    let job = outcome.into_object();
+    if !params.dry_run()? {
+        engine.schedule(&job).await.map_err(scheduler_error)?;
+    }
+    Ok(created(&job))
+}
+
+fn created(job: &Value) -> Response {
+    let mut response = (StatusCode::CREATED, serde_json::to_vec(job).unwrap_or_default()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+#[derive(Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelOptions {
+    #[serde(default)]
+    children: bool,
+}
+
+/// `POST /apis/hive.dev/v1/jobs/{name}/cancel`: only while fully queued. A cancelled
+/// power Job reverts its agents' intent to what they are observed doing: a cancel
+/// means "don't do it", not "do it later".
+async fn cancel(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let engine = engine(&state)?;
+    let bytes = body::read(body).await?;
+    let options: CancelOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
+        CancelOptions::default()
+    } else {
+        serde_json::from_value(body::parse_object(MediaType::of(&headers), &bytes)?).map_err(|e| {
+            ApiError::BadRequest(format!("invalid cancel options: {e}; expected {{\"children\": BOOL}}"))
+        })?
+    };
+    let cancelled = if options.children {
+        engine.scheduler.cancel_children(&name).await.map_err(scheduler_error)?
+    } else {
+        vec![engine.scheduler.cancel(&name).await.map_err(scheduler_error)?]
+    };
+    for job in &cancelled {
+        if crate::submit::shapes::intent(job.template).is_some() {
+            for agent in &job.agents {
+                revert_intent(&engine, agent).await?;
+            }
+        }
+    }
+    let job = state.store.get("jobs", &name).ok_or(ApiError::NotFound { plural: "jobs".into(), name })?;
+    Ok((
+        StatusCode::OK,
+        axum::Json(json!({"job": *job, "cancelled": cancelled.iter().map(|c| &c.name).collect::<Vec<_>>()})),
+    )
+        .into_response())
+}
+
+async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {
+    use crate::submit::LiveState;
+    let observed = if engine.is_running(agent) { Wanted::Up } else { Wanted::Offline };
+    for _ in 0..8 {
+        let Some(stored) = engine.store.get("agents", agent) else { return Ok(()) };
+        if stored["spec"]["wanted"] == json!(observed) {
+            return Ok(());
+        }
+        let mut object = (*stored).clone();
+        object["spec"]["wanted"] = json!(observed);
+        match engine
+            .store
+            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Main }, false)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(store::Error::Conflict { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default, Deserialize)]
+struct LogQuery {
+    node: Option<String>,
+    follow: Option<String>,
+    tail: Option<String>,
+}
+
+impl LogQuery {
+    fn from_uri(uri: &Uri) -> ApiResult<LogQuery> {
+        axum::extract::Query::<LogQuery>::try_from_uri(uri)
+            .map(|q| q.0)
+            .map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))
+    }
+
+    fn follow(&self) -> ApiResult<bool> {
+        match self.follow.as_deref() {
+            None | Some("") | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(other) => Err(ApiError::BadRequest(format!("follow: invalid boolean {other:?}"))),
+        }
+    }
+}
+
+fn text_stream(rx: mpsc::Receiver<Bytes>) -> Response {
+    let body = Body::from_stream(futures_util::StreamExt::map(
+        ReceiverStream::new(rx),
+        Ok::<_, std::convert::Infallible>,
+    ));
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// `GET /apis/hive.dev/v1/jobs/{name}/log?node=ID&follow=true`.
+async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: Uri) -> ApiResult<Response> {
+    let engine = engine(&state)?;
+    let query = LogQuery::from_uri(&uri)?;
+    let Some(node) = query.node.clone().filter(|n| !n.is_empty()) else {
+        return Err(ApiError::BadRequest("node: required, e.g. ?node=alpha/prebuild".into()));
+    };
+    let (so_far, follower) = engine.scheduler.log(&name, &node).await.map_err(scheduler_error)?;
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let follow = query.follow()?;
+    tokio::spawn(async move {
+        if tx.send(Bytes::from(so_far)).await.is_err() {
+            return;
+        }
+        if let (true, Some(mut follower)) = (follow, follower) {
+            while let Some(chunk) = follower.recv().await {
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(text_stream(rx))
+}
+
+/// `GET /apis/hive.dev/v1/agents/{name}/log?follow=true&tail=N`: the agent process's
+/// stdout and stderr, oldest rotated file first.
+async fn agent_log(State(state): State<AppState>, Path(name): Path<String>, uri: Uri) -> ApiResult<Response> {
+    let engine = engine(&state)?;
+    if state.store.get("agents", &name).is_none() {
+        return Err(ApiError::NotFound { plural: "agents".into(), name });
+    }
+    let query = LogQuery::from_uri(&uri)?;
+    let tail = match query.tail.as_deref() {
+        None | Some("") => None,
+        Some(n) => {
+            Some(n.parse::<usize>().map_err(|_| ApiError::BadRequest(format!("tail: invalid count {n:?}")))?)
+        }
+    };
+    let follow = query.follow()?;
+    let files = engine.runtime.log_files(&name);
+    let mut text = Vec::new();
+    for file in &files {
+        if let Ok(bytes) = tokio::fs::read(file).await {
+            text.extend_from_slice(&bytes);
+        }
+    }
+    if let Some(n) = tail {
+        let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
+        text = lines[lines.len().saturating_sub(n)..].concat();
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    let current = engine.runtime.agent_dir(&name).join("logs").join("agent.log");
+    tokio::spawn(async move {
+        if tx.send(Bytes::from(text)).await.is_err() || !follow {
+            return;
+        }
+        // Follow the live file: read what was appended; start over when it rotates.
+        let mut offset = tokio::fs::metadata(&current).await.map(|m| m.len()).unwrap_or(0);
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = tx.closed() => return,
+            }
+            let len = tokio::fs::metadata(&current).await.map(|m| m.len()).unwrap_or(0);
+            if len < offset {
+                offset = 0;
+            }
+            if len == offset {
+                continue;
+            }
+            let Ok(mut file) = tokio::fs::File::open(&current).await else { continue };
+            if file.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
+                continue;
+            }
+            let mut chunk = Vec::new();
+            if file.read_to_end(&mut chunk).await.is_ok() {
+                offset += chunk.len() as u64;
+                if tx.send(Bytes::from(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(text_stream(rx))
+}
