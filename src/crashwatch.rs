@@ -126,6 +126,18 @@ impl CrashWatch {
                 self.history.entry(event.agent.clone()).or_default().started = Some(Instant::now());
                 self.write_status(&event.agent, |status| {
                     status["power"] = serde_json::json!(Power::Running);
+                    // Running again: the crash is over (its history stays in Events).
+                    if let Some(list) = status["conditions"].as_array_mut() {
+                        for c in list
+                            .iter_mut()
+                            .filter(|c| c["type"] == CONDITION_CRASHED && c["status"] == "True")
+                        {
+                            c["status"] = serde_json::json!("False");
+                            c["reason"] = serde_json::json!("Running");
+                            c["message"] = serde_json::json!(format!("running again with pid {pid}"));
+                            c["lastTransitionTime"] = serde_json::json!(now);
+                        }
+                    }
                 })
                 .await?;
                 self.event(&stored, EventType::Normal, "Started", &format!("started with pid {pid}")).await;

@@ -2,6 +2,7 @@
 //! binary; see ARCHITECTURE.md for the map.
 
 pub mod age;
+pub mod agent_controller;
 pub mod auth;
 pub mod cli;
 pub mod crashwatch;

@@ -238,6 +238,11 @@ pub struct AgentStatus {
     /// been submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Fingerprint of `spec.config` and `spec.runtime` that the last spawn or rebuild
+    /// Job was submitted for; when the spec's fingerprint differs, the Agent controller
+    /// rebuilds the agent (once per change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_fingerprint: Option<String>,
     /// `Ready`, `Converged` and `Crashed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod backoff;
 pub mod client;
 pub mod controller;

@@ -121,6 +121,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     )
     .await
     .context("starting the scheduler and the process runtime")?;
+    crate::agent_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone());
     let app = server::app(state);
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");

@@ -88,15 +88,25 @@ async fn template_jobs_drive_real_agents() {
     for name in ["alpha", "beta"] {
         assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent(name, &repo, "Up")).await.code, 201);
     }
-    let (_, job) = run_job(&api, "Spawn", &["alpha", "beta"]).await;
-    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
-    let ids: Vec<&str> = job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["alpha/create", "alpha/write-dropin", "alpha/reconcile", "beta/create", "beta/write-dropin", "beta/reconcile"]);
+    // The Agent controller spawns new agents by itself: one Spawn Job each.
     wait_power(&api, "alpha", "Running").await;
     wait_power(&api, "beta", "Running").await;
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let spawns: Vec<&Value> =
+        jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == "Spawn").collect();
+    assert_eq!(spawns.len(), 2, "{jobs}");
+    let job = spawns.iter().find(|j| j["spec"]["nodes"][0]["agent"] == "alpha").copied().unwrap().clone();
+    let job = wait_terminal(&api, job["metadata"]["name"].as_str().unwrap()).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    assert_eq!(job["spec"]["source"], "Controller");
 
     // The node's build log and the agent's own output are readable.
-    let log = api.get(&format!("/apis/hive.dev/v1/jobs/{}/log?node=alpha%2Fcreate", job["metadata"]["name"].as_str().unwrap())).await;
+    let log = api
+        .get(&format!(
+            "/apis/hive.dev/v1/jobs/{}/log?node=alpha%2Fcreate",
+            job["metadata"]["name"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(log.code, 200);
     let out = api.get("/apis/hive.dev/v1/agents/alpha/log?tail=5").await;
     assert!(out.body.as_str().unwrap_or("").contains("hello from v1"), "{:?}", out.body);
@@ -110,8 +120,11 @@ async fn template_jobs_drive_real_agents() {
 
     // Unknown agents are refused before anything is written.
     let refused = api
-        .post("/apis/hive.dev/v1/jobs", &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
-                                               "spec": {"template": "Start", "agents": ["alpha", "ghost"]}}))
+        .post(
+            "/apis/hive.dev/v1/jobs",
+            &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
+                                               "spec": {"template": "Start", "agents": ["alpha", "ghost"]}}),
+        )
         .await;
     assert_eq!(refused.code, 404, "{:?}", refused.body);
     assert_eq!(api.get("/apis/hive.dev/v1/agents/alpha").await.body["spec"]["wanted"], "Offline");
@@ -140,4 +153,93 @@ async fn template_jobs_drive_real_agents() {
     assert_eq!(out.code, 200);
     let (_, job) = run_job(&api, "Kill", &["alpha"]).await;
     assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_controller_converges_rebuilds_recovers_and_removes() {
+    let d = Daemon::start();
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("gamma", &repo, "Up")).await.code, 201);
+    let out = d.kubectl(&["wait", "--for=condition=Ready", "agent/gamma", "--timeout=60s"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // A new rev rebuilds it once, and it serves the new generation.
+    let patched = api
+        .patch(
+            "/apis/hive.dev/v1/agents/gamma",
+            "application/merge-patch+json",
+            &json!({"spec": {"config": {"rev": "v2"}}}),
+        )
+        .await;
+    assert_eq!(patched.code, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = api.get("/apis/hive.dev/v1/agents/gamma/log").await.body;
+        if log.as_str().unwrap_or("").contains("hello from v2") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never rebuilt: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let rebuilds =
+        jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == "Rebuild").count();
+    assert_eq!(rebuilds, 1, "exactly one Job for one intent change: {jobs}");
+
+    // A crash (the process killed behind hive's back) is noticed and recovered.
+    wait_power(&api, "gamma", "Running").await;
+    // Past the runtime's start grace (an exit within it is a failed start, retried by
+    // the cold-start fallback inside the same Job, not a crash).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = std::fs::read_to_string(d.dir.join("agents/gamma/pid")).unwrap();
+    let pid = pid.split_whitespace().next().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let events =
+            api.get("/api/v1/events?fieldSelector=involvedObject.name%3Dgamma%2Creason%3DCrashed").await.body;
+        let running = api.get("/apis/hive.dev/v1/agents/gamma").await.body["status"]["power"] == "Running";
+        if !events["items"].as_array().unwrap().is_empty() && running {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let all = api.get("/api/v1/events?fieldSelector=involvedObject.name%3Dgamma").await.body;
+            let agent = api.get("/apis/hive.dev/v1/agents/gamma").await.body;
+            let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+            panic!(
+                "crash not recovered: {events}\nall: {all}\nagent: {}\njobs: {}",
+                agent["status"],
+                jobs["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|j| format!(
+                        "{} {} {}",
+                        j["metadata"]["name"], j["spec"]["source"], j["status"]["phase"]
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Wanted Offline through a plain patch: the controller converges power.
+    api.patch(
+        "/apis/hive.dev/v1/agents/gamma",
+        "application/merge-patch+json",
+        &json!({"spec": {"wanted": "Offline"}}),
+    )
+    .await;
+    wait_power(&api, "gamma", "Stopped").await;
+
+    // Delete: the finalizer holds the object until the agent is removed.
+    assert_eq!(api.delete("/apis/hive.dev/v1/agents/gamma").await.code, 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while api.get("/apis/hive.dev/v1/agents/gamma").await.code != 404 {
+        assert!(tokio::time::Instant::now() < deadline, "the agent was never removed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!d.dir.join("agents/gamma").exists(), "its generations are removed");
 }

@@ -1,0 +1,269 @@
+//! The Agent controller's IO: it gathers each agent's facts (store, runtime, Jobs in
+//! flight), asks [`hive_controllers::agent::decide`] for the next step, and applies it —
+//! submitting Jobs through the engine (the only producer of Jobs is the submit layer),
+//! managing the finalizer, and keeping `status` (observedGeneration, conditions Ready
+//! and Converged) true so that `kubectl wait --for=condition=Ready agent/x` works.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hive_api::agent::{Agent, Wanted, CONDITION_CONVERGED, CONDITION_READY};
+use hive_api::job::{JobPhase, JobSource, JobTemplate};
+use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
+use hive_controllers::agent::{decide, Decision, Facts, Submit};
+use hive_controllers::{Action, Config, Controller, Target};
+use serde_json::{json, Value};
+
+use crate::daemon::Engine;
+use crate::local_client::LocalClient;
+use crate::store::{self, Mutation, Subresource};
+use crate::submit::LiveState;
+
+/// The finalizer that makes a delete wait until the agent is stopped and removed.
+pub const FINALIZER: &str = "hive.dev/agent-runtime";
+
+/// Shared by every reconcile.
+pub struct Context {
+    engine: Arc<Engine>,
+    /// The last power convergence the controller submitted per agent: (generation, Job).
+    reconciles: Mutex<HashMap<String, (i64, String)>>,
+}
+
+/// Why a reconcile failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store refused a write.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+    /// The engine refused a submit.
+    #[error(transparent)]
+    Submit(#[from] crate::daemon::SubmitError),
+    /// The runtime failed to remove the agent.
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::Error),
+}
+
+/// Runs the controller until the process ends.
+pub fn spawn(engine: Arc<Engine>) {
+    let client = LocalClient::<Agent>::new(engine.store.clone());
+    let controller = Controller::new(client, Config::default());
+    let ctx = Arc::new(Context { engine, reconciles: Mutex::new(HashMap::new()) });
+    tokio::spawn(controller.run(
+        reconcile,
+        |target: &Target<Agent>, err: &Error, _ctx: &Context| {
+            tracing::warn!(agent = target.name(), error = %err, "agent reconcile failed; backing off");
+            Action::backoff()
+        },
+        ctx,
+        std::future::pending::<()>(),
+    ));
+}
+
+/// A stable fingerprint of what a build depends on: `spec.config` and `spec.runtime`.
+pub fn fingerprint(agent: &Agent) -> String {
+    let text = json!({"config": agent.spec.config, "runtime": agent.spec.runtime}).to_string();
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn in_flight(engine: &Engine, agent: &str) -> bool {
+    let (_, jobs) = engine.store.list("jobs");
+    jobs.iter().any(|job| {
+        let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
+        !phase.is_some_and(JobPhase::is_terminal)
+            && job["spec"]["nodes"].as_array().is_some_and(|nodes| nodes.iter().any(|n| n["agent"] == agent))
+    })
+}
+
+async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Target::Present(agent) = target else { return Ok(Action::await_change()) };
+    let engine = &ctx.engine;
+    let name = agent.metadata.name.clone();
+    let generation = agent.metadata.generation.unwrap_or(1);
+    let failed_reconcile_generation = {
+        let last = ctx.reconciles.lock().unwrap_or_else(|e| e.into_inner()).get(&name).cloned();
+        last.and_then(|(generation, job)| {
+            let phase = engine
+                .store
+                .get("jobs", &job)
+                .and_then(|j| j["status"]["phase"].as_str().map(str::to_string));
+            (phase.as_deref() == Some("Failed")).then_some(generation)
+        })
+    };
+    let facts = Facts {
+        deleting: agent.metadata.deletion_timestamp.is_some(),
+        has_finalizer: agent.metadata.finalizers.iter().any(|f| f == FINALIZER),
+        installed: engine.runtime.agent_dir(&name).join("current").exists(),
+        running: engine.is_running(&name),
+        in_flight: in_flight(engine, &name),
+        wanted_up: agent.spec.wanted == Wanted::Up,
+        fingerprint: fingerprint(&agent),
+        submitted_fingerprint: agent.status.config_fingerprint.clone(),
+        generation,
+        failed_reconcile_generation,
+        crashed: agent
+            .status
+            .condition(hive_api::agent::CONDITION_CRASHED)
+            .is_some_and(|c| c.status == ConditionStatus::True),
+    };
+    match decide(&facts) {
+        Decision::AddFinalizer => {
+            edit_object(engine, &name, |o| {
+                let finalizers = o["metadata"]["finalizers"].as_array().cloned().unwrap_or_default();
+                let mut finalizers: Vec<Value> = finalizers;
+                finalizers.push(json!(FINALIZER));
+                o["metadata"]["finalizers"] = Value::Array(finalizers);
+            })
+            .await?;
+            Ok(Action::await_change())
+        }
+        Decision::Destroy => {
+            engine.runtime.destroy(&agent).await?;
+            edit_object(engine, &name, |o| {
+                if let Some(list) = o["metadata"]["finalizers"].as_array_mut() {
+                    list.retain(|f| f != FINALIZER);
+                }
+            })
+            .await?;
+            Ok(Action::await_change())
+        }
+        Decision::Wait => Ok(Action::requeue(Duration::from_secs(1))),
+        Decision::Submit(op) => {
+            let (template, reason) = match op {
+                Submit::Spawn => (JobTemplate::Spawn, "the agent was created"),
+                Submit::Rebuild => (JobTemplate::Rebuild, "its config or runtime settings changed"),
+                Submit::Reconcile => (JobTemplate::Reconcile, "observed power differs from wanted"),
+            };
+            let job = engine
+                .submit(template, vec![name.clone()], JobSource::Controller, Some(reason.into()))
+                .await?;
+            let job_name = job["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            if op == Submit::Reconcile {
+                ctx.reconciles
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.clone(), (generation, job_name.clone()));
+            }
+            let print = facts.fingerprint.clone();
+            write_status(engine, &name, |status, now| {
+                if op != Submit::Reconcile {
+                    status["configFingerprint"] = json!(print);
+                }
+                status["activeJob"] = json!(job_name);
+                status["observedGeneration"] = json!(generation);
+                conditions(
+                    status,
+                    now,
+                    generation,
+                    ConditionStatus::False,
+                    "Converging",
+                    &format!("{reason}: Job {job_name}"),
+                    None,
+                );
+            })
+            .await?;
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Decision::Converged => {
+            let ready = if facts.wanted_up { ConditionStatus::True } else { ConditionStatus::False };
+            let why = if facts.wanted_up { "running the wanted config" } else { "stopped, as wanted" };
+            write_status(engine, &name, |status, now| {
+                status["observedGeneration"] = json!(generation);
+                if let Some(map) = status.as_object_mut() {
+                    map.remove("activeJob");
+                }
+                conditions(status, now, generation, ConditionStatus::True, "Converged", why, Some(ready));
+            })
+            .await?;
+            Ok(Action::await_change())
+        }
+        Decision::Blocked(message) => {
+            write_status(engine, &name, |status, now| {
+                status["observedGeneration"] = json!(generation);
+                conditions(
+                    status,
+                    now,
+                    generation,
+                    ConditionStatus::False,
+                    "JobFailed",
+                    &message,
+                    Some(ConditionStatus::False),
+                );
+            })
+            .await?;
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// Sets `Converged` (and `Ready` when given) in `status.conditions`.
+fn conditions(
+    status: &mut Value,
+    now: Time,
+    generation: i64,
+    converged: ConditionStatus,
+    reason: &str,
+    message: &str,
+    ready: Option<ConditionStatus>,
+) {
+    let mut list: Vec<Condition> = serde_json::from_value(status["conditions"].take()).unwrap_or_default();
+    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(generation),
+        ..Default::default()
+    };
+    set_condition(&mut list, cond(CONDITION_CONVERGED, converged, reason, message), now);
+    if let Some(ready) = ready {
+        let reason = if ready == ConditionStatus::True { "Running" } else { "NotRunning" };
+        set_condition(&mut list, cond(CONDITION_READY, ready, reason, message), now);
+    }
+    status["conditions"] = serde_json::to_value(list).unwrap_or_default();
+}
+
+/// Applies `change` to the agent's metadata or spec through the main resource.
+async fn edit_object(engine: &Engine, name: &str, change: impl Fn(&mut Value)) -> Result<(), Error> {
+    for _ in 0..8 {
+        let Some(current) = engine.store.get("agents", name) else { return Ok(()) };
+        let mut object = (*current).clone();
+        change(&mut object);
+        match engine
+            .store
+            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Main }, false)
+            .await
+        {
+            Ok(_) | Err(store::Error::NotFound { .. }) => return Ok(()),
+            Err(store::Error::Conflict { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Applies `change` to the agent's status; a write that changes nothing is not stored.
+async fn write_status(engine: &Engine, name: &str, change: impl Fn(&mut Value, Time)) -> Result<(), Error> {
+    for _ in 0..8 {
+        let Some(current) = engine.store.get("agents", name) else { return Ok(()) };
+        let mut object = (*current).clone();
+        if !object["status"].is_object() {
+            object["status"] = json!({});
+        }
+        change(&mut object["status"], Time(chrono::Utc::now()));
+        if object == *current {
+            return Ok(());
+        }
+        match engine
+            .store
+            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Status }, false)
+            .await
+        {
+            Ok(_) | Err(store::Error::NotFound { .. }) => return Ok(()),
+            Err(store::Error::Conflict { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
