@@ -61,6 +61,11 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub watch_buffer: usize,
 
+    /// Run the Agent controller, which spawns, rebuilds and converges agents by itself.
+    /// `--agent-controller=false` leaves agents alone (Jobs still run when submitted).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub agent_controller: bool,
+
     /// How many heavy Job nodes (builds, swaps, first creates) run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub build_slots: usize,
@@ -121,7 +126,9 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     )
     .await
     .context("starting the scheduler and the process runtime")?;
-    crate::agent_controller::spawn(engine.clone());
+    if args.agent_controller {
+        crate::agent_controller::spawn(engine.clone());
+    }
     let state = state.with_engine(engine.clone());
     let app = server::app(state);
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");

@@ -22,6 +22,8 @@ pub struct Daemon {
     pub token: String,
     /// PEM of the CA.
     pub ca_pem: Vec<u8>,
+    /// The extra `serve` flags, kept for restarts.
+    extra: Vec<String>,
 }
 
 pub fn hive_bin() -> &'static str {
@@ -56,6 +58,13 @@ impl Daemon {
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir)
             .args(["--bookmark-interval", "1s", "--log", "info"])
+            // The suite's example agents point at repositories it must not reach; the
+            // tests that exercise the Agent controller turn it on.
+            .args(if extra.iter().any(|a| a.starts_with("--agent-controller")) {
+                &[][..]
+            } else {
+                &["--agent-controller=false"][..]
+            })
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -90,6 +99,7 @@ impl Daemon {
             kubeconfig,
             token: resolved.token.expect("token"),
             ca_pem: resolved.ca_pem.expect("ca"),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         })
     }
 
@@ -109,7 +119,9 @@ impl Daemon {
     /// Restarts on the same state dir (after `kill9`).
     pub fn restart(&mut self) {
         self.kill9();
-        let mut fresh = Self::spawn(&self.dir, &[]).expect("daemon restarts");
+        let extra: Vec<&str> =
+            self.extra.iter().map(String::as_str).filter(|a| !a.starts_with("--reset")).collect();
+        let mut fresh = Self::spawn(&self.dir, &extra).expect("daemon restarts");
         self.child = fresh.child.take();
         self.url = std::mem::take(&mut fresh.url);
         self.token = std::mem::take(&mut fresh.token);

@@ -82,7 +82,7 @@ async fn wait_power(api: &Api, agent: &str, power: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn template_jobs_drive_real_agents() {
-    let mut d = Daemon::start();
+    let mut d = Daemon::start_with(&["--agent-controller=true"]);
     let repo = config_repo(&d.dir);
     let api = d.client();
     for name in ["alpha", "beta"] {
@@ -157,7 +157,7 @@ async fn template_jobs_drive_real_agents() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_controller_converges_rebuilds_recovers_and_removes() {
-    let d = Daemon::start();
+    let d = Daemon::start_with(&["--agent-controller=true"]);
     let repo = config_repo(&d.dir);
     let api = d.client();
     assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("gamma", &repo, "Up")).await.code, 201);
