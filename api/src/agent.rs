@@ -76,8 +76,9 @@ impl Wanted {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigSource {
-    /// The repository: a URL (`https://…`, `ssh://…`, `git@host:path`) or an absolute
-    /// local path. Required unless the runtime is `docker`.
+    /// The repository: a URL (`https://…`, `ssh://…`, `file://…`, `git@host:path`) or a
+    /// local path (a relative one is resolved against the daemon's working directory).
+    /// Required unless the runtime is `docker`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub repo: String,
     /// Revision to apply: a commit, tag or branch. Unset means the head of the default

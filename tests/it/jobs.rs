@@ -243,3 +243,28 @@ async fn the_agent_controller_converges_rebuilds_recovers_and_removes() {
     }
     assert!(!d.dir.join("agents/gamma").exists(), "its generations are removed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hello_agent_runs_out_of_the_box() {
+    // The daemon runs from the repository root (the test's working directory), as the
+    // README's tour starts it; the example names this repository as `.`.
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/hello-agent.yaml");
+    crate::harness::ok(d.hive(&["apply", "-f", manifest]));
+    let out = d.kubectl(&["wait", "--for=condition=Ready", "agent/hello", "--timeout=90s"]);
+    assert!(out.status.success(), "{}\n{}", String::from_utf8_lossy(&out.stderr), d.log());
+    let api = d.client();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let log = api.get("/apis/hive.dev/v1/agents/hello/log").await.body;
+        if log.as_str().unwrap_or("").contains("hello: hello, built") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no greeting: {log}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, job) = run_job(&api, "Stop", &["hello"]).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let log = api.get("/apis/hive.dev/v1/agents/hello/log").await.body;
+    assert!(log.as_str().unwrap_or("").contains("checkpoint before stopping"), "{log}");
+}

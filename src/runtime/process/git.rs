@@ -13,8 +13,11 @@ use crate::runtime::{BuildLog, Error, Result};
 
 /// Clones the mirror on first use, fetches it otherwise.
 pub async fn sync_mirror(agent: &str, repo: &str, mirror: &Path, log: &dyn BuildLog) -> Result<()> {
-    // A local path, a `file://` URL and remote URLs all go to git as written.
-    let url = repo;
+    // A `file://` URL, a remote URL and an absolute path go to git as written; a
+    // relative path is resolved against the daemon's working directory (so an example
+    // can name the repository it ships in as `.`).
+    let resolved = resolve_relative(repo);
+    let url = resolved.as_str();
     if mirror.join("HEAD").exists() {
         let dir = mirror;
         // The stored remote follows `spec.config.repo` when the user changes it.
@@ -26,6 +29,18 @@ pub async fn sync_mirror(agent: &str, repo: &str, mirror: &Path, log: &dyn Build
         git(agent, parent, &["clone", "--quiet", "--mirror", "--", url, &target], log).await?;
     }
     Ok(())
+}
+
+/// `repo` with a relative local path made absolute against the current directory.
+fn resolve_relative(repo: &str) -> String {
+    let remote = repo.contains("://") || repo.split_once(':').is_some_and(|(host, _)| host.contains('@'));
+    if remote || Path::new(repo).is_absolute() {
+        return repo.to_string();
+    }
+    match std::env::current_dir() {
+        Ok(cwd) => cwd.join(repo).to_string_lossy().into_owned(),
+        Err(_) => repo.to_string(),
+    }
 }
 
 /// The full commit sha `rev` (a branch, tag or sha; `None` is the default branch's
