@@ -16,6 +16,7 @@ use crate::store::{self, Mutation, Store, Subresource};
 /// Runs nodes against a runtime driver, reading agents from the store.
 pub struct RuntimeExecutor {
     store: Store,
+    recorder: crate::events::Recorder,
     runtime: Arc<dyn Runtime>,
     /// The generation each agent's last Prebuild produced, for its Swap.
     prebuilt: Mutex<HashMap<String, Generation>>,
@@ -24,7 +25,8 @@ pub struct RuntimeExecutor {
 impl RuntimeExecutor {
     /// An executor over `runtime`.
     pub fn new(store: Store, runtime: Arc<dyn Runtime>) -> RuntimeExecutor {
-        RuntimeExecutor { store, runtime, prebuilt: Mutex::new(HashMap::new()) }
+        let recorder = crate::events::Recorder::new(store.clone(), "hive-scheduler");
+        RuntimeExecutor { store, recorder, runtime, prebuilt: Mutex::new(HashMap::new()) }
     }
 
     fn agent(&self, name: &str) -> Result<Agent, NodeError> {
@@ -76,6 +78,33 @@ fn failed(err: impl std::fmt::Display) -> NodeError {
 
 impl Executor for RuntimeExecutor {
     async fn run(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
+        let kind = node.kind();
+        let agent = node.agent().map(str::to_string);
+        let job = node.job.clone();
+        let result = self.execute(node).await;
+        // Lifecycle outcomes become Events on the agent, as kubectl describe shows them.
+        if let Some(stored) = agent.as_deref().and_then(|a| self.store.get("agents", a)) {
+            use crate::events::EventType::{Normal, Warning};
+            let outcome = match (&result, kind) {
+                (Ok(_), JobNodeKind::Create) => {
+                    Some((Normal, "Spawned", format!("first generation created by Job {job}")))
+                }
+                (Ok(o), JobNodeKind::Prebuild) => Some((Normal, "Built", o.step.clone().unwrap_or_default())),
+                (Err(e), _) => Some((Warning, "Failed", format!("{kind:?} in Job {job} failed: {e}"))),
+                _ => None,
+            };
+            if let Some((type_, reason, message)) = outcome {
+                if let Err(err) = self.recorder.record(&stored, type_, reason, &message).await {
+                    tracing::warn!(error = %err, reason, "event not recorded");
+                }
+            }
+        }
+        result
+    }
+}
+
+impl RuntimeExecutor {
+    async fn execute(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
         let kind = node.kind();
         if kind == JobNodeKind::WriteDropin {
             // The process runtime writes advisory limits; container drivers write the

@@ -186,6 +186,12 @@ async fn the_agent_controller_converges_rebuilds_recovers_and_removes() {
     let rebuilds =
         jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == "Rebuild").count();
     assert_eq!(rebuilds, 1, "exactly one Job for one intent change: {jobs}");
+    let events = api.get("/api/v1/events?fieldSelector=involvedObject.name%3Dgamma").await.body;
+    let reasons: Vec<&str> =
+        events["items"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
+    for reason in ["Spawned", "Built", "Rebuilt", "Started"] {
+        assert!(reasons.contains(&reason), "{reason} missing from {reasons:?}");
+    }
 
     // A crash (the process killed behind hive's back) is noticed and recovered.
     wait_power(&api, "gamma", "Running").await;
