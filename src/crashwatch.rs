@@ -127,7 +127,8 @@ impl CrashWatch {
                 self.write_status(&event.agent, |status| {
                     status["power"] = serde_json::json!(Power::Running);
                     // Running again: the crash is over (its history stays in Events).
-                    if let Some(list) = status["conditions"].as_array_mut() {
+                    // `get_mut`, not indexing: indexing a missing key would insert a null.
+                    if let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) {
                         for c in list
                             .iter_mut()
                             .filter(|c| c["type"] == CONDITION_CRASHED && c["status"] == "True")
@@ -261,6 +262,21 @@ mod tests {
 
     fn event(agent: &str, change: Change) -> RuntimeEvent {
         RuntimeEvent { agent: agent.into(), change, at: Utc::now() }
+    }
+
+    #[tokio::test]
+    async fn a_start_event_on_an_agent_without_conditions_keeps_it_decodable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        store.commit(Mutation::Create { kind: "agents", object: agent("plain", "Up") }, false).await.unwrap();
+        let restart: Restart = Arc::new(|_| Box::pin(async {}));
+        let leases = Arc::new(Leased(Mutex::new(vec![])));
+        let mut watch = CrashWatch::new(store.clone(), leases, restart, Backoff::default());
+        watch.handle(event("plain", Change::Started { pid: 7 })).await.unwrap();
+        let stored = (*store.get("agents", "plain").unwrap()).clone();
+        assert!(stored["status"].get("conditions").is_none(), "{}", stored["status"]);
+        let decoded: Result<Agent, _> = serde_json::from_value(stored);
+        assert!(decoded.is_ok(), "{decoded:?}");
     }
 
     #[test]

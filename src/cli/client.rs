@@ -410,6 +410,12 @@ impl Client {
         Ok(self.call(Method::DELETE, path, JSON, Some((JSON, serde_json::to_vec(body)?))).await?.body)
     }
 
+    /// `GET path` as a byte stream (`text/plain` logs), read with [`TextStream::next`].
+    pub async fn stream(&self, path: &str) -> Result<TextStream> {
+        let response = self.send(Method::GET, path, "text/plain", None).await?;
+        Ok(TextStream { response, server: self.server.clone() })
+    }
+
     /// Opens a watch stream (`path` must carry `watch=true`).
     pub async fn watch(&self, path: &str, accept: &str) -> Result<Watch> {
         let response = self.send(Method::GET, path, accept, None).await?;
@@ -445,6 +451,26 @@ fn warning_text(value: &str) -> String {
             out
         }
         _ => value.to_string(),
+    }
+}
+
+/// An open `text/plain` stream (a log).
+#[derive(Debug)]
+pub struct TextStream {
+    response: reqwest::Response,
+    server: String,
+}
+
+impl TextStream {
+    /// The next chunk of bytes, or `None` once the server has closed the stream.
+    pub async fn next(&mut self) -> Result<Option<bytes::Bytes>> {
+        self.response.chunk().await.map_err(|e| {
+            ConnectError {
+                server: self.server.clone(),
+                cause: format!("log stream broke: {}", transport_cause(&e)),
+            }
+            .into()
+        })
     }
 }
 

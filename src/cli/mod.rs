@@ -6,20 +6,26 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use hive_api::job::JobTemplate;
 
 pub mod apply;
 pub mod bench;
+pub mod cancel;
 pub mod client;
 pub mod delete;
 pub mod describe;
 pub mod duration;
 pub mod events;
 pub mod get;
+pub mod jobs;
 pub mod jsonpath;
 pub mod kind;
+pub mod logs;
 pub mod manifest;
 pub mod openapi;
 pub mod output;
+pub mod power;
+pub mod progress;
 pub mod schemas;
 pub mod serve;
 pub mod token;
@@ -70,6 +76,57 @@ pub enum Command {
     Events(events::Args),
     /// Wait until objects meet a condition, match a JSONPath value, or are deleted.
     Wait(wait::Args),
+    /// Start agents (a stale agent is rebuilt first), as one Job; follow its progress.
+    ///
+    /// Submits one Job for all the agents named (or every agent with --all) and prints
+    /// one progress line per DAG until it ends: the roll-up glyph (· queued, ⟳ running,
+    /// ✓ done, ✗ failed, ⊘ cancelled, ! interrupted), the template, and each agent's
+    /// node chain with the running node's step. Fan-out children show up indented
+    /// under their parent. On a terminal the lines update in place; otherwise a line is
+    /// printed each time it changes. Exits 1 if any DAG did not end done, naming the
+    /// failed nodes and their errors.
+    #[command(after_help = "Examples:
+  hive start alpha
+  hive start alpha beta --reason 'after maintenance'
+  hive start --all --no-wait")]
+    Start(power::Args),
+    /// Stop agents gracefully (signal, wait for the harness to drain, stop), as one Job.
+    ///
+    /// Progress and exit code as for `hive start`.
+    #[command(after_help = "Examples:
+  hive stop alpha
+  hive stop --all --reason 'host maintenance'
+  hive stop alpha --no-wait")]
+    Stop(power::Args),
+    /// Restart agents (graceful drain, stop, start), as one Job.
+    ///
+    /// Progress and exit code as for `hive start`.
+    #[command(after_help = "Examples:
+  hive restart alpha beta
+  hive restart --all")]
+    Restart(power::Args),
+    /// Rebuild agents at their configured rev while the old generation keeps serving,
+    /// then swap, as one Job.
+    ///
+    /// Progress and exit code as for `hive start`; a build failure leaves the running
+    /// generation untouched.
+    #[command(after_help = "Examples:
+  hive rebuild alpha
+  hive logs job/NAME -f   # the build output, NAME from `hive jobs`")]
+    Rebuild(power::Args),
+    /// Stop agents at once, without a graceful drain, as one Job.
+    ///
+    /// Progress and exit code as for `hive start`.
+    #[command(after_help = "Examples:
+  hive kill alpha
+  hive kill --all")]
+    Kill(power::Args),
+    /// List the job queue and history.
+    Jobs(jobs::Args),
+    /// Cancel a Job that has not started yet.
+    Cancel(cancel::Args),
+    /// Print a Job node's build log or an agent's output.
+    Logs(logs::Args),
     /// Create and list API tokens (admin only).
     Token(token::Args),
     /// Run the hive daemon.
@@ -80,6 +137,8 @@ pub enum Command {
     Schemas(schemas::Args),
     /// Print the client and server versions.
     Version(version::Args),
+    /// Measure a fresh daemon from outside: durable creates, watch delivery, list, memory.
+    Bench(bench::Args),
 }
 
 /// What every verb gets besides its own arguments: the global flags, and the means to
@@ -123,11 +182,20 @@ pub async fn main() -> ExitCode {
         Command::Delete(args) => delete::exec(args, &ctx).await,
         Command::Events(args) => events::exec(args, &ctx).await,
         Command::Wait(args) => return wait::exec(args, &ctx).await,
+        Command::Start(args) => return power::exec(JobTemplate::Start, args, &ctx).await,
+        Command::Stop(args) => return power::exec(JobTemplate::Stop, args, &ctx).await,
+        Command::Restart(args) => return power::exec(JobTemplate::Restart, args, &ctx).await,
+        Command::Rebuild(args) => return power::exec(JobTemplate::Rebuild, args, &ctx).await,
+        Command::Kill(args) => return power::exec(JobTemplate::Kill, args, &ctx).await,
+        Command::Jobs(args) => jobs::exec(args, &ctx).await,
+        Command::Cancel(args) => cancel::exec(args, &ctx).await,
+        Command::Logs(args) => logs::exec(args, &ctx).await,
         Command::Token(args) => token::exec(args, &ctx).await,
         Command::Serve(args) => serve::exec(args, &ctx).await,
         Command::Openapi(args) => openapi::exec(args, &ctx).await,
         Command::Schemas(args) => schemas::exec(args, &ctx).await,
         Command::Version(args) => version::exec(args, &ctx).await,
+        Command::Bench(args) => bench::exec(args, &ctx).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

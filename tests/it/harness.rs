@@ -175,8 +175,20 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
+    /// A graceful stop (SIGTERM), so the daemon stops the agent processes it started;
+    /// SIGKILL if it does not exit within 15 s.
     fn drop(&mut self) {
-        self.kill9();
+        let Some(mut child) = self.child.take() else { return };
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

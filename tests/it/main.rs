@@ -7,5 +7,6 @@ mod cli;
 mod crash;
 mod generated;
 mod harness;
-mod kubectl;
 mod jobs;
+mod kubectl;
+mod power;

@@ -1,0 +1,152 @@
+//! `hive start|stop|restart|rebuild|kill AGENT… | --all`: one Job through the submit
+//! layer (`POST /apis/hive.dev/v1/jobs`), then a progress line per DAG until every DAG
+//! of the tree (fan-out children included) is terminal. Exit 0 when all are done, 1
+//! when any failed, was cancelled or was interrupted.
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use hive_api::job::JobTemplate;
+use hive_api::{Job, JobList};
+use serde_json::{json, Value};
+
+use super::client::{self, Client};
+use super::{output, progress, Context};
+
+/// How often the Job tree is read while waiting.
+const POLL: Duration = Duration::from_millis(250);
+/// How long the server may stay unreachable before the wait gives up.
+const UNREACHABLE: Duration = Duration::from_secs(60);
+
+/// Arguments shared by every power verb.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The agents to act on; all of them go into one Job.
+    #[arg(value_name = "AGENT", required_unless_present = "all", conflicts_with = "all")]
+    pub agents: Vec<String>,
+
+    /// Act on every agent.
+    #[arg(long)]
+    pub all: bool,
+
+    /// Print the Job name and return at once instead of following its progress.
+    #[arg(long)]
+    pub no_wait: bool,
+
+    /// Why, recorded in the Job's `spec.reason`.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+/// The Job body the submit layer builds the DAG from; the server names it.
+pub fn job_body(template: JobTemplate, agents: &[String], reason: Option<&str>) -> Value {
+    let mut spec = json!({"template": template.as_str(), "agents": agents, "source": "Cli"});
+    if let Some(reason) = reason {
+        spec["reason"] = json!(reason);
+    }
+    json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {}, "spec": spec})
+}
+
+const JOBS: &str = "/apis/hive.dev/v1/jobs";
+
+/// Runs one power verb.
+pub async fn exec(template: JobTemplate, args: Args, ctx: &Context) -> ExitCode {
+    match run(template, args, ctx).await {
+        Ok(code) => code,
+        Err(err) => super::exit_with(&err),
+    }
+}
+
+async fn run(template: JobTemplate, args: Args, ctx: &Context) -> Result<ExitCode> {
+    let client = ctx.client()?;
+    let agents = if args.all { all_agents(&client).await? } else { args.agents };
+    let created =
+        client.post(JOBS, &job_body(template, &agents, args.reason.as_deref())).await.map_err(|e| {
+            client::with_operation(e, format!("error when submitting a {} job", template.as_str()))
+        })?;
+    let job: Job = serde_json::from_value(created).context("the server answered with something not a Job")?;
+    let name = job.metadata.name.clone();
+    // The name first, so `hive logs job/NAME` and `hive cancel NAME` are at hand.
+    output::print(&format!("job.hive.dev/{name} submitted\n"))?;
+    if args.no_wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let jobs = follow(&client, &name, job, std::io::stdout().is_terminal()).await?;
+    let failures = progress::failures(&name, &jobs);
+    for failure in &failures {
+        eprintln!("error: {failure}");
+    }
+    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The names of every agent.
+async fn all_agents(client: &Client) -> Result<Vec<String>> {
+    let list = client.get("/apis/hive.dev/v1/agents").await?;
+    let names: Vec<String> = list
+        .get("items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    if names.is_empty() {
+        anyhow::bail!("no agents found: there is nothing to act on");
+    }
+    Ok(names)
+}
+
+/// Polls the Job tree rooted at `name`, printing progress, until every DAG in it is
+/// terminal; returns the last Jobs read. `first` is the Job as created, shown at once.
+async fn follow(client: &Client, name: &str, first: Job, tty: bool) -> Result<Vec<Job>> {
+    let mut screen = progress::Screen::new(tty);
+    let mut jobs = vec![first];
+    let mut unreachable_since: Option<tokio::time::Instant> = None;
+    loop {
+        output::print(&screen.update(&progress::frame(name, &jobs)))?;
+        let tree = progress::tree(name, &jobs);
+        if !tree.is_empty() && tree.iter().all(|(_, j)| progress::is_terminal(j)) {
+            return Ok(jobs);
+        }
+        tokio::time::sleep(POLL).await;
+        let fresh = match client.get(JOBS).await {
+            Ok(list) => list,
+            // A daemon restarting or a dropped connection: keep the last state and retry
+            // for a while (a restart marks the Job interrupted, which ends the wait).
+            Err(e) if client::api_error(&e).is_none() => {
+                let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() > UNREACHABLE {
+                    return Err(e.context(format!("lost the server while following job {name}")));
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        unreachable_since = None;
+        let list: JobList = serde_json::from_value(fresh).context("the server sent a malformed JobList")?;
+        if !list.items.iter().any(|j| j.metadata.name == name) {
+            // Terminal Jobs past the history limit are deleted; one that vanished before
+            // we saw it finish cannot be followed any more.
+            anyhow::bail!("job {name} disappeared before it finished (deleted, or pruned from the history)");
+        }
+        jobs = list.items;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_names_template_agents_and_source() {
+        let body = job_body(JobTemplate::Stop, &["a".into(), "b".into()], Some("maintenance"));
+        assert_eq!(
+            body,
+            json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
+                   "spec": {"template": "Stop", "agents": ["a", "b"], "source": "Cli", "reason": "maintenance"}})
+        );
+        let body = job_body(JobTemplate::Kill, &["a".into()], None);
+        assert!(body["spec"].get("reason").is_none());
+    }
+}
