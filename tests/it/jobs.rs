@@ -274,3 +274,60 @@ async fn the_hello_agent_runs_out_of_the_box() {
     let log = api.get("/apis/hive.dev/v1/agents/hello/log").await.body;
     assert!(log.as_str().unwrap_or("").contains("checkpoint before stopping"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_queued_power_job_reverts_intent_to_observed() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    // An agent whose harness ignores the fence: a graceful stop holds its lease for the
+    // whole drain timeout (2 s), during which a second Job waits fully queued.
+    let repo = d.dir.join("stubborn");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "--quiet", "-b", "main"]);
+    std::fs::write(repo.join("run.sh"), "trap '' USR1\ntrap 'exit 0' TERM\nwhile true; do sleep 0.1; done\n")
+        .unwrap();
+    git(&repo, &["add", "run.sh"]);
+    git(&repo, &["commit", "--quiet", "-m", "stubborn"]);
+    let api = d.client();
+    let mut stubborn = agent("stubborn", &repo, "Up");
+    stubborn["spec"]["config"]["rev"] = json!("main");
+    stubborn["spec"]["runtime"]["gracefulStopSeconds"] = json!(2);
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &stubborn).await.code, 201);
+    wait_power(&api, "stubborn", "Running").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let submit = |template: &'static str| {
+        let api = api.clone();
+        async move {
+            let reply = api
+                .post("/apis/hive.dev/v1/jobs", &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
+                                                       "spec": {"template": template, "agents": ["stubborn"]}}))
+                .await;
+            assert_eq!(reply.code, 201, "{:?}", reply.body);
+            reply.body["metadata"]["name"].as_str().unwrap().to_string()
+        }
+    };
+    let stop = submit("Stop").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let restart = submit("Restart").await;
+    assert_eq!(api.get("/apis/hive.dev/v1/agents/stubborn").await.body["spec"]["wanted"], "Up");
+    let cancelled = api
+        .send(
+            "POST",
+            &format!("/apis/hive.dev/v1/jobs/{restart}/cancel"),
+            "application/json",
+            Some("{}".into()),
+        )
+        .await;
+    assert_eq!(cancelled.code, 200, "{:?}", cancelled.body);
+    assert_eq!(wait_terminal(&api, &restart).await["status"]["phase"], "Cancelled");
+    // Still draining, so observed running: the cancelled Restart's intent is not kept
+    // as a promise; wanted follows what is observed now.
+    assert_eq!(api.get("/apis/hive.dev/v1/agents/stubborn").await.body["spec"]["wanted"], "Up");
+    // A running Job cannot be cancelled.
+    let refused =
+        api.send("POST", &format!("/apis/hive.dev/v1/jobs/{stop}/cancel"), "application/json", None).await;
+    assert_eq!(refused.code, 409, "{:?}", refused.body);
+    let _ = wait_terminal(&api, &stop).await;
+    let (_, job) = run_job(&api, "Kill", &["stubborn"]).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+}
