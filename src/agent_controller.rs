@@ -67,14 +67,26 @@ pub fn fingerprint(agent: &Agent) -> String {
     digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn in_flight(engine: &Engine, agent: &str) -> bool {
+/// The unfinished Jobs that touch `agent`: (name, template).
+fn in_flight(engine: &Engine, agent: &str) -> Vec<(String, String)> {
     let (_, jobs) = engine.store.list("jobs");
-    jobs.iter().any(|job| {
-        let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
-        !phase.is_some_and(JobPhase::is_terminal)
-            && job["spec"]["nodes"].as_array().is_some_and(|nodes| nodes.iter().any(|n| n["agent"] == agent))
-    })
+    jobs.iter()
+        .filter(|job| {
+            let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
+            !phase.is_some_and(JobPhase::is_terminal)
+                && job["spec"]["nodes"]
+                    .as_array()
+                    .is_some_and(|nodes| nodes.iter().any(|n| n["agent"] == agent))
+        })
+        .map(|job| {
+            let name = job["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            (name, job["spec"]["template"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
 }
+
+/// The condition saying whether a spawn or rebuild is under way.
+const CONDITION_BUILDING: &str = "Building";
 
 async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Target::Present(agent) = target else { return Ok(Action::await_change()) };
@@ -91,12 +103,14 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             (phase.as_deref() == Some("Failed")).then_some(generation)
         })
     };
+    let jobs = in_flight(engine, &name);
+    let building = jobs.iter().find(|(_, template)| template == "Spawn" || template == "Rebuild").cloned();
     let facts = Facts {
         deleting: agent.metadata.deletion_timestamp.is_some(),
         has_finalizer: agent.metadata.finalizers.iter().any(|f| f == FINALIZER),
         installed: engine.runtime.agent_dir(&name).join("current").exists(),
         running: engine.is_running(&name),
-        in_flight: in_flight(engine, &name),
+        in_flight: !jobs.is_empty(),
         wanted_up: agent.spec.wanted == Wanted::Up,
         fingerprint: fingerprint(&agent),
         submitted_fingerprint: agent.status.config_fingerprint.clone(),
@@ -128,7 +142,13 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .await?;
             Ok(Action::await_change())
         }
-        Decision::Wait => Ok(Action::requeue(Duration::from_secs(1))),
+        Decision::Wait => {
+            write_status(engine, &name, |status, now| {
+                building_condition(status, now, generation, building.as_ref())
+            })
+            .await?;
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
         Decision::Submit(op) => {
             let (template, reason) = match op {
                 Submit::Spawn => (JobTemplate::Spawn, "the agent was created"),
@@ -174,6 +194,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     map.remove("activeJob");
                 }
                 conditions(status, now, generation, ConditionStatus::True, "Converged", why, Some(ready));
+                building_condition(status, now, generation, None);
             })
             .await?;
             Ok(Action::await_change())
@@ -195,6 +216,27 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             Ok(Action::await_change())
         }
     }
+}
+
+/// Sets `Building`: True while a Spawn or Rebuild Job works on the agent.
+fn building_condition(status: &mut Value, now: Time, generation: i64, job: Option<&(String, String)>) {
+    let mut list: Vec<Condition> = serde_json::from_value(status["conditions"].take()).unwrap_or_default();
+    let (state, reason, message) = match job {
+        Some((name, template)) => {
+            (ConditionStatus::True, template.clone(), format!("Job {name} is building it"))
+        }
+        None => (ConditionStatus::False, "Built".to_string(), "no build under way".to_string()),
+    };
+    let condition = Condition {
+        type_: CONDITION_BUILDING.into(),
+        status: state,
+        reason,
+        message,
+        observed_generation: Some(generation),
+        ..Default::default()
+    };
+    set_condition(&mut list, condition, now);
+    status["conditions"] = serde_json::to_value(list).unwrap_or_default();
 }
 
 /// Sets `Converged` (and `Ready` when given) in `status.conditions`.

@@ -163,6 +163,8 @@ async fn the_agent_controller_converges_rebuilds_recovers_and_removes() {
     assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("gamma", &repo, "Up")).await.code, 201);
     let out = d.kubectl(&["wait", "--for=condition=Ready", "agent/gamma", "--timeout=60s"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = d.kubectl(&["wait", "--for=condition=Building=False", "agent/gamma", "--timeout=30s"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // A new rev rebuilds it once, and it serves the new generation.
     let patched = api
