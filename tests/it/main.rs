@@ -1,6 +1,7 @@
 //! The one integration test binary: starts the real `hive` daemon and drives it with
 //! the REST API, stock kubectl and the hive CLI.
 
+mod agents;
 mod api;
 mod auth;
 mod cli;

@@ -3,70 +3,15 @@
 //! stdout is a pipe here), and exit 0 when every DAG is done, 1 otherwise; `hive jobs`,
 //! `hive logs` and `hive cancel` read and act on what they left.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
 use serde_json::{json, Value};
 
-use crate::harness::{fails, ok, Api, Daemon};
-
-const RUN_SH: &str = r#"trap 'rm -f "$HIVE_FENCE"' USR1
-trap 'exit 0' TERM
-echo "hello from the power test"
-while true; do sleep 0.1; done
-"#;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("git")
-        .args(["-c", "user.name=hive", "-c", "user.email=hive@example.com", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A config repository with one tagged commit (v1) of an agent that honours the fence.
-fn config_repo(dir: &Path) -> PathBuf {
-    let repo = dir.join("power-config");
-    std::fs::create_dir_all(&repo).unwrap();
-    git(&repo, &["init", "--quiet", "-b", "main"]);
-    std::fs::write(repo.join("run.sh"), RUN_SH).unwrap();
-    git(&repo, &["add", "run.sh"]);
-    git(&repo, &["commit", "--quiet", "-m", "v1"]);
-    git(&repo, &["tag", "v1"]);
-    repo
-}
+use crate::agents::{config_repo, wait_power, wait_terminal};
+use crate::harness::{fails, ok, Daemon};
 
 fn agent(name: &str, repo: &Path) -> Value {
-    json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
-           "spec": {"wanted": "Up", "config": {"repo": repo.display().to_string(), "rev": "v1"},
-                    "runtime": {"type": "process", "gracefulStopSeconds": 5, "process": {"command": ["sh", "run.sh"]}}}})
-}
-
-async fn wait_terminal(api: &Api, name: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let job = api.get(&format!("/apis/hive.dev/v1/jobs/{name}")).await.body;
-        let phase = job["status"]["phase"].as_str().unwrap_or("Queued");
-        if !matches!(phase, "Queued" | "Running") {
-            return job;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "job {name} did not finish: {}", job["status"]);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn wait_power(api: &Api, agent: &str, power: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let a = api.get(&format!("/apis/hive.dev/v1/agents/{agent}")).await.body;
-        if a["status"]["power"] == power {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{agent} never became {power}: {}", a["status"]);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::agents::agent(name, repo, "Up")
 }
 
 /// Plain progress output: no control sequences, and a line only when it changed.
@@ -140,7 +85,7 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     ok(d.hive(&["logs", &format!("job/{name}")]));
     ok(d.hive(&["logs", &format!("job/{name}"), "--node", "reconcile"]));
     let output = ok(d.hive(&["logs", "agent/alpha", "--tail", "5"]));
-    assert!(output.contains("hello from the power test"), "{output}");
+    assert!(output.contains("hello from v1"), "{output}");
 
     // Refusals: an unknown agent, a finished Job that cannot be cancelled.
     let err = fails(d.hive(&["stop", "ghost"]));
