@@ -17,8 +17,9 @@ use serde_json::{json, Value};
 
 use crate::daemon::Engine;
 use crate::local_client::LocalClient;
-use crate::store::{self, Mutation, Subresource};
+use crate::store::{self, Subresource};
 use crate::submit::LiveState;
+use crate::update::update;
 
 /// The finalizer that makes a delete wait until the agent is stopped and removed.
 pub const FINALIZER: &str = "hive.dev/agent-runtime";
@@ -267,45 +268,15 @@ fn conditions(
 }
 
 /// Applies `change` to the agent's metadata or spec through the main resource.
-async fn edit_object(engine: &Engine, name: &str, change: impl Fn(&mut Value)) -> Result<(), Error> {
-    for _ in 0..8 {
-        let Some(current) = engine.store.get("agents", name) else { return Ok(()) };
-        let mut object = (*current).clone();
-        change(&mut object);
-        match engine
-            .store
-            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Main }, false)
-            .await
-        {
-            Ok(_) | Err(store::Error::NotFound { .. }) => return Ok(()),
-            Err(store::Error::Conflict { .. }) => continue,
-            Err(err) => return Err(err.into()),
-        }
-    }
+async fn edit_object(engine: &Engine, name: &str, change: impl FnMut(&mut Value)) -> Result<(), Error> {
+    update(&engine.store, "agents", name, Subresource::Main, change).await?;
     Ok(())
 }
 
 /// Applies `change` to the agent's status; a write that changes nothing is not stored.
 async fn write_status(engine: &Engine, name: &str, change: impl Fn(&mut Value, Time)) -> Result<(), Error> {
-    for _ in 0..8 {
-        let Some(current) = engine.store.get("agents", name) else { return Ok(()) };
-        let mut object = (*current).clone();
-        if !object["status"].is_object() {
-            object["status"] = json!({});
-        }
-        change(&mut object["status"], Time(chrono::Utc::now()));
-        if object == *current {
-            return Ok(());
-        }
-        match engine
-            .store
-            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Status }, false)
-            .await
-        {
-            Ok(_) | Err(store::Error::NotFound { .. }) => return Ok(()),
-            Err(store::Error::Conflict { .. }) => continue,
-            Err(err) => return Err(err.into()),
-        }
-    }
+    let now = Time(chrono::Utc::now());
+    update(&engine.store, "agents", name, Subresource::Status, |object| change(&mut object["status"], now))
+        .await?;
     Ok(())
 }

@@ -17,7 +17,8 @@ use tokio::time::Instant;
 
 use crate::events::{EventType, Recorder};
 use crate::runtime::{Change, Exit, RuntimeEvent};
-use crate::store::{self, Mutation, Store, Subresource};
+use crate::store::{self, Store, Subresource};
+use crate::update::update;
 
 /// Whether a DAG holds an agent's lease: its state changes are then expected (the
 /// scheduler's transient guard) and an exit is not a crash.
@@ -214,21 +215,8 @@ impl CrashWatch {
     /// Applies `change` to the agent's status through the status subresource,
     /// re-reading on a concurrent write.
     async fn write_status(&self, agent: &str, change: impl Fn(&mut Value)) -> store::Result<()> {
-        for _ in 0..8 {
-            let Some(current) = self.store.get("agents", agent) else { return Ok(()) };
-            let mut object = (*current).clone();
-            if !object["status"].is_object() {
-                object["status"] = serde_json::json!({});
-            }
-            change(&mut object["status"]);
-            let mutation = Mutation::Update { kind: "agents", object, subresource: Subresource::Status };
-            match self.store.commit(mutation, false).await {
-                Ok(_) => return Ok(()),
-                Err(store::Error::Conflict { .. }) => continue,
-                Err(store::Error::NotFound { .. }) => return Ok(()),
-                Err(err) => return Err(err),
-            }
-        }
+        update(&self.store, "agents", agent, Subresource::Status, |object| change(&mut object["status"]))
+            .await?;
         Ok(())
     }
 }
@@ -241,7 +229,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::StoreConfig;
+    use crate::store::{Mutation, StoreConfig};
 
     struct Leased(Mutex<Vec<String>>);
 

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::runtime::{BuildLog, Drain, Generation, Runtime};
 use crate::scheduler::{check_available, Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
-use crate::store::{self, Mutation, Store, Subresource};
+use crate::store::{Store, Subresource};
 
 /// Runs nodes against a runtime driver, reading agents from the store.
 pub struct RuntimeExecutor {
@@ -41,24 +41,17 @@ impl RuntimeExecutor {
     /// Writes `wanted` unless it is already the intent (the submit layer normally
     /// wrote it with the Job; this keeps a replayed or hand-made DAG honest).
     async fn set_wanted(&self, name: &str, wanted: Wanted) -> Result<String, NodeError> {
-        for _ in 0..8 {
-            let Some(stored) = self.store.get("agents", name) else {
-                return Err(NodeError::Failed(format!("agents.hive.dev \"{name}\" not found")));
-            };
-            let agent = self.agent(name)?;
-            if agent.spec.wanted == wanted {
-                return Ok(format!("wanted {wanted:?}"));
+        use crate::update::{update, Updated};
+        match update(&self.store, "agents", name, Subresource::Main, |o| o["spec"]["wanted"] = json!(wanted))
+            .await
+        {
+            Ok(Updated::Stored(_) | Updated::Unchanged(_)) => Ok(format!("wanted {wanted:?}")),
+            Ok(Updated::Missing) => Err(NodeError::Failed(format!("agents.hive.dev \"{name}\" not found"))),
+            Ok(Updated::Contended) => {
+                Err(NodeError::Failed(format!("agent {name:?} kept changing while its intent was written")))
             }
-            let mut object = (*stored).clone();
-            object["spec"]["wanted"] = json!(wanted);
-            let update = Mutation::Update { kind: "agents", object, subresource: Subresource::Main };
-            match self.store.commit(update, false).await {
-                Ok(_) => return Ok(format!("wanted {wanted:?}")),
-                Err(store::Error::Conflict { .. }) => continue,
-                Err(err) => return Err(NodeError::Failed(err.to_string())),
-            }
+            Err(err) => Err(failed(err)),
         }
-        Err(NodeError::Failed(format!("agent {name:?} kept changing while its intent was written")))
     }
 }
 
@@ -227,7 +220,7 @@ mod tests {
     use super::*;
     use crate::runtime::process::{ProcessConfig, ProcessRuntime};
     use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
-    use crate::store::StoreConfig;
+    use crate::store::{Mutation, StoreConfig};
     use crate::submit::{self, LiveState, Request};
 
     const RUN_SH: &str = r#"trap 'rm -f "$HIVE_FENCE"' USR1

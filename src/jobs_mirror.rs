@@ -8,16 +8,14 @@
 use std::collections::BTreeMap;
 
 use hive_api::job::{Job, JobPhase, JobStatus};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::scheduler::{JobSnapshot, JobUpdate};
 use crate::store::{self, Mutation, Store, Subresource};
+use crate::update::update;
 
 const KIND: &str = "jobs";
-
-/// How many times a status write is retried when the Job changed under it.
-const RETRIES: usize = 8;
 
 /// Applies batches of scheduler updates until the scheduler drops its sender.
 pub async fn run(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
@@ -87,22 +85,12 @@ pub async fn mark_interrupted(store: &Store) -> store::Result<Vec<String>> {
 }
 
 async fn write_status(store: &Store, name: &str, change: impl Fn(&mut JobStatus)) -> store::Result<()> {
-    for _ in 0..RETRIES {
-        let Some(current) = store.get(KIND, name) else { return Ok(()) };
-        let mut status: JobStatus = serde_json::from_value(current["status"].clone()).unwrap_or_default();
+    update(store, KIND, name, Subresource::Status, |object| {
+        let mut status: JobStatus = serde_json::from_value(object["status"].clone()).unwrap_or_default();
         change(&mut status);
-        let mut object: Value = (*current).clone();
         object["status"] = serde_json::to_value(&status).expect("a JobStatus serializes");
-        match store
-            .commit(Mutation::Update { kind: KIND, object, subresource: Subresource::Status }, false)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(store::Error::Conflict { .. }) => continue,
-            Err(store::Error::NotFound { .. }) => return Ok(()),
-            Err(err) => return Err(err),
-        }
-    }
+    })
+    .await?;
     Ok(())
 }
 
@@ -112,6 +100,7 @@ mod tests {
     use std::time::Duration;
 
     use hive_api::job::{JobSource, JobTemplate};
+    use serde_json::Value;
 
     use super::*;
     use crate::scheduler::{Executor, NodeError, NodeOutcome, NodeRun, Scheduler, SchedulerConfig};

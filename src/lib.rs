@@ -17,3 +17,4 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod submit;
+pub mod update;

@@ -28,7 +28,7 @@ use super::params::Params;
 use super::AppState;
 use crate::daemon::{Engine, SubmitError};
 use crate::scheduler;
-use crate::store::{self, Mutation, Subresource};
+use crate::store::{Mutation, Subresource};
 
 /// The routes.
 pub fn router() -> Router<AppState> {
@@ -179,23 +179,10 @@ async fn cancel(
 async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {
     use crate::submit::LiveState;
     let observed = if engine.is_running(agent) { Wanted::Up } else { Wanted::Offline };
-    for _ in 0..8 {
-        let Some(stored) = engine.store.get("agents", agent) else { return Ok(()) };
-        if stored["spec"]["wanted"] == json!(observed) {
-            return Ok(());
-        }
-        let mut object = (*stored).clone();
-        object["spec"]["wanted"] = json!(observed);
-        match engine
-            .store
-            .commit(Mutation::Update { kind: "agents", object, subresource: Subresource::Main }, false)
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(store::Error::Conflict { .. }) => continue,
-            Err(err) => return Err(err.into()),
-        }
-    }
+    crate::update::update(&engine.store, "agents", agent, Subresource::Main, |o| {
+        o["spec"]["wanted"] = json!(observed)
+    })
+    .await?;
     Ok(())
 }
 
