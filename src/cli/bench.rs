@@ -226,11 +226,14 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     for &clients in &plan.clients {
         progress(format_args!("creates c={clients} for {:?}", plan.duration));
         let until = Until::Elapsed(plan.duration);
-        creates.push(create_with(&daemon.endpoint, clients, until, &format!("c{clients}"), true).await?);
+        let meter = CpuMeter::start(daemon.pid);
+        let run = create_with(&daemon.endpoint, clients, until, &format!("c{clients}"), true).await?;
+        creates.push((run, meter.stop()));
     }
-    for run in &creates {
+    for (run, cpu) in &creates {
         let aim = (run.clients == 64).then(|| aim_text(run.rate() >= 10_000.0, "≥ 10,000/s"));
-        rows.push(run.row(format!("durable creates, {} client(s)", run.clients), aim.unwrap_or_default()));
+        let measurement = format!("durable creates, {} client(s)", run.clients);
+        rows.push(run.row(measurement, aim.unwrap_or_default()).with_cpu(*cpu));
     }
     rows.push(Row::new(
         "raw redb commit (1 row, Immediate)",
@@ -251,7 +254,7 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         plan.watch_writes(),
         plan.watch_rate
     ));
-    let watch = watch_phase(&daemon.endpoint, plan).await?;
+    let watch = watch_phase(&daemon.endpoint, daemon.pid, plan).await?;
     rows.extend(watch.rows());
 
     let existing = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?.list_head().await?.0;
@@ -262,6 +265,7 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     ));
     let next = Arc::new(AtomicUsize::new(0));
     let until = Until::Count { next, total: missing };
+    let meter = CpuMeter::start(daemon.pid);
     let fill = tokio::time::timeout(
         FILL_LIMIT,
         create_with(&daemon.endpoint, plan.fill_clients, until, "fill", false),
@@ -269,17 +273,23 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     .await
     .map_err(|_| anyhow!("filling the store took longer than {FILL_LIMIT:?}"))??;
     if fill.created > 0 {
-        rows.push(fill.row(format!("fill creates, {} clients", fill.clients), String::new()));
+        let cpu = meter.stop();
+        rows.push(fill.row(format!("fill creates, {} clients", fill.clients), String::new()).with_cpu(cpu));
     }
 
     progress(format_args!("list: {} full lists", plan.list_runs));
-    rows.push(list_phase(&daemon.endpoint, plan.list_runs).await?);
+    let meter = CpuMeter::start(daemon.pid);
+    let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
+    rows.push(list.with_cpu(meter.stop()));
 
     let full = daemon.memory()?;
     rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
+    let db_path = work.path().join("state").join(super::serve::DB_FILE);
+    let db_bytes =
+        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
     rows.push(Row::new(
         format!("daemon memory, {} objects", fmt_count(plan.objects.max(existing) as u64)),
-        full.to_string(),
+        format!("{full}; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
         None,
         "",
     ));
@@ -331,6 +341,7 @@ struct Endpoint {
 /// `hive serve` running as a child process; killed when dropped.
 struct Daemon {
     child: tokio::process::Child,
+    pid: u32,
     endpoint: Endpoint,
     /// Its stderr (warnings and errors only).
     log_path: PathBuf,
@@ -344,7 +355,10 @@ impl Daemon {
             std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
         let exe = std::env::current_exe().context("cannot find this executable to start the daemon")?;
         let mut child = tokio::process::Command::new(exe)
-            .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn", "--state-dir"])
+            // Without the Agent controller: it would give every benchmark Agent a spawn
+            // Job, and this measures the API and the store, not agents starting.
+            .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn", "--agent-controller=false"])
+            .arg("--state-dir")
             .arg(&state)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
@@ -379,13 +393,13 @@ impl Daemon {
         let ca_pem = resolved.ca_pem.context("the daemon's kubeconfig has no CA")?;
         let token = resolved.token.context("the daemon's kubeconfig has no token")?;
         let endpoint = Endpoint { url: url.into(), ca_pem: ca_pem.into(), token: token.into() };
-        Ok(Daemon { child, endpoint, log_path })
+        let pid = child.id().context("the daemon exited at once")?;
+        Ok(Daemon { child, pid, endpoint, log_path })
     }
 
     /// Resident memory now and at its peak, from `/proc/<pid>/status`.
     fn memory(&self) -> Result<Memory> {
-        let pid = self.child.id().context("the daemon has exited")?;
-        let path = format!("/proc/{pid}/status");
+        let path = format!("/proc/{}/status", self.pid);
         let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let kib = |key| status_kib(&status, key).with_context(|| format!("{path} has no {key}"));
         Ok(Memory { rss_kib: kib("VmRSS")?, hwm_kib: kib("VmHWM")? })
@@ -467,6 +481,58 @@ fn fdatasync_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
     Ok(latencies)
 }
 
+/// CPU time used by the daemon and by this process while one phase ran, as a share of
+/// one core (1.0 = one core busy the whole time; this machine's maximum is its core
+/// count). Tells whether a phase was limited by CPU or by waiting (fsync).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Cpu {
+    daemon: f64,
+    bench: f64,
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0}% / {:.0}%", self.daemon * 100.0, self.bench * 100.0)
+    }
+}
+
+/// Starts measuring [`Cpu`] for one phase.
+struct CpuMeter {
+    daemon_pid: u32,
+    started: Instant,
+    daemon: Option<Duration>,
+    bench: Option<Duration>,
+}
+
+impl CpuMeter {
+    fn start(daemon_pid: u32) -> CpuMeter {
+        let daemon = cpu_time(&daemon_pid.to_string());
+        CpuMeter { daemon_pid, started: Instant::now(), daemon, bench: cpu_time("self") }
+    }
+
+    /// `None` when `/proc` cannot tell (not Linux, or the daemon is gone).
+    fn stop(self) -> Option<Cpu> {
+        let wall = self.started.elapsed().as_secs_f64().max(1e-9);
+        let daemon = cpu_time(&self.daemon_pid.to_string())?.checked_sub(self.daemon?)?;
+        let bench = cpu_time("self")?.checked_sub(self.bench?)?;
+        Some(Cpu { daemon: daemon.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall })
+    }
+}
+
+/// User plus system CPU time of every thread of process `pid` (or `self`) so far.
+fn cpu_time(pid: &str) -> Option<Duration> {
+    parse_stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line. They count clock ticks of 1/100 s:
+/// `USER_HZ` is 100 on every Linux architecture hive runs on.
+fn parse_stat_cpu(stat: &str) -> Option<Duration> {
+    // The command name (field 2) may hold spaces; fields after its `)` start at 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(Duration::from_millis((ticks(14)? + ticks(15)?) * 10))
+}
+
 // ----- HTTP ---------------------------------------------------------------------------
 
 /// One simulated client: its own connection pool, so its own keep-alive connection(s).
@@ -545,15 +611,16 @@ fn snippet(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
 
-/// A valid Agent, as small as the `agent()` fixture of the integration tests; with
-/// `sent_ns`, carrying the send time for the watch measurement.
+/// A valid Agent, as small as the `agent()` fixture of the integration tests but with a
+/// local config path; with `sent_ns`, carrying the send time for the watch measurement.
 fn agent(name: &str, sent_ns: Option<u128>) -> Vec<u8> {
     let mut object = json!({
         "apiVersion": "hive.dev/v1",
         "kind": "Agent",
         "metadata": {"name": name, "labels": {"app": "bench"}},
         "spec": {
-            "config": {"repo": "https://git.example.invalid/agents/bench.git", "rev": "main"},
+            // A local path that does not exist: nothing may ever fetch it over the network.
+            "config": {"repo": "/nonexistent/hive-bench/config.git", "rev": "main"},
             "runtime": {"type": "process", "process": {"command": ["./run.sh"]}}
         }
     });
@@ -704,11 +771,13 @@ async fn warm(api: &Api, name: &str) -> Result<()> {
 struct WatchRun {
     watchers: usize,
     writes: usize,
-    deliveries: Vec<Duration>,
+    deliveries: Vec<Delivery>,
     /// Watchers whose stream ended early, with the first reason.
     broken: usize,
     first_break: Option<String>,
     writer: CreateRun,
+    /// While writing and until every watcher had everything.
+    cpu: Option<Cpu>,
 }
 
 impl WatchRun {
@@ -729,13 +798,21 @@ impl WatchRun {
                 self.first_break.as_deref().unwrap_or("?")
             );
         }
-        let p99 = summarize(&self.deliveries).map(|s| s.p99);
+        let latencies: Vec<Duration> = self.deliveries.iter().map(Delivery::latency).collect();
+        let p99 = summarize(&latencies).map(|s| s.p99);
         vec![
             Row::new(
                 format!("watch delivery, {} watchers, send → receive", self.watchers),
                 result,
-                Some(self.deliveries.as_slice()),
+                Some(latencies.as_slice()),
                 aim_text(p99.is_some_and(|p| p < Duration::from_millis(20)), "p99 < 20 ms"),
+            )
+            .with_cpu(self.cpu),
+            Row::new(
+                "watch fan-out, first → each watcher",
+                "after the same write reached its first watcher",
+                Some(fan_out(&self.deliveries).as_slice()),
+                "",
             ),
             self.writer.row("the writer's creates meanwhile".to_string(), String::new()),
         ]
@@ -744,7 +821,7 @@ impl WatchRun {
 
 /// Opens the watchers at the current revision, writes at a steady rate from one client,
 /// and collects every watcher's receive − send times.
-async fn watch_phase(endpoint: &Endpoint, plan: &Plan) -> Result<WatchRun> {
+async fn watch_phase(endpoint: &Endpoint, daemon_pid: u32, plan: &Plan) -> Result<WatchRun> {
     let writer = endpoint.api(Some(REQUEST_TIMEOUT))?;
     let (_, revision) = writer.list_head().await?;
     let writes = plan.watch_writes();
@@ -789,6 +866,7 @@ async fn watch_phase(endpoint: &Endpoint, plan: &Plan) -> Result<WatchRun> {
         latencies: Vec::new(),
     };
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / plan.watch_rate as f64));
+    let meter = CpuMeter::start(daemon_pid);
     let started = Instant::now();
     for i in 0..writes {
         ticker.tick().await;
@@ -804,6 +882,7 @@ async fn watch_phase(endpoint: &Endpoint, plan: &Plan) -> Result<WatchRun> {
     run.elapsed = started.elapsed();
 
     let mut watch = WatchRun {
+        cpu: None,
         watchers: plan.watchers,
         writes,
         deliveries: Vec::new(),
@@ -812,7 +891,7 @@ async fn watch_phase(endpoint: &Endpoint, plan: &Plan) -> Result<WatchRun> {
         writer: run,
     };
     let mut collect = |seen: WatcherSaw| {
-        watch.deliveries.extend(seen.latencies);
+        watch.deliveries.extend(seen.deliveries);
         if let Some(why) = seen.broke {
             watch.broken += 1;
             watch.first_break.get_or_insert(why);
@@ -833,12 +912,40 @@ async fn watch_phase(endpoint: &Endpoint, plan: &Plan) -> Result<WatchRun> {
     } else {
         drained??;
     }
+    watch.cpu = meter.stop();
     Ok(watch)
+}
+
+/// One write seen by one watcher: when it was sent and when it arrived (Unix ns).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Delivery {
+    sent_ns: u128,
+    received_ns: u128,
+}
+
+impl Delivery {
+    fn latency(&self) -> Duration {
+        Duration::from_nanos(self.received_ns.saturating_sub(self.sent_ns) as u64)
+    }
+}
+
+/// For every delivery, how long after the first delivery of the same write it came:
+/// the fan-out alone, without the durable commit every delivery waits for.
+fn fan_out(deliveries: &[Delivery]) -> Vec<Duration> {
+    let mut first: std::collections::HashMap<u128, u128> = std::collections::HashMap::new();
+    for d in deliveries {
+        let earliest = first.entry(d.sent_ns).or_insert(d.received_ns);
+        *earliest = (*earliest).min(d.received_ns);
+    }
+    deliveries
+        .iter()
+        .map(|d| Duration::from_nanos(d.received_ns.saturating_sub(first[&d.sent_ns]) as u64))
+        .collect()
 }
 
 /// What one watcher received.
 struct WatcherSaw {
-    latencies: Vec<Duration>,
+    deliveries: Vec<Delivery>,
     broke: Option<String>,
 }
 
@@ -848,9 +955,9 @@ async fn read_watch(
     expected: usize,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> WatcherSaw {
-    let mut saw = WatcherSaw { latencies: Vec::with_capacity(expected), broke: None };
+    let mut saw = WatcherSaw { deliveries: Vec::with_capacity(expected), broke: None };
     let mut buffer: Vec<u8> = Vec::new();
-    while saw.latencies.len() < expected && saw.broke.is_none() {
+    while saw.deliveries.len() < expected && saw.broke.is_none() {
         let chunk = tokio::select! {
             chunk = resp.chunk() => chunk,
             _ = stop.changed() => break,
@@ -865,9 +972,7 @@ async fn read_watch(
         let mut start = 0;
         while let Some(end) = buffer[start..].iter().position(|b| *b == b'\n') {
             match classify(&buffer[start..start + end]) {
-                Line::Sent(ns) => {
-                    saw.latencies.push(Duration::from_nanos(received.saturating_sub(ns) as u64))
-                }
+                Line::Sent(sent_ns) => saw.deliveries.push(Delivery { sent_ns, received_ns: received }),
                 Line::Error(why) => saw.broke = Some(why),
                 Line::Other => {}
             }
@@ -1009,6 +1114,7 @@ struct Row {
     measurement: String,
     result: String,
     latency: Option<Summary>,
+    cpu: Option<Cpu>,
     aim: String,
 }
 
@@ -1023,11 +1129,17 @@ impl Row {
             measurement: measurement.into(),
             result: result.into(),
             latency: latencies.and_then(summarize),
+            cpu: None,
             aim: aim.into(),
         }
     }
 
-    fn cells(&self) -> [String; 6] {
+    fn with_cpu(mut self, cpu: Option<Cpu>) -> Row {
+        self.cpu = cpu;
+        self
+    }
+
+    fn cells(&self) -> [String; COLUMNS] {
         let lat = |f: fn(&Summary) -> Duration| {
             self.latency.as_ref().map(|s| fmt_duration(f(s))).unwrap_or_default()
         };
@@ -1037,18 +1149,20 @@ impl Row {
             lat(|s| s.p50),
             lat(|s| s.p99),
             lat(|s| s.max),
+            self.cpu.map(|c| c.to_string()).unwrap_or_default(),
             self.aim.clone(),
         ]
     }
 }
 
-const HEADER: [&str; 6] = ["measurement", "result", "p50", "p99", "max", "aim"];
+const COLUMNS: usize = 7;
+const HEADER: [&str; COLUMNS] = ["measurement", "result", "p50", "p99", "max", "CPU daemon/bench", "aim"];
 
 /// The table for a terminal: columns padded to their widest cell.
 fn render_text(rows: &[Row]) -> String {
-    let cells: Vec<[String; 6]> =
+    let cells: Vec<[String; COLUMNS]> =
         std::iter::once(HEADER.map(String::from)).chain(rows.iter().map(Row::cells)).collect();
-    let mut widths = [0; 6];
+    let mut widths = [0; COLUMNS];
     for row in &cells {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -1183,6 +1297,14 @@ mod tests {
     }
 
     #[test]
+    fn fan_out_counts_from_the_first_watcher_of_each_write() {
+        let d = |sent_ns, received_ns| Delivery { sent_ns, received_ns };
+        let deliveries = [d(100, 5_000_000), d(100, 3_000_000), d(200, 9_000_000), d(200, 9_000_000)];
+        assert_eq!(fan_out(&deliveries), vec![ms(2), ms(0), ms(0), ms(0)]);
+        assert_eq!(deliveries[0].latency(), Duration::from_nanos(4_999_900));
+    }
+
+    #[test]
     fn proc_files_are_parsed() {
         let status = "Name:\thive\nVmHWM:\t  20480 kB\nVmRSS:\t  10240 kB\n";
         assert_eq!(status_kib(status, "VmRSS"), Some(10240));
@@ -1194,6 +1316,9 @@ mod tests {
                       Max open files            1024                 524288               files\n";
         assert_eq!(parse_open_files(limits), Some(1024));
         assert_eq!(parse_open_files("Max open files  unlimited  unlimited  files"), Some(u64::MAX));
+        let stat = "4242 (hive serve) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 25 0 0 20 0 9 0 77 0 0";
+        assert_eq!(parse_stat_cpu(stat), Some(Duration::from_millis(1750)));
+        assert_eq!(Cpu { daemon: 1.354, bench: 0.5 }.to_string(), "135% / 50%");
     }
 
     #[test]
@@ -1223,22 +1348,24 @@ mod tests {
     #[test]
     fn tables_render_for_terminals_and_markdown() {
         let rows = vec![
-            Row::new("creates", "10/s", Some(&[ms(1), ms(3)][..]), "≥ 5/s: met"),
+            Row::new("creates", "10/s", Some(&[ms(1), ms(3)][..]), "≥ 5/s: met")
+                .with_cpu(Some(Cpu { daemon: 1.0, bench: 0.25 })),
             Row::new("memory", "VmRSS 1 MiB", None, ""),
         ];
         let text = render_text(&rows);
         assert_eq!(
             text,
-            "measurement  result       p50      p99      max      aim\n\
-             creates      10/s         1.00 ms  3.00 ms  3.00 ms  ≥ 5/s: met\n\
+            "measurement  result       p50      p99      max      CPU daemon/bench  aim\n\
+             creates      10/s         1.00 ms  3.00 ms  3.00 ms  100% / 25%        ≥ 5/s: met\n\
              memory       VmRSS 1 MiB\n"
         );
         let markdown = render_markdown_table(&rows);
         assert_eq!(
             markdown,
-            "| measurement | result | p50 | p99 | max | aim |\n|---|---|---|---|---|---|\n\
-             | creates | 10/s | 1.00 ms | 3.00 ms | 3.00 ms | ≥ 5/s: met |\n\
-             | memory | VmRSS 1 MiB |  |  |  |  |\n"
+            "| measurement | result | p50 | p99 | max | CPU daemon/bench | aim |\n\
+             |---|---|---|---|---|---|---|\n\
+             | creates | 10/s | 1.00 ms | 3.00 ms | 3.00 ms | 100% / 25% | ≥ 5/s: met |\n\
+             | memory | VmRSS 1 MiB |  |  |  |  |  |\n"
         );
     }
 }
