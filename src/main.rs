@@ -2,6 +2,13 @@
 
 use std::process::ExitCode;
 
+/// mimalloc instead of glibc malloc: the request path allocates and frees many small
+/// `serde_json::Value` nodes, and glibc's `malloc`/`free` took about a quarter of the
+/// workers' CPU (docs/benchmarks.md). Only the binary chooses an allocator; the
+/// library and its tests keep the system one.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,

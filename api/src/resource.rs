@@ -75,6 +75,9 @@ pub struct Decoded {
     pub object: Value,
     /// Paths of fields the kind does not define, e.g. `spec.bogus`.
     pub unknown_fields: Vec<String>,
+    /// Every validation problem of the object (metadata and kind-specific), found on
+    /// the typed form in the same pass, so admission decodes a body only once.
+    pub errors: Vec<ValidationError>,
 }
 
 /// A body that does not have the kind's shape (wrong type, bad enum value …).
@@ -121,11 +124,12 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
     }
 }
 
-fn decode_value<K: Object>(value: &Value) -> Result<Decoded, DecodeError> {
+fn decode_value<K: Resource>(value: &Value) -> Result<Decoded, DecodeError> {
     let (typed, unknown_fields) = decode::<K>(value)?;
+    let errors = validate(&typed);
     let object = serde_json::to_value(&typed)
         .map_err(|e| DecodeError { field: String::new(), message: e.to_string() })?;
-    Ok(Decoded { object, unknown_fields })
+    Ok(Decoded { object, unknown_fields, errors })
 }
 
 /// Validates metadata and kind-specific fields of a typed object.
@@ -180,7 +184,8 @@ pub struct KindInfo {
     pub short_names: &'static [&'static str],
     /// Fields a `fieldSelector` may name (dotted paths).
     pub field_selectors: &'static [&'static str],
-    /// Decodes a body as this kind.
+    /// Decodes a body as this kind and validates it in the same pass
+    /// ([`Decoded::errors`]).
     pub decode: fn(&Value) -> Result<Decoded, DecodeError>,
     /// Validates a (decoded) object of this kind.
     pub validate: fn(&Value) -> Vec<ValidationError>,
@@ -308,4 +313,31 @@ macro_rules! resource {
 /// Default for `apiVersion` when a body omits it.
 pub fn default_api_version() -> String {
     crate::meta::API_VERSION.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::kinds;
+
+    /// Admission uses `Decoded::errors` instead of validating again: they must be
+    /// exactly what the separate `validate` finds, valid or not, for every kind.
+    #[test]
+    fn decode_reports_the_same_errors_as_validate() {
+        let bodies = [
+            json!({"metadata": {"name": "ok"}, "spec": {}}),
+            json!({"metadata": {"name": "Not_A_Name", "labels": {"bad key!": "x"}}, "spec": {}}),
+            json!({"metadata": {"name": ""}}),
+        ];
+        for kind in kinds() {
+            for body in &bodies {
+                let Ok(decoded) = (kind.decode)(body) else { continue };
+                assert_eq!(decoded.errors, (kind.validate)(body), "{} {body}", kind.kind);
+            }
+        }
+        let agent = crate::kind_by_kind("Agent").expect("Agent is a kind");
+        let decoded = (agent.decode)(&bodies[1]).expect("decodes");
+        assert!(decoded.errors.iter().any(|e| e.field == "metadata.name"), "{:?}", decoded.errors);
+    }
 }

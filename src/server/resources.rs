@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use bytes::Bytes;
 use hive_api::meta::Time;
 use hive_api::selector::{FieldSelector, LabelSelector};
 use hive_api::KindInfo;
@@ -26,7 +27,27 @@ const PATCH_RETRIES: usize = 64;
 
 /// A JSON response with an optional list of `Warning` headers.
 fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
-    let body = serde_json::to_vec(value).unwrap_or_default();
+    encoded_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()), warnings)
+}
+
+/// The response for a stored object: its JSON as committed when the cache still holds
+/// this very object (no re-encoding), else encoded now (a deleted object, a dry run, or
+/// one a later write already replaced). The bytes are the same either way.
+fn object_response(
+    state: &AppState,
+    kind: &KindInfo,
+    code: StatusCode,
+    object: &Obj,
+    warnings: &[String],
+) -> Response {
+    match state.store.encoded_of(kind.plural, object) {
+        Some(encoded) => encoded_response(code, encoded, warnings),
+        None => json_response(code, object, warnings),
+    }
+}
+
+/// A response whose body is already JSON, with an optional list of `Warning` headers.
+fn encoded_response(code: StatusCode, body: Bytes, warnings: &[String]) -> Response {
     let mut response = (code, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     for warning in warnings {
@@ -107,13 +128,14 @@ pub fn admit(
         }
     }
     let mut object = decoded.object;
+    // Validated on the typed object while decoding (neither check reads apiVersion or
+    // kind, which are set here).
+    if !decoded.errors.is_empty() {
+        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+        return Err(ApiError::Invalid { kind: kind.kind.into(), name, errors: decoded.errors });
+    }
     object["apiVersion"] = json!(kind.api_version);
     object["kind"] = json!(kind.kind);
-    let errors = (kind.validate)(&object);
-    if !errors.is_empty() {
-        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
-        return Err(ApiError::Invalid { kind: kind.kind.into(), name, errors });
-    }
     Ok((object, warnings))
 }
 
@@ -180,7 +202,8 @@ pub async fn get(
     uri: Uri,
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
-    let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    let (object, encoded) =
+        state.store.get_encoded(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     if table::wants_table(&headers) {
         let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
         let rv = resource_version_of(&object).unwrap_or("").to_string();
@@ -192,7 +215,7 @@ pub async fn get(
             true,
         )));
     }
-    Ok(json_response(StatusCode::OK, &object, &[]))
+    Ok(encoded_response(StatusCode::OK, encoded, &[]))
 }
 
 fn not_found(kind: &KindInfo, name: &str) -> ApiError {
@@ -278,7 +301,7 @@ pub async fn list(
         return watch::serve(state, kind, &params, selectors, table::wants_table(&headers)).await;
     }
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
-    let (revision, objects) = state.store.list(kind.plural);
+    let (revision, objects) = state.store.list_encoded(kind.plural);
     let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {
             let token = decode_continue(token)?;
@@ -295,10 +318,10 @@ pub async fn list(
     };
     let matching = objects
         .into_iter()
-        .filter(|o| start_after.as_deref().is_none_or(|s| name_of(o) > s))
-        .filter(|o| selectors.matches(o));
+        .filter(|(o, _)| start_after.as_deref().is_none_or(|s| name_of(o) > s))
+        .filter(|(o, _)| selectors.matches(o));
     let limit = params.limit()?;
-    let mut items: Vec<Obj> = Vec::new();
+    let mut items: Vec<(Obj, Bytes)> = Vec::new();
     let mut remaining = 0i64;
     for object in matching {
         if limit.is_some_and(|l| items.len() >= l) {
@@ -309,27 +332,29 @@ pub async fn list(
     }
     let mut list_meta = json!({"resourceVersion": list_rv.to_string()});
     if remaining > 0 {
-        let last = items.last().map(|o| name_of(o).to_string()).unwrap_or_default();
+        let last = items.last().map(|(o, _)| name_of(o).to_string()).unwrap_or_default();
         list_meta["continue"] = json!(encode_continue(&ContinueToken { rv: list_rv, start: last }));
         list_meta["remainingItemCount"] = json!(remaining);
     }
     if table::wants_table(&headers) {
-        return Ok(table_response(&table::table(kind, &items, include, list_meta, true)));
+        let objects: Vec<Obj> = items.into_iter().map(|(o, _)| o).collect();
+        return Ok(table_response(&table::table(kind, &objects, include, list_meta, true)));
     }
-    // Serialize the list by hand around the stored objects so 100k-item lists do not
-    // deep-copy every object into a new `Value` tree.
-    let mut out = Vec::with_capacity(64 + items.len() * 512);
+    // Assemble the list by hand from each object's JSON as committed: no object is
+    // copied or encoded again.
+    let size: usize = items.iter().map(|(_, e)| e.len() + 1).sum();
+    let mut out = Vec::with_capacity(128 + size);
     out.extend_from_slice(
         format!("{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":", kind.api_version, kind.list_kind)
             .as_bytes(),
     );
     serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
     out.extend_from_slice(b",\"items\":[");
-    for (i, item) in items.iter().enumerate() {
+    for (i, (_, encoded)) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, item.as_ref()).map_err(|e| ApiError::Internal(e.into()))?;
+        out.extend_from_slice(encoded);
     }
     out.extend_from_slice(b"]}");
     let mut response = (StatusCode::OK, out).into_response();
@@ -359,7 +384,7 @@ pub async fn create(
     let outcome =
         state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
     let (code, object) = outcome_object(outcome);
-    Ok(json_response(code, &object, &warnings))
+    Ok(object_response(&state, kind, code, &object, &warnings))
 }
 
 /// `PUT /apis/hive.dev/v1/{plural}/{name}[/status]`.
@@ -386,7 +411,7 @@ pub async fn replace(
         .commit(Mutation::Update { kind: kind.plural, object, subresource }, params.dry_run()?)
         .await?;
     let (code, object) = outcome_object(outcome);
-    Ok(json_response(code, &object, &warnings))
+    Ok(object_response(&state, kind, code, &object, &warnings))
 }
 
 /// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
@@ -519,7 +544,7 @@ pub async fn patch(
         match state.store.commit(mutation, dry_run).await {
             Ok(outcome) => {
                 let (code, object) = outcome_object(outcome);
-                return Ok(json_response(code, &object, &warnings));
+                return Ok(object_response(&state, kind, code, &object, &warnings));
             }
             // A concurrent write won the race: re-read and re-apply the patch, unless the
             // client itself asked for a specific resourceVersion.
@@ -609,5 +634,5 @@ pub async fn delete(
         )
         .await?;
     let (_, object) = outcome_object(outcome);
-    Ok(json_response(StatusCode::OK, &object, &[]))
+    Ok(object_response(&state, kind, StatusCode::OK, &object, &[]))
 }

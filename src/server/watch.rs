@@ -32,7 +32,8 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn object_event(&mut self, type_: &str, object: &Obj) -> Bytes {
+    /// One event line; `encoded` is the object's JSON as committed, when known.
+    fn object_event(&mut self, type_: &str, object: &Obj, encoded: Option<&Bytes>) -> Bytes {
         let rendered = if self.as_table {
             let rv = object["metadata"]["resourceVersion"].clone();
             let t = table::table(
@@ -45,7 +46,10 @@ impl Encoder {
             self.sent_columns = true;
             t
         } else {
-            return line_with_object(type_, object);
+            return match encoded {
+                Some(encoded) => line_with_encoded(type_, encoded),
+                None => line_with_object(type_, object),
+            };
         };
         line(&json!({"type": type_, "object": rendered}))
     }
@@ -78,6 +82,18 @@ fn line_with_object(type_: &str, object: &Obj) -> Bytes {
     Bytes::from(out)
 }
 
+/// Writes `{"type":T,"object":<object JSON>}` around an object's committed encoding:
+/// the same bytes as [`line_with_object`], without encoding anything.
+fn line_with_encoded(type_: &str, encoded: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(32 + encoded.len());
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(type_.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(encoded);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
 fn error_line(code: u16, reason: &str, message: String) -> Bytes {
     line(&json!({"type": "ERROR", "object": Status::failure(code, reason, message)}))
 }
@@ -101,14 +117,14 @@ pub async fn serve(
     // "N": every change after N, or an in-stream 410 when N is no longer retained.
     let (start, initial) = match requested {
         None => {
-            let (revision, objects) = state.store.list(kind.plural);
+            let (revision, objects) = state.store.list_encoded(kind.plural);
             (revision, Some(objects))
         }
         Some(n) if send_initial => {
             // sendInitialEvents with resourceVersionMatch=NotOlderThan: the current
             // state (which is not older than N), then live.
             let _ = n;
-            let (revision, objects) = state.store.list(kind.plural);
+            let (revision, objects) = state.store.list_encoded(kind.plural);
             (revision, Some(objects))
         }
         Some(n) => (n, None),
@@ -129,8 +145,8 @@ pub async fn serve(
     let bookmark_every = state.config.bookmark_interval;
     tokio::spawn(async move {
         if let Some(objects) = initial {
-            for object in objects.iter().filter(|o| selectors.matches(o)) {
-                if tx.send(encoder.object_event("ADDED", object)).await.is_err() {
+            for (object, encoded) in objects.iter().filter(|(o, _)| selectors.matches(o)) {
+                if tx.send(encoder.object_event("ADDED", object, Some(encoded))).await.is_err() {
                     return;
                 }
             }
@@ -164,11 +180,12 @@ pub async fn serve(
                         EventType::Modified => "MODIFIED",
                         EventType::Deleted => "DELETED",
                     };
-                    // Plain JSON lines are the same for every watcher: encode once.
+                    // Plain JSON lines are the same for every watcher: built once, around
+                    // the object's JSON from the commit.
                     let line = if encoder.as_table {
-                        encoder.object_event(type_, &event.object)
+                        encoder.object_event(type_, &event.object, None)
                     } else {
-                        event.encoded.get_or_init(|| line_with_object(type_, &event.object))
+                        event.encoded.get_or_init(|| line_with_encoded(type_, &event.object_json))
                     };
                     if tx.send(line).await.is_err() {
                         return;

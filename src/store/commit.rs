@@ -130,6 +130,11 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
     };
 
     if !changes.is_empty() {
+        // Encoded once, outside the lock: redb stores these bytes, and the cache keeps
+        // them for lists, reads and watch lines.
+        for change in &mut changes {
+            change.encoded = encode(&change.object);
+        }
         if let Err(e) = write(shared, db, &BatchWrite { changes: &changes, time_ms, compacted }) {
             tracing::error!(error = %e, writers = replies.len(), "store commit failed");
             for (reply, _) in replies {
@@ -147,6 +152,11 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
         // A writer that gave up waiting still had its write applied; nobody to tell.
         let _ = reply.send(result);
     }
+}
+
+/// The JSON of a stored object, exactly as `serde_json::to_vec` writes it.
+pub(super) fn encode(object: &Obj) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(&**object).expect("a serde_json::Value always serializes"))
 }
 
 /// The batch's transaction; tests can make it fail.

@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use bytes::Bytes;
 use redb::{Database, DatabaseError, Durability, ReadableTable};
 use serde::Deserialize;
 use serde_json::Value;
@@ -114,9 +115,11 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         let Some((kind, name)) = key.split_once('/') else {
             return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
         };
-        let object: Value = serde_json::from_slice(bytes.value())
-            .map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
-        state.load_object(kind, name, Arc::new(object));
+        let bytes = bytes.value();
+        let object: Value =
+            serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
+        // The stored bytes are what `serde_json::to_vec` wrote for this very object.
+        state.load_object(kind, name, Arc::new(object), Bytes::copy_from_slice(bytes));
     }
 
     let events = read.open_table(EVENTS).map_err(|e| corrupt(e.into()))?;
@@ -136,11 +139,13 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         let Some(type_) = EventType::parse(&record.type_) else {
             return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
         };
+        let object = Arc::new(record.object);
         let event = StoreEvent {
             revision,
             kind: state.intern(&record.kind),
             type_,
-            object: Arc::new(record.object),
+            object_json: super::commit::encode(&object),
+            object,
             encoded: Default::default(),
         };
         state.log.push_back(LogEntry { event, time_ms: record.time });
@@ -178,14 +183,15 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
         let mut meta = txn.open_table(META).map_err(shared)?;
         for change in batch.changes {
             let key = object_key(change.kind, &change.name);
-            let object = serde_json::to_vec(&*change.object).expect("a serde_json::Value always serializes");
+            // Encoded by the commit thread before the write (`commit::encode`).
+            let object: &[u8] = &change.encoded;
             if change.type_ == EventType::Deleted {
                 objects.remove(key.as_str()).map_err(shared)?;
             } else {
-                objects.insert(key.as_str(), object.as_slice()).map_err(shared)?;
+                objects.insert(key.as_str(), object).map_err(shared)?;
             }
             if change.revision > batch.compacted {
-                let record = event_record(change, batch.time_ms, &object);
+                let record = event_record(change, batch.time_ms, object);
                 events.insert(change.revision, record.as_slice()).map_err(shared)?;
             }
         }

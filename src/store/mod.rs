@@ -27,6 +27,7 @@ mod tests;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 pub use config::{Clock, StoreConfig};
@@ -137,6 +138,31 @@ impl Store {
     pub fn list(&self, kind: &str) -> (u64, Vec<Obj>) {
         let state = self.inner.shared.read();
         (state.revision, state.list(kind))
+    }
+
+    /// The current object `name` of `kind` with its JSON (`serde_json::to_vec` of the
+    /// object, byte for byte), encoded once when it was committed or loaded.
+    pub fn get_encoded(&self, kind: &str, name: &str) -> Option<(Obj, Bytes)> {
+        let state = self.inner.shared.read();
+        let entry = state.get_entry(kind, name)?;
+        Some((entry.object.clone(), entry.encoded.clone()))
+    }
+
+    /// Every object of `kind` with its JSON, sorted by name, and the revision they are
+    /// current at (as [`Store::list`]).
+    pub fn list_encoded(&self, kind: &str) -> (u64, Vec<(Obj, Bytes)>) {
+        let state = self.inner.shared.read();
+        (state.revision, state.list_encoded(kind))
+    }
+
+    /// The JSON of `object` if it is still the current object of `kind` (the very same
+    /// `Arc`, as a write's [`Outcome`] returns it); `None` once a later write replaced
+    /// it, after a delete, or for a dry run.
+    pub fn encoded_of(&self, kind: &str, object: &Obj) -> Option<Bytes> {
+        let name = object["metadata"]["name"].as_str()?;
+        let state = self.inner.shared.read();
+        let entry = state.get_entry(kind, name)?;
+        Arc::ptr_eq(&entry.object, object).then(|| entry.encoded.clone())
     }
 
     /// The revision of the last committed write.

@@ -132,6 +132,9 @@ pub(super) struct Change {
     /// `Deleted` removes the object; the others store it.
     pub type_: EventType,
     pub object: Obj,
+    /// `serde_json::to_vec(&object)`: empty when planned, filled by the commit thread
+    /// just before the batch is written, then shared by redb, the cache and watchers.
+    pub encoded: bytes::Bytes,
 }
 
 /// One mutation's planned result: what to answer and, unless nothing changes, what to
@@ -229,7 +232,14 @@ fn create(
     let object = Arc::new(object);
     Ok(Applied {
         outcome: Outcome::Created(object.clone()),
-        change: Some(Change { kind, name: name.to_owned(), revision, type_: EventType::Added, object }),
+        change: Some(Change {
+            kind,
+            name: name.to_owned(),
+            revision,
+            type_: EventType::Added,
+            object,
+            encoded: Default::default(),
+        }),
     })
 }
 
@@ -279,7 +289,17 @@ fn finish_update(kind: &'static str, name: &str, mut updated: Value, revision: u
     } else {
         (Outcome::Updated(object.clone()), EventType::Modified)
     };
-    Applied { outcome, change: Some(Change { kind, name: name.to_owned(), revision, type_, object }) }
+    Applied {
+        outcome,
+        change: Some(Change {
+            kind,
+            name: name.to_owned(),
+            revision,
+            type_,
+            object,
+            encoded: Default::default(),
+        }),
+    }
 }
 
 fn delete(
@@ -304,7 +324,17 @@ fn delete(
         (Outcome::Deleting(Arc::new(last)), EventType::Modified)
     };
     let object = outcome.object().clone();
-    Ok(Applied { outcome, change: Some(Change { kind, name: name.to_owned(), revision, type_, object }) })
+    Ok(Applied {
+        outcome,
+        change: Some(Change {
+            kind,
+            name: name.to_owned(),
+            revision,
+            type_,
+            object,
+            encoded: Default::default(),
+        }),
+    })
 }
 
 /// The uid and resourceVersion preconditions shared by update and delete; empty values

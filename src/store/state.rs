@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::error::{Error, Result};
 use super::mutation::Change;
 use super::watch::{EventType, StoreEvent, Watch, Watcher};
@@ -16,6 +18,14 @@ pub(super) struct LogEntry {
     pub time_ms: i64,
 }
 
+/// One cached object with its JSON, as committed to redb.
+#[derive(Clone)]
+pub(super) struct Entry {
+    pub object: Obj,
+    /// `serde_json::to_vec(&object)`: served as-is by lists, reads and watches.
+    pub encoded: Bytes,
+}
+
 #[derive(Default)]
 pub(super) struct State {
     /// Revision of the last committed mutation.
@@ -23,7 +33,7 @@ pub(super) struct State {
     /// Events at or below this revision are gone.
     pub compacted: u64,
     /// kind → name → object.
-    pub objects: HashMap<String, BTreeMap<String, Obj>>,
+    pub objects: HashMap<String, BTreeMap<String, Entry>>,
     /// Exactly the events `compacted + 1 ..= revision`, in order.
     pub log: VecDeque<LogEntry>,
     /// kind → live watchers of that kind.
@@ -41,11 +51,25 @@ impl State {
     }
 
     pub fn get(&self, kind: &str, name: &str) -> Option<Obj> {
-        self.objects.get(kind)?.get(name).cloned()
+        Some(self.objects.get(kind)?.get(name)?.object.clone())
+    }
+
+    pub fn get_entry(&self, kind: &str, name: &str) -> Option<&Entry> {
+        self.objects.get(kind)?.get(name)
     }
 
     pub fn list(&self, kind: &str) -> Vec<Obj> {
-        self.objects.get(kind).map(|objects| objects.values().cloned().collect()).unwrap_or_default()
+        self.objects
+            .get(kind)
+            .map(|objects| objects.values().map(|e| e.object.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn list_encoded(&self, kind: &str) -> Vec<(Obj, Bytes)> {
+        self.objects
+            .get(kind)
+            .map(|objects| objects.values().map(|e| (e.object.clone(), e.encoded.clone())).collect())
+            .unwrap_or_default()
     }
 
     pub fn object_count(&self) -> usize {
@@ -63,8 +87,8 @@ impl State {
     }
 
     /// Puts a loaded object in place (opening the store).
-    pub fn load_object(&mut self, kind: &str, name: &str, object: Obj) {
-        self.objects.entry(kind.to_owned()).or_default().insert(name.to_owned(), object);
+    pub fn load_object(&mut self, kind: &str, name: &str, object: Obj, encoded: Bytes) {
+        self.objects.entry(kind.to_owned()).or_default().insert(name.to_owned(), Entry { object, encoded });
     }
 
     /// Applies one durable change: the object, the log, and every watcher of its kind.
@@ -74,13 +98,15 @@ impl State {
         if change.type_ == EventType::Deleted {
             objects.remove(&change.name);
         } else {
-            objects.insert(change.name.clone(), change.object.clone());
+            let entry = Entry { object: change.object.clone(), encoded: change.encoded.clone() };
+            objects.insert(change.name.clone(), entry);
         }
         let event = StoreEvent {
             revision: change.revision,
             kind: self.intern(change.kind),
             type_: change.type_,
             object: change.object.clone(),
+            object_json: change.encoded.clone(),
             encoded: Default::default(),
         };
         if let Some(watchers) = self.watchers.get_mut(change.kind) {

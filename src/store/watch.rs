@@ -56,6 +56,9 @@ pub struct StoreEvent {
     pub type_: EventType,
     /// The object after the change (for `Deleted`, its last state).
     pub object: Obj,
+    /// `object` as JSON, exactly as `serde_json::to_vec` writes it (and as redb stores
+    /// it): encoded once when the change was committed.
+    pub object_json: bytes::Bytes,
     /// A slot where the first consumer may keep this event's wire encoding, so that a
     /// thousand watchers of one kind serialize each event once, not a thousand times.
     pub encoded: Encoded,

@@ -40,6 +40,55 @@ async fn reopen_keeps_objects_revision_and_events() {
     assert_eq!(next.object()["metadata"]["resourceVersion"], "5", "revisions continue");
 }
 
+/// Every cached object's JSON (and every event's) must be byte for byte what
+/// `serde_json::to_vec` makes of the object, as committed and after a reopen: lists,
+/// reads and watch lines send these bytes instead of encoding the object.
+#[tokio::test]
+async fn encoded_objects_equal_serde_json_before_and_after_reopen() {
+    fn check(store: &Store) {
+        let (revision, encoded) = store.list_encoded("agents");
+        assert_eq!(revision, store.revision());
+        assert_eq!(encoded.iter().map(|(o, _)| o.clone()).collect::<Vec<_>>(), store.list("agents").1);
+        assert_eq!(encoded.len(), 2);
+        for (object, bytes) in &encoded {
+            assert_eq!(&bytes[..], serde_json::to_vec(&**object).unwrap(), "{object}");
+            let name = object["metadata"]["name"].as_str().unwrap();
+            let (got, got_bytes) = store.get_encoded("agents", name).unwrap();
+            assert_eq!((&got, &got_bytes), (object, bytes));
+            assert_eq!(store.encoded_of("agents", object).as_ref(), Some(bytes));
+        }
+        assert!(store.get_encoded("agents", "gone").is_none());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let created = store.commit(create(agent("a1", "Up")), false).await.unwrap().into_object();
+    let mut respec = (*created).clone();
+    respec["spec"]["wanted"] = "Offline".into();
+    respec["metadata"]["annotations"] = serde_json::json!({"note": "quotes \" and \u{e9} and \n"});
+    store.commit(update(respec), false).await.unwrap();
+    store.commit(create(agent("a2", "Up")), false).await.unwrap();
+    store.commit(create(agent("gone", "Up")), false).await.unwrap();
+    let deleted = store.commit(super::delete("gone"), false).await.unwrap().into_object();
+    // A replaced or deleted object is no longer the cached one: its caller encodes it.
+    assert_eq!(store.encoded_of("agents", &created), None);
+    assert_eq!(store.encoded_of("agents", &deleted), None);
+    check(&store);
+    let mut watch = store.watch("agents", 0).unwrap();
+    for _ in 0..5 {
+        let event = watch.next().await.unwrap().unwrap();
+        assert_eq!(&event.object_json[..], serde_json::to_vec(&*event.object).unwrap());
+    }
+    store.shutdown().await;
+
+    let store = open(dir.path());
+    check(&store);
+    let mut watch = store.watch("agents", 0).unwrap();
+    for _ in 0..5 {
+        let event = watch.next().await.unwrap().unwrap();
+        assert_eq!(&event.object_json[..], serde_json::to_vec(&*event.object).unwrap());
+    }
+}
+
 fn assert_corrupt(dir: &std::path::Path, what: &str) {
     let path = db_path(dir);
     let err = Store::open(config(dir, &TestClock::new())).err().unwrap_or_else(|| panic!("{what}: opened"));
