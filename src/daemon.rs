@@ -125,7 +125,12 @@ impl Engine {
         source: JobSource,
         reason: Option<String>,
     ) -> Result<crate::store::Obj, SubmitError> {
-        let request = Request { template, agents, source, reason };
+        self.submit_request(&Request { template, agents, source, reason, name: None }).await
+    }
+
+    /// [`Engine::submit`] with every field of the request, e.g. a chosen Job name.
+    pub async fn submit_request(&self, request: &Request) -> Result<crate::store::Obj, SubmitError> {
+        let request = request.clone();
         let job = submit::submit(&self.store, self, &request).await?;
         self.schedule(&job).await?;
         Ok(job)

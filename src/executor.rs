@@ -255,8 +255,13 @@ while true; do sleep 0.1; done
 
     impl World {
         async fn run(&self, template: JobTemplate) -> (String, Value) {
-            let request =
-                Request { template, agents: vec!["alpha".into()], source: JobSource::Cli, reason: None };
+            let request = Request {
+                template,
+                agents: vec!["alpha".into()],
+                source: JobSource::Cli,
+                reason: None,
+                name: None,
+            };
             let job = submit::submit(&self.store, &Live(self.runtime.clone()), &request).await.unwrap();
             let name = job["metadata"]["name"].as_str().unwrap().to_string();
             self.scheduler

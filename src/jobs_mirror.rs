@@ -165,6 +165,7 @@ mod tests {
                 agents: vec![agent.into()],
                 source: JobSource::Cli,
                 reason: None,
+                name: None,
             };
             let job = submit::submit(&store, &NothingRuns, &request).await.unwrap();
             let name = job["metadata"]["name"].as_str().unwrap().to_string();

@@ -41,8 +41,13 @@ pub struct JobSpec {
     /// Meta flake inputs the Job bumps (`MetaUpdate`, `BootSweep`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<String>,
+    /// The agents a template Job acts on. `POST` a Job with `template` and `agents` (and
+    /// no `nodes`) and the submit layer builds one subgraph per agent from their live
+    /// state; the stored Job keeps the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
     /// The nodes of the DAG. Edges are intra-Job only; cross-Job ordering comes from the
-    /// per-agent lease.
+    /// per-agent lease. Empty in a request that names `agents` instead.
     #[serde(default)]
     pub nodes: Vec<JobNode>,
 }

@@ -103,7 +103,14 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
         let source: JobSource = serde_json::from_value(spec.get("source").cloned().unwrap_or(json!("Api")))
             .map_err(|e| invalid("", "spec.source", e.to_string()))?;
         let reason = spec["reason"].as_str().map(str::to_string);
-        let job = engine.submit(template, agents, source, reason).await.map_err(submit_error)?;
+        let name = value["metadata"]["name"].as_str().filter(|n| !n.is_empty()).map(str::to_string);
+        if let Some(name) = &name {
+            if let Err(why) = hive_api::validation::dns1123_label(name) {
+                return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));
+            }
+        }
+        let request = crate::submit::Request { template, agents, source, reason, name };
+        let job = engine.submit_request(&request).await.map_err(submit_error)?;
         return Ok(created(&job));
     }
     // A custom DAG: validated like any Job, stored, then scheduled.

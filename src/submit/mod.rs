@@ -38,6 +38,8 @@ pub struct Request {
     pub source: JobSource,
     /// Why, for the Job's `spec.reason`.
     pub reason: Option<String>,
+    /// The Job's name; `None` names it `<template>-<random>`.
+    pub name: Option<String>,
 }
 
 /// Why a submit was refused. Nothing was written.
@@ -145,11 +147,15 @@ fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Va
     let template =
         serde_json::to_value(request.template).ok().and_then(|v| v.as_str().map(str::to_lowercase));
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let name = format!("{}-{}", template.unwrap_or_else(|| "job".into()), &suffix[..8]);
+    let name = match &request.name {
+        Some(name) => name.clone(),
+        None => format!("{}-{}", template.unwrap_or_else(|| "job".into()), &suffix[..8]),
+    };
     let spec = JobSpec {
         template: request.template,
         reason: request.reason.clone(),
         source: request.source,
+        agents: states.iter().map(|s| s.name.clone()).collect(),
         nodes: shapes::build(request.template, states),
         ..Default::default()
     };
@@ -207,6 +213,7 @@ mod tests {
             agents: vec!["a".into(), "b".into(), "a".into()],
             source: JobSource::Cli,
             reason: None,
+            name: None,
         };
         let job = submit(&store, &live, &request).await.unwrap();
         assert!(job["metadata"]["name"].as_str().unwrap().starts_with("stop-"));
@@ -241,6 +248,7 @@ mod tests {
             agents: vec!["a".into()],
             source: JobSource::Api,
             reason: None,
+            name: None,
         };
         let before = store.revision();
         let job = submit(&store, &live, &request).await.unwrap();
@@ -260,6 +268,7 @@ mod tests {
             agents: vec!["a".into(), "ghost".into()],
             source: JobSource::Api,
             reason: None,
+            name: None,
         };
         assert!(matches!(submit(&store, &live, &unknown).await, Err(Error::UnknownAgent(n)) if n == "ghost"));
         let empty = Request { agents: vec![], ..unknown.clone() };

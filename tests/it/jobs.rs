@@ -272,3 +272,19 @@ async fn cancelling_a_queued_power_job_reverts_intent_to_observed() {
     let (_, job) = run_job(&api, "Kill", &["stubborn"]).await;
     assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_template_jobs() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("delta", &repo, "Up")).await.code, 201);
+    wait_power(&api, "delta", "Running").await;
+    let job = "apiVersion: hive.dev/v1\nkind: Job\nmetadata:\n  name: stop-delta\nspec:\n  template: Stop\n  agents: [delta]\n";
+    let out = crate::harness::ok(d.kubectl_stdin(&["create", "-f", "-"], Some(job)));
+    assert_eq!(out.trim(), "job.hive.dev/stop-delta created");
+    let done = wait_terminal(&api, "stop-delta").await;
+    assert_eq!(done["status"]["phase"], "Done", "{}", done["status"]);
+    assert_eq!(done["spec"]["agents"], json!(["delta"]));
+    wait_power(&api, "delta", "Stopped").await;
+}
