@@ -59,6 +59,14 @@ impl Backoff {
     }
 }
 
+/// Restarts `agent` after `delay` (on the tokio clock, so tests can pause it).
+fn schedule_restart(restart: Restart, agent: String, delay: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        restart(agent).await;
+    });
+}
+
 /// `150ms`, `4s`, `5m0s`: a backoff as a person reads it.
 fn human(delay: Duration) -> String {
     match delay.as_millis() {
@@ -198,11 +206,7 @@ impl CrashWatch {
         .await?;
         self.event(stored, EventType::Warning, "Crashed", &format!("exited on its own ({exit})")).await;
         self.event(stored, EventType::Warning, "BackOff", &format!("restarting in {}", human(delay))).await;
-        let restart = self.restart.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            restart(name).await;
-        });
+        schedule_restart(self.restart.clone(), name, delay);
         Ok(())
     }
 
@@ -265,6 +269,31 @@ mod tests {
         assert!(stored["status"].get("conditions").is_none(), "{}", stored["status"]);
         let decoded: Result<Agent, _> = serde_json::from_value(stored);
         assert!(decoded.is_ok(), "{decoded:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn restarts_wait_exactly_their_backoff_on_the_paused_clock() {
+        let backoff = Backoff::default();
+        let fired: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+        let record = fired.clone();
+        let restart: Restart = Arc::new(move |name| {
+            let record = record.clone();
+            Box::pin(async move { record.lock().unwrap().push((name, Instant::now())) })
+        });
+        let start = Instant::now();
+        for crashes in 1..=10 {
+            schedule_restart(restart.clone(), format!("a{crashes}"), backoff.delay(crashes));
+        }
+        tokio::time::sleep(Duration::from_secs(301)).await;
+        let fired = fired.lock().unwrap().clone();
+        let waited: Vec<(String, u64)> =
+            fired.iter().map(|(n, at)| (n.clone(), (*at - start).as_secs())).collect();
+        let want: Vec<(String, u64)> = [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (format!("a{}", i + 1), *s))
+            .collect();
+        assert_eq!(waited, want);
     }
 
     #[test]
