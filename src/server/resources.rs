@@ -139,6 +139,18 @@ pub fn admit(
     Ok((object, warnings))
 }
 
+/// Equal once `metadata.managedFields` is set aside.
+fn same_apart_from_managed_fields(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(meta) = v["metadata"].as_object_mut() {
+            meta.remove("managedFields");
+        }
+        v
+    };
+    strip(a) == strip(b)
+}
+
 /// Rejects changes the kind forbids (immutable specs, decisions made twice).
 fn check_update(kind: &KindInfo, new: &Value, old: &Value, subresource: Option<&str>) -> ApiResult<()> {
     if subresource.is_some() {
@@ -526,7 +538,14 @@ pub async fn patch(
                         let merged = apply::apply(Some(&current), applied, &manager, params.force()?, now())
                             .map_err(|c| conflict(kind, &name, &c))?;
                         let (object, _) = admit(kind, merged, FieldValidation::Ignore)?;
-                        (object, warnings)
+                        // A manifest that omits defaulted fields (an edge's `AfterOk`, say)
+                        // normalizes back to the live object: then nothing changed, and the
+                        // applier's ownership timestamp must not move either.
+                        if same_apart_from_managed_fields(&object, &current) {
+                            ((*current).clone(), warnings)
+                        } else {
+                            (object, warnings)
+                        }
                     }
                 };
                 check_update(kind, &object, &current, sub)?;

@@ -525,3 +525,21 @@ async fn concurrent_writers_conflict_or_retry_correctly() {
     assert_eq!(codes.iter().filter(|c| **c == 409).count(), 15, "{codes:?}");
     let _ = created;
 }
+
+#[tokio::test]
+async fn reapplying_a_manifest_that_omits_defaults_changes_nothing_even_a_second_later() {
+    let d = Daemon::start();
+    let api = d.client();
+    // `edge` defaults to AfterOk and is stored explicitly; the manifest leaves it out.
+    let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"},
+                     "spec": {"template": "Rebuild", "nodes": [
+                        {"id": "a", "kind": "Prebuild", "agent": "x"},
+                        {"id": "b", "kind": "StopForUpdate", "agent": "x", "deps": [{"node": "a"}]}]}});
+    let path = "/apis/hive.dev/v1/jobs/j1?fieldManager=hive";
+    let first = api.send("PATCH", path, "application/apply-patch+yaml", Some(job.to_string())).await;
+    assert_eq!(first.code, 201, "{:?}", first.body);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let again = api.send("PATCH", path, "application/apply-patch+yaml", Some(job.to_string())).await;
+    assert_eq!(again.code, 200);
+    assert_eq!(again.body["metadata"]["resourceVersion"], first.body["metadata"]["resourceVersion"]);
+}
