@@ -334,6 +334,33 @@ async fn signal_then_drain_ends_when_the_harness_clears_the_fence_or_at_the_time
     .await;
 }
 
+/// The drain timeout is a tokio timer: with the clock paused it runs out at exactly the
+/// default three minutes of virtual time, in no real time, while the real agent that
+/// ignores the fence keeps running.
+#[tokio::test]
+async fn the_default_three_minute_drain_times_out_on_the_paused_clock() {
+    // No `bounded` wrapper: its timeout is a tokio timer too, and would fire first on the
+    // paused clock. The drain itself ends at three virtual minutes.
+    let world = World::with(|config| config.graceful_stop = Duration::from_secs(180));
+    let rt = &world.runtime;
+    let (_, log) = build_log();
+    let ignores = world.agent("v1", &[("IGNORE_FENCE", "1")]);
+    rt.create(&ignores, &log).await.unwrap();
+    rt.start(&ignores).await.unwrap();
+    rt.signal(&ignores).await.unwrap();
+    let real = std::time::Instant::now();
+    tokio::time::pause();
+    let begun = tokio::time::Instant::now();
+    assert_eq!(rt.drain(&ignores).await.unwrap(), Drain::TimedOut);
+    let waited = begun.elapsed();
+    tokio::time::resume();
+    assert!(waited >= Duration::from_secs(180), "virtual wait {waited:?}");
+    assert!(waited < Duration::from_secs(181), "virtual wait {waited:?}");
+    assert!(real.elapsed() < Duration::from_secs(30), "the paused clock did the waiting");
+    assert!(rt.is_running(&ignores).await.unwrap(), "a drain never stops the agent");
+    rt.kill(&ignores).await.unwrap();
+}
+
 #[tokio::test]
 async fn an_external_kill_is_published_at_once_with_its_status() {
     bounded(async {
