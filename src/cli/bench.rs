@@ -9,6 +9,8 @@
 //! they need one connection pool per simulated client, the status code without parsing
 //! every body, and the raw bytes of a list. It is still only the public REST API.
 
+mod power;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -93,6 +95,10 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 
+    /// Stop/start cycles of a real agent process to time end to end [default: 10; 3 with --quick].
+    #[arg(long, value_name = "N")]
+    pub power_cycles: Option<usize>,
+
     /// A short smoke run: 1s levels, 50 raw commits, 200 watchers for 2s, 10000 objects.
     #[arg(long)]
     pub quick: bool,
@@ -114,6 +120,7 @@ struct Plan {
     objects: usize,
     fill_clients: usize,
     list_runs: usize,
+    power_cycles: usize,
 }
 
 impl Plan {
@@ -132,6 +139,7 @@ impl Plan {
             objects: pick(args.objects, 100_000, 10_000),
             fill_clients: args.fill_clients,
             list_runs: pick(args.list_runs, 5, 3),
+            power_cycles: pick(args.power_cycles, 10, 3),
         };
         ensure!(!plan.clients.is_empty(), "--clients needs at least one level");
         for n in plan.clients.iter().chain([&plan.fill_clients]) {
@@ -148,6 +156,7 @@ impl Plan {
         ensure!((1..=1000).contains(&plan.watch_rate), "--watch-rate must be between 1 and 1000");
         ensure!((1..=10_000_000).contains(&plan.objects), "--objects must be between 1 and 10000000");
         ensure!((1..=100).contains(&plan.list_runs), "--list-runs must be between 1 and 100");
+        ensure!((1..=1000).contains(&plan.power_cycles), "--power-cycles must be between 1 and 1000");
         Ok(plan)
     }
 
@@ -161,7 +170,7 @@ impl Plan {
         let clients: Vec<String> = self.clients.iter().map(ToString::to_string).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watchers {} --watch-rate {} \
-             --watch-duration {}s --objects {} --fill-clients {} --list-runs {}",
+             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
@@ -170,7 +179,8 @@ impl Plan {
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,
-            self.list_runs
+            self.list_runs,
+            self.power_cycles
         )
     }
 }
@@ -256,6 +266,10 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     ));
     let watch = watch_phase(&daemon.endpoint, daemon.pid, plan).await?;
     rows.extend(watch.rows());
+
+    progress(format_args!("power: {} stop/start cycles of a real agent process", plan.power_cycles));
+    let api = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?;
+    rows.extend(power::phase(&api, work.path(), plan.power_cycles).await?);
 
     let existing = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?.list_head().await?.0;
     let missing = plan.objects.saturating_sub(existing);
