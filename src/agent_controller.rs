@@ -68,16 +68,36 @@ pub fn fingerprint(agent: &Agent) -> String {
     digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The unfinished Jobs that touch `agent`: (name, template).
-fn in_flight(engine: &Engine, agent: &str) -> Vec<(String, String)> {
+/// A stored Job the scheduler does not know yet counts as in flight for this long: the
+/// submit layer writes the Job, then hands it to the scheduler.
+const HANDOFF_GRACE: chrono::Duration = chrono::Duration::seconds(10);
+
+/// The unfinished Jobs that touch `agent`: (name, template). "Unfinished" is the
+/// scheduler's word, not the stored status: a Job object written by hand (say,
+/// `kubectl apply` of a Job manifest) never ran and must not block the agent forever.
+async fn in_flight(engine: &Engine, agent: &str) -> Vec<(String, String)> {
+    let scheduled: std::collections::HashMap<String, JobPhase> = match engine.scheduler.list().await {
+        Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.phase)).collect(),
+        Err(_) => Default::default(),
+    };
+    let now = chrono::Utc::now();
     let (_, jobs) = engine.store.list("jobs");
     jobs.iter()
         .filter(|job| {
-            let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
-            !phase.is_some_and(JobPhase::is_terminal)
-                && job["spec"]["nodes"]
-                    .as_array()
-                    .is_some_and(|nodes| nodes.iter().any(|n| n["agent"] == agent))
+            job["spec"]["nodes"].as_array().is_some_and(|nodes| nodes.iter().any(|n| n["agent"] == agent))
+        })
+        .filter(|job| {
+            let name = job["metadata"]["name"].as_str().unwrap_or_default();
+            match scheduled.get(name) {
+                Some(phase) => !phase.is_terminal(),
+                None => {
+                    let unstarted = job["status"]["phase"].is_null();
+                    let created = job["metadata"]["creationTimestamp"]
+                        .as_str()
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+                    unstarted && created.is_some_and(|t| now - t.with_timezone(&chrono::Utc) < HANDOFF_GRACE)
+                }
+            }
         })
         .map(|job| {
             let name = job["metadata"]["name"].as_str().unwrap_or_default().to_string();
@@ -104,7 +124,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             (phase.as_deref() == Some("Failed")).then_some(generation)
         })
     };
-    let jobs = in_flight(engine, &name);
+    let jobs = in_flight(engine, &name).await;
     let building = jobs.iter().find(|(_, template)| template == "Spawn" || template == "Rebuild").cloned();
     let facts = Facts {
         deleting: agent.metadata.deletion_timestamp.is_some(),

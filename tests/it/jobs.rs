@@ -288,3 +288,26 @@ async fn kubectl_creates_template_jobs() {
     assert_eq!(done["spec"]["agents"], json!(["delta"]));
     wait_power(&api, "delta", "Stopped").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_stored_without_the_scheduler_does_not_block_its_agent() {
+    // kubectl apply of a Job manifest stores it through server-side apply; the scheduler
+    // never ran it, so it must not count as work in flight for the Agent controller.
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "inert"},
+                     "spec": {"template": "Reconcile", "nodes": [{"id": "r", "kind": "Reconcile", "agent": "epsilon"}]}});
+    let stored = api
+        .send(
+            "PATCH",
+            "/apis/hive.dev/v1/jobs/inert?fieldManager=kubectl",
+            "application/apply-patch+yaml",
+            Some(job.to_string()),
+        )
+        .await;
+    assert_eq!(stored.code, 201, "{:?}", stored.body);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("epsilon", &repo, "Up")).await.code, 201);
+    wait_power(&api, "epsilon", "Running").await;
+}
