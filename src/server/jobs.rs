@@ -14,7 +14,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
 use hive_api::agent::Wanted;
-use hive_api::job::{JobSource, JobTemplate};
 use hive_api::validation::{Reason, ValidationError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -96,14 +95,21 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
         if params.dry_run()? {
             return Err(ApiError::BadRequest("dryRun is not supported for template Jobs".into()));
         }
-        let template: JobTemplate = serde_json::from_value(spec["template"].clone())
-            .map_err(|e| invalid("", "spec.template", e.to_string()))?;
-        let agents: Vec<String> = serde_json::from_value(spec.get("agents").cloned().unwrap_or(json!([])))
-            .map_err(|e| invalid("", "spec.agents", e.to_string()))?;
-        let source: JobSource = serde_json::from_value(spec.get("source").cloned().unwrap_or(json!("Api")))
-            .map_err(|e| invalid("", "spec.source", e.to_string()))?;
-        let reason = spec["reason"].as_str().map(str::to_string);
-        let name = value["metadata"]["name"].as_str().filter(|n| !n.is_empty()).map(str::to_string);
+        // One typed decode names every malformed or unknown field, as for any Job.
+        let (job, unknown) = hive_api::resource::decode::<hive_api::Job>(&value).map_err(|e| {
+            let field = if e.field.is_empty() { "spec".to_string() } else { e.field };
+            invalid("", &field, e.message)
+        })?;
+        if !unknown.is_empty() && params.field_validation()? == super::params::FieldValidation::Strict {
+            let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+            return Err(ApiError::BadRequest(format!(
+                "Job in version \"v1\" cannot be handled as a Job: strict decoding error: {}",
+                listed.join(", ")
+            )));
+        }
+        let (template, agents, source, reason) =
+            (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);
+        let name = Some(job.metadata.name).filter(|n| !n.is_empty());
         if let Some(name) = &name {
             if let Err(why) = hive_api::validation::dns1123_label(name) {
                 return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));

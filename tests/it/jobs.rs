@@ -311,3 +311,29 @@ async fn a_job_stored_without_the_scheduler_does_not_block_its_agent() {
     assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("epsilon", &repo, "Up")).await.code, 201);
     wait_power(&api, "epsilon", "Running").await;
 }
+
+#[tokio::test]
+async fn malformed_template_jobs_name_the_field_and_write_nothing() {
+    let d = Daemon::start();
+    let api = d.client();
+    let cases = [
+        (json!({"spec": {"template": "Sideways", "agents": ["a"]}}), 422, "spec.template"),
+        (json!({"spec": {"template": "Stop", "agents": "a"}}), 422, "spec.agents"),
+        (
+            json!({"metadata": {"name": "Bad_Name"}, "spec": {"template": "Stop", "agents": ["a"]}}),
+            422,
+            "metadata.name",
+        ),
+        (json!({"spec": {"template": "Stop", "agents": []}}), 422, "spec.agents"),
+        (json!({"spec": {"template": "Stop", "agents": ["a"], "bogus": 1}}), 400, "spec.bogus"),
+    ];
+    for (body, code, field) in cases {
+        let mut body = body;
+        body["apiVersion"] = json!("hive.dev/v1");
+        body["kind"] = json!("Job");
+        let reply = api.post("/apis/hive.dev/v1/jobs?fieldValidation=Strict", &body).await;
+        assert_eq!(reply.code, code, "{body}: {:?}", reply.body);
+        assert!(reply.body.to_string().contains(field), "{body}: {:?}", reply.body);
+    }
+    assert!(api.get("/apis/hive.dev/v1/jobs").await.body["items"].as_array().unwrap().is_empty());
+}
