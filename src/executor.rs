@@ -185,8 +185,13 @@ impl RuntimeExecutor {
             }
             JobNodeKind::WriteDropin => {
                 let agent = self.agent(&name)?;
-                self.runtime.write_limits(&agent).await.map_err(failed)?;
-                "limits written".into()
+                let limits = self.runtime.write_limits(&agent).await.map_err(failed)?;
+                format!(
+                    "limits cpu {} memory {} {}",
+                    limits.cpu_quota,
+                    limits.memory_max,
+                    if limits.enforced { "enforced" } else { "NOT enforced" }
+                )
             }
             JobNodeKind::Signal => {
                 let agent = self.agent(&name)?;

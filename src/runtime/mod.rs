@@ -79,9 +79,12 @@ pub trait Runtime: Send + Sync {
     /// Resolves `Ok` either way and says which happened.
     fn drain<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Drain>>;
 
-    /// Writes the agent's resource limits (`spec.resources`) where the driver applies
-    /// them: a systemd drop-in for containers; an advisory file for processes.
-    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+    /// Writes the agent's resource limits (`spec.resources`, else the hive-wide
+    /// defaults) where the driver applies them: a systemd drop-in plus daemon-reload for
+    /// containers; the agent's own cgroup v2 (`cpu.max`, `memory.max`) for processes.
+    /// Says whether they are enforced; a driver that cannot enforce them returns
+    /// [`Limits::enforced`] false with the reason, never silently ignores them.
+    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Limits>>;
 
     /// Writes the agent's permissions (`spec.permissions`) where its harness reads them.
     fn write_permissions<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
@@ -126,6 +129,20 @@ pub struct Generation {
     pub id: String,
     /// The config commit it was built from (a full sha).
     pub rev: String,
+}
+
+/// The limits a driver applied, as [`Runtime::write_limits`] reports them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The CPU quota applied, as in the spec (e.g. `200%`).
+    pub cpu_quota: String,
+    /// The memory cap applied, as in the spec (e.g. `4G`).
+    pub memory_max: String,
+    /// True when the host enforces them.
+    pub enforced: bool,
+    /// How they are enforced, or why they cannot be (e.g. `cgroup v2 is not mounted at
+    /// /sys/fs/cgroup`). Shown as the message of the Agent's `LimitsEnforced` condition.
+    pub message: String,
 }
 
 /// What a successful [`Runtime::start`] reports.

@@ -384,15 +384,22 @@ impl ProcessRuntime {
     }
 
     /// See [`Runtime::write_limits`].
-    pub async fn write_limits(&self, agent: &Agent) -> Result<()> {
+    pub async fn write_limits(&self, agent: &Agent) -> Result<crate::runtime::Limits> {
         let dir = self.dir(agent)?;
         let resources = &agent.spec.resources;
+        let limits = crate::runtime::Limits {
+            cpu_quota: resources.cpu_quota.clone().unwrap_or_else(|| "200%".into()),
+            memory_max: resources.memory_max.clone().unwrap_or_else(|| "4G".into()),
+            enforced: false,
+            message: "the process runtime does not enforce limits yet".into(),
+        };
         let value = json!({
-            "cpuQuota": resources.cpu_quota,
-            "memoryMax": resources.memory_max,
-            "enforced": false,
+            "cpuQuota": limits.cpu_quota,
+            "memoryMax": limits.memory_max,
+            "enforced": limits.enforced,
         });
-        write_json(&dir, "limits.json", &value)
+        write_json(&dir, "limits.json", &value)?;
+        Ok(limits)
     }
 
     /// See [`Runtime::write_permissions`].
@@ -545,7 +552,7 @@ impl Runtime for ProcessRuntime {
         Box::pin(ProcessRuntime::drain(self, agent))
     }
 
-    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {
+    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<crate::runtime::Limits>> {
         Box::pin(ProcessRuntime::write_limits(self, agent))
     }
 
