@@ -26,6 +26,10 @@ pub use tokens::{Error, TokenInfo, TokenStore, TOKEN_PREFIX};
 pub enum Role {
     /// Reads everything (get, list, watch); changes nothing.
     Viewer,
+    /// A token an agent runs with, bound to that one agent: reads everything and
+    /// requests approvals for its own config changes (`ApplyCommit`, `MergeConfigPr`
+    /// targeting itself). It decides nothing.
+    Agent,
     /// Also changes what is wanted: spec writes, status, power, approvals, fleet commands.
     Operator,
     /// Also manages providers and tokens.
@@ -34,12 +38,13 @@ pub enum Role {
 
 impl Role {
     /// Every role, lowest first.
-    pub const ALL: [Role; 3] = [Role::Viewer, Role::Operator, Role::Admin];
+    pub const ALL: [Role; 4] = [Role::Viewer, Role::Agent, Role::Operator, Role::Admin];
 
     /// The lowercase name used in files, flags and the API.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
+            Role::Agent => "agent",
             Role::Operator => "operator",
             Role::Admin => "admin",
         }
@@ -54,7 +59,7 @@ impl fmt::Display for Role {
 
 /// A role name that is none of `viewer`, `operator`, `admin`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown role {input:?}: expected one of viewer, operator, admin")]
+#[error("unknown role {input:?}: expected one of viewer, agent, operator, admin")]
 pub struct ParseRoleError {
     input: String,
 }
@@ -75,6 +80,8 @@ impl FromStr for Role {
 pub enum Verb {
     /// get, list, watch.
     Read,
+    /// Creating an approval (admission then checks an agent token asks only for itself).
+    Request,
     /// Spec writes, status writes, power verbs, approvals, fleet commands.
     Write,
     /// Providers and tokens.
@@ -86,6 +93,7 @@ impl Verb {
     pub fn required_role(self) -> Role {
         match self {
             Verb::Read => Role::Viewer,
+            Verb::Request => Role::Agent,
             Verb::Write => Role::Operator,
             Verb::Admin => Role::Admin,
         }
@@ -100,6 +108,8 @@ pub struct Principal {
     pub name: String,
     /// What the token may do.
     pub role: Role,
+    /// The agent an `agent`-role token is bound to.
+    pub agent: Option<String>,
 }
 
 impl Principal {
@@ -118,11 +128,13 @@ mod tests {
         // (role, read, write, admin)
         let table = [
             (Role::Viewer, true, false, false),
+            (Role::Agent, true, false, false),
             (Role::Operator, true, true, false),
             (Role::Admin, true, true, true),
         ];
         for (role, read, write, admin) in table {
-            let p = Principal { name: "p".into(), role };
+            let p = Principal { name: "p".into(), role, agent: None };
+            assert_eq!(p.allows(Verb::Request), role >= Role::Agent, "{role}");
             let got = (p.allows(Verb::Read), p.allows(Verb::Write), p.allows(Verb::Admin));
             assert_eq!(got, (read, write, admin), "{role}");
         }
@@ -136,7 +148,7 @@ mod tests {
             assert_eq!(serde_json::to_string(&role).unwrap(), format!("\"{role}\""));
             assert_eq!(serde_json::from_str::<Role>(&format!("\"{role}\"")).unwrap(), role);
         }
-        assert!(Role::Viewer < Role::Operator && Role::Operator < Role::Admin);
+        assert!(Role::Viewer < Role::Agent && Role::Agent < Role::Operator && Role::Operator < Role::Admin);
         let err = "Admin".parse::<Role>().unwrap_err();
         assert_eq!(err.to_string(), "unknown role \"Admin\": expected one of viewer, operator, admin");
         assert!(serde_json::from_str::<Role>("\"root\"").is_err());

@@ -65,6 +65,14 @@ pub enum Error {
         /// Why it is not a DNS-1123 label.
         reason: String,
     },
+    /// An `agent`-role token names no agent, or another role names one.
+    #[error("token {name:?}: {reason}")]
+    Binding {
+        /// The token's name.
+        name: String,
+        /// What is wrong, e.g. `role agent needs the agent it is bound to`.
+        reason: String,
+    },
     /// A token with this name exists already; names identify tokens for `revoke`.
     #[error("a token named {0:?} already exists")]
     Duplicate(String),
@@ -87,6 +95,9 @@ pub struct TokenInfo {
     pub name: String,
     /// What the token may do.
     pub role: Role,
+    /// The agent an `agent`-role token is bound to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     /// When the token was created.
     pub created_at: DateTime<Utc>,
 }
@@ -97,6 +108,9 @@ pub struct TokenInfo {
 struct Record {
     name: String,
     role: Role,
+    /// The agent an `agent`-role token is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<String>,
     /// Lowercase hex SHA-256 of the whole token string, prefix included.
     sha256: String,
     created_at: DateTime<Utc>,
@@ -107,6 +121,7 @@ impl fmt::Debug for Record {
         f.debug_struct("Record")
             .field("name", &self.name)
             .field("role", &self.role)
+            .field("agent", &self.agent)
             .field("created_at", &self.created_at)
             .finish_non_exhaustive()
     }
@@ -186,8 +201,14 @@ impl TokenStore {
     /// Creates a token and returns its plaintext. This is the only time the plaintext
     /// exists outside the client: show it to the user once, never log it.
     pub fn create(&self, name: &str, role: Role) -> Result<String> {
+        self.create_bound(name, role, None)
+    }
+
+    /// [`TokenStore::create`] for a token bound to an agent: `role` `agent` needs
+    /// `agent`, every other role refuses one.
+    pub fn create_bound(&self, name: &str, role: Role, agent: Option<&str>) -> Result<String> {
         let mut tokens = self.write();
-        self.create_locked(&mut tokens, name, role)
+        self.create_locked(&mut tokens, name, role, agent)
     }
 
     /// Creates the first `admin` token when no token exists at all, and returns it; returns
@@ -198,7 +219,7 @@ impl TokenStore {
         if !tokens.by_name.is_empty() {
             return Ok(None);
         }
-        self.create_locked(&mut tokens, FIRST_ADMIN, Role::Admin).map(Some)
+        self.create_locked(&mut tokens, FIRST_ADMIN, Role::Admin, None).map(Some)
     }
 
     /// Finds the principal a bearer token belongs to, or `None` for an unknown token.
@@ -218,7 +239,7 @@ impl TokenStore {
         let tokens = self.read();
         let name = tokens.by_hash.get(&hash)?;
         let record = &tokens.by_name[name];
-        Some(Principal { name: record.name.clone(), role: record.role })
+        Some(Principal { name: record.name.clone(), role: record.role, agent: record.agent.clone() })
     }
 
     /// Every token's name, role and creation time, sorted by name.
@@ -226,7 +247,12 @@ impl TokenStore {
         self.read()
             .by_name
             .values()
-            .map(|r| TokenInfo { name: r.name.clone(), role: r.role, created_at: r.created_at })
+            .map(|r| TokenInfo {
+                name: r.name.clone(),
+                role: r.role,
+                agent: r.agent.clone(),
+                created_at: r.created_at,
+            })
             .collect()
     }
 
@@ -244,9 +270,27 @@ impl TokenStore {
         Ok(())
     }
 
-    fn create_locked(&self, tokens: &mut Tokens, name: &str, role: Role) -> Result<String> {
+    fn create_locked(
+        &self,
+        tokens: &mut Tokens,
+        name: &str,
+        role: Role,
+        agent: Option<&str>,
+    ) -> Result<String> {
         hive_api::validation::dns1123_label(name)
             .map_err(|reason| Error::InvalidName { name: name.to_owned(), reason })?;
+        let binding = |reason: String| Error::Binding { name: name.to_owned(), reason };
+        match (role, agent) {
+            (Role::Agent, None) => return Err(binding("role agent needs the agent it is bound to".into())),
+            (Role::Agent, Some(agent)) => hive_api::validation::dns1123_label(agent)
+                .map_err(|reason| binding(format!("agent {agent:?}: {reason}")))?,
+            (role, Some(agent)) => {
+                return Err(binding(format!(
+                    "only role agent is bound to an agent; role {role} cannot name {agent:?}"
+                )))
+            }
+            (_, None) => {}
+        }
         if tokens.by_name.contains_key(name) {
             return Err(Error::Duplicate(name.to_owned()));
         }
@@ -255,7 +299,13 @@ impl TokenStore {
         let token =
             format!("{TOKEN_PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret));
         let hash = sha256(&token);
-        let record = Record { name: name.to_owned(), role, sha256: hex(&hash), created_at: Utc::now() };
+        let record = Record {
+            name: name.to_owned(),
+            role,
+            agent: agent.map(str::to_owned),
+            sha256: hex(&hash),
+            created_at: Utc::now(),
+        };
         let mut file = tokens.to_file();
         file.tokens.push(record.clone());
         self.persist(&file)?;
@@ -296,6 +346,12 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Tokens> {
         }
         let hash = unhex(&record.sha256)
             .ok_or_else(|| invalid(format!("token {:?}: sha256 is not 64 hex digits", record.name)))?;
+        if (record.role == Role::Agent) != record.agent.is_some() {
+            return Err(invalid(format!(
+                "token {:?}: role {} and agent {:?} do not go together (exactly the agent role names an agent)",
+                record.name, record.role, record.agent
+            )));
+        }
         if tokens.by_name.contains_key(&record.name) {
             return Err(invalid(format!("token name {:?} appears twice", record.name)));
         }
@@ -355,7 +411,7 @@ mod tests {
         let (_dir, store) = store();
         let token = store.create("deployer", Role::Operator).unwrap();
         let p = store.authenticate(&token).unwrap();
-        assert_eq!(p, Principal { name: "deployer".into(), role: Role::Operator });
+        assert_eq!(p, Principal { name: "deployer".into(), role: Role::Operator, agent: None });
         assert!(p.allows(Verb::Write) && !p.allows(Verb::Admin));
 
         assert_eq!(store.authenticate("hive_not-a-real-token"), None);
@@ -382,6 +438,23 @@ mod tests {
         // The failed create changed nothing.
         assert_eq!(store.list().len(), 1);
         assert_eq!(store.list()[0].role, Role::Viewer);
+    }
+
+    #[test]
+    fn agent_tokens_are_bound_to_exactly_one_agent() {
+        let (_dir, store) = store();
+        let token = store.create_bound("alpha-token", Role::Agent, Some("alpha")).unwrap();
+        let p = store.authenticate(&token).unwrap();
+        assert_eq!((p.role, p.agent.as_deref()), (Role::Agent, Some("alpha")));
+        let err = store.create_bound("loose", Role::Agent, None).unwrap_err().to_string();
+        assert!(err.contains("role agent needs the agent"), "{err}");
+        let err = store.create_bound("op", Role::Operator, Some("alpha")).unwrap_err().to_string();
+        assert!(err.contains("only role agent"), "{err}");
+        let err = store.create_bound("bad", Role::Agent, Some("Not_A_Name")).unwrap_err().to_string();
+        assert!(err.contains("Not_A_Name"), "{err}");
+        assert_eq!(store.list().len(), 1, "refused tokens are not stored");
+        let reopened = TokenStore::open(_dir.path()).unwrap();
+        assert_eq!(reopened.authenticate(&token).unwrap().agent.as_deref(), Some("alpha"));
     }
 
     #[test]

@@ -23,7 +23,8 @@ pub struct Args {
 pub enum TokenCommand {
     /// Create a token and print it (only this once) on stdout.
     #[command(after_help = "Example:
-  TOKEN=$(hive token create --name ci --role operator)")]
+  TOKEN=$(hive token create --name ci --role operator)
+  TOKEN=$(hive token create --name alpha --role agent --agent alpha)")]
     Create(CreateArgs),
     /// List tokens: name, role and age (never the secret).
     List(ListArgs),
@@ -36,10 +37,14 @@ pub struct CreateArgs {
     #[arg(long)]
     pub name: String,
 
-    /// What the token may do: viewer (read), operator (read and write), admin
-    /// (everything, including tokens).
+    /// What the token may do: viewer (read), agent (read, and request approvals for
+    /// its own agent), operator (read and write), admin (everything, including tokens).
     #[arg(long, value_enum)]
     pub role: Role,
+
+    /// The agent an `agent`-role token is bound to (required with `--role agent`).
+    #[arg(long, value_name = "AGENT", required_if_eq("role", "agent"))]
+    pub agent: Option<String>,
 }
 
 /// Arguments of `hive token list`.
@@ -55,6 +60,8 @@ pub struct ListArgs {
 pub enum Role {
     /// Read-only access.
     Viewer,
+    /// An agent's own token: read, and request approvals for itself.
+    Agent,
     /// Read and write access to resources.
     Operator,
     /// Full access, including token management.
@@ -65,6 +72,7 @@ impl Role {
     fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
+            Role::Agent => "agent",
             Role::Operator => "operator",
             Role::Admin => "admin",
         }
@@ -87,7 +95,10 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let client = ctx.client()?;
     match args.command {
         TokenCommand::Create(create) => {
-            let body = json!({"name": create.name, "role": create.role.as_str()});
+            let mut body = json!({"name": create.name, "role": create.role.as_str()});
+            if let Some(agent) = &create.agent {
+                body["agent"] = json!(agent);
+            }
             let created = client.post(TOKENS_PATH, &body).await?;
             let token = created
                 .get("token")

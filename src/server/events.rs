@@ -3,11 +3,13 @@
 //! selectors). Events are cluster-scoped like every hive object; the namespaced path
 //! that namespaced clients use serves the same events.
 
+use crate::auth::Principal;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::routing::get;
+use axum::Extension;
 use axum::{Json, Router};
 use hive_api::event::EVENT_KIND;
 use serde_json::{json, Value};
@@ -64,11 +66,12 @@ async fn list_namespaced(
 
 async fn create(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     headers: HeaderMap,
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::create(state, &EVENT_KIND, headers, uri, body).await
+    resources::create(state, &EVENT_KIND, &principal, headers, uri, body).await
 }
 
 async fn read(
@@ -82,22 +85,24 @@ async fn read(
 
 async fn replace(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     headers: HeaderMap,
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::replace(state, &EVENT_KIND, name, Subresource::Main, headers, uri, body).await
+    resources::replace(state, &EVENT_KIND, &principal, name, Subresource::Main, headers, uri, body).await
 }
 
 async fn patch(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     headers: HeaderMap,
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::patch(state, &EVENT_KIND, name, Subresource::Main, headers, uri, body).await
+    resources::patch(state, &EVENT_KIND, &principal, name, Subresource::Main, headers, uri, body).await
 }
 
 async fn delete(

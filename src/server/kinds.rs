@@ -123,12 +123,12 @@ macro_rules! kind_routes {
                 responses((status = 201, description = "Created", body = $kind),
                           (status = 409, description = "Already exists", body = Status),
                           (status = 422, description = "Invalid", body = Status)))]
-            pub async fn create(State(state): State<AppState>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+            pub async fn create(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 if info().plural == "jobs" && state.engine.is_some() {
                     // Jobs go through the submit layer and the scheduler.
                     return crate::server::jobs::create(state, headers, uri, body).await;
                 }
-                resources::create(state, info(), headers, uri, body).await
+                resources::create(state, info(), &principal, headers, uri, body).await
             }
 
             /// Read an object.
@@ -145,8 +145,8 @@ macro_rules! kind_routes {
                 responses((status = 200, description = "Replaced", body = $kind),
                           (status = 409, description = "Stale resourceVersion", body = Status),
                           (status = 422, description = "Invalid", body = Status)))]
-            pub async fn replace(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::replace(state, info(), name, Subresource::Main, headers, uri, body).await
+            pub async fn replace(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+                resources::replace(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
 
             /// Patch an object: `application/merge-patch+json`, `application/json-patch+json`, or server-side apply
@@ -157,8 +157,8 @@ macro_rules! kind_routes {
                           (status = 201, description = "Created by server-side apply", body = $kind),
                           (status = 409, description = "Conflict", body = Status),
                           (status = 415, description = "Unsupported patch type", body = Status)))]
-            pub async fn patch(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::patch(state, info(), name, Subresource::Main, headers, uri, body).await
+            pub async fn patch(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+                resources::patch(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
 
             /// Delete an object. With finalizers it is marked (`deletionTimestamp`) and goes when the last is removed.
@@ -182,8 +182,8 @@ macro_rules! kind_routes {
                 request_body = $kind,
                 responses((status = 200, description = "Replaced", body = $kind),
                           (status = 409, description = "Stale resourceVersion", body = Status)))]
-            pub async fn replace_status(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::replace(state, info(), name, Subresource::Status, headers, uri, body).await
+            pub async fn replace_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+                resources::replace(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
 
             /// Patch an object's status.
@@ -191,8 +191,8 @@ macro_rules! kind_routes {
                 request_body(content = Object, content_type = "application/merge-patch+json"),
                 responses((status = 200, description = "Patched", body = $kind),
                           (status = 409, description = "Conflict", body = Status)))]
-            pub async fn patch_status(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::patch(state, info(), name, Subresource::Status, headers, uri, body).await
+            pub async fn patch_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
+                resources::patch(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
 
             /// The router of this kind.

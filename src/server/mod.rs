@@ -2,6 +2,7 @@
 //! CRUD with patches and server-side apply, `/status`, watch, Table output — behind
 //! bearer-token auth, served over TLS.
 
+pub mod admission;
 pub mod apply;
 pub mod body;
 pub mod discovery;
@@ -126,6 +127,10 @@ fn required(method: &Method, path: &str) -> (Verb, String) {
     if matches!(*method, Method::GET | Method::HEAD) {
         return (Verb::Read, resource);
     }
+    if *method == Method::POST && path == "/apis/hive.dev/v1/approvals" {
+        // An agent token may ask; admission checks it asks only for itself.
+        return (Verb::Request, resource);
+    }
     if resource == "providers" {
         return (Verb::Admin, resource);
     }
@@ -192,6 +197,9 @@ mod tests {
             (Method::GET, "/apis/hive.dev/v1/agents", Verb::Read),
             (Method::GET, "/apis/hive.dev/v1/providers/p", Verb::Read),
             (Method::POST, "/apis/hive.dev/v1/agents", Verb::Write),
+            (Method::POST, "/apis/hive.dev/v1/approvals", Verb::Request),
+            (Method::PATCH, "/apis/hive.dev/v1/approvals/a", Verb::Write),
+            (Method::GET, "/hive/v1/whoami", Verb::Read),
             (Method::PATCH, "/apis/hive.dev/v1/agents/a/status", Verb::Write),
             (Method::DELETE, "/apis/hive.dev/v1/fleetcommands/c", Verb::Write),
             (Method::POST, "/apis/hive.dev/v1/providers", Verb::Admin),

@@ -12,12 +12,13 @@ use hive_api::selector::{FieldSelector, LabelSelector};
 use hive_api::KindInfo;
 use serde_json::{json, Value};
 
-use super::apply;
 use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
 use super::params::{FieldValidation, Params};
 use super::table::{self, IncludeObject};
+use super::{admission, apply};
 use super::{watch, AppState};
+use crate::auth::Principal;
 use crate::store::{Mutation, Obj, Outcome, Subresource};
 
 /// How many times a patch is re-applied when a concurrent write wins the race. Each
@@ -378,6 +379,7 @@ pub async fn list(
 pub async fn create(
     state: AppState,
     kind: &'static KindInfo,
+    principal: &Principal,
     headers: HeaderMap,
     uri: Uri,
     body: Body,
@@ -392,6 +394,7 @@ pub async fn create(
     }
     // Status is observed state: only controllers write it, through /status.
     object["status"] = json!({});
+    admission::check(kind, principal, None, &mut object, None)?;
     track_update(None, &mut object, &manager(&params, &headers), None);
     let outcome =
         state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
@@ -403,6 +406,7 @@ pub async fn create(
 pub async fn replace(
     state: AppState,
     kind: &'static KindInfo,
+    principal: &Principal,
     name: String,
     subresource: Subresource,
     headers: HeaderMap,
@@ -417,6 +421,7 @@ pub async fn replace(
     let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     let sub = matches!(subresource, Subresource::Status).then_some("status");
     check_update(kind, &object, &current, sub)?;
+    admission::check(kind, principal, Some(&current), &mut object, sub)?;
     track_update(Some(&current), &mut object, &manager(&params, &headers), sub);
     let outcome = state
         .store
@@ -431,6 +436,7 @@ pub async fn replace(
 pub async fn patch(
     state: AppState,
     kind: &'static KindInfo,
+    principal: &Principal,
     name: String,
     subresource: Subresource,
     headers: HeaderMap,
@@ -506,6 +512,7 @@ pub async fn patch(
                     meta.remove("resourceVersion");
                 }
                 object["status"] = json!({});
+                admission::check(kind, principal, None, &mut object, None)?;
                 (Mutation::Create { kind: kind.plural, object }, warnings, false)
             }
             (_, None) => return Err(not_found(kind, &name)),
@@ -549,6 +556,8 @@ pub async fn patch(
                     }
                 };
                 check_update(kind, &object, &current, sub)?;
+                let mut object = object;
+                admission::check(kind, principal, Some(&current), &mut object, sub)?;
                 let client_rv = resource_version_of(&object).map(str::to_string);
                 let client_precondition = client_rv.is_some() && client_rv != current_rv;
                 let mut object = object;

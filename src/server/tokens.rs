@@ -20,6 +20,16 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/hive/v1/tokens", get(list).post(create))
         .route("/hive/v1/tokens/{name}", delete(revoke))
+        .route("/hive/v1/whoami", get(whoami))
+}
+
+/// `GET /hive/v1/whoami`: the caller's token name, role, and bound agent (any role).
+async fn whoami(axum::Extension(principal): axum::Extension<auth::Principal>) -> Json<serde_json::Value> {
+    let mut body = json!({"name": principal.name, "role": principal.role});
+    if let Some(agent) = principal.agent {
+        body["agent"] = json!(agent);
+    }
+    Json(body)
 }
 
 #[derive(Deserialize)]
@@ -27,6 +37,9 @@ pub fn router() -> Router<AppState> {
 struct CreateToken {
     name: String,
     role: String,
+    /// For role `agent`: the agent the token is bound to.
+    #[serde(default)]
+    agent: Option<String>,
 }
 
 async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
@@ -34,19 +47,23 @@ async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
     let request: CreateToken = serde_json::from_value(value).map_err(|e| {
         ApiError::BadRequest(format!(
-            "invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE}}"
+            "invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE, \"agent\": AGENT (role agent only)}}"
         ))
     })?;
     let role: Role =
         request.role.parse().map_err(|e: auth::ParseRoleError| ApiError::BadRequest(format!("role: {e}")))?;
     let tokens = state.tokens.clone();
     let name = request.name.clone();
-    let token = tokio::task::spawn_blocking(move || tokens.create(&name, role))
+    let agent = request.agent.clone();
+    let token = tokio::task::spawn_blocking(move || tokens.create_bound(&name, role, agent.as_deref()))
         .await
         .map_err(|e| ApiError::Internal(e.into()))?
         .map_err(token_error)?;
     tracing::info!(name = request.name, %role, "token created");
-    Ok((StatusCode::CREATED, Json(json!({"name": request.name, "role": role, "token": token})))
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"name": request.name, "role": role, "agent": request.agent, "token": token})),
+    )
         .into_response())
 }
 

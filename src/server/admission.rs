@@ -1,0 +1,162 @@
+//! Admission that depends on who asks. Approvals record who requested them and who
+//! decided them (server-set, never taken from the client), and an agent's own token may
+//! only request its own config changes.
+
+use hive_api::KindInfo;
+use serde_json::{json, Value};
+
+use super::error::{ApiError, ApiResult};
+use crate::auth::{Principal, Role};
+
+/// Annotation holding the token name that decided an approval (server-set).
+pub const DECIDED_BY: &str = "hive.dev/decided-by";
+/// Annotation holding when an approval was decided, RFC 3339 (server-set).
+pub const DECIDED_AT: &str = "hive.dev/decided-at";
+
+/// Checks and completes a write of `kind` by `principal`: `old` is the stored object
+/// (`None` on create), `new` the admitted object about to be stored; `subresource` is
+/// `Some("status")` for status writes, which only record observations.
+pub fn check(
+    kind: &KindInfo,
+    principal: &Principal,
+    old: Option<&Value>,
+    new: &mut Value,
+    subresource: Option<&str>,
+) -> ApiResult<()> {
+    if kind.plural != "approvals" || subresource.is_some() {
+        return Ok(());
+    }
+    approval(principal, old, new)
+}
+
+fn decision(object: &Value) -> &str {
+    object["spec"]["decision"]["state"].as_str().unwrap_or("Pending")
+}
+
+fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiResult<()> {
+    let name = new["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    if principal.role == Role::Agent {
+        // The middleware lets an agent token through only for creates.
+        let agent = principal.agent.as_deref().unwrap_or_default();
+        let forbidden = |why: String| {
+            ApiError::Forbidden(format!(
+                "approvals.hive.dev {name:?} is forbidden: User {:?} (role agent, bound to agent {agent:?}) {why}",
+                principal.name
+            ))
+        };
+        if old.is_some() {
+            return Err(forbidden("cannot change an approval".into()));
+        }
+        let target = new["spec"]["target"].as_str().unwrap_or_default();
+        if target != agent {
+            return Err(forbidden(format!("may only request approvals for itself, not for {target:?}")));
+        }
+        let kind = new["spec"]["kind"].as_str().unwrap_or("ApplyCommit");
+        if !matches!(kind, "ApplyCommit" | "MergeConfigPr") {
+            return Err(forbidden(format!(
+                "may only request its own config changes (ApplyCommit, MergeConfigPr), not {kind}"
+            )));
+        }
+        if decision(new) != "Pending" {
+            return Err(forbidden("cannot decide an approval".into()));
+        }
+        new["spec"]["requestedBy"] = json!(agent);
+    } else if old.is_none() && new["spec"]["requestedBy"].as_str().is_none_or(str::is_empty) {
+        new["spec"]["requestedBy"] = json!(principal.name);
+    }
+
+    // Who decided and when are the server's record: a client cannot set or move them.
+    let before = old.map(decision).unwrap_or("Pending");
+    let decided_now = before == "Pending" && decision(new) != "Pending";
+    let kept = |key: &str| old.and_then(|o| o["metadata"]["annotations"][key].as_str()).map(str::to_string);
+    let (by, at) = if decided_now {
+        (
+            Some(principal.name.clone()),
+            Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+        )
+    } else {
+        (kept(DECIDED_BY), kept(DECIDED_AT))
+    };
+    let metadata = new["metadata"].as_object_mut().expect("admitted objects have metadata");
+    let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+    if !annotations.is_object() {
+        *annotations = json!({});
+    }
+    let annotations = annotations.as_object_mut().expect("just made an object");
+    for (key, value) in [(DECIDED_BY, by), (DECIDED_AT, at)] {
+        match value {
+            Some(v) => {
+                annotations.insert(key.into(), json!(v));
+            }
+            None => {
+                annotations.remove(key);
+            }
+        }
+    }
+    if annotations.is_empty() {
+        metadata.remove("annotations");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(role: Role, agent: Option<&str>) -> Principal {
+        Principal { name: format!("{role}-token"), role, agent: agent.map(str::to_string) }
+    }
+
+    fn approval_object(target: &str, kind: &str, state: &str) -> Value {
+        json!({"metadata": {"name": "a1"}, "spec": {"kind": kind, "target": target, "decision": {"state": state}}})
+    }
+
+    fn kind() -> &'static KindInfo {
+        hive_api::kind_by_plural("approvals").unwrap()
+    }
+
+    #[test]
+    fn an_agent_token_requests_only_its_own_config_changes() {
+        let alpha = principal(Role::Agent, Some("alpha"));
+        let mut ok = approval_object("alpha", "ApplyCommit", "Pending");
+        ok["spec"]["requestedBy"] = json!("someone-else");
+        check(kind(), &alpha, None, &mut ok, None).unwrap();
+        assert_eq!(ok["spec"]["requestedBy"], "alpha", "the server sets who asked");
+        for (target, kind_, state, why) in [
+            ("beta", "ApplyCommit", "Pending", "not for \"beta\""),
+            ("alpha", "Spawn", "Pending", "not Spawn"),
+            ("alpha", "MergeConfigPr", "Approved", "cannot decide"),
+        ] {
+            let mut bad = approval_object(target, kind_, state);
+            let err = check(kind(), &alpha, None, &mut bad, None).unwrap_err();
+            assert!(matches!(&err, ApiError::Forbidden(m) if m.contains(why)), "{err:?}");
+        }
+        let old = approval_object("alpha", "ApplyCommit", "Pending");
+        let mut change = old.clone();
+        let err = check(kind(), &alpha, Some(&old), &mut change, None).unwrap_err();
+        assert!(matches!(err, ApiError::Forbidden(_)));
+    }
+
+    #[test]
+    fn the_decider_and_time_are_recorded_by_the_server_once() {
+        let op = principal(Role::Operator, None);
+        let mut created = approval_object("alpha", "ApplyCommit", "Pending");
+        created["metadata"]["annotations"] = json!({DECIDED_BY: "forged"});
+        check(kind(), &op, None, &mut created, None).unwrap();
+        assert_eq!(created["spec"]["requestedBy"], "operator-token");
+        assert!(created["metadata"].get("annotations").is_none(), "a forged decider is dropped: {created}");
+
+        let mut approved = created.clone();
+        approved["spec"]["decision"]["state"] = json!("Approved");
+        check(kind(), &op, Some(&created), &mut approved, None).unwrap();
+        assert_eq!(approved["metadata"]["annotations"][DECIDED_BY], "operator-token");
+        assert!(approved["metadata"]["annotations"][DECIDED_AT].as_str().unwrap().ends_with('Z'));
+
+        // A later write by someone else keeps the record as it was.
+        let admin = principal(Role::Admin, None);
+        let mut relabel = approved.clone();
+        relabel["metadata"]["annotations"][DECIDED_BY] = json!("admin-token");
+        check(kind(), &admin, Some(&approved), &mut relabel, None).unwrap();
+        assert_eq!(relabel["metadata"]["annotations"][DECIDED_BY], "operator-token");
+    }
+}
