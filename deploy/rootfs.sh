@@ -1,16 +1,39 @@
-#!/usr/bin/env bash
-# Assembles a minimal root filesystem holding the hive binary and the shared libraries
-# it links, for `docker build -f deploy/Containerfile` or `docker import`.
-# Usage: deploy/rootfs.sh PATH/TO/hive OUT_DIR
-set -euo pipefail
-bin="${1:?usage: rootfs.sh PATH/TO/hive OUT_DIR}"
-out="${2:?usage: rootfs.sh PATH/TO/hive OUT_DIR}"
+#!/bin/sh
+# Assembles the root filesystem of the hive container image: the binary as
+# /usr/local/bin/hive, every shared library it links (as `ldd` resolves them, at the
+# same paths), the dynamic loader, and the empty directories the daemon uses. No CA
+# certificates, no shell: the daemon serves its own TLS and needs nothing else.
+#
+#   cargo build --release
+#   deploy/rootfs.sh target/release/hive /tmp/hive-rootfs
+#   docker build -f deploy/Containerfile -t hive:dev /tmp/hive-rootfs
+#
+# Usage: deploy/rootfs.sh PATH/TO/hive OUT_DIR   (OUT_DIR must be empty or absent)
+# POSIX sh; needs ldd (glibc) and awk. A static binary (musl) gets no libraries.
+set -eu
+usage="usage: rootfs.sh PATH/TO/hive OUT_DIR"
+bin="${1:?$usage}"
+out="${2:?$usage}"
+[ -x "$bin" ] || { echo "rootfs.sh: $bin is not an executable file" >&2; exit 1; }
+if [ -d "$out" ] && [ -n "$(ls -A "$out")" ]; then
+  echo "rootfs.sh: $out is not empty" >&2
+  exit 1
+fi
+
 mkdir -p "$out/usr/local/bin" "$out/var/lib/hive" "$out/tmp"
-install -m 0755 "$bin" "$out/usr/local/bin/hive"
-# Copy every library the dynamic loader resolves, plus the loader itself.
-ldd "$bin" | awk '/=>/ { print $3 } /^\s*\/.*ld-linux/ { print $1 }' | sort -u | while read -r lib; do
-  [ -n "$lib" ] && [ -e "$lib" ] || continue
+chmod 1777 "$out/tmp"
+chmod 0700 "$out/var/lib/hive"
+cp "$bin" "$out/usr/local/bin/hive"
+chmod 0755 "$out/usr/local/bin/hive"
+
+# ldd prints `name => /path (addr)` for libraries and `/path/ld-linux… (addr)` for the
+# loader (at the path the binary's PT_INTERP names); `linux-vdso.so.1 (addr)` has no
+# file. ldd fails for a static binary: then there is nothing to copy.
+libs=$(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
+for lib in $libs; do
+  [ -e "$lib" ] || { echo "rootfs.sh: ldd names $lib, which does not exist" >&2; exit 1; }
   mkdir -p "$out$(dirname "$lib")"
   cp -L "$lib" "$out$lib"
 done
+
 echo "root filesystem ready in $out"

@@ -61,9 +61,13 @@ pub fn spawn(engine: Arc<Engine>) {
     ));
 }
 
-/// A stable fingerprint of what a build depends on: `spec.config` and `spec.runtime`.
+/// A stable fingerprint of what a build depends on: `spec.config`, `spec.runtime`,
+/// `spec.resources` (the drop-in a swap rewrites) and `spec.permissions` (a change is
+/// the perm-change shape: WritePermFile, then a rebuild).
 pub fn fingerprint(agent: &Agent) -> String {
-    let text = json!({"config": agent.spec.config, "runtime": agent.spec.runtime}).to_string();
+    let text = json!({"config": agent.spec.config, "runtime": agent.spec.runtime,
+                      "resources": agent.spec.resources, "permissions": agent.spec.permissions})
+    .to_string();
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -155,6 +159,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
         }
         Decision::Destroy => {
             engine.runtime.destroy(&agent).await?;
+            engine.forget(&name).await;
             edit_object(engine, &name, |o| {
                 if let Some(list) = o["metadata"]["finalizers"].as_array_mut() {
                     list.retain(|f| f != FINALIZER);
@@ -173,7 +178,12 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
         Decision::Submit(op) => {
             let (template, reason) = match op {
                 Submit::Spawn => (JobTemplate::Spawn, "the agent was created"),
-                Submit::Rebuild => (JobTemplate::Rebuild, "its config or runtime settings changed"),
+                Submit::Rebuild if engine.permissions_changed(&agent) => {
+                    (JobTemplate::PermChange, "its permissions changed")
+                }
+                Submit::Rebuild => {
+                    (JobTemplate::Rebuild, "its config, runtime settings or resources changed")
+                }
                 Submit::Reconcile => (JobTemplate::Reconcile, "observed power differs from wanted"),
             };
             let job = engine

@@ -1,6 +1,7 @@
-//! The engine the daemon runs behind the API: the process runtime, the scheduler with
-//! the runtime executor, the Jobs mirror, crash-watch, and the boot reconcile. The
-//! server reaches it through [`Engine`] to submit, cancel and follow Jobs.
+//! The engine the daemon runs behind the API: the process runtime, the meta repo, the
+//! scheduler with the runtime executor, the Jobs mirror, crash-watch, and the boot
+//! reconcile (the config path's sweep, then the power path). The server reaches it
+//! through [`Engine`] to submit, cancel and follow Jobs.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,24 +11,42 @@ use hive_api::job::{JobSource, JobTemplate};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::applied::Markers;
 use crate::crashwatch::{Backoff, CrashWatch, Leases, Restart};
-use crate::executor::RuntimeExecutor;
+use crate::executor::{Deploy, RuntimeExecutor};
 use crate::runtime::process::{ProcessConfig, ProcessRuntime};
 use crate::runtime::Runtime;
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::store::Store;
-use crate::submit::{self, LiveState, Request};
+use crate::submit::{self, DagRequest, LiveState, Request};
+
+/// The hive base input's rev when none is configured: this build's version.
+pub const DEFAULT_HIVE_REV: &str = concat!("hive-", env!("CARGO_PKG_VERSION"));
+/// The hive base flake the meta flake renders as its `hive` input.
+pub const DEFAULT_HIVE_URL: &str = "github:hive-dev/hive";
 
 /// Settings of the engine.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// How many heavy nodes (builds, swaps, creates) run at once.
     pub build_slots: usize,
+    /// The hive base input's rev this daemon runs; a change marks every agent stale and
+    /// the boot sweep rebuilds the wanted-up ones against it.
+    pub hive_rev: String,
+    /// The hive base flake's URL.
+    pub hive_url: String,
+    /// The process runtime's settings (limits defaults, cgroup root).
+    pub process: Option<ProcessConfig>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { build_slots: 1 }
+        EngineConfig {
+            build_slots: 1,
+            hive_rev: DEFAULT_HIVE_REV.into(),
+            hive_url: DEFAULT_HIVE_URL.into(),
+            process: None,
+        }
     }
 }
 
@@ -39,6 +58,8 @@ pub struct Engine {
     pub scheduler: SchedulerHandle,
     /// The process runtime (the embedded default driver).
     pub runtime: Arc<ProcessRuntime>,
+    /// The meta repo, resolver and applied-rev markers.
+    pub deploy: Deploy,
 }
 
 /// Whether agents run, as the runtime observes them.
@@ -60,6 +81,10 @@ impl LiveState for Engine {
     fn is_running(&self, agent: &str) -> bool {
         Observed(self.runtime.clone()).is_running(agent)
     }
+
+    fn built_against_old_base(&self, agent: &str) -> bool {
+        self.deploy.markers.read(agent).is_some_and(|m| m.hive != self.deploy.hive_rev)
+    }
 }
 
 /// Why a submit through the engine failed.
@@ -73,12 +98,77 @@ pub enum SubmitError {
     Scheduler(#[from] crate::scheduler::Error),
 }
 
+/// What the boot sweep found, per agent (the sweep's reason records the counts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Stale and wanted Up: rebuilt by the sweep, parents first.
+    pub rebuild: Vec<String>,
+    /// Stale and wanted Offline: no boot-time build; their next start rebuilds.
+    pub deferred: Vec<String>,
+    /// Built from the current config and base.
+    pub up_to_date: Vec<String>,
+}
+
+impl Sweep {
+    /// `boot sweep: 2 rebuild, 1 deferred, 3 up to date`.
+    pub fn reason(&self) -> String {
+        format!(
+            "boot sweep: {} rebuild, {} deferred, {} up to date",
+            self.rebuild.len(),
+            self.deferred.len(),
+            self.up_to_date.len()
+        )
+    }
+}
+
+/// Agent names ordered parents before children (`spec.parent`), otherwise by name. A
+/// parent outside the set is ignored; a cycle (which validation should prevent) is
+/// broken at the first name reached.
+pub fn parents_first(agents: &[Agent]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let parent: BTreeMap<&str, Option<&str>> =
+        agents.iter().map(|a| (a.metadata.name.as_str(), a.spec.parent.as_deref())).collect();
+    let mut done = BTreeSet::new();
+    let mut order = Vec::with_capacity(agents.len());
+    for &name in parent.keys() {
+        // Walk up to the highest unplaced ancestor in the set, then place downwards.
+        let mut chain = vec![name];
+        let mut seen: BTreeSet<&str> = [name].into();
+        while let Some(Some(up)) = parent.get(chain.last().unwrap()) {
+            if done.contains(up) || !parent.contains_key(up) || !seen.insert(up) {
+                break;
+            }
+            chain.push(up);
+        }
+        for n in chain.into_iter().rev() {
+            if done.insert(n) {
+                order.push(n.to_string());
+            }
+        }
+    }
+    order
+}
+
 impl Engine {
     /// Starts the engine on `state_dir/agents`: kills processes a crashed daemon left,
     /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
     /// crash-watch, and submits the boot reconcile.
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
-        let runtime = Arc::new(ProcessRuntime::new(ProcessConfig::new(state_dir.join("agents"))));
+        let process = config.process.clone().unwrap_or_else(|| ProcessConfig::new(state_dir.join("agents")));
+        let runtime = Arc::new(ProcessRuntime::new(process));
+        let meta = crate::meta::Meta::open(crate::meta::MetaConfig {
+            dir: state_dir.join("meta"),
+            hive_url: config.hive_url.clone(),
+            hive_rev: config.hive_rev.clone(),
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nThe meta repo was not changed; repair it or move it aside."))?;
+        let deploy = Deploy {
+            meta,
+            resolver: crate::resolve::Resolver::new(state_dir.join("mirrors")),
+            markers: Markers::new(state_dir.join("applied")),
+            hive_rev: config.hive_rev.clone(),
+        };
         for (agent, pid) in runtime.kill_orphans() {
             tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
         }
@@ -88,14 +178,19 @@ impl Engine {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));
-        let executor = RuntimeExecutor::new(store.clone(), runtime.clone() as Arc<dyn Runtime>);
+        let executor =
+            RuntimeExecutor::new(store.clone(), runtime.clone() as Arc<dyn Runtime>, deploy.clone());
         let scheduler = Scheduler::start(
             executor,
             tx,
             SchedulerConfig { build_slots: config.build_slots.max(1), ..Default::default() },
         );
-        let engine =
-            Arc::new(Engine { store: store.clone(), scheduler: scheduler.clone(), runtime: runtime.clone() });
+        let engine = Arc::new(Engine {
+            store: store.clone(),
+            scheduler: scheduler.clone(),
+            runtime: runtime.clone(),
+            deploy,
+        });
 
         let weak = Arc::downgrade(&engine);
         let restart: Restart = Arc::new(move |agent: String| {
@@ -113,8 +208,124 @@ impl Engine {
         });
         let watch = CrashWatch::new(store.clone(), Arc::new(scheduler), restart, Backoff::default());
         tokio::spawn(watch.run(runtime.subscribe()));
-        engine.boot_reconcile().await;
+        let swept = engine.boot_sweep().await;
+        engine.boot_reconcile(&swept).await;
         Ok(engine)
+    }
+
+    /// Whether the agent's `spec.permissions` differ from the permission files the meta
+    /// repo holds for it (what its last WritePermFile committed).
+    pub fn permissions_changed(&self, agent: &Agent) -> bool {
+        let dir = self.deploy.meta.dir().join("agents").join(&agent.metadata.name);
+        let read = |file: &str| -> Vec<String> {
+            std::fs::read(dir.join(file))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default()
+        };
+        let permissions = &agent.spec.permissions;
+        read("tool-groups.json") != permissions.tool_groups
+            || read("capabilities.json") != permissions.capabilities
+    }
+
+    /// Forgets a destroyed agent: its meta flake input and lock entry (one commit), its
+    /// applied-rev marker and its resolver mirror.
+    pub async fn forget(&self, agent: &str) {
+        let meta = &self.deploy.meta;
+        if meta.locked(agent).await.is_some() {
+            let gate = meta.gate().await;
+            let (_, stored) = self.store.list("agents");
+            let mut inputs = Vec::new();
+            for other in stored {
+                let Some(other) = other["metadata"]["name"].as_str() else { continue };
+                if other == agent {
+                    continue;
+                }
+                if let Some(locked) = meta.locked(other).await {
+                    inputs.push(crate::meta::AgentInput {
+                        name: other.to_string(),
+                        url: locked.url,
+                        rev: None,
+                    });
+                }
+            }
+            if let Err(err) = meta.sync_agents(&gate, &inputs).await {
+                tracing::warn!(agent, error = %err, "could not remove the agent from the meta flake");
+            }
+        }
+        self.deploy.markers.remove(agent);
+        self.deploy.resolver.forget(agent);
+    }
+
+    /// Creates a new agent with its Spawn Job (one transaction) and schedules the Job.
+    pub async fn spawn_new(&self, agent: Value, request: &Request) -> Result<crate::store::Obj, SubmitError> {
+        let job = submit::spawn_new(&self.store, agent, request).await?;
+        self.schedule(&job).await?;
+        Ok(job)
+    }
+
+    /// Builds a shaped DAG's Job and hands it to the scheduler.
+    pub async fn submit_dag(&self, request: &DagRequest) -> Result<crate::store::Obj, SubmitError> {
+        let job = submit::submit_dag(&self.store, request).await?;
+        self.schedule(&job).await?;
+        Ok(job)
+    }
+
+    /// Classifies every installed agent by rev freshness (its applied-rev marker against
+    /// the current lock and hive base) and wanted power.
+    pub async fn classify(&self) -> Sweep {
+        let (_, stored) = self.store.list("agents");
+        let agents: Vec<Agent> =
+            stored.iter().filter_map(|o| serde::Deserialize::deserialize(o.as_ref()).ok()).collect();
+        let mut sweep = Sweep::default();
+        let mut stale_up = Vec::new();
+        for agent in &agents {
+            let name = agent.metadata.name.as_str();
+            if !self.runtime.agent_dir(name).join("current").exists() {
+                continue; // never built: the Agent controller spawns it
+            }
+            let locked = self.deploy.meta.locked(name).await.map(|l| l.rev);
+            let fresh = self.deploy.markers.read(name).is_some_and(|m| {
+                m.hive == self.deploy.hive_rev && locked.as_deref().is_none_or(|l| l == m.rev)
+            });
+            match (fresh, agent.spec.wanted) {
+                (true, _) => sweep.up_to_date.push(name.to_string()),
+                (false, Wanted::Up) => stale_up.push(agent.clone()),
+                (false, Wanted::Offline) => sweep.deferred.push(name.to_string()),
+            }
+        }
+        sweep.rebuild = parents_first(&stale_up);
+        sweep
+    }
+
+    /// The boot reconcile's config path: when any agent is stale, ONE BootSweep Job — a
+    /// non-fatal MetaLock of the hive input that fans out rebuilds of the stale
+    /// wanted-up agents, parents first. The bump runs even when every stale agent is
+    /// offline, so their later start-upgrades build against it. No stale agent: no Job
+    /// and no meta commit.
+    async fn boot_sweep(&self) -> Sweep {
+        let sweep = self.classify().await;
+        if sweep.rebuild.is_empty() && sweep.deferred.is_empty() {
+            return sweep;
+        }
+        let request = DagRequest {
+            template: JobTemplate::BootSweep,
+            nodes: crate::submit::shapes::meta_lock(&["hive".into()], Some(&sweep.rebuild), true),
+            source: JobSource::Boot,
+            reason: Some(sweep.reason()),
+            inputs: vec!["hive".into()],
+            agents: sweep.rebuild.clone(),
+            ..Default::default()
+        };
+        match self.submit_dag(&request).await {
+            Ok(job) => tracing::info!(
+                job = job["metadata"]["name"].as_str(),
+                reason = sweep.reason(),
+                "boot sweep submitted"
+            ),
+            Err(err) => tracing::warn!(error = %err, "boot sweep not submitted"),
+        }
+        sweep
     }
 
     /// Builds a template Job with the submit layer and hands it to the scheduler.
@@ -167,12 +378,16 @@ impl Engine {
     }
 
     /// The boot reconcile's power path: every agent whose observed power drifted from
-    /// its wanted power gets a plain Reconcile Job (source `Boot`).
-    async fn boot_reconcile(&self) {
+    /// its wanted power gets a plain Reconcile Job (source `Boot`), except those the
+    /// sweep rebuilds (their rebuild's tail Reconcile brings them up).
+    async fn boot_reconcile(&self, swept: &Sweep) {
         let (_, agents) = self.store.list("agents");
         for stored in agents {
             let Ok(agent) = <Agent as serde::Deserialize>::deserialize(stored.as_ref()) else { continue };
             let name = agent.metadata.name.clone();
+            if swept.rebuild.contains(&name) {
+                continue;
+            }
             let running = self.is_running(&name);
             let drifted = match agent.spec.wanted {
                 Wanted::Up => !running,
@@ -188,5 +403,37 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(name: &str, parent: Option<&str>) -> Agent {
+        let mut agent = Agent::new(name, Default::default());
+        agent.spec.parent = parent.map(str::to_string);
+        agent
+    }
+
+    #[test]
+    fn parents_come_first() {
+        let cases: Vec<(Vec<Agent>, &str)> = vec![
+            (vec![agent("b", None), agent("a", None)], "a b"),
+            (vec![agent("child", Some("root")), agent("root", None)], "root child"),
+            (vec![agent("a", Some("m")), agent("m", Some("z")), agent("z", None)], "z m a"),
+            (vec![agent("a", Some("gone"))], "a"),
+            (vec![agent("a", Some("b")), agent("b", Some("a"))], "b a"),
+        ];
+        for (agents, want) in cases {
+            assert_eq!(parents_first(&agents).join(" "), want);
+        }
+    }
+
+    #[test]
+    fn the_sweep_reason_counts() {
+        let sweep =
+            Sweep { rebuild: vec!["a".into(), "b".into()], deferred: vec!["c".into()], up_to_date: vec![] };
+        assert_eq!(sweep.reason(), "boot sweep: 2 rebuild, 1 deferred, 0 up to date");
     }
 }

@@ -3,6 +3,8 @@
 
 pub mod age;
 pub mod agent_controller;
+pub mod applied;
+pub mod approval_controller;
 pub mod auth;
 pub mod cli;
 pub mod crashwatch;
@@ -12,6 +14,8 @@ pub mod executor;
 pub mod jobs_mirror;
 pub mod kubeconfig;
 pub mod local_client;
+pub mod meta;
+pub mod resolve;
 pub mod runtime;
 pub mod scheduler;
 pub mod server;

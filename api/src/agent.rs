@@ -26,6 +26,9 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_CONVERGED: &str = "Converged";
 /// The `Crashed` condition: the agent stopped without being asked to.
 pub const CONDITION_CRASHED: &str = "Crashed";
+/// The `LimitsEnforced` condition: whether the host enforces `spec.resources` (False
+/// carries the reason; limits are never silently ignored).
+pub const CONDITION_LIMITS_ENFORCED: &str = "LimitsEnforced";
 
 /// What is wanted of an agent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]

@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod approval;
 pub mod backoff;
 pub mod client;
 pub mod controller;

@@ -150,7 +150,7 @@ mod tests {
         }
         assert!(Role::Viewer < Role::Agent && Role::Agent < Role::Operator && Role::Operator < Role::Admin);
         let err = "Admin".parse::<Role>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown role \"Admin\": expected one of viewer, operator, admin");
+        assert_eq!(err.to_string(), "unknown role \"Admin\": expected one of viewer, agent, operator, admin");
         assert!(serde_json::from_str::<Role>("\"root\"").is_err());
     }
 }

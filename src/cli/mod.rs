@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand};
 use hive_api::job::JobTemplate;
 
 pub mod apply;
+pub mod approve;
+pub mod audit;
 pub mod bench;
 pub mod cancel;
 pub mod client;
@@ -22,6 +24,7 @@ pub mod jsonpath;
 pub mod kind;
 pub mod logs;
 pub mod manifest;
+pub mod mcp;
 pub mod openapi;
 pub mod output;
 pub mod power;
@@ -125,6 +128,16 @@ pub enum Command {
     Jobs(jobs::Args),
     /// Cancel a Job that has not started yet.
     Cancel(cancel::Args),
+    /// Approve a pending Approval, then follow it until it is deployed.
+    ///
+    /// The decision (and who made it, and when) is recorded once; the Approval
+    /// controller then runs the change as a Job (an approval deploy, a spawn, a
+    /// meta-update). Operators only.
+    Approve(approve::ApproveArgs),
+    /// Deny a pending Approval, saying why.
+    Deny(approve::DenyArgs),
+    /// Show the deploy audit trail: the meta repo's git log, optionally for one agent.
+    Audit(audit::Args),
     /// Print a Job node's build log or an agent's output.
     Logs(logs::Args),
     /// Create and list API tokens (admin only).
@@ -139,6 +152,8 @@ pub enum Command {
     Version(version::Args),
     /// Measure a fresh daemon from outside: durable creates, watch delivery, list, memory.
     Bench(bench::Args),
+    /// Serve the Model Context Protocol on stdin/stdout, so AI agents use the API as tools.
+    Mcp(mcp::Args),
 }
 
 /// What every verb gets besides its own arguments: the global flags, and the means to
@@ -189,6 +204,9 @@ pub async fn main() -> ExitCode {
         Command::Kill(args) => return power::exec(JobTemplate::Kill, args, &ctx).await,
         Command::Jobs(args) => jobs::exec(args, &ctx).await,
         Command::Cancel(args) => cancel::exec(args, &ctx).await,
+        Command::Approve(args) => approve::approve(args, &ctx).await,
+        Command::Deny(args) => approve::deny(args, &ctx).await,
+        Command::Audit(args) => audit::exec(args, &ctx).await,
         Command::Logs(args) => logs::exec(args, &ctx).await,
         Command::Token(args) => token::exec(args, &ctx).await,
         Command::Serve(args) => serve::exec(args, &ctx).await,
@@ -196,6 +214,7 @@ pub async fn main() -> ExitCode {
         Command::Schemas(args) => schemas::exec(args, &ctx).await,
         Command::Version(args) => version::exec(args, &ctx).await,
         Command::Bench(args) => bench::exec(args, &ctx).await,
+        Command::Mcp(args) => mcp::exec(args, &ctx).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

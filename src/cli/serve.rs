@@ -70,6 +70,27 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub build_slots: usize,
 
+    /// The agent runtime of this host: `process` (agents are supervised local processes;
+    /// the embedded default). `nixos-container` is described in docs/agents.md.
+    #[arg(long, value_enum, value_name = "RUNTIME", default_value_t = RuntimeChoice::Process)]
+    pub runtime: RuntimeChoice,
+
+    /// The hive-wide CPU cap per agent (`agentCpuQuota`) for agents whose
+    /// `spec.resources.cpuQuota` is unset: a percentage of one core ("200%" = 2 cores).
+    #[arg(long, value_name = "PERCENT", default_value = "200%")]
+    pub agent_cpu_quota: String,
+
+    /// The hive-wide memory cap per agent (`agentMemoryMax`) for agents whose
+    /// `spec.resources.memoryMax` is unset: bytes with K, M, G or T, or `infinity`.
+    #[arg(long, value_name = "SIZE", default_value = "4G")]
+    pub agent_memory_max: String,
+
+    /// The hive base input's rev recorded in the meta lock. When it differs from what an
+    /// agent was built against, the boot sweep rebuilds the agent (wanted-up ones at
+    /// once, stopped ones at their next start). Default: this build's version.
+    #[arg(long, value_name = "REV", env = "HIVE_BASE_REV", default_value = crate::daemon::DEFAULT_HIVE_REV)]
+    pub hive_rev: String,
+
     /// How long an Event is kept after it last happened, e.g. `1h`.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
     pub event_ttl: Duration,
@@ -77,6 +98,13 @@ pub struct Args {
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
+}
+
+/// The agent runtimes `hive serve --runtime` accepts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// Supervised local processes (the embedded default).
+    Process,
 }
 
 /// Runs `hive serve` until Ctrl-C or SIGTERM.
@@ -122,13 +150,24 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let engine = crate::daemon::Engine::start(
         store.clone(),
         &state_dir,
-        crate::daemon::EngineConfig { build_slots: args.build_slots },
+        crate::daemon::EngineConfig {
+            build_slots: args.build_slots,
+            hive_rev: args.hive_rev.clone(),
+            hive_url: crate::daemon::DEFAULT_HIVE_URL.into(),
+            process: Some({
+                let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
+                process.default_cpu_quota = args.agent_cpu_quota.clone();
+                process.default_memory_max = args.agent_memory_max.clone();
+                process
+            }),
+        },
     )
     .await
     .context("starting the scheduler and the process runtime")?;
     if args.agent_controller {
         crate::agent_controller::spawn(engine.clone());
     }
+    crate::approval_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone());
     let app = server::app(state);
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
@@ -215,6 +254,16 @@ async fn shutdown_signal() {
 fn check(args: &Args) -> anyhow::Result<()> {
     if args.watch_buffer == 0 {
         bail!("--watch-buffer must be at least 1");
+    }
+    if args.build_slots == 0 {
+        bail!("--build-slots must be at least 1");
+    }
+    crate::runtime::process::limits::parse_cpu_quota(&args.agent_cpu_quota)
+        .map_err(|e| anyhow::anyhow!("--agent-cpu-quota {:?}: {e}", args.agent_cpu_quota))?;
+    crate::runtime::process::limits::parse_memory_max(&args.agent_memory_max)
+        .map_err(|e| anyhow::anyhow!("--agent-memory-max {:?}: {e}", args.agent_memory_max))?;
+    if args.hive_rev.trim().is_empty() {
+        bail!("--hive-rev must not be empty");
     }
     Ok(())
 }

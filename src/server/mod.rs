@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod audit;
 pub mod body;
 pub mod discovery;
 pub mod error;
@@ -96,6 +97,7 @@ pub fn app(state: AppState) -> Router {
         .merge(events::router())
         .merge(jobs::router())
         .merge(tokens::router())
+        .merge(audit::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));

@@ -25,6 +25,13 @@ const RETRIES: usize = 8;
 pub trait LiveState: Send + Sync {
     /// Whether `agent` is running.
     fn is_running(&self, agent: &str) -> bool;
+
+    /// Whether the agent's current generation was built against an older hive base
+    /// than the daemon runs (a start of a stopped one then rebuilds first, as the boot
+    /// sweep's deferred agents need).
+    fn built_against_old_base(&self, _agent: &str) -> bool {
+        false
+    }
 }
 
 /// One operation to submit.
@@ -97,7 +104,7 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
             states.push(AgentState {
                 name: name.to_string(),
                 running: live.is_running(name),
-                stale: is_stale(&agent),
+                stale: is_stale(&agent) || live.built_against_old_base(name),
                 graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
             });
             if let Some(wanted) = shapes::intent(request.template) {
@@ -127,6 +134,84 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
     Err(Error::Contended)
 }
 
+/// A DAG the caller shaped itself (with [`shapes`]): an approval deploy, a
+/// meta-update, the boot sweep.
+#[derive(Clone, Debug, Default)]
+pub struct DagRequest {
+    /// The operation.
+    pub template: JobTemplate,
+    /// The nodes.
+    pub nodes: Vec<hive_api::job::JobNode>,
+    /// Which surface asked.
+    pub source: JobSource,
+    /// Why, for `spec.reason`.
+    pub reason: Option<String>,
+    /// The Job's name; `None` names it `<template>-<random>`.
+    pub name: Option<String>,
+    /// The Approval the Job resolves.
+    pub approval: Option<String>,
+    /// Meta inputs it bumps.
+    pub inputs: Vec<String>,
+    /// The agents it acts on (for display and `in flight` checks).
+    pub agents: Vec<String>,
+}
+
+/// Validates and stores a shaped DAG (a cycle or a bad node is refused with nothing
+/// written). Every agent a node names must exist.
+pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Obj> {
+    for node in &request.nodes {
+        if let Some(agent) = &node.agent {
+            if store.get("agents", agent).is_none() {
+                return Err(Error::UnknownAgent(agent.clone()));
+            }
+        }
+    }
+    let spec = JobSpec {
+        template: request.template,
+        reason: request.reason.clone(),
+        source: request.source,
+        approval: request.approval.clone(),
+        inputs: request.inputs.clone(),
+        agents: request.agents.clone(),
+        nodes: request.nodes.clone(),
+        ..Default::default()
+    };
+    let value = job_value(request.template, request.name.as_deref(), spec)?;
+    let outcome = store.commit(Mutation::Create { kind: "jobs", object: value }, false).await?;
+    Ok(outcome.into_object())
+}
+
+/// Creates a new agent and its Spawn Job in ONE transaction (an approved `Spawn`
+/// approval), so the Agent controller never sees the agent without the Job that spawns
+/// it and submits a second one. An existing agent of that name is an error.
+pub async fn spawn_new(store: &Store, agent: serde_json::Value, request: &Request) -> Result<Obj> {
+    let name = agent["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let decoded = <Agent as serde::Deserialize>::deserialize(&agent)
+        .map_err(|e| Error::Corrupt { name: name.clone(), message: e.to_string() })?;
+    let errors = hive_api::resource::validate(&decoded);
+    if !errors.is_empty() {
+        return Err(Error::Invalid(errors));
+    }
+    let state = AgentState {
+        name: name.clone(),
+        running: false,
+        stale: false,
+        graceful: decoded.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+    };
+    let request = Request { template: JobTemplate::Spawn, agents: vec![name], ..request.clone() };
+    let job = job_object(&request, std::slice::from_ref(&state))?;
+    let outcomes = store
+        .commit_all(
+            vec![
+                Mutation::Create { kind: "agents", object: agent },
+                Mutation::Create { kind: "jobs", object: job },
+            ],
+            false,
+        )
+        .await?;
+    Ok(outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written"))
+}
+
 fn wanted_str(wanted: Wanted) -> &'static str {
     match wanted {
         Wanted::Up => "Up",
@@ -144,13 +229,6 @@ fn is_stale(agent: &Agent) -> bool {
 }
 
 fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Value> {
-    let template =
-        serde_json::to_value(request.template).ok().and_then(|v| v.as_str().map(str::to_lowercase));
-    let suffix = uuid::Uuid::new_v4().simple().to_string();
-    let name = match &request.name {
-        Some(name) => name.clone(),
-        None => format!("{}-{}", template.unwrap_or_else(|| "job".into()), &suffix[..8]),
-    };
     let spec = JobSpec {
         template: request.template,
         reason: request.reason.clone(),
@@ -158,6 +236,15 @@ fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Va
         agents: states.iter().map(|s| s.name.clone()).collect(),
         nodes: shapes::build(request.template, states),
         ..Default::default()
+    };
+    job_value(request.template, request.name.as_deref(), spec)
+}
+
+fn job_value(template: JobTemplate, name: Option<&str>, spec: JobSpec) -> Result<serde_json::Value> {
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    let name = match name {
+        Some(name) => name.to_string(),
+        None => format!("{}-{}", template.as_str().to_lowercase(), &suffix[..8]),
     };
     let mut job = Job::new(name, spec);
     job.kind = "Job".into();

@@ -44,7 +44,47 @@ pub fn is_agent_template(template: JobTemplate) -> bool {
             | JobTemplate::Kill
             | JobTemplate::Spawn
             | JobTemplate::Reconcile
+            | JobTemplate::PermChange
     )
+}
+
+/// The rebuild a MetaLock fans out per affected agent: the ordinary rebuild shape with
+/// `relock = false` on its Prebuild, so the child builds against the lock the bump just
+/// wrote instead of re-resolving (and reverting) it.
+pub fn rebuild_locked(agent: &str) -> Vec<JobNode> {
+    let mut chain = Chain::new(agent);
+    chain.rebuild();
+    chain.nodes[0].params.insert("relock".into(), json!(false));
+    chain.nodes
+}
+
+/// An approved `ApplyCommit` / `MergeConfigPr`: one ApprovalDeploy node on the target,
+/// carrying the approval's name (the executor reads the change from it).
+pub fn approval_deploy(agent: &str, approval: &str) -> Vec<JobNode> {
+    let mut chain = Chain::new(agent);
+    chain
+        .then("approval-deploy", JobNodeKind::ApprovalDeploy)
+        .params
+        .insert("approval".into(), json!(approval));
+    chain.nodes
+}
+
+/// The one MetaLock node of a meta-update or the boot sweep: bump `inputs` (`hive` is
+/// the hive base input; any other name is an agent's config input), then fan out
+/// rebuilds. `fan_out`: the exact agents to rebuild, in order (the boot sweep's stale,
+/// wanted-up agents, parents first); `None` lets the executor rebuild every installed
+/// agent whose input changed. `non_fatal`: a failed bump is reported in the step label
+/// and the rebuilds still fan out (the boot sweep must not strand stale agents).
+pub fn meta_lock(inputs: &[String], fan_out: Option<&[String]>, non_fatal: bool) -> Vec<JobNode> {
+    let mut node = JobNode::new("meta-lock".to_string(), JobNodeKind::MetaLock, None::<&str>);
+    node.params.insert("inputs".into(), json!(inputs));
+    if let Some(agents) = fan_out {
+        node.params.insert("agents".into(), json!(agents));
+    }
+    if non_fatal {
+        node.params.insert("nonFatal".into(), json!(true));
+    }
+    vec![node]
 }
 
 /// Builds the nodes of one DAG: a subgraph per agent, in the order given.
@@ -135,6 +175,10 @@ fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
                 chain.then("reconcile", JobNodeKind::Reconcile);
             }
         }
+        JobTemplate::PermChange => {
+            chain.then("write-perm-file", JobNodeKind::WritePermFile);
+            chain.rebuild();
+        }
         JobTemplate::Spawn => {
             chain.then("create", JobNodeKind::Create);
             chain.then("write-dropin", JobNodeKind::WriteDropin);
@@ -201,6 +245,7 @@ mod tests {
             (Kill, agent("a", true, false, true), "set-wanted reconcile(set-wanted)"),
             (Spawn, agent("a", false, false, true), "create write-dropin(create) reconcile(write-dropin)"),
             (Reconcile, agent("a", true, false, true), "reconcile"),
+            (PermChange, agent("a", true, false, true), "write-perm-file prebuild(write-perm-file) stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"),
         ];
         for (template, state, want) in cases {
             assert_eq!(
@@ -225,6 +270,34 @@ mod tests {
     }
 
     #[test]
+    fn fan_out_meta_and_approval_shapes() {
+        let child = rebuild_locked("a");
+        assert_eq!(
+            render(&child),
+            "prebuild stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"
+        );
+        assert_eq!(child[0].params["relock"], false, "children must not revert the bump");
+        let deploy = approval_deploy("a", "apr-1");
+        assert_eq!(
+            (deploy.len(), deploy[0].kind, deploy[0].params["approval"].as_str()),
+            (1, JobNodeKind::ApprovalDeploy, Some("apr-1"))
+        );
+        let lock = meta_lock(&["hive".into()], Some(&["p".into(), "c".into()]), true);
+        assert_eq!(lock[0].agent, None);
+        assert_eq!(lock[0].params["agents"], json!(["p", "c"]));
+        assert_eq!(lock[0].params["nonFatal"], true);
+        for (template, nodes) in [
+            (JobTemplate::Rebuild, child),
+            (JobTemplate::ApprovalDeploy, deploy),
+            (JobTemplate::BootSweep, lock),
+        ] {
+            let mut job = hive_api::Job::new("j", hive_api::job::JobSpec { template, ..Default::default() });
+            job.spec.nodes = nodes;
+            assert!(hive_api::resource::validate(&job).is_empty(), "{template:?}");
+        }
+    }
+
+    #[test]
     fn kill_reconciles_without_a_drain_and_intents_match() {
         let nodes = build(JobTemplate::Kill, &[agent("a", true, false, true)]);
         assert_eq!(nodes[1].params["kill"], true);
@@ -236,7 +309,7 @@ mod tests {
     #[test]
     fn every_shape_validates_as_a_job() {
         use JobTemplate::*;
-        for template in [Rebuild, Start, Stop, Restart, Kill, Spawn, Reconcile] {
+        for template in [Rebuild, Start, Stop, Restart, Kill, Spawn, Reconcile, PermChange] {
             let mut job = hive_api::Job::new("j", hive_api::job::JobSpec { template, ..Default::default() });
             job.spec.nodes = build(template, &[agent("a", true, true, true), agent("b", false, true, false)]);
             let errors = hive_api::resource::validate(&job);

@@ -174,10 +174,22 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
+impl Daemon {
+    /// Stops the daemon gracefully (SIGTERM) and starts it again on the same state dir
+    /// with `extra` as its `serve` flags from now on.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.terminate();
+        let mut fresh = Self::spawn(&self.dir, extra).expect("daemon restarts");
+        self.child = fresh.child.take();
+        self.url = std::mem::take(&mut fresh.url);
+        self.token = std::mem::take(&mut fresh.token);
+        self.ca_pem = std::mem::take(&mut fresh.ca_pem);
+        self.extra = extra.iter().map(|a| a.to_string()).collect();
+    }
+
     /// A graceful stop (SIGTERM), so the daemon stops the agent processes it started;
     /// SIGKILL if it does not exit within 15 s.
-    fn drop(&mut self) {
+    fn terminate(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(15);
@@ -189,6 +201,12 @@ impl Drop for Daemon {
         }
         let _ = child.kill();
         let _ = child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.terminate();
     }
 }
 

@@ -3,11 +3,14 @@
 
 mod agents;
 mod api;
+mod approvals;
 mod auth;
 mod cli;
 mod crash;
+mod deploy;
 mod generated;
 mod harness;
 mod jobs;
 mod kubectl;
+mod mcp;
 mod power;

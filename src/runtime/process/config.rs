@@ -1,4 +1,5 @@
-//! Settings of the process runtime: where agents live and its timeouts and bounds.
+//! Settings of the process runtime: where agents live, its timeouts and bounds, and the
+//! hive-wide resource limits with where it enforces them.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,18 @@ pub struct ProcessConfig {
     pub log_max_bytes: u64,
     /// Log files kept per agent, the live one included. Default 2.
     pub log_files: usize,
+    /// The hive-wide CPU cap (`agentCpuQuota`), for agents whose `spec.resources` sets
+    /// none: a percentage of one core. Default `200%`.
+    pub default_cpu_quota: String,
+    /// The hive-wide memory cap (`agentMemoryMax`), for agents whose `spec.resources`
+    /// sets none: bytes with an optional K, M, G or T suffix, or `infinity`. Default `4G`.
+    pub default_memory_max: String,
+    /// Where the cgroup v2 hierarchy is mounted. Default `/sys/fs/cgroup`; tests point it
+    /// at a tree of plain files laid out the same way.
+    pub cgroup_root: PathBuf,
+    /// Where the daemon reads its own cgroup (the `0::<path>` line). Default
+    /// `/proc/self/cgroup`.
+    pub self_cgroup: PathBuf,
 }
 
 impl ProcessConfig {
@@ -36,6 +49,10 @@ impl ProcessConfig {
             keep_generations: 3,
             log_max_bytes: 5 << 20,
             log_files: 2,
+            default_cpu_quota: "200%".into(),
+            default_memory_max: "4G".into(),
+            cgroup_root: "/sys/fs/cgroup".into(),
+            self_cgroup: "/proc/self/cgroup".into(),
         }
     }
 }

@@ -11,15 +11,20 @@
 //! [`Runtime::drain`] waits for that, checking the file every [`DRAIN_POLL`] (a file
 //! has no cheaper portable change notification), bounded by the graceful-stop timeout.
 //!
-//! Resource limits are written to `<root>/<agent>/limits.json` (`cpuQuota`,
-//! `memoryMax`, exactly as in the spec) and permissions to `permissions.json`
-//! (`toolGroups`, `capabilities`); their paths are in `HIVE_LIMITS` and
-//! `HIVE_PERMISSIONS`. For processes the limits are advisory: nothing enforces them.
-//! Only container runtimes (systemd `CPUQuota=`/`MemoryMax=`) enforce them.
+//! Resource limits (`spec.resources`, else the hive-wide defaults of
+//! [`ProcessConfig`]) are enforced with cgroup v2 when the host allows it: the agent's
+//! own cgroup gets `cpu.max` and `memory.max`, and its process joins that cgroup before
+//! it runs any agent code (see [`limits`] for the layout and the once-per-runtime
+//! decision). When the host does not allow it, they are not enforced and
+//! [`Runtime::write_limits`] says exactly why. Either way they are written to
+//! `<root>/<agent>/limits.json` (`cpuQuota`, `memoryMax` as in the spec, `enforced`,
+//! `message`) and permissions to `permissions.json` (`toolGroups`, `capabilities`);
+//! their paths are in `HIVE_LIMITS` and `HIVE_PERMISSIONS`.
 
 mod config;
 pub mod generation;
 pub mod git;
+pub mod limits;
 pub mod logs;
 mod orphans;
 pub mod supervisor;
@@ -33,7 +38,7 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -44,9 +49,11 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use self::generation::{generation_id, AgentDir, REV_FILE};
+use self::limits::Cgroups;
 use self::supervisor::{signal_error, signal_group, signal_process, Running, SpawnRequest};
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Observed, Result, Runtime, RuntimeEvent, Started,
+    BuildLog, Change, Drain, Error, Exit, Generation, Limits, Observed, Result, Runtime, RuntimeEvent,
+    Started,
 };
 
 /// The signal that kicks an agent's harness after the fence is set.
@@ -68,6 +75,8 @@ struct Inner {
     /// prebuild is lease-exempt, so two Jobs may build one agent at once.
     builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     events: broadcast::Sender<RuntimeEvent>,
+    /// Whether limits can be enforced, decided on first need (see [`limits::detect`]).
+    cgroups: OnceLock<Cgroups>,
 }
 
 /// What the runtime knows of one agent's process.
@@ -88,6 +97,7 @@ impl ProcessRuntime {
                 agents: Mutex::new(HashMap::new()),
                 builds: Mutex::new(HashMap::new()),
                 events,
+                cgroups: OnceLock::new(),
             }),
         }
     }
@@ -118,6 +128,25 @@ impl ProcessRuntime {
             });
         }
         Ok(AgentDir::new(&self.inner.config.root, name))
+    }
+
+    /// Whether this runtime enforces limits, detected once: the detection moves the
+    /// daemon between cgroups, so it happens on the first write of limits or start, never
+    /// at construction.
+    pub fn cgroups(&self) -> &Cgroups {
+        self.inner.cgroups.get_or_init(|| {
+            let config = &self.inner.config;
+            let cgroups = limits::detect(&config.cgroup_root, &config.self_cgroup);
+            match &cgroups {
+                Cgroups::Enforced { agents } => {
+                    tracing::info!(cgroup = %agents.display(), "agent resource limits are enforced with cgroup v2")
+                }
+                Cgroups::NotEnforced { reason } => {
+                    tracing::warn!(%reason, "agent resource limits are NOT enforced")
+                }
+            }
+            cgroups
+        })
     }
 
     fn graceful(&self, agent: &Agent) -> Duration {
@@ -269,6 +298,12 @@ impl ProcessRuntime {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(dir.io("cannot remove", &fence, e)),
         }
+        // Limits are (re)applied at every start, so an agent started without a write of
+        // its limits (boot reconcile, crash restart) is capped all the same.
+        let (limits, cgroup_procs) = self.apply_limits(agent, dir)?;
+        if !limits.enforced {
+            tracing::warn!(agent = %dir.agent, reason = %limits.message, "starting without enforced limits");
+        }
         let mut env = settings.env.clone();
         env.insert("HIVE_LIMITS".into(), dir.path.join("limits.json").to_string_lossy().into_owned());
         env.insert(
@@ -286,6 +321,7 @@ impl ProcessRuntime {
             log_max_bytes: config.log_max_bytes,
             log_files: config.log_files,
             generation: Some(generation),
+            cgroup_procs: cgroup_procs.as_deref(),
         };
         let running = {
             // Held across spawn and insert, so the supervisor's exit bookkeeping
@@ -384,22 +420,47 @@ impl ProcessRuntime {
     }
 
     /// See [`Runtime::write_limits`].
-    pub async fn write_limits(&self, agent: &Agent) -> Result<crate::runtime::Limits> {
+    pub async fn write_limits(&self, agent: &Agent) -> Result<Limits> {
         let dir = self.dir(agent)?;
+        let (limits, _) = self.apply_limits(agent, &dir)?;
+        Ok(limits)
+    }
+
+    /// Resolves the agent's limits (its spec, else the hive-wide defaults), writes them
+    /// to its cgroup when this runtime enforces them, and records the outcome in
+    /// `limits.json`. Returns the limits and, when enforced, the `cgroup.procs` the
+    /// agent's process joins. A malformed value is an [`Error::Config`] naming its field.
+    fn apply_limits(&self, agent: &Agent, dir: &AgentDir) -> Result<(Limits, Option<PathBuf>)> {
+        let config = &self.inner.config;
         let resources = &agent.spec.resources;
-        let limits = crate::runtime::Limits {
-            cpu_quota: resources.cpu_quota.clone().unwrap_or_else(|| "200%".into()),
-            memory_max: resources.memory_max.clone().unwrap_or_else(|| "4G".into()),
-            enforced: false,
-            message: "the process runtime does not enforce limits yet".into(),
+        let (cpu_quota, cpu_field) = match &resources.cpu_quota {
+            Some(value) => (value, "spec.resources.cpuQuota"),
+            None => (&config.default_cpu_quota, "agentCpuQuota"),
+        };
+        let (memory_max, memory_field) = match &resources.memory_max {
+            Some(value) => (value, "spec.resources.memoryMax"),
+            None => (&config.default_memory_max, "agentMemoryMax"),
+        };
+        let invalid = |field: &'static str| {
+            move |message: String| Error::Config { agent: dir.agent.clone(), field, message }
+        };
+        let cpu = limits::parse_cpu_quota(cpu_quota).map_err(invalid(cpu_field))?;
+        let memory = limits::parse_memory_max(memory_max).map_err(invalid(memory_field))?;
+        let applied = self.cgroups().apply(&dir.agent, cpu, memory);
+        let limits = Limits {
+            cpu_quota: cpu_quota.clone(),
+            memory_max: memory_max.clone(),
+            enforced: applied.procs.is_some(),
+            message: applied.message,
         };
         let value = json!({
             "cpuQuota": limits.cpu_quota,
             "memoryMax": limits.memory_max,
             "enforced": limits.enforced,
+            "message": limits.message,
         });
-        write_json(&dir, "limits.json", &value)?;
-        Ok(limits)
+        write_json(dir, "limits.json", &value)?;
+        Ok((limits, applied.procs))
     }
 
     /// See [`Runtime::write_permissions`].
@@ -454,6 +515,9 @@ impl ProcessRuntime {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(dir.io("cannot remove", &dir.path, e)),
+        }
+        if let Some(cgroups) = self.inner.cgroups.get() {
+            cgroups.remove(&dir.agent);
         }
         self.inner.slots().remove(&dir.agent);
         self.inner.builds.lock().unwrap_or_else(|e| e.into_inner()).remove(&dir.agent);
@@ -552,7 +616,7 @@ impl Runtime for ProcessRuntime {
         Box::pin(ProcessRuntime::drain(self, agent))
     }
 
-    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<crate::runtime::Limits>> {
+    fn write_limits<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Limits>> {
         Box::pin(ProcessRuntime::write_limits(self, agent))
     }
 

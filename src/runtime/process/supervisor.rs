@@ -6,6 +6,14 @@
 //! a negative pid): `rustix` with only its `process` feature is small and safe, where
 //! `nix` is large and shelling out to `kill(1)` costs a fork per signal and loses the
 //! error kind (`ESRCH` is "already gone", not a failure).
+//!
+//! An agent whose limits are enforced joins its cgroup before any of its code runs:
+//! it is spawned as `/bin/sh -c 'echo $$ >> <cgroup.procs> && exec <command>'`, so the
+//! process writes its own pid (the agent's pid, as `exec` keeps it) and only then
+//! becomes the agent. A `pre_exec` hook would do the same without the shell, but it is
+//! `unsafe`, and the workspace forbids `unsafe_code`. When the join fails, the shell
+//! says why in the agent's log and exits [`CGROUP_JOIN_FAILED`] before the command
+//! runs, so the agent never runs outside its limits.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -73,13 +81,39 @@ pub struct SpawnRequest<'a> {
     pub log_files: usize,
     /// The generation being started.
     pub generation: Option<Generation>,
+    /// `cgroup.procs` of the agent's cgroup when its limits are enforced: the process
+    /// joins it before it runs the command.
+    pub cgroup_procs: Option<&'a Path>,
 }
+
+/// The exit code of an agent process that could not join its cgroup (and so never ran
+/// its command).
+pub const CGROUP_JOIN_FAILED: i32 = 125;
+
+/// The shell that joins the cgroup named by `$0`, then becomes the command `$@`.
+/// (`exit 125` is [`CGROUP_JOIN_FAILED`].)
+const JOIN_CGROUP: &str = concat!(
+    r#"if ! echo $$ >> "$0"; then "#,
+    r#"echo "hive: cannot join the agent's cgroup ($0); not starting it outside its limits" >&2; "#,
+    r#"exit 125; fi; exec "$@""#,
+);
 
 /// Spawns the agent process and its supervisor task. `on_exit` runs in that task once
 /// the process is reaped and its remaining group killed, before the exit is published
 /// on [`Running::exited`], so whoever waits there sees the runtime's state updated.
 pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'static) -> Result<Running> {
-    let SpawnRequest { agent, argv, dir, env, fence, logs, log_max_bytes, log_files, generation } = request;
+    let SpawnRequest {
+        agent,
+        argv,
+        dir,
+        env,
+        fence,
+        logs,
+        log_max_bytes,
+        log_files,
+        generation,
+        cgroup_procs,
+    } = request;
     let command = argv.join(" ");
     let log = RotatingLog::open(logs, log_max_bytes, log_files).map_err(|source| Error::Io {
         agent: agent.into(),
@@ -88,8 +122,19 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         source,
     })?;
     let log = Arc::new(Mutex::new(log));
-    let mut child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let mut command_line = match cgroup_procs {
+        Some(procs) => {
+            let mut shell = Command::new("/bin/sh");
+            shell.arg("-c").arg(JOIN_CGROUP).arg(procs).args(argv);
+            shell
+        }
+        None => {
+            let mut plain = Command::new(&argv[0]);
+            plain.args(&argv[1..]);
+            plain
+        }
+    };
+    let mut child = command_line
         .current_dir(dir)
         .envs(env)
         .env("HIVE_AGENT", agent)

@@ -1,7 +1,8 @@
 //! Tests of the process runtime with real processes and real git, all under a temp
 //! dir and bounded in time. The config repository holds a tiny `run.sh` whose commits
 //! `v1` and `v2` write their version to `$OUT` in a loop and clear `$HIVE_FENCE` on
-//! SIGUSR1, as an agent harness does.
+//! SIGUSR1, as an agent harness does. Limits are not enforced unless a test points the
+//! runtime at a fake cgroupfs: the real `/sys/fs/cgroup` is left alone.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -13,8 +14,10 @@ use hive_api::agent::{Agent, Power, ProcessRuntime as ProcessSettings};
 use tempfile::TempDir;
 use tokio::sync::broadcast;
 
+use super::limits::tests::FakeCgroupfs;
+use super::supervisor::CGROUP_JOIN_FAILED;
 use super::{ProcessConfig, ProcessRuntime};
-use crate::runtime::{Change, Drain, Error, Exit, Runtime, RuntimeEvent};
+use crate::runtime::{Change, Drain, Error, Exit, Limits, Runtime, RuntimeEvent};
 
 const RUN_SH: &str = r#"#!/bin/sh
 if [ -n "$IGNORE_FENCE" ]; then trap '' USR1; else trap 'rm -f "$HIVE_FENCE"' USR1; fi
@@ -80,6 +83,7 @@ impl World {
         config.start_grace = Duration::from_millis(800);
         config.graceful_stop = Duration::from_secs(5);
         config.kill_wait = Duration::from_secs(5);
+        config.cgroup_root = tmp.path().join("no-cgroup");
         tune(&mut config);
         let runtime = ProcessRuntime::new(config);
         World { tmp, repo, runtime }
@@ -433,7 +437,12 @@ async fn limits_permissions_and_destroy() {
         let dir = rt.agent_dir("alpha");
         let limits: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("limits.json")).unwrap()).unwrap();
-        assert_eq!(limits, serde_json::json!({"cpuQuota": "200%", "memoryMax": "4G", "enforced": false}));
+        let no_cgroup = world.tmp.path().join("no-cgroup");
+        let reason = format!("cgroup v2 is not mounted at {0} ({0} does not exist)", no_cgroup.display());
+        assert_eq!(
+            limits,
+            serde_json::json!({"cpuQuota": "200%", "memoryMax": "4G", "enforced": false, "message": reason})
+        );
         let permissions: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("permissions.json")).unwrap()).unwrap();
         assert_eq!(permissions, serde_json::json!({"toolGroups": ["git"], "capabilities": []}));
@@ -540,6 +549,144 @@ async fn old_generations_are_pruned_but_never_the_current_one() {
         assert_eq!(snapshot.len(), 1);
         assert_eq!((snapshot[0].agent.as_str(), snapshot[0].power), ("alpha", Power::Stopped));
         assert_eq!(snapshot[0].generation, Some(current));
+    })
+    .await;
+}
+
+/// A world whose runtime enforces limits in a fake cgroupfs (plain files).
+fn enforcing_world(tune: impl FnOnce(&mut ProcessConfig)) -> (World, FakeCgroupfs) {
+    let fake = FakeCgroupfs::new("cpu io memory pids");
+    let world = World::with(|config| {
+        config.cgroup_root = fake.root();
+        config.self_cgroup = fake.self_cgroup();
+        tune(config);
+    });
+    (world, fake)
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn limits_take_the_hive_wide_defaults_for_what_the_spec_leaves_out() {
+    let (world, fake) = enforcing_world(|config| {
+        config.default_cpu_quota = "150%".into();
+        config.default_memory_max = "1G".into();
+    });
+    let rt = &world.runtime;
+    let cgroup = fake.own().join("hive-agents").join("alpha");
+    let read = |file: &str| std::fs::read_to_string(cgroup.join(file)).unwrap();
+
+    let mut agent = world.agent("v1", &[]);
+    let limits = rt.write_limits(&agent).await.unwrap();
+    let message = format!("cgroup v2: {} (cpu.max 150000 100000, memory.max 1073741824)", cgroup.display());
+    let expected = Limits {
+        cpu_quota: "150%".into(),
+        memory_max: "1G".into(),
+        enforced: true,
+        message: message.clone(),
+    };
+    assert_eq!(limits, expected);
+    assert_eq!((read("cpu.max"), read("memory.max")), ("150000 100000".into(), "1073741824".into()));
+    assert_eq!(
+        read_json(&rt.agent_dir("alpha").join("limits.json")),
+        serde_json::json!({"cpuQuota": "150%", "memoryMax": "1G", "enforced": true, "message": message})
+    );
+
+    agent.spec.resources.cpu_quota = Some("300%".into());
+    let limits = rt.write_limits(&agent).await.unwrap();
+    assert_eq!((limits.cpu_quota.as_str(), limits.memory_max.as_str()), ("300%", "1G"));
+    assert_eq!((read("cpu.max"), read("memory.max")), ("300000 100000".into(), "1073741824".into()));
+
+    agent.spec.resources.cpu_quota = None;
+    agent.spec.resources.memory_max = Some("infinity".into());
+    let limits = rt.write_limits(&agent).await.unwrap();
+    assert_eq!((limits.cpu_quota.as_str(), limits.memory_max.as_str()), ("150%", "infinity"));
+    assert_eq!((read("cpu.max"), read("memory.max")), ("150000 100000".into(), "max".into()));
+
+    // The hive defaults of a plain config are the seed's 200% and 4G.
+    let plain = World::new();
+    let limits = plain.runtime.write_limits(&plain.agent("v1", &[])).await.unwrap();
+    assert_eq!(
+        (limits.cpu_quota.as_str(), limits.memory_max.as_str(), limits.enforced),
+        ("200%", "4G", false)
+    );
+    assert!(limits.message.starts_with("cgroup v2 is not mounted at "), "{}", limits.message);
+}
+
+#[tokio::test]
+async fn a_malformed_limit_is_a_config_error_naming_its_field() {
+    let (world, _fake) = enforcing_world(|_| {});
+    let rt = &world.runtime;
+    let cases: [(Option<&str>, Option<&str>, &str); 4] = [
+        (Some("2 cores"), None, "spec.resources.cpuQuota"),
+        (Some("0%"), None, "spec.resources.cpuQuota"),
+        (None, Some("4GB"), "spec.resources.memoryMax"),
+        (None, Some("0"), "spec.resources.memoryMax"),
+    ];
+    for (cpu, memory, field) in cases {
+        let mut agent = world.agent("v1", &[]);
+        agent.spec.resources.cpu_quota = cpu.map(String::from);
+        agent.spec.resources.memory_max = memory.map(String::from);
+        let error = rt.write_limits(&agent).await.unwrap_err();
+        assert!(
+            matches!(&error, Error::Config { field: f, .. } if *f == field),
+            "{cpu:?} {memory:?}: {error}"
+        );
+        assert!(error.to_string().contains("must be a positive"), "{error}");
+    }
+
+    let bad_default = World::with(|config| config.default_memory_max = "lots".into());
+    let error = bad_default.runtime.write_limits(&bad_default.agent("v1", &[])).await.unwrap_err();
+    assert!(matches!(&error, Error::Config { field, .. } if *field == "agentMemoryMax"), "{error}");
+}
+
+#[tokio::test]
+async fn an_enforced_agent_joins_its_cgroup_before_it_runs() {
+    bounded(async {
+        let (world, fake) = enforcing_world(|_| {});
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let agent = world.agent("v1", &[]);
+        rt.create(&agent, &log).await.unwrap();
+        let pid = rt.start(&agent).await.unwrap().pid;
+        world.serving("v1").await;
+        let procs = fake.own().join("hive-agents/alpha/cgroup.procs");
+        let joined = std::fs::read_to_string(&procs).unwrap();
+        assert_eq!(joined, format!("{pid}\n"), "the agent's own pid, written by itself");
+        // The joining shell became the agent: same pid, the agent's command.
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        assert_eq!(cmdline, b"sh\0built.sh\0", "{}", String::from_utf8_lossy(&cmdline));
+        let limits = read_json(&rt.agent_dir("alpha").join("limits.json"));
+        assert_eq!(limits["enforced"], true, "start applies the limits too: {limits}");
+        rt.stop(&agent).await.unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_agent_that_cannot_join_its_cgroup_never_runs() {
+    bounded(async {
+        let (world, fake) = enforcing_world(|_| {});
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let agent = world.agent("v1", &[]);
+        rt.create(&agent, &log).await.unwrap();
+        assert!(rt.write_limits(&agent).await.unwrap().enforced);
+        // A directory in place of cgroup.procs refuses the write, for root too.
+        std::fs::create_dir(fake.own().join("hive-agents/alpha/cgroup.procs")).unwrap();
+        let error = rt.start(&agent).await.unwrap_err();
+        let Error::ColdStart { first, second, .. } = &error else { panic!("unexpected error {error}") };
+        for attempt in [first, second] {
+            assert!(
+                matches!(&**attempt, Error::StartExited { exit, .. } if exit.code == Some(CGROUP_JOIN_FAILED)),
+                "{attempt}"
+            );
+        }
+        assert!(!world.marker().exists(), "the agent's command never ran");
+        let log_text = std::fs::read_to_string(rt.log_files("alpha").pop().unwrap()).unwrap();
+        assert!(log_text.contains("cannot join the agent's cgroup"), "{log_text}");
     })
     .await;
 }

@@ -1,6 +1,8 @@
 //! The runtime executor: what each scheduler node does to a real agent, through the
-//! [`Runtime`] driver. Node kinds whose executors belong to later work (MetaLock,
-//! ApprovalDeploy, WritePermFile) fail with a clear "not available" error.
+//! [`Runtime`] driver, and to the meta repo (`meta.rs`: lock registration, MetaLock,
+//! WritePermFile, ApprovalDeploy).
+
+mod meta;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,24 +11,80 @@ use hive_api::agent::{Agent, Wanted};
 use hive_api::job::JobNodeKind;
 use serde_json::json;
 
-use crate::runtime::{BuildLog, Drain, Generation, Runtime};
-use crate::scheduler::{check_available, Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
+use crate::runtime::{BuildLog, Drain, Generation, Limits, Runtime};
+use crate::scheduler::{Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
 use crate::store::{Store, Subresource};
+
+/// What the executor deploys through: the meta repo, the rev resolver, the applied-rev
+/// markers, and the hive base rev this daemon locks.
+#[derive(Clone)]
+pub struct Deploy {
+    /// The meta repo.
+    pub meta: crate::meta::Meta,
+    /// Resolves config revs to commits.
+    pub resolver: crate::resolve::Resolver,
+    /// Applied-rev markers.
+    pub markers: crate::applied::Markers,
+    /// The hive base input's current rev (what a boot sweep bumps the lock to).
+    pub hive_rev: String,
+}
 
 /// Runs nodes against a runtime driver, reading agents from the store.
 pub struct RuntimeExecutor {
     store: Store,
     recorder: crate::events::Recorder,
     runtime: Arc<dyn Runtime>,
+    deploy: Deploy,
     /// The generation each agent's last Prebuild produced, for its Swap.
     prebuilt: Mutex<HashMap<String, Generation>>,
 }
 
 impl RuntimeExecutor {
-    /// An executor over `runtime`.
-    pub fn new(store: Store, runtime: Arc<dyn Runtime>) -> RuntimeExecutor {
+    /// An executor over `runtime`, deploying through `deploy`.
+    pub fn new(store: Store, runtime: Arc<dyn Runtime>, deploy: Deploy) -> RuntimeExecutor {
         let recorder = crate::events::Recorder::new(store.clone(), "hive-scheduler");
-        RuntimeExecutor { store, recorder, runtime, prebuilt: Mutex::new(HashMap::new()) }
+        RuntimeExecutor { store, recorder, runtime, deploy, prebuilt: Mutex::new(HashMap::new()) }
+    }
+
+    /// Applies the agent's limits and records whether the host enforces them in its
+    /// `LimitsEnforced` condition.
+    async fn write_limits(&self, agent: &Agent) -> Result<Limits, NodeError> {
+        use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
+        let limits = self.runtime.write_limits(agent).await.map_err(failed)?;
+        let (status, reason) = if limits.enforced {
+            (ConditionStatus::True, "Enforced")
+        } else {
+            (ConditionStatus::False, "NotEnforced")
+        };
+        let condition = Condition {
+            type_: hive_api::agent::CONDITION_LIMITS_ENFORCED.into(),
+            status,
+            reason: reason.into(),
+            message: format!("cpu {} memory {}: {}", limits.cpu_quota, limits.memory_max, limits.message),
+            observed_generation: agent.metadata.generation,
+            ..Default::default()
+        };
+        let name = agent.metadata.name.as_str();
+        let result = crate::update::update(&self.store, "agents", name, Subresource::Status, |o| {
+            let mut list: Vec<Condition> =
+                serde_json::from_value(o["status"]["conditions"].take()).unwrap_or_default();
+            set_condition(&mut list, condition.clone(), Time(chrono::Utc::now()));
+            o["status"]["conditions"] = serde_json::to_value(list).unwrap_or_default();
+        })
+        .await;
+        if let Err(err) = result {
+            tracing::warn!(agent = name, error = %err, "LimitsEnforced condition not written");
+        }
+        if !limits.enforced {
+            if let Some(stored) = self.store.get("agents", name) {
+                let message = format!("limits not enforced: {}", limits.message);
+                let _ = self
+                    .recorder
+                    .record(&stored, crate::events::EventType::Warning, "LimitsNotEnforced", &message)
+                    .await;
+            }
+        }
+        Ok(limits)
     }
 
     fn agent(&self, name: &str) -> Result<Agent, NodeError> {
@@ -99,11 +157,10 @@ impl Executor for RuntimeExecutor {
 impl RuntimeExecutor {
     async fn execute(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
         let kind = node.kind();
-        if kind == JobNodeKind::WriteDropin {
-            // The process runtime writes advisory limits; container drivers write the
-            // systemd drop-in. Available for every driver through `write_limits`.
-        } else {
-            check_available(kind)?;
+        if kind == JobNodeKind::MetaLock {
+            let step = self.meta_lock(&node).await?;
+            node.ctx.set_step(step.clone());
+            return Ok(NodeOutcome { step: Some(step) });
         }
         let name = node
             .agent()
@@ -157,8 +214,14 @@ impl RuntimeExecutor {
             }
             JobNodeKind::Prebuild => {
                 let agent = self.agent(&name)?;
+                let relock = node.params().get("relock").and_then(|v| v.as_bool()).unwrap_or(true);
+                ctx.set_step(if relock { "locking the config rev" } else { "reading the meta lock" });
+                // The gate is held only for the lock; the long build runs without it.
+                let sha = self.lock_for_build(&agent, relock, &log).await?;
+                let mut pinned = agent.clone();
+                pinned.spec.config.rev = Some(sha);
                 ctx.set_step("building");
-                let generation = self.runtime.prebuild(&agent, &log).await.map_err(failed)?;
+                let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
                 let step = format!("built generation {}", generation.id);
                 self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), generation);
                 step
@@ -173,19 +236,38 @@ impl RuntimeExecutor {
                             ))
                         },
                     )?;
+                // The drop-in is rewritten on every swap, so limit changes take effect
+                // with the next lifecycle op.
+                self.write_limits(&agent).await?;
                 ctx.set_step(format!("swapping to {}", generation.id));
                 self.runtime.swap(&agent, &generation).await.map_err(failed)?;
+                self.mark_applied(&name, &generation.rev).await;
                 format!("now on generation {}", generation.id)
             }
             JobNodeKind::Create => {
                 let agent = self.agent(&name)?;
+                ctx.set_step("registering in the meta flake");
+                let sha = self.lock_for_build(&agent, true, &log).await?;
+                let mut pinned = agent.clone();
+                pinned.spec.config.rev = Some(sha);
                 ctx.set_step("creating");
-                let generation = self.runtime.create(&agent, &log).await.map_err(failed)?;
+                let generation = self.runtime.create(&pinned, &log).await.map_err(failed)?;
+                self.mark_applied(&name, &generation.rev).await;
+                if !agent.spec.permissions.tool_groups.is_empty()
+                    || !agent.spec.permissions.capabilities.is_empty()
+                {
+                    self.write_perm_file(&name).await?;
+                }
                 format!("created generation {}", generation.id)
             }
+            JobNodeKind::WritePermFile => {
+                ctx.set_step("committing permissions");
+                self.write_perm_file(&name).await?
+            }
+            JobNodeKind::ApprovalDeploy => self.approval_deploy(&node, &name).await?,
             JobNodeKind::WriteDropin => {
                 let agent = self.agent(&name)?;
-                let limits = self.runtime.write_limits(&agent).await.map_err(failed)?;
+                let limits = self.write_limits(&agent).await?;
                 format!(
                     "limits cpu {} memory {} {}",
                     limits.cpu_quota,
@@ -329,7 +411,19 @@ while true; do sleep 0.1; done
             let runtime = Arc::new(ProcessRuntime::new(config));
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));
-            let executor = RuntimeExecutor::new(store.clone(), runtime.clone());
+            let deploy = Deploy {
+                meta: crate::meta::Meta::open(crate::meta::MetaConfig {
+                    dir: tmp.path().join("meta"),
+                    hive_url: "github:hive-dev/hive".into(),
+                    hive_rev: "test".into(),
+                })
+                .await
+                .unwrap(),
+                resolver: crate::resolve::Resolver::new(tmp.path().join("mirrors")),
+                markers: crate::applied::Markers::new(tmp.path().join("applied")),
+                hive_rev: "test".into(),
+            };
+            let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
             let scheduler = Scheduler::start(executor, tx, SchedulerConfig::default());
             let world = World { store: store.clone(), runtime, scheduler };
             let read_marker = || std::fs::read_to_string(&marker).unwrap_or_default().trim().to_string();
@@ -360,6 +454,12 @@ while true; do sleep 0.1; done
             assert_eq!(phase, "Done", "{status}");
             eventually("v2 marker", || read_marker() == "v2").await;
             assert!(world.running());
+
+            // The meta repo locked each build, and the marker records the running rev.
+            let v2 = deploy.meta.locked("alpha").await.expect("alpha is in the meta lock").rev;
+            assert_eq!(deploy.markers.read("alpha").unwrap().rev, v2);
+            let trail = deploy.meta.log(Some("alpha"), 10).await.unwrap();
+            assert!(trail.len() >= 2, "spawn registration and the v2 relock: {trail:?}");
 
             let (phase, _) = world.run(JobTemplate::Kill).await;
             assert_eq!(phase, "Done");

@@ -1,0 +1,257 @@
+//! The Approval controller's IO: it marks new approvals Pending, records denials, and
+//! for an approved one submits the Job that carries it out — a single-node
+//! ApprovalDeploy DAG for `ApplyCommit` / `MergeConfigPr`, the ordinary spawn shape for
+//! `Spawn` (the agent and its Job written together), a MetaUpdate for
+//! `UpdateMetaInputs` — then resolves the approval exactly once when that Job settles
+//! (`Deployed` or `Failed`; a Job cancelled while queued fails it). Who decided and when
+//! come from the server-set annotations (see `server::admission`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hive_api::approval::{Approval, ApprovalKind, ApprovalPhase};
+use hive_api::job::{JobPhase, JobSource, JobTemplate};
+use hive_controllers::approval::{decide, Decision, Facts};
+use hive_controllers::{Action, Config, Controller, Target};
+use serde_json::json;
+
+use crate::daemon::Engine;
+use crate::events::EventType;
+use crate::local_client::LocalClient;
+use crate::server::admission::{DECIDED_AT, DECIDED_BY};
+use crate::store::{self, Subresource};
+use crate::submit::{DagRequest, Request};
+use crate::update::{update, Updated};
+
+/// How often a deploying approval looks at its Job.
+const POLL: Duration = Duration::from_millis(300);
+
+/// Why a reconcile failed (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store refused a write.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    engine: Arc<Engine>,
+    recorder: crate::events::Recorder,
+}
+
+/// Runs the controller until the process ends.
+pub fn spawn(engine: Arc<Engine>) {
+    let client = LocalClient::<Approval>::new(engine.store.clone());
+    let controller = Controller::new(client, Config::default());
+    let recorder = crate::events::Recorder::new(engine.store.clone(), "hive-approvals");
+    let ctx = Arc::new(Context { engine, recorder });
+    tokio::spawn(controller.run(
+        reconcile,
+        |target: &Target<Approval>, err: &Error, _ctx: &Context| {
+            tracing::warn!(approval = target.name(), error = %err, "approval reconcile failed; backing off");
+            Action::backoff()
+        },
+        ctx,
+        std::future::pending::<()>(),
+    ));
+}
+
+/// The name of the Job an approval submits: fixed, so a reconcile repeated after a
+/// crash finds the Job instead of submitting a second one.
+pub fn job_name(approval: &str) -> String {
+    format!("approval-{approval}")
+}
+
+async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Target::Present(approval) = target else { return Ok(Action::await_change()) };
+    let name = approval.metadata.name.clone();
+    let job_phase = approval.status.job.as_deref().and_then(|job| {
+        let stored = ctx.engine.store.get("jobs", job)?;
+        Some(
+            serde_json::from_value::<JobPhase>(stored["status"]["phase"].clone()).unwrap_or(JobPhase::Queued),
+        )
+    });
+    let facts = Facts {
+        decision: approval.spec.decision.state,
+        phase: approval.status.phase,
+        job: approval.status.job.clone(),
+        job_phase,
+    };
+    match decide(&facts) {
+        Decision::Nothing => Ok(Action::await_change()),
+        Decision::Wait => Ok(Action::requeue(POLL)),
+        Decision::MarkPending => {
+            set_phase(&ctx, &approval, ApprovalPhase::Pending, None, None).await?;
+            Ok(Action::await_change())
+        }
+        Decision::Deny => {
+            let reason = approval.spec.decision.reason.clone().unwrap_or_else(|| "denied".into());
+            if set_phase(&ctx, &approval, ApprovalPhase::Denied, Some(reason.clone()), None).await? {
+                event(
+                    &ctx,
+                    &name,
+                    EventType::Normal,
+                    "Denied",
+                    &format!("denied by {}: {reason}", decider(&approval)),
+                )
+                .await;
+            }
+            Ok(Action::await_change())
+        }
+        Decision::Submit => {
+            let job = job_name(&name);
+            let submitted = if ctx.engine.store.get("jobs", &job).is_some() {
+                Ok(()) // submitted before a crash; adopt it
+            } else {
+                submit(&ctx.engine, &approval, &job).await
+            };
+            match submitted {
+                Ok(()) => {
+                    let message = format!("approved by {}; Job {job}", decider(&approval));
+                    if set_phase(&ctx, &approval, ApprovalPhase::Deploying, Some(message.clone()), Some(&job))
+                        .await?
+                    {
+                        event(&ctx, &name, EventType::Normal, "Deploying", &message).await;
+                    }
+                    Ok(Action::requeue(POLL))
+                }
+                Err(why) => {
+                    if set_phase(&ctx, &approval, ApprovalPhase::Failed, Some(why.clone()), None).await? {
+                        event(&ctx, &name, EventType::Warning, "Failed", &why).await;
+                    }
+                    Ok(Action::await_change())
+                }
+            }
+        }
+        Decision::Resolve { phase, message } => {
+            let job = approval.status.job.clone();
+            if set_phase(&ctx, &approval, phase, Some(message.clone()), job.as_deref()).await? {
+                let type_ =
+                    if phase == ApprovalPhase::Deployed { EventType::Normal } else { EventType::Warning };
+                event(&ctx, &name, type_, phase.as_str(), &message).await;
+            }
+            Ok(Action::await_change())
+        }
+    }
+}
+
+fn decider(approval: &Approval) -> String {
+    approval.metadata.annotations.get(DECIDED_BY).cloned().unwrap_or_else(|| "unknown".into())
+}
+
+/// Submits the Job carrying out an approved change. `Err` is why it cannot run (the
+/// approval then fails; nothing was written).
+async fn submit(engine: &Engine, approval: &Approval, job: &str) -> Result<(), String> {
+    let name = approval.metadata.name.as_str();
+    let target = approval.spec.target.clone().unwrap_or_default();
+    let reason = Some(format!(
+        "approval {name}: {}",
+        approval.spec.summary.clone().unwrap_or_else(|| approval.spec.kind.as_str().to_string())
+    ));
+    let result = match approval.spec.kind {
+        ApprovalKind::ApplyCommit | ApprovalKind::MergeConfigPr => {
+            let request = DagRequest {
+                template: JobTemplate::ApprovalDeploy,
+                nodes: crate::submit::shapes::approval_deploy(&target, name),
+                source: JobSource::Controller,
+                reason,
+                name: Some(job.to_string()),
+                approval: Some(name.to_string()),
+                agents: vec![target.clone()],
+                ..Default::default()
+            };
+            engine.submit_dag(&request).await
+        }
+        ApprovalKind::UpdateMetaInputs => {
+            let inputs = approval.spec.payload.inputs.clone();
+            let request = DagRequest {
+                template: JobTemplate::MetaUpdate,
+                nodes: crate::submit::shapes::meta_lock(&inputs, None, false),
+                source: JobSource::Controller,
+                reason,
+                name: Some(job.to_string()),
+                approval: Some(name.to_string()),
+                inputs,
+                ..Default::default()
+            };
+            engine.submit_dag(&request).await
+        }
+        ApprovalKind::Spawn => {
+            let Some(spec) = approval.spec.payload.agent.clone() else {
+                return Err("the Spawn approval carries no agent spec".into());
+            };
+            if engine.store.get("agents", &target).is_some() {
+                return Err(format!("agents.hive.dev {target:?} already exists"));
+            }
+            let mut spec = serde_json::to_value(spec).map_err(|e| e.to_string())?;
+            spec["wanted"] = json!("Up"); // wanted Up at approval
+            let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent",
+                "metadata": {"name": target, "annotations": {"hive.dev/approval": name}}, "spec": spec, "status": {}});
+            let request = Request {
+                template: JobTemplate::Spawn,
+                agents: vec![target.clone()],
+                source: JobSource::Controller,
+                reason,
+                name: Some(job.to_string()),
+            };
+            engine.spawn_new(agent, &request).await
+        }
+    };
+    let job_obj = result.map_err(|e| e.to_string())?;
+    // The Job records which approval it resolves.
+    if job_obj["spec"]["approval"].is_null() {
+        let _ =
+            update(&engine.store, "jobs", job, Subresource::Main, |o| o["spec"]["approval"] = json!(name))
+                .await;
+    }
+    Ok(())
+}
+
+/// Writes `phase` (and the decider, message, Job) unless the approval is already
+/// resolved: the exactly-once guard holds on every retry of the write too. Returns
+/// whether it changed anything.
+async fn set_phase(
+    ctx: &Context,
+    approval: &Approval,
+    phase: ApprovalPhase,
+    message: Option<String>,
+    job: Option<&str>,
+) -> Result<bool, Error> {
+    let decided_by = approval.metadata.annotations.get(DECIDED_BY).cloned();
+    let decided_at = approval.metadata.annotations.get(DECIDED_AT).cloned();
+    let generation = approval.metadata.generation;
+    let result = update(&ctx.engine.store, "approvals", &approval.metadata.name, Subresource::Status, |o| {
+        let status = &mut o["status"];
+        let current =
+            status["phase"].as_str().and_then(|p| serde_json::from_value::<ApprovalPhase>(json!(p)).ok());
+        if current.is_some_and(ApprovalPhase::is_terminal) {
+            return;
+        }
+        status["phase"] = json!(phase);
+        if let Some(m) = &message {
+            status["message"] = json!(m);
+        }
+        if let Some(j) = job {
+            status["job"] = json!(j);
+        }
+        if let Some(by) = &decided_by {
+            status["decidedBy"] = json!(by);
+        }
+        if let Some(at) = &decided_at {
+            status["decidedAt"] = json!(at);
+        }
+        if let Some(g) = generation {
+            status["observedGeneration"] = json!(g);
+        }
+    })
+    .await?;
+    Ok(matches!(result, Updated::Stored(_)))
+}
+
+async fn event(ctx: &Context, name: &str, type_: EventType, reason: &str, message: &str) {
+    let Some(stored) = ctx.engine.store.get("approvals", name) else { return };
+    if let Err(err) = ctx.recorder.record(&stored, type_, reason, message).await {
+        tracing::warn!(approval = name, error = %err, "approval event not recorded");
+    }
+}

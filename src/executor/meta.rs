@@ -1,0 +1,393 @@
+//! The executors that touch the meta repo: Prebuild's and Create's lock registration,
+//! MetaLock (bump, then fan out child rebuilds of exactly the affected agents),
+//! WritePermFile, and ApprovalDeploy (prepare → fused stop/update/start → finalize or
+//! abort). Each holds the deploy-window gate for its whole mutation span and no longer:
+//! Prebuild drops it before the long build.
+
+use hive_api::agent::{Agent, Wanted};
+use hive_api::approval::{Approval, ApprovalKind};
+use hive_api::job::{JobSource, JobSpec, JobTemplate};
+use serde_json::{json, Value};
+
+use super::{failed, NodeLines, RuntimeExecutor};
+use crate::applied::Marker;
+use crate::meta::{AgentInput, Gate};
+use crate::resolve::source_url;
+use crate::runtime::BuildLog;
+use crate::scheduler::{NodeError, NodeRun};
+use crate::store::Subresource;
+use crate::update::update;
+
+impl RuntimeExecutor {
+    /// The commit a build of `agent` uses: with `relock`, its wanted rev resolved now and
+    /// locked (registering the agent in the meta flake on first use); without, the rev
+    /// the lock already holds (a MetaLock child must not revert the bump).
+    pub(super) async fn lock_for_build(
+        &self,
+        agent: &Agent,
+        relock: bool,
+        log: &dyn BuildLog,
+    ) -> Result<String, NodeError> {
+        let name = agent.metadata.name.as_str();
+        let gate = self.deploy.meta.gate().await;
+        if !relock {
+            return self.deploy.meta.locked(name).await.map(|l| l.rev).ok_or_else(|| {
+                failed(format!("agent {name:?} has no entry in the meta lock; rebuild it with relock first"))
+            });
+        }
+        let sha = self.deploy.resolver.resolve(agent, log).await.map_err(failed)?;
+        if let Some(commit) = self.register(&gate, agent, &sha).await? {
+            log.line(&format!("meta: locked {name} at {sha} (commit {commit})"));
+        }
+        Ok(sha)
+    }
+
+    /// Renders the meta flake for every agent the lock knows plus `agent` at `sha`, and
+    /// commits it when anything changed (one fused commit).
+    async fn register(
+        &self,
+        gate: &Gate,
+        agent: &Agent,
+        sha: &str,
+    ) -> Result<Option<crate::meta::CommitId>, NodeError> {
+        let name = agent.metadata.name.as_str();
+        let (_, stored) = self.store.list("agents");
+        let mut inputs = Vec::new();
+        for other in stored {
+            let Some(other) = other["metadata"]["name"].as_str() else { continue };
+            if other == name {
+                continue;
+            }
+            if let Some(locked) = self.deploy.meta.locked(other).await {
+                inputs.push(AgentInput { name: other.to_string(), url: locked.url, rev: None });
+            }
+        }
+        inputs.push(AgentInput {
+            name: name.to_string(),
+            url: source_url(&agent.spec.config.repo),
+            rev: Some(sha.to_string()),
+        });
+        self.deploy.meta.sync_agents(gate, &inputs).await.map_err(failed)
+    }
+
+    /// Records what the agent's current generation was built from.
+    pub(super) async fn mark_applied(&self, name: &str, rev: &str) {
+        let marker = Marker { rev: rev.to_string(), hive: self.deploy.meta.hive_rev().await };
+        if let Err(err) = self.deploy.markers.write(name, &marker) {
+            tracing::warn!(agent = name, error = %err, "applied-rev marker not written");
+        }
+    }
+
+    /// MetaLock: bumps the inputs, then fans out one rebuild per affected agent.
+    pub(super) async fn meta_lock(&self, node: &NodeRun) -> Result<String, NodeError> {
+        let ctx = &node.ctx;
+        let log = NodeLines(ctx);
+        let params = node.params();
+        let inputs: Vec<String> =
+            params.get("inputs").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
+        let listed: Option<Vec<String>> =
+            params.get("agents").and_then(|v| serde_json::from_value(v.clone()).ok());
+        let non_fatal = params.get("nonFatal").and_then(Value::as_bool).unwrap_or(false);
+        if inputs.is_empty() {
+            return Err(failed("MetaLock names no inputs"));
+        }
+        ctx.set_step(format!("bumping {}", inputs.join(", ")));
+        let bump = async {
+            let gate = self.deploy.meta.gate().await;
+            let mut updates = Vec::new();
+            for input in &inputs {
+                let rev = if input == "hive" {
+                    self.deploy.hive_rev.clone()
+                } else {
+                    let agent = self.agent(input)?;
+                    self.deploy.resolver.resolve(&agent, &log).await.map_err(failed)?
+                };
+                updates.push((input.clone(), rev));
+            }
+            self.deploy.meta.lock_update(&gate, &updates).await.map_err(failed)
+        };
+        let (changed, bump_note) = match bump.await {
+            Ok(bump) => {
+                let note = match &bump.commit {
+                    Some(commit) => format!("bumped {} (commit {commit})", bump.changed.join(", ")),
+                    None => "lock already current".to_string(),
+                };
+                log.line(&format!("meta: {note}"));
+                (bump.changed, note)
+            }
+            Err(err) if non_fatal => {
+                log.line(&format!("meta: the bump failed ({err}); rebuilding against the current lock"));
+                (Vec::new(), format!("bump failed (non-fatal): {err}"))
+            }
+            // A failed bump fans out nothing.
+            Err(err) => return Err(err),
+        };
+        let agents = match listed {
+            Some(agents) => agents,
+            None => self.affected(&changed).await,
+        };
+        for agent in &agents {
+            let spec = JobSpec {
+                template: JobTemplate::Rebuild,
+                reason: Some(format!("meta-update: {}", inputs.join(", "))),
+                source: JobSource::FanOut,
+                agents: vec![agent.clone()],
+                nodes: crate::submit::shapes::rebuild_locked(agent),
+                ..Default::default()
+            };
+            ctx.fan_out(spec).map_err(failed)?;
+        }
+        Ok(format!("{bump_note}; {} rebuild(s) fanned out", agents.len()))
+    }
+
+    /// The installed agents an input change affects, parents first: a `hive` change
+    /// affects every agent, an agent input only that agent.
+    async fn affected(&self, changed: &[String]) -> Vec<String> {
+        if changed.is_empty() {
+            return Vec::new();
+        }
+        let all = changed.iter().any(|c| c == "hive");
+        let (_, stored) = self.store.list("agents");
+        let agents: Vec<Agent> = stored
+            .iter()
+            .filter_map(|o| serde::Deserialize::deserialize(o.as_ref()).ok())
+            .filter(|a: &Agent| all || changed.contains(&a.metadata.name))
+            .filter(|a: &Agent| self.deploy.markers.read(&a.metadata.name).is_some())
+            .collect();
+        crate::daemon::parents_first(&agents)
+    }
+
+    /// WritePermFile: commits the agent's tool groups and capabilities to the meta repo
+    /// (one commit), hands them to the runtime, and records the permissions snapshot.
+    pub(super) async fn write_perm_file(&self, name: &str) -> Result<String, NodeError> {
+        let agent = self.agent(name)?;
+        let permissions = &agent.spec.permissions;
+        let commit = {
+            let gate = self.deploy.meta.gate().await;
+            self.deploy
+                .meta
+                .write_permissions(&gate, name, &permissions.tool_groups, &permissions.capabilities)
+                .await
+                .map_err(failed)?
+        };
+        self.runtime.write_permissions(&agent).await.map_err(failed)?;
+        let snapshot = format!(
+            "tool groups [{}], capabilities [{}]",
+            permissions.tool_groups.join(", "),
+            permissions.capabilities.join(", ")
+        );
+        if let Some(stored) = self.store.get("agents", name) {
+            let message = match &commit {
+                Some(c) => format!("permissions committed to meta ({c}): {snapshot}"),
+                None => format!("permissions unchanged: {snapshot}"),
+            };
+            if let Err(err) =
+                self.recorder.record(&stored, crate::events::EventType::Normal, "Permissions", &message).await
+            {
+                tracing::warn!(error = %err, "permissions event not recorded");
+            }
+        }
+        Ok(match commit {
+            Some(c) => format!("permissions committed ({c})"),
+            None => "permissions unchanged".into(),
+        })
+    }
+
+    /// ApprovalDeploy: the approval's commit goes live or nothing changes. Holds the
+    /// gate for the whole span: prepare (lock written, uncommitted) → prebuild → stop →
+    /// swap → start and verify → finalize (commit + deploy tag), else abort (the lock
+    /// restored, the old generation back up).
+    pub(super) async fn approval_deploy(&self, node: &NodeRun, name: &str) -> Result<String, NodeError> {
+        let ctx = &node.ctx;
+        let log = NodeLines(ctx);
+        let approval_name = node
+            .params()
+            .get("approval")
+            .and_then(Value::as_str)
+            .ok_or_else(|| failed("ApprovalDeploy names no approval"))?
+            .to_string();
+        let stored = self
+            .store
+            .get("approvals", &approval_name)
+            .ok_or_else(|| failed(format!("approvals.hive.dev {approval_name:?} not found")))?;
+        let approval: Approval = serde::Deserialize::deserialize(stored.as_ref())
+            .map_err(|e| failed(format!("approval {approval_name:?} does not decode: {e}")))?;
+        let agent = self.agent(name)?;
+        let gate = self.deploy.meta.gate().await;
+        ctx.set_step("resolving the change");
+        let sha = self.approved_commit(&agent, &approval, &log).await?;
+        let prepared = self.deploy.meta.prepare_deploy(&gate, name, &sha).await.map_err(failed)?;
+        log.line(&format!("meta: lock for {name} staged at {sha} (uncommitted)"));
+        match self.deploy_live(node, &agent, &sha).await {
+            Ok(step) => {
+                let decided_by = stored["metadata"]["annotations"][crate::server::admission::DECIDED_BY]
+                    .as_str()
+                    .unwrap_or("unknown")
+                    .to_string();
+                let message = format!(
+                    "deploy {name} {short} (approval {approval_name}, {kind}, approved by {decided_by})",
+                    short = &sha[..sha.len().min(12)],
+                    kind = approval.spec.kind.as_str()
+                );
+                let deployed =
+                    self.deploy.meta.finalize_deploy(&gate, prepared, &message).await.map_err(failed)?;
+                drop(gate);
+                self.adopt_rev(name, &sha).await?;
+                log.line(&format!(
+                    "meta: {message} committed as {} tagged {}",
+                    deployed.commit, deployed.tag
+                ));
+                Ok(format!("{step}; deployed {} as {}", &sha[..sha.len().min(12)], deployed.tag))
+            }
+            Err(err) => {
+                if let Err(abort) = self.deploy.meta.abort_deploy(&gate, prepared).await {
+                    log.line(&format!("meta: restoring the lock failed too: {abort}"));
+                    return Err(failed(format!("{err}; restoring the meta lock failed: {abort}")));
+                }
+                log.line("meta: deploy aborted, lock restored");
+                Err(err)
+            }
+        }
+    }
+
+    /// The full commit an approval deploys: `ApplyCommit`'s commit, or the head of
+    /// `MergeConfigPr`'s pull request ref (which must still be the reviewed commit when
+    /// one was given).
+    async fn approved_commit(
+        &self,
+        agent: &Agent,
+        approval: &Approval,
+        log: &dyn BuildLog,
+    ) -> Result<String, NodeError> {
+        let payload = &approval.spec.payload;
+        match approval.spec.kind {
+            ApprovalKind::ApplyCommit => {
+                let commit =
+                    payload.commit.as_deref().ok_or_else(|| failed("ApplyCommit names no commit"))?;
+                self.deploy.resolver.resolve_rev(agent, Some(commit), log).await.map_err(failed)
+            }
+            ApprovalKind::MergeConfigPr => {
+                let pr = payload
+                    .pull_request
+                    .as_deref()
+                    .ok_or_else(|| failed("MergeConfigPr names no pull request"))?;
+                let reference = pr_ref(pr);
+                let head =
+                    self.deploy.resolver.resolve_rev(agent, Some(&reference), log).await.map_err(failed)?;
+                if let Some(reviewed) = payload.commit.as_deref() {
+                    if !head.starts_with(reviewed) {
+                        return Err(failed(format!(
+                            "pull request {pr} moved on: its head is {head}, the approval reviewed {reviewed}"
+                        )));
+                    }
+                }
+                Ok(head)
+            }
+            other => {
+                Err(failed(format!("{} approvals do not deploy through ApprovalDeploy", other.as_str())))
+            }
+        }
+    }
+
+    /// The fused stop / update / start on the agent, verifying it comes back up; on a
+    /// failure after the swap, the previous generation is put back and restarted.
+    async fn deploy_live(&self, node: &NodeRun, agent: &Agent, sha: &str) -> Result<String, NodeError> {
+        let ctx = &node.ctx;
+        let log = NodeLines(ctx);
+        let mut pinned = agent.clone();
+        pinned.spec.config.rev = Some(sha.to_string());
+        ctx.set_step("building");
+        let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
+        let previous = self.runtime.observed(agent).await.map_err(failed)?.generation;
+        ctx.set_step("stopping for the update");
+        self.runtime.stop_for_update(agent).await.map_err(failed)?;
+        ctx.set_step(format!("swapping to {}", generation.id));
+        if let Err(err) = self.runtime.swap(agent, &generation).await {
+            self.restart_if_wanted(agent).await;
+            return Err(failed(err));
+        }
+        let verified = async {
+            if agent.spec.wanted == Wanted::Offline {
+                return Ok("swapped; left stopped (wanted Offline)".to_string());
+            }
+            ctx.set_step("starting");
+            let started = self.runtime.start(agent).await.map_err(failed)?;
+            if !self.runtime.is_running(agent).await.map_err(failed)? {
+                return Err(failed("the agent did not stay up on the new config"));
+            }
+            Ok(format!("running on {} (pid {})", generation.id, started.pid))
+        };
+        match verified.await {
+            Ok(step) => {
+                self.mark_applied(&agent.metadata.name, sha).await;
+                Ok(step)
+            }
+            Err(err) => {
+                log.line(&format!(
+                    "the new config did not come up ({err}); putting the previous generation back"
+                ));
+                let _ = self.runtime.stop(agent).await;
+                if let Some(previous) = previous {
+                    if let Err(e) = self.runtime.swap(agent, &previous).await {
+                        log.line(&format!("swapping back to {} failed: {e}", previous.id));
+                    }
+                }
+                self.restart_if_wanted(agent).await;
+                Err(err)
+            }
+        }
+    }
+
+    async fn restart_if_wanted(&self, agent: &Agent) {
+        if agent.spec.wanted == Wanted::Up {
+            if let Err(err) = self.runtime.start(agent).await {
+                tracing::warn!(agent = agent.metadata.name, error = %err, "could not bring the agent back up");
+            }
+        }
+    }
+
+    /// After a deploy, the spec follows what runs: `spec.config.rev` is the deployed
+    /// commit, and the build fingerprint covers it, so the Agent controller does not
+    /// rebuild what was just deployed.
+    async fn adopt_rev(&self, name: &str, sha: &str) -> Result<(), NodeError> {
+        update(&self.store, "agents", name, Subresource::Main, |o| o["spec"]["config"]["rev"] = json!(sha))
+            .await
+            .map_err(failed)?;
+        let agent = self.agent(name)?;
+        let fingerprint = crate::agent_controller::fingerprint(&agent);
+        update(&self.store, "agents", name, Subresource::Status, |o| {
+            o["status"]["appliedRev"] = json!(sha);
+            o["status"]["configFingerprint"] = json!(fingerprint);
+        })
+        .await
+        .map_err(failed)?;
+        Ok(())
+    }
+}
+
+/// A pull request as a git ref: a number is `refs/pull/<n>/head` (the forge
+/// convention), a URL ending in `/pull/<n>` likewise, anything else a ref or branch.
+fn pr_ref(pr: &str) -> String {
+    let number = pr.rsplit('/').next().filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match number {
+        Some(n) if pr.bytes().all(|b| b.is_ascii_digit()) || pr.contains("/pull/") => {
+            format!("refs/pull/{n}/head")
+        }
+        _ => pr.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pull_requests_become_refs() {
+        for (pr, want) in [
+            ("42", "refs/pull/42/head"),
+            ("https://forge.example/o/r/pull/7", "refs/pull/7/head"),
+            ("feature/x", "feature/x"),
+            ("refs/heads/topic", "refs/heads/topic"),
+        ] {
+            assert_eq!(super::pr_ref(pr), want);
+        }
+    }
+}

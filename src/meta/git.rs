@@ -1,0 +1,157 @@
+//! Running the `git` CLI in the meta repo: one place that fixes the identity and the
+//! environment, so no global or system git configuration (signing, hooks, a default
+//! branch, an inherited `GIT_DIR`) can change what hive commits.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::Command;
+
+use super::{Error, Result};
+
+/// The identity every meta commit and tag carries.
+const IDENTITY: [&str; 8] = [
+    "-c",
+    "user.name=hive",
+    "-c",
+    "user.email=hive@localhost",
+    "-c",
+    "commit.gpgsign=false",
+    "-c",
+    "tag.gpgsign=false",
+];
+
+/// Variables a parent process (a git hook, a user shell) may have set that would point
+/// git at another repository, index or identity.
+const INHERITED: [&str; 12] = [
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+];
+
+/// The meta repo's work tree, as git sees it.
+#[derive(Debug, Clone)]
+pub(super) struct Git {
+    dir: PathBuf,
+}
+
+/// What a finished git command left behind.
+pub(super) struct Output {
+    pub success: bool,
+    pub stdout: String,
+}
+
+impl Git {
+    pub fn new(dir: &Path) -> Git {
+        Git { dir: dir.to_path_buf() }
+    }
+
+    /// Runs `git <args>` and returns its stdout; a non-zero exit is an error carrying
+    /// the command line and its stderr.
+    pub async fn run(&self, args: &[&str]) -> Result<String> {
+        let (output, command, stderr) = self.spawn(args).await?;
+        if !output.success {
+            return Err(Error::Git { command, dir: self.dir.clone(), stderr });
+        }
+        Ok(output.stdout)
+    }
+
+    /// Runs `git <args>` where a non-zero exit is an answer (e.g. `rev-parse --verify`
+    /// of a ref that does not exist), not a failure.
+    pub async fn probe(&self, args: &[&str]) -> Result<Output> {
+        Ok(self.spawn(args).await?.0)
+    }
+
+    async fn spawn(&self, args: &[&str]) -> Result<(Output, String, String)> {
+        let command = format!("git {}", args.join(" "));
+        let mut cmd = Command::new("git");
+        cmd.args(IDENTITY)
+            .args(args)
+            .current_dir(&self.dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for name in INHERITED {
+            cmd.env_remove(name);
+        }
+        let output = cmd.output().await.map_err(|source| Error::Spawn {
+            command: command.clone(),
+            dir: self.dir.clone(),
+            source,
+        })?;
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        Ok((Output { success: output.status.success(), stdout }, command, stderr))
+    }
+
+    /// The full sha `HEAD` names, or `None` in a repository with no commit yet.
+    pub async fn head(&self) -> Result<Option<String>> {
+        let out = self.probe(&["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).await?;
+        Ok(out.success.then(|| out.stdout.trim().to_string()))
+    }
+
+    /// The files among `paths` that differ from `HEAD` in the index or the work tree
+    /// (untracked ones included). Path-scoped, so someone else's staged file is never
+    /// seen, let alone committed.
+    pub async fn changed(&self, paths: &[String]) -> Result<Vec<String>> {
+        let mut args = vec!["status", "--porcelain", "-z", "--untracked-files=all", "--"];
+        args.extend(paths.iter().map(String::as_str));
+        let out = self.run(&args).await?;
+        // `-z` entries are `XY path`; a rename or copy is followed by its source path as
+        // a field of its own, which is a changed path too.
+        let mut paths = Vec::new();
+        let mut fields = out.split('\0').filter(|field| !field.is_empty());
+        while let Some(entry) = fields.next() {
+            let (status, path) = (entry.get(..2).unwrap_or(""), entry.get(3..).unwrap_or(""));
+            paths.push(path.to_string());
+            if status.contains(['R', 'C']) {
+                paths.extend(fields.next().map(str::to_string));
+            }
+        }
+        Ok(paths)
+    }
+
+    /// Stages and commits exactly `paths` (`git commit -- <paths>` commits only those,
+    /// leaving anything else staged as it was) and returns the new commit's sha.
+    pub async fn commit(&self, paths: &[String], message: &str, allow_empty: bool) -> Result<String> {
+        let mut add = vec!["add", "--all", "--"];
+        add.extend(paths.iter().map(String::as_str));
+        if !paths.is_empty() {
+            self.run(&add).await?;
+        }
+        // `whitespace` cleanup keeps a message line that starts with `#` (an issue
+        // number in a deploy message) instead of dropping it as a comment.
+        let mut commit = vec!["commit", "--quiet", "--no-verify", "--cleanup=whitespace", "-m", message];
+        if allow_empty {
+            commit.push("--allow-empty");
+        }
+        commit.push("--");
+        commit.extend(paths.iter().map(String::as_str));
+        self.run(&commit).await?;
+        self.head().await?.ok_or_else(|| Error::Git {
+            command: "git rev-parse HEAD".into(),
+            dir: self.dir.clone(),
+            stderr: "no HEAD after a commit".into(),
+        })
+    }
+
+    /// Drops whatever is staged for `paths`, back to `HEAD`; the undo of [`Git::commit`]'s
+    /// `git add` when the commit itself failed.
+    pub async fn unstage(&self, paths: &[String]) -> Result<()> {
+        let mut args = vec!["reset", "--quiet", "--"];
+        args.extend(paths.iter().map(String::as_str));
+        self.run(&args).await.map(drop)
+    }
+}

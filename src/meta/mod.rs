@@ -1,0 +1,563 @@
+//! The meta repo: a git repository holding the flake that pins what every agent runs
+//! (`flake.nix`, `flake.lock`) and each agent's permission files. Its git log is the
+//! deploy audit trail.
+//!
+//! Three rules keep the repo consistent while many scheduler nodes touch it:
+//! - every public operation holds one internal mutex for its whole duration and fuses
+//!   its mutation with its commit, so no dirty work tree is left between operations;
+//! - every commit and every "did anything change" check is limited to the operation's
+//!   own paths, so nobody else's staged content is ever swept into a commit;
+//! - a mutation needs a [`Gate`], the deploy-window guard, so no commit can land inside
+//!   a two-phase deploy's uncommitted window (prepare → finalize or abort).
+
+mod audit;
+mod deploy;
+mod error;
+mod files;
+mod git;
+mod lock;
+mod render;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+pub use audit::AuditEntry;
+pub use deploy::{Deployed, PreparedDeploy};
+pub use error::{Error, Result};
+
+use files::{commit_files, FileWrite, Message, Op};
+use git::Git;
+use lock::{agent_input, Lock, Node, Source, HIVE};
+
+/// The file that pins every input.
+const FLAKE_LOCK: &str = "flake.lock";
+/// The file rendered from the lock.
+const FLAKE_NIX: &str = "flake.nix";
+/// The directory of per-agent files.
+const AGENTS_DIR: &str = "agents";
+/// An agent's tool-groups permission file, under `agents/<name>/`.
+const TOOL_GROUPS: &str = "tool-groups.json";
+/// An agent's capabilities permission file, under `agents/<name>/`.
+const CAPABILITIES: &str = "capabilities.json";
+
+/// Where the meta repo lives and how its hive input starts out.
+#[derive(Debug, Clone)]
+pub struct MetaConfig {
+    /// The repo's directory (the daemon uses `<state-dir>/meta`).
+    pub dir: PathBuf,
+    /// The hive base flake's reference, e.g. `github:hive-dev/hive`.
+    pub hive_url: String,
+    /// The hive input's rev in the very first lock (later ones come from
+    /// `lock_update_hive`).
+    pub hive_rev: String,
+}
+
+/// A commit of the meta repo, by full sha.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CommitId(pub String);
+
+impl fmt::Display for CommitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One agent's configuration repository, as `sync_agents` wants it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentInput {
+    /// The agent's name (a DNS-1123 label).
+    pub name: String,
+    /// A local path or a git URL.
+    pub url: String,
+    /// The full sha to lock, or `None` to keep the current lock.
+    pub rev: Option<String>,
+}
+
+/// One input as the committed lock pins it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locked {
+    /// The input's URL; a local repository is its absolute path.
+    pub url: String,
+    /// The pinned rev.
+    pub rev: String,
+}
+
+/// What a `lock_update` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockBump {
+    /// The commit, or `None` when no rev changed.
+    pub commit: Option<CommitId>,
+    /// The inputs (`hive` or agent names) whose rev changed, sorted.
+    pub changed: Vec<String>,
+}
+
+/// The held deploy-window gate. Every mutating operation takes one, so whoever holds it
+/// (for one operation or across a prepare → finalize window) is the only writer.
+pub struct Gate {
+    guard: OwnedMutexGuard<()>,
+}
+
+impl Gate {
+    /// Refuses a gate taken from another `Meta`.
+    fn check(&self, inner: &Inner) -> Result<()> {
+        if Arc::ptr_eq(OwnedMutexGuard::mutex(&self.guard), &inner.gate) {
+            Ok(())
+        } else {
+            Err(Error::ForeignGate)
+        }
+    }
+}
+
+impl fmt::Debug for Gate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
+/// The meta repo. Cheap to clone; clones share the lock, the gate and the repo.
+#[derive(Clone)]
+pub struct Meta {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Meta {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Meta").field("dir", &self.inner.dir).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    dir: PathBuf,
+    git: Git,
+    /// The hive input's source from the configuration; `sync_agents` applies it.
+    hive_source: Source,
+    /// The one internal lock every public operation holds throughout.
+    state: Mutex<State>,
+    /// The deploy-window gate [`Gate`] guards.
+    gate: Arc<Mutex<()>>,
+}
+
+/// What the lock holds besides the repo itself.
+struct State {
+    /// The committed lock (a prepared deploy's rev is not in it until finalized).
+    lock: Lock,
+    /// The prepared, not yet finalized or aborted, deploy.
+    pending: Option<deploy::Pending>,
+}
+
+impl State {
+    /// Refuses an operation that would rewrite `flake.lock` inside a deploy window, so
+    /// the window's staged rev can never be committed under another message.
+    fn refuse_pending(&self) -> Result<()> {
+        match &self.pending {
+            Some(pending) => Err(Error::DeployPending { agent: pending.agent.clone() }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Meta {
+    /// Opens the meta repo in `config.dir`, creating it (`git init` and one `meta: init`
+    /// commit of `flake.nix` and a `flake.lock` holding only the hive input) when the
+    /// directory holds no repo. Opening an existing repo never commits; a broken one
+    /// (a `flake.lock` hive could not have written) is an error naming the file. A
+    /// deploy window a crash left open is closed by restoring the committed files.
+    pub async fn open(config: MetaConfig) -> Result<Meta> {
+        let hive_source = Source::parse(&config.hive_url)?;
+        let dir = config.dir.clone();
+        tokio::fs::create_dir_all(&dir).await.map_err(|source| Error::Io {
+            action: "creating",
+            path: dir.clone(),
+            source,
+        })?;
+        let git = Git::new(&dir);
+        if !dir.join(".git").exists() {
+            git.run(&["init", "--quiet", "--initial-branch=main"]).await?;
+        }
+        let lock = match git.head().await? {
+            // A new repo, or one a crash left before its first commit.
+            None => {
+                validate_rev(HIVE, &config.hive_rev)?;
+                let lock = Lock::new(Node { source: hive_source.clone(), rev: config.hive_rev.clone() });
+                let files = lock_files(&lock);
+                commit_files(&git, &dir, files, Message::new(Op::Init, "meta: init", [])).await?;
+                lock
+            }
+            Some(_) => {
+                read_lock(&dir).await?;
+                let ours = [FLAKE_NIX.to_string(), FLAKE_LOCK.to_string()];
+                let dirty = git.changed(&ours).await?;
+                if !dirty.is_empty() {
+                    // Only a crash inside an operation or a deploy window leaves them so.
+                    tracing::warn!(dir = %dir.display(), files = ?dirty, "restoring uncommitted meta files");
+                    restore_from_head(&git, &dirty).await?;
+                }
+                read_lock(&dir).await?
+            }
+        };
+        let state = State { lock, pending: None };
+        let inner = Inner { dir, git, hive_source, state: Mutex::new(state), gate: Arc::new(Mutex::new(())) };
+        Ok(Meta { inner: Arc::new(inner) })
+    }
+
+    /// The repo's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Waits for and takes the deploy-window gate.
+    pub async fn gate(&self) -> Gate {
+        Gate { guard: self.inner.gate.clone().lock_owned().await }
+    }
+
+    /// Makes the meta flake hold exactly `agents`: renders `flake.nix` for the set,
+    /// locks new agents at their rev, applies given revs, drops the input and the
+    /// `agents/<name>/` permission files of agents that were in the set and are not
+    /// listed any more, applies the configured hive URL, and commits once
+    /// (`Hive-Op: sync`) if anything changed. Idempotent.
+    pub async fn sync_agents(&self, gate: &Gate, agents: &[AgentInput]) -> Result<Option<CommitId>> {
+        gate.check(&self.inner)?;
+        let agents = agents.to_vec();
+        self.detached(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            inner.recover_abandoned(&mut state).await?;
+            state.refuse_pending()?;
+            let hive = state.lock.hive().map(|node| node.rev.clone()).unwrap_or_default();
+            let mut next = Lock::new(Node { source: inner.hive_source.clone(), rev: hive });
+            for agent in &agents {
+                validate_name(&agent.name)?;
+                let source = Source::parse(&agent.url)?;
+                let input = agent_input(&agent.name);
+                if next.inputs.contains_key(&input) {
+                    return Err(Error::DuplicateAgent { name: agent.name.clone() });
+                }
+                let current = state.lock.inputs.get(&input);
+                let rev = match (&agent.rev, current) {
+                    (Some(rev), _) => rev.clone(),
+                    (None, Some(node)) if node.source == source => node.rev.clone(),
+                    (None, _) => {
+                        return Err(Error::Unlocked { name: agent.name.clone(), url: agent.url.clone() })
+                    }
+                };
+                validate_rev(&input, &rev)?;
+                next.inputs.insert(input, Node { source, rev });
+            }
+            // Agents that leave the set: only those that were in it. An agent whose
+            // permission files are written before its first lock (Create's order) is
+            // not "removed" by a sync that does not list it yet.
+            let gone: BTreeSet<String> = state
+                .lock
+                .agents()
+                .map(|(name, _)| name.to_string())
+                .filter(|name| !next.inputs.contains_key(&agent_input(name)))
+                .collect();
+            let mut files = lock_files(&next);
+            for name in &gone {
+                files.extend(permission_paths(name).into_iter().map(|path| FileWrite { path, bytes: None }));
+            }
+            let (subject, agents) = sync_summary(&state.lock, &next, &gone);
+            let commit =
+                commit_files(&inner.git, &inner.dir, files, Message::new(Op::Sync, subject, agents)).await?;
+            state.lock = next;
+            Ok(commit)
+        })
+        .await
+    }
+
+    /// Relocks one agent's input at `url` and `rev` (`Hive-Op: relock`).
+    pub async fn relock(&self, gate: &Gate, agent: &str, url: &str, rev: &str) -> Result<Option<CommitId>> {
+        gate.check(&self.inner)?;
+        let (agent, url, rev) = (agent.to_string(), url.to_string(), rev.to_string());
+        self.detached(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            inner.recover_abandoned(&mut state).await?;
+            state.refuse_pending()?;
+            validate_name(&agent)?;
+            let input = agent_input(&agent);
+            validate_rev(&input, &rev)?;
+            let source = Source::parse(&url)?;
+            let mut next = state.lock.clone();
+            let Some(node) = next.inputs.get_mut(&input) else {
+                return Err(Error::UnknownAgent { name: agent });
+            };
+            *node = Node { source, rev: rev.clone() };
+            let subject = format!("meta: relock {agent} at {}", short(&rev));
+            let message = Message::new(Op::Relock, subject, [agent.clone()]);
+            let commit = commit_files(&inner.git, &inner.dir, lock_files(&next), message).await?;
+            state.lock = next;
+            Ok(commit)
+        })
+        .await
+    }
+
+    /// Sets the rev of each named input (`hive` or an agent name) and commits once
+    /// (`Hive-Op: lock-update`) when any changed; an unknown input changes nothing.
+    pub async fn lock_update(&self, gate: &Gate, updates: &[(String, String)]) -> Result<LockBump> {
+        gate.check(&self.inner)?;
+        let updates = updates.to_vec();
+        self.detached(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            inner.recover_abandoned(&mut state).await?;
+            state.refuse_pending()?;
+            let mut next = state.lock.clone();
+            for (name, rev) in &updates {
+                let input = if name == HIVE {
+                    HIVE.to_string()
+                } else {
+                    validate_name(name)?;
+                    agent_input(name)
+                };
+                validate_rev(&input, rev)?;
+                let Some(node) = next.inputs.get_mut(&input) else {
+                    return Err(Error::UnknownInput { name: name.clone() });
+                };
+                node.rev = rev.clone();
+            }
+            let changed: Vec<String> = updates
+                .iter()
+                .map(|(name, _)| name.clone())
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|name| {
+                    let input = if name == HIVE { HIVE.to_string() } else { agent_input(name) };
+                    state.lock.inputs.get(&input) != next.inputs.get(&input)
+                })
+                .collect();
+            let subject = format!("meta: lock update {}", changed.join(", "));
+            let message = Message::new(Op::LockUpdate, subject, concerned(&next, &changed));
+            let commit = commit_files(&inner.git, &inner.dir, vec![lock_file(&next)], message).await?;
+            state.lock = next;
+            Ok(LockBump { commit, changed })
+        })
+        .await
+    }
+
+    /// Bumps the hive input to `rev` (`Hive-Op: hive-bump`); the commit concerns every
+    /// agent, since each one's system is built from hive.
+    pub async fn lock_update_hive(&self, gate: &Gate, rev: &str) -> Result<Option<CommitId>> {
+        gate.check(&self.inner)?;
+        let rev = rev.to_string();
+        self.detached(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            inner.recover_abandoned(&mut state).await?;
+            state.refuse_pending()?;
+            validate_rev(HIVE, &rev)?;
+            let mut next = state.lock.clone();
+            if let Some(hive) = next.inputs.get_mut(HIVE) {
+                hive.rev = rev.clone();
+            }
+            let subject = format!("meta: bump hive to {}", short(&rev));
+            let message = Message::new(Op::HiveBump, subject, concerned(&next, &[HIVE.to_string()]));
+            let commit = commit_files(&inner.git, &inner.dir, vec![lock_file(&next)], message).await?;
+            state.lock = next;
+            Ok(commit)
+        })
+        .await
+    }
+
+    /// Writes `agents/<agent>/tool-groups.json` and `capabilities.json` (each a sorted,
+    /// de-duplicated JSON array) and commits both at once (`Hive-Op: permissions`).
+    pub async fn write_permissions(
+        &self,
+        gate: &Gate,
+        agent: &str,
+        tool_groups: &[String],
+        capabilities: &[String],
+    ) -> Result<Option<CommitId>> {
+        gate.check(&self.inner)?;
+        let agent = agent.to_string();
+        let (tool_groups, capabilities) = (string_set(tool_groups), string_set(capabilities));
+        self.detached(move |inner| async move {
+            let mut state = inner.state.lock().await;
+            inner.recover_abandoned(&mut state).await?;
+            validate_name(&agent)?;
+            let [tool_groups_path, capabilities_path] = permission_paths(&agent);
+            let files = vec![
+                FileWrite { path: tool_groups_path, bytes: Some(tool_groups) },
+                FileWrite { path: capabilities_path, bytes: Some(capabilities) },
+            ];
+            let subject = format!("meta: permissions of {agent}");
+            commit_files(
+                &inner.git,
+                &inner.dir,
+                files,
+                Message::new(Op::Permissions, subject, [agent.clone()]),
+            )
+            .await
+        })
+        .await
+    }
+
+    /// The input `agent` is pinned to in the committed lock; `"hive"` gives the hive
+    /// input. A prepared deploy's rev shows only once finalized.
+    pub async fn locked(&self, agent: &str) -> Option<Locked> {
+        let state = self.inner.state.lock().await;
+        let input = if agent == HIVE { HIVE.to_string() } else { agent_input(agent) };
+        state.lock.inputs.get(&input).map(|node| Locked { url: node.source.url(), rev: node.rev.clone() })
+    }
+
+    /// The hive input's committed rev.
+    pub async fn hive_rev(&self) -> String {
+        let state = self.inner.state.lock().await;
+        state.lock.hive().map(|node| node.rev.clone()).unwrap_or_default()
+    }
+
+    /// The commit `HEAD` names.
+    pub async fn head(&self) -> Result<CommitId> {
+        let _state = self.inner.state.lock().await;
+        match self.inner.git.head().await? {
+            Some(sha) => Ok(CommitId(sha)),
+            None => Err(Error::Output { command: "git rev-parse HEAD".into(), reason: "no commit".into() }),
+        }
+    }
+
+    /// Runs `operation` as its own task, so a caller that stops waiting (a cancelled
+    /// scheduler node) cannot interrupt it between writing a file and committing it.
+    async fn detached<T, F, Fut>(&self, operation: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<Inner>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        tokio::spawn(operation(self.inner.clone()))
+            .await
+            .map_err(|join| Error::Interrupted { reason: join.to_string() })?
+    }
+}
+
+/// Refuses a name that is not a DNS-1123 label: callers validate too, but a name here
+/// becomes a directory (`agents/<name>`), a flake attribute and a log search pattern.
+fn validate_name(name: &str) -> Result<()> {
+    let refuse = |reason| Err(Error::InvalidName { name: name.to_string(), reason });
+    if name.is_empty() || name.len() > 63 {
+        return refuse("must be 1 to 63 characters");
+    }
+    if name.contains('/') || name.contains("..") {
+        return refuse("must not contain '/' or '..'");
+    }
+    if !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return refuse("must hold only lowercase letters, digits and '-'");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return refuse("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// Refuses a rev the lock cannot hold as one token.
+fn validate_rev(input: &str, rev: &str) -> Result<()> {
+    if rev.is_empty() || rev.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Error::InvalidRev { input: input.to_string(), rev: rev.to_string() });
+    }
+    Ok(())
+}
+
+/// The first 12 characters of a rev, for commit subjects.
+fn short(rev: &str) -> &str {
+    rev.char_indices().nth(12).map_or(rev, |(at, _)| &rev[..at])
+}
+
+/// `flake.lock` as `lock` renders it.
+fn lock_file(lock: &Lock) -> FileWrite {
+    FileWrite { path: FLAKE_LOCK.into(), bytes: Some(lock.render()) }
+}
+
+/// `flake.nix` and `flake.lock` as `lock` renders them.
+fn lock_files(lock: &Lock) -> Vec<FileWrite> {
+    let nix = FileWrite { path: FLAKE_NIX.into(), bytes: Some(render::flake_nix(lock).into_bytes()) };
+    vec![nix, lock_file(lock)]
+}
+
+/// An agent's permission files, relative to the repo.
+fn permission_paths(agent: &str) -> [String; 2] {
+    [format!("{AGENTS_DIR}/{agent}/{TOOL_GROUPS}"), format!("{AGENTS_DIR}/{agent}/{CAPABILITIES}")]
+}
+
+/// A JSON array of the sorted, de-duplicated `items`: pretty, with a trailing newline.
+fn string_set(items: &[String]) -> Vec<u8> {
+    let set: BTreeSet<&String> = items.iter().collect();
+    let mut bytes = serde_json::to_vec_pretty(&set).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The agents a lock change concerns: those named, or every agent when hive is.
+fn concerned(lock: &Lock, changed: &[String]) -> Vec<String> {
+    if changed.iter().any(|name| name == HIVE) {
+        return lock.agents().map(|(name, _)| name.to_string()).collect();
+    }
+    changed.to_vec()
+}
+
+/// A sync commit's subject and the agents it concerns.
+fn sync_summary(before: &Lock, after: &Lock, gone: &BTreeSet<String>) -> (String, Vec<String>) {
+    let before_agents: BTreeMap<&str, &Node> = before.agents().collect();
+    let (mut added, mut relocked) = (Vec::new(), Vec::new());
+    for (name, node) in after.agents() {
+        match before_agents.get(name) {
+            None => added.push(name.to_string()),
+            Some(old) if *old != node => relocked.push(name.to_string()),
+            Some(_) => {}
+        }
+    }
+    let removed: Vec<String> = gone.iter().cloned().collect();
+    let mut parts = Vec::new();
+    for (verb, names) in [("add", &added), ("remove", &removed), ("relock", &relocked)] {
+        if !names.is_empty() {
+            parts.push(format!("{verb} {}", names.join(", ")));
+        }
+    }
+    let mut agents: BTreeSet<String> = added.into_iter().chain(removed).chain(relocked).collect();
+    if before.hive().map(|n| &n.source) != after.hive().map(|n| &n.source) {
+        parts.push("hive url".into());
+        agents.extend(after.agents().map(|(name, _)| name.to_string()));
+    }
+    let subject = if parts.is_empty() {
+        "meta: sync agents".to_string()
+    } else {
+        format!("meta: sync agents: {}", parts.join("; "))
+    };
+    (subject, agents.into_iter().collect())
+}
+
+/// Parses the work tree's `flake.lock`; a missing or unreadable one is corrupt.
+async fn read_lock(dir: &Path) -> Result<Lock> {
+    let path = dir.join(FLAKE_LOCK);
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| Error::Corrupt { path: path.clone(), reason: format!("cannot read: {e}") })?;
+    Lock::parse(&path, &bytes)
+}
+
+/// Puts `paths` back to their committed content in the index and the work tree.
+async fn restore_from_head(git: &Git, paths: &[String]) -> Result<()> {
+    let mut args = vec!["checkout", "HEAD", "--"];
+    args.extend(paths.iter().map(String::as_str));
+    git.run(&args).await.map(drop)
+}
+
+impl Inner {
+    /// Closes a deploy window whose `PreparedDeploy` was dropped without finalize or
+    /// abort (or whose finalize was cut short): `flake.lock` goes back to what `HEAD`
+    /// holds, which prepare guaranteed was the file before the window opened.
+    async fn recover_abandoned(&self, state: &mut State) -> Result<()> {
+        let abandoned = state.pending.as_ref().is_some_and(|pending| pending.token.upgrade().is_none());
+        if abandoned {
+            tracing::warn!(dir = %self.dir.display(), "closing an abandoned deploy window");
+            let lock = [FLAKE_LOCK.to_string()];
+            if !self.git.changed(&lock).await?.is_empty() {
+                restore_from_head(&self.git, &lock).await?;
+            }
+            state.lock = read_lock(&self.dir).await?;
+            state.pending = None;
+        }
+        Ok(())
+    }
+}
