@@ -72,11 +72,19 @@ async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action
             serde_json::from_value::<JobPhase>(stored["status"]["phase"].clone()).unwrap_or(JobPhase::Queued),
         )
     });
+    let job_error = approval.status.job.as_deref().and_then(|job| {
+        let stored = ctx.engine.store.get("jobs", job)?;
+        stored["status"]["nodes"].as_array()?.iter().find_map(|n| {
+            let error = n["error"].as_str()?;
+            Some(format!("{}: {error}", n["id"].as_str().unwrap_or("?")))
+        })
+    });
     let facts = Facts {
         decision: approval.spec.decision.state,
         phase: approval.status.phase,
         job: approval.status.job.clone(),
         job_phase,
+        job_error,
     };
     match decide(&facts) {
         Decision::Nothing => Ok(Action::await_change()),

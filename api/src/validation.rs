@@ -203,7 +203,11 @@ pub fn object_meta(errors: &mut Errors, meta: &ObjectMeta) {
 
 /// Validates a systemd-style percentage such as `200%`.
 pub fn percent(errors: &mut Errors, field: &str, value: &str) {
-    let ok = value.strip_suffix('%').and_then(|n| n.parse::<u32>().ok()).is_some_and(|n| n > 0);
+    let ok = value
+        .strip_suffix('%')
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n > 0);
     if !ok {
         errors.push(
             field,
@@ -213,11 +217,23 @@ pub fn percent(errors: &mut Errors, field: &str, value: &str) {
     }
 }
 
-/// Validates a systemd-style byte size such as `4G`, `512M` or `1073741824`.
+/// Validates a systemd-style byte size such as `4G`, `512M`, `1073741824` or
+/// `infinity` (1024-based suffixes; the total must fit in 64 bits).
 pub fn byte_size(errors: &mut Errors, field: &str, value: &str) {
     let digits = value.trim_end_matches(['K', 'M', 'G', 'T']);
     let suffix_len = value.len() - digits.len();
-    let ok = suffix_len <= 1 && !digits.is_empty() && digits.parse::<u64>().is_ok_and(|n| n > 0);
+    let shift = match value.as_bytes().last() {
+        Some(b'K') => 10,
+        Some(b'M') => 20,
+        Some(b'G') => 30,
+        Some(b'T') => 40,
+        _ => 0,
+    };
+    let ok = value == "infinity"
+        || (suffix_len <= 1
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+            && digits.parse::<u64>().is_ok_and(|n| n > 0 && n.checked_mul(1 << shift).is_some()));
     if !ok {
         errors.push(field, Reason::Invalid, format!("{value:?}: must be a positive byte count with an optional K, M, G or T suffix, such as \"4G\""));
     }
@@ -337,10 +353,14 @@ mod tests {
         percent(&mut e, "a", "200%");
         byte_size(&mut e, "b", "4G");
         byte_size(&mut e, "c", "1024");
+        byte_size(&mut e, "d", "infinity");
         assert!(e.is_empty());
         percent(&mut e, "a", "2");
+        percent(&mut e, "a", "+200%");
         byte_size(&mut e, "b", "4GB");
         byte_size(&mut e, "c", "");
-        assert_eq!(e.0.len(), 3);
+        byte_size(&mut e, "c", "+4G");
+        byte_size(&mut e, "c", "16777216T");
+        assert_eq!(e.0.len(), 6);
     }
 }

@@ -16,6 +16,8 @@ pub struct Facts {
     pub job: Option<String>,
     /// That Job's phase; `None` when the Job does not exist.
     pub job_phase: Option<JobPhase>,
+    /// The first failed node's error (`<node>: <error>`), when the Job failed.
+    pub job_error: Option<String>,
 }
 
 /// The next step.
@@ -59,7 +61,10 @@ pub fn decide(f: &Facts) -> Decision {
                     phase: ApprovalPhase::Deployed,
                     message: format!("Job {job} is done"),
                 },
-                Some(JobPhase::Failed) => failed(format!("Job {job} failed")),
+                Some(JobPhase::Failed) => match &f.job_error {
+                    Some(error) => failed(format!("Job {job} failed: {error}")),
+                    None => failed(format!("Job {job} failed")),
+                },
                 Some(JobPhase::Cancelled) => failed(format!("Job {job} was cancelled before it ran")),
                 Some(JobPhase::Interrupted) => {
                     failed(format!("Job {job} was interrupted by a daemon restart"))
@@ -74,7 +79,7 @@ mod tests {
     use super::*;
 
     fn facts(decision: DecisionState, phase: Option<ApprovalPhase>, job_phase: Option<JobPhase>) -> Facts {
-        Facts { decision, phase, job: job_phase.map(|_| "j".to_string()), job_phase }
+        Facts { decision, phase, job: job_phase.map(|_| "j".to_string()), job_phase, job_error: None }
     }
 
     #[test]

@@ -259,9 +259,9 @@ fn check(args: &Args) -> anyhow::Result<()> {
         bail!("--build-slots must be at least 1");
     }
     crate::runtime::process::limits::parse_cpu_quota(&args.agent_cpu_quota)
-        .map_err(|e| anyhow::anyhow!("--agent-cpu-quota {:?}: {e}", args.agent_cpu_quota))?;
+        .map_err(|e| anyhow::anyhow!("--agent-cpu-quota {e}"))?;
     crate::runtime::process::limits::parse_memory_max(&args.agent_memory_max)
-        .map_err(|e| anyhow::anyhow!("--agent-memory-max {:?}: {e}", args.agent_memory_max))?;
+        .map_err(|e| anyhow::anyhow!("--agent-memory-max {e}"))?;
     if args.hive_rev.trim().is_empty() {
         bail!("--hive-rev must not be empty");
     }

@@ -408,6 +408,8 @@ while true; do sleep 0.1; done
             store.commit(Mutation::Create { kind: "agents", object: agent }, false).await.unwrap();
             let mut config = ProcessConfig::new(tmp.path().join("agents"));
             config.start_grace = Duration::from_millis(300);
+            // Never touch the host's real cgroups from a test.
+            config.cgroup_root = tmp.path().join("no-cgroupfs");
             let runtime = Arc::new(ProcessRuntime::new(config));
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));

@@ -371,3 +371,45 @@ async fn permissions_commit_then_rebuild_and_limits_are_reported_honestly() {
     assert!(audit(&d, "alpha").iter().any(|e| e["op"] == "permissions"));
     assert_eq!(events_of(&d, "alpha", "Permissions"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawn_and_merge_config_pr_approvals_deploy_through_their_shapes() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let spec = crate::agents::agent("scout", &repo, "Offline")["spec"].clone();
+    let spawn = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "spawn-scout"},
+                       "spec": {"kind": "Spawn", "target": "scout", "payload": {"agent": spec}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &spawn).await.code, 201);
+    assert_eq!(api.get("/apis/hive.dev/v1/agents/scout").await.code, 404, "nothing runs before approval");
+    ok(d.hive(&["approve", "spawn-scout"]));
+    wait_phase(&api, "spawn-scout", &["Deployed"]).await;
+    let job = api.get("/apis/hive.dev/v1/jobs/approval-spawn-scout").await.body;
+    assert_eq!(job["spec"]["template"], "Spawn");
+    let scout = api.get("/apis/hive.dev/v1/agents/scout").await.body;
+    assert_eq!(scout["spec"]["wanted"], "Up", "wanted Up at approval");
+    wait_power(&api, "scout", "Running").await;
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let spawns =
+        jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == "Spawn").count();
+    assert_eq!(spawns, 1, "the Agent controller did not spawn it a second time");
+
+    // A config PR (a branch here): the reviewed head must still be its head.
+    git(&repo, &["branch", "feature", "v2"]);
+    let pr = |name: &str, reviewed: &str| {
+        json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": name},
+               "spec": {"kind": "MergeConfigPr", "target": "scout",
+                        "payload": {"pullRequest": "feature", "commit": reviewed}}})
+    };
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &pr("pr-stale", &sha(&repo, "v1"))).await.code, 201);
+    fails(d.hive(&["approve", "pr-stale"]));
+    let a = wait_phase(&api, "pr-stale", &["Failed"]).await;
+    let message = a["status"]["message"].as_str().unwrap();
+    assert!(message.contains("scout/approval-deploy: ") && message.contains("moved on"), "{a}");
+    let v2 = sha(&repo, "v2");
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &pr("pr-ok", &v2[..12])).await.code, 201);
+    ok(d.hive(&["approve", "pr-ok"]));
+    wait_phase(&api, "pr-ok", &["Deployed"]).await;
+    assert_eq!(api.get("/apis/hive.dev/v1/agents/scout").await.body["status"]["appliedRev"], v2);
+    assert!(audit(&d, "scout").iter().any(|e| e["tags"] == json!(["deploy/scout/1"])));
+}
