@@ -18,6 +18,7 @@
 //! Methods return boxed futures so a daemon can hold drivers as `Arc<dyn Runtime>` and
 //! pick one per agent by `spec.runtime.type`.
 
+pub mod nixos;
 pub mod process;
 
 use std::fmt;

@@ -1,0 +1,909 @@
+//! Tests of the `nixos-container` runtime against recording stand-ins of `nix`,
+//! `nixos-container` and `systemctl`: `#!/bin/sh` scripts in a temp `bin/` (put on the
+//! driver's PATH through [`NixosConfig::path`]) that append their argv to a record file,
+//! refuse (exit 64) any argument list outside the contract, keep each unit's state in a
+//! file so start / stop / is-active behave, and fail a given call when a knob file says
+//! so (`state/fail-<call>` holds how many of the next such calls fail).
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hive_api::agent::{Agent, NixosContainerRuntime, Power, RuntimeType};
+use tempfile::TempDir;
+use tokio::sync::broadcast;
+
+use super::{container_name, NixosConfig, NixosRuntime};
+use crate::runtime::{Change, Drain, Error, Exit, Generation, Limits, Runtime, RuntimeEvent};
+
+/// What every stand-in starts with: the world's paths and the shared shell functions.
+const PRELUDE: &str = r#"#!/bin/sh
+STATE='@TMP@/state'
+CONF='@TMP@/conf'
+ROOTS='@TMP@/roots'
+PROFILES='@TMP@/profiles'
+META='@TMP@/meta'
+prog=$(basename "$0")
+{ printf '%s' "$prog"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STATE/record"
+refuse() { echo "$prog stand-in: unexpected arguments: $*" >&2; exit 64; }
+# True (consuming one) when state/fail-$1 asks this call to fail.
+fail_now() {
+  f="$STATE/fail-$1"
+  [ -f "$f" ] || return 1
+  n=$(cat "$f")
+  [ "$n" -gt 0 ] 2>/dev/null || return 1
+  echo $((n - 1)) > "$f"
+}
+container_ok() { case "$1" in h-?*) [ ${#1} -le 11 ] ;; *) return 1 ;; esac; }
+state() { cat "$STATE/unit-$1" 2>/dev/null || echo inactive; }
+next_build() {
+  n=$(cat "$STATE/builds" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$STATE/builds"; echo $n
+}
+"#;
+
+const NIX: &str = r#"
+[ "$#" -eq 4 ] && [ "$1" = build ] && [ "$3" = --no-link ] && [ "$4" = --print-out-paths ] || refuse "$@"
+case "$2" in "$META#nixosConfigurations."?*".config.system.build.toplevel") ;; *) refuse "$@" ;; esac
+name=${2#"$META#nixosConfigurations."}
+name=${name%.config.system.build.toplevel}
+echo "evaluating derivation '$2'" >&2
+if fail_now build; then echo "error: attribute 'nixosConfigurations.$name' is broken" >&2; exit 1; fi
+echo "building '/nix/store/d-nixos-system-h-$name.drv'..." >&2
+printf '/nix/store/%032d-nixos-system-h-%s\n' "$(next_build)" "$name"
+"#;
+
+const NIXOS_CONTAINER: &str = r#"
+install_profile() {
+  n=$(next_build)
+  mkdir -p "$PROFILES/$1"
+  ln -sfn "$(printf '/nix/store/%032d-nixos-system-%s' "$n" "$1")" "$PROFILES/$1/system-$n-link"
+  ln -sfn "system-$n-link" "$PROFILES/$1/system"
+}
+flake_ok() { container_ok "$1" && [ "$2" = "$META#${1#h-}" ]; }
+case "$1" in
+create)
+  [ "$#" -eq 4 ] && [ "$3" = --flake ] && flake_ok "$2" "$4" || refuse "$@"
+  [ -e "$CONF/$2.conf" ] && { echo "nixos-container: container '$2' already exists" >&2; exit 1; }
+  echo "building the system configuration..." >&2
+  if fail_now create; then echo "error: builder for '/nix/store/d-nixos-system-$2.drv' failed" >&2; exit 1; fi
+  mkdir -p "$CONF" "$ROOTS/$2"
+  printf 'PRIVATE_NETWORK=1\nHOST_ADDRESS=10.233.0.1\nEXTRA_NSPAWN_FLAGS=""\nAUTO_START=0\n' > "$CONF/$2.conf"
+  install_profile "$2"
+  echo "host IP is 10.233.0.1, local IP is 10.233.0.2" ;;
+update)
+  [ "$#" -eq 4 ] && [ "$3" = --flake ] && flake_ok "$2" "$4" || refuse "$@"
+  [ -e "$CONF/$2.conf" ] || { echo "nixos-container: container '$2' does not exist" >&2; exit 1; }
+  [ "$(state "$2")" = active ] && { echo "stand-in: update of a running container reloads it" >&2; exit 65; }
+  if fail_now update; then echo "error: update failed" >&2; exit 1; fi
+  install_profile "$2" ;;
+destroy)
+  [ "$#" -eq 2 ] && container_ok "$2" || refuse "$@"
+  [ -e "$CONF/$2.conf" ] || { echo "nixos-container: container '$2' does not exist" >&2; exit 1; }
+  rm -rf "$CONF/$2.conf" "$ROOTS/$2" "$PROFILES/$2" ;;
+run)
+  [ "$#" -eq 8 ] && container_ok "$2" && [ "$3" = -- ] && [ "$4" = systemctl ] && [ "$5" = kill ] \
+    && [ "$6" = --kill-whom=main ] && [ "$7" = --signal=SIGUSR1 ] && [ "$8" = hive-harness.service ] \
+    || refuse "$@"
+  [ "$(state "$2")" = active ] || { echo "nixos-container: container '$2' is not running" >&2; exit 1; } ;;
+*) refuse "$@" ;;
+esac
+"#;
+
+const SYSTEMCTL: &str = r#"
+[ "$TZ" = UTC ] && [ "$LC_ALL" = C ] || { echo "stand-in: systemctl needs TZ=UTC LC_ALL=C" >&2; exit 64; }
+unit() {
+  case "$1" in container@*) c=${1#container@}; container_ok "$c" || refuse "$@" ;; *) refuse "$@" ;; esac
+}
+if [ "$#" -eq 1 ] && [ "$1" = daemon-reload ]; then exit 0; fi
+if [ "$#" -eq 3 ] && [ "$1" = is-active ] && [ "$2" = --quiet ]; then
+  unit "$3"; [ "$(state "$c")" = active ] && exit 0; exit 3
+fi
+if [ "$#" -eq 2 ] && [ "$1" = start ]; then
+  unit "$2"
+  if fail_now start; then
+    echo failed > "$STATE/unit-$c"
+    echo "Job for container@$c.service failed because the control process exited with error code." >&2
+    exit 1
+  fi
+  echo active > "$STATE/unit-$c"; exit 0
+fi
+if [ "$#" -eq 2 ] && [ "$1" = stop ]; then
+  unit "$2"
+  if fail_now stop; then echo "Failed to stop container@$c.service: Access denied" >&2; exit 1; fi
+  echo inactive > "$STATE/unit-$c"; exit 0
+fi
+if [ "$#" -eq 3 ] && [ "$1" = kill ] && [ "$2" = --signal=KILL ]; then
+  unit "$3"; [ "$(state "$c")" = active ] && echo failed > "$STATE/unit-$c"; exit 0
+fi
+if [ "$#" -eq 4 ] && [ "$1" = show ] && [ "$2" = --property=MainPID ] && [ "$3" = --value ]; then
+  unit "$4"; if [ "$(state "$c")" = active ]; then echo 4242; else echo 0; fi; exit 0
+fi
+if [ "$#" -eq 3 ] && [ "$1" = show ] && [ "$2" = --property=ActiveState,MainPID,ActiveEnterTimestamp ]; then
+  unit "$3"; s=$(state "$c")
+  echo "ActiveState=$s"
+  if [ "$s" = active ]; then
+    echo "MainPID=4242"; echo "ActiveEnterTimestamp=Sun 2026-11-29 17:55:28 UTC"
+  else
+    echo "MainPID=0"; echo "ActiveEnterTimestamp="
+  fi
+  exit 0
+fi
+refuse "$@"
+"#;
+
+/// Runs `body` with a deadline, so a hung command fails the test instead of CI.
+async fn bounded<F: Future<Output = ()>>(body: F) {
+    tokio::time::timeout(Duration::from_secs(60), body).await.expect("test took longer than 60 s");
+}
+
+/// The test world: the stand-ins, their state, and a runtime whose directories are all
+/// under one temp dir.
+struct World {
+    tmp: TempDir,
+    runtime: NixosRuntime,
+}
+
+impl World {
+    fn new() -> World {
+        World::with(|_| {})
+    }
+
+    fn with(tune: impl FnOnce(&mut NixosConfig)) -> World {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_str().unwrap().to_string();
+        assert!(!root.contains(['\'', ' ']), "the temp dir must be a plain path: {root}");
+        let bin = tmp.path().join("bin");
+        for dir in ["bin", "state", "meta", "systemd", "conf", "roots", "profiles"] {
+            std::fs::create_dir(tmp.path().join(dir)).unwrap();
+        }
+        for (name, body) in [("nix", NIX), ("nixos-container", NIXOS_CONTAINER), ("systemctl", SYSTEMCTL)] {
+            let path = bin.join(name);
+            std::fs::write(&path, PRELUDE.replace("@TMP@", &root) + body).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let mut config = NixosConfig::new(tmp.path().join("meta"));
+        config.systemd_dir = tmp.path().join("systemd");
+        config.containers_conf_dir = tmp.path().join("conf");
+        config.containers_root = tmp.path().join("roots");
+        config.profiles_dir = tmp.path().join("profiles");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        config.path =
+            Some(std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path))).unwrap());
+        config.graceful_stop = Duration::from_secs(5);
+        // The rescan's own `systemctl show` calls would interleave with the recorded
+        // sequences; the tests that need it ask for a short interval.
+        config.rescan_interval = Duration::from_secs(3600);
+        tune(&mut config);
+        World { runtime: NixosRuntime::new(config), tmp }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.tmp.path().join(rel)
+    }
+
+    /// Agent `name` of the nixosContainer runtime, at the locked meta rev `cafe…`.
+    fn agent(&self, name: &str) -> Agent {
+        let mut agent = Agent::default();
+        agent.metadata.name = name.into();
+        agent.spec.config.repo = "https://example.com/agents.git".into();
+        agent.spec.config.rev = Some("cafe0000cafe0000cafe0000cafe0000cafe0000".into());
+        agent.spec.runtime.type_ = RuntimeType::NixosContainer;
+        agent
+    }
+
+    fn set_unit(&self, container: &str, state: &str) {
+        std::fs::write(self.path("state").join(format!("unit-{container}")), format!("{state}\n")).unwrap();
+    }
+
+    fn unit(&self, container: &str) -> String {
+        let file = self.path("state").join(format!("unit-{container}"));
+        std::fs::read_to_string(file).map(|s| s.trim().to_string()).unwrap_or_else(|_| "inactive".into())
+    }
+
+    /// Makes the next `count` calls `call` (`build`, `create`, `update`, `start`, `stop`) fail.
+    fn fail(&self, call: &str, count: u32) {
+        std::fs::write(self.path("state").join(format!("fail-{call}")), format!("{count}\n")).unwrap();
+    }
+
+    /// The command lines recorded since the last take, the temp dir shown as `<tmp>`.
+    fn take(&self) -> Vec<String> {
+        let record = self.path("state").join("record");
+        let text = std::fs::read_to_string(&record).unwrap_or_default();
+        std::fs::write(&record, "").unwrap();
+        let root = self.tmp.path().to_str().unwrap();
+        text.lines()
+            .map(|line| {
+                let args: Vec<String> = line.split('\x1f').map(|a| a.replace(root, "<tmp>")).collect();
+                assert!(args.iter().all(|a| !a.contains(' ')), "an argument with a space: {args:?}");
+                args.join(" ")
+            })
+            .collect()
+    }
+
+    /// Creates `agent`'s container through the runtime and forgets the commands.
+    async fn created(&self, agent: &Agent) -> Generation {
+        let generation = self.runtime.create(agent, &|_: &str| {}).await.unwrap();
+        self.take();
+        generation
+    }
+}
+
+/// A build log that keeps its lines.
+fn build_log() -> (Arc<Mutex<Vec<String>>>, impl Fn(&str) + Send + Sync) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    (lines, move |line: &str| sink.lock().unwrap().push(line.to_string()))
+}
+
+/// Every change published so far, as short words.
+fn changes(events: &mut broadcast::Receiver<RuntimeEvent>) -> Vec<String> {
+    let mut changes = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        changes.push(match event.change {
+            Change::Started { pid } => format!("{} started {pid}", event.agent),
+            Change::Exited(exit) => format!("{} exited requested={}", event.agent, exit.requested),
+            Change::Swapped(g) => format!("{} swapped {}", event.agent, g.id),
+            Change::Destroyed => format!("{} destroyed", event.agent),
+        });
+    }
+    changes
+}
+
+/// The next exit of `agent` published on `events`, within 5 s.
+async fn next_exit(events: &mut broadcast::Receiver<RuntimeEvent>, agent: &str) -> Exit {
+    let wait = async {
+        loop {
+            let event = events.recv().await.unwrap();
+            if let (Change::Exited(exit), true) = (event.change, event.agent == agent) {
+                return exit;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), wait).await.expect("no exit event within 5 s")
+}
+
+fn store_path(n: u32, container: &str) -> String {
+    format!("/nix/store/{n:032}-nixos-system-{container}")
+}
+
+const MAIN_PID: &str = "systemctl show --property=MainPID --value container@h-alpha";
+
+const SHOW: &str = "systemctl show --property=ActiveState,MainPID,ActiveEnterTimestamp container@h-alpha";
+
+const ATTR: &str = "<tmp>/meta#nixosConfigurations.alpha.config.system.build.toplevel";
+
+#[tokio::test]
+async fn rebuild_runs_prebuild_stop_for_update_swap_and_start_as_the_contract_says() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        rt.start(&agent).await.unwrap();
+        world.take();
+        let mut events = rt.subscribe();
+
+        let (lines, log) = build_log();
+        let generation = rt.prebuild(&agent, &log).await.unwrap();
+        assert_eq!(generation.id, store_path(2, "h-alpha"));
+        assert_eq!(generation.rev, "cafe0000cafe0000cafe0000cafe0000cafe0000");
+        let logged = lines.lock().unwrap().clone();
+        let root = world.tmp.path().to_str().unwrap();
+        let logged: Vec<String> = logged.iter().map(|l| l.replace(root, "<tmp>")).collect();
+        assert_eq!(
+            logged,
+            [
+                format!("$ nix build {ATTR} --no-link --print-out-paths"),
+                format!("evaluating derivation '{ATTR}'"),
+                "building '/nix/store/d-nixos-system-h-alpha.drv'...".into(),
+                store_path(2, "h-alpha"),
+                format!("built {}", store_path(2, "h-alpha")),
+            ]
+        );
+        assert_eq!(world.unit("h-alpha"), "active", "prebuild never touches the running container");
+
+        rt.stop_for_update(&agent).await.unwrap();
+        rt.stop_for_update(&agent).await.unwrap(); // a no-op when stopped
+        rt.swap(&agent, &generation).await.unwrap();
+        let started = rt.start(&agent).await.unwrap();
+        assert_eq!(started.pid, 4242);
+        assert!(started.recovered_from.is_none());
+        assert_eq!(
+            world.take(),
+            [
+                format!("nix build {ATTR} --no-link --print-out-paths"),
+                "systemctl is-active --quiet container@h-alpha".into(),
+                "systemctl stop container@h-alpha".into(),
+                "systemctl is-active --quiet container@h-alpha".into(),
+                "systemctl is-active --quiet container@h-alpha".into(),
+                "nixos-container update h-alpha --flake <tmp>/meta#alpha".into(),
+                "systemctl is-active --quiet container@h-alpha".into(),
+                "systemctl start container@h-alpha".into(),
+                "systemctl show --property=MainPID --value container@h-alpha".into(),
+            ]
+        );
+        assert_eq!(
+            changes(&mut events),
+            [
+                "alpha exited requested=true".to_string(),
+                format!("alpha swapped {}", store_path(2, "h-alpha")),
+                "alpha started 4242".into(),
+            ]
+        );
+        let observed = rt.observed(&agent).await.unwrap();
+        assert_eq!((observed.power, observed.pid), (Power::Running, Some(4242)));
+        assert_eq!(observed.generation, Some(generation));
+        assert_eq!(observed.since.unwrap().to_rfc3339(), "2026-11-29T17:55:28+00:00");
+        assert!(observed.last_exit.unwrap().requested);
+        assert_eq!(
+            world.take(),
+            ["systemctl show --property=ActiveState,MainPID,ActiveEnterTimestamp container@h-alpha"]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn prebuild_builds_the_full_attr_path_never_the_bare_flake_ref() {
+    bounded(async {
+        let world = World::new();
+        for name in ["alpha", "b", "abcdefghi", "a-1"] {
+            let generation = world.runtime.prebuild(&world.agent(name), &|_: &str| {}).await.unwrap();
+            assert!(generation.id.ends_with(&format!("-nixos-system-h-{name}")), "{generation:?}");
+            let recorded = world.take();
+            let attr = format!("<tmp>/meta#nixosConfigurations.{name}.config.system.build.toplevel");
+            assert_eq!(recorded, [format!("nix build {attr} --no-link --print-out-paths")], "{name}");
+            assert!(!recorded[0].contains(&format!("<tmp>/meta#{name} ")), "the bare ref: {recorded:?}");
+        }
+        let mut unlocked = world.agent("alpha");
+        unlocked.spec.config.rev = None;
+        assert_eq!(world.runtime.prebuild(&unlocked, &|_: &str| {}).await.unwrap().rev, "");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_prebuild_is_a_command_error_with_its_output_and_runs_nothing_else() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        world.runtime.start(&agent).await.unwrap();
+        world.take();
+        world.fail("build", 1);
+        let (lines, log) = build_log();
+        let error = world.runtime.prebuild(&agent, &log).await.unwrap_err();
+        match &error {
+            Error::Command { agent, command, status, output, .. } => {
+                assert_eq!(agent, "alpha");
+                assert!(command.starts_with("nix build ") && command.contains("#nixosConfigurations.alpha."));
+                assert_eq!(status, "exit status: 1");
+                assert!(
+                    output.ends_with("error: attribute 'nixosConfigurations.alpha' is broken"),
+                    "{output}"
+                );
+            }
+            other => panic!("unexpected error {other}"),
+        }
+        assert!(lines.lock().unwrap().iter().any(|l| l.contains("is broken")), "the failure reaches the log");
+        assert_eq!(world.take().len(), 1, "nothing runs after a failed build");
+        assert_eq!(world.unit("h-alpha"), "active");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn swap_refuses_while_the_container_runs() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        world.set_unit("h-alpha", "active");
+        let generation = Generation { id: store_path(9, "h-alpha"), rev: String::new() };
+        let error = world.runtime.swap(&agent, &generation).await.unwrap_err();
+        assert!(matches!(&error, Error::NotStopped { agent, pid: 4242 } if agent == "alpha"), "{error}");
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl is-active --quiet container@h-alpha",
+                "systemctl show --property=MainPID --value container@h-alpha",
+            ]
+        );
+        assert_eq!(
+            world.runtime.observed(&agent).await.unwrap().generation.map(|g| g.id),
+            Some(store_path(1, "h-alpha"))
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn first_spawn_creates_writes_the_dropin_and_the_flags_line_then_starts() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let mut events = rt.subscribe();
+        let mut agent = world.agent("alpha");
+        agent.spec.resources.cpu_quota = Some("150%".into());
+        agent.spec.resources.memory_max = Some("2G".into());
+        agent.spec.runtime.nixos_container = Some(NixosContainerRuntime {
+            nspawn_flags: vec!["--bind=/srv/alpha:/srv".into(), "--setenv=GREETING=$HOME".into()],
+        });
+
+        let (lines, log) = build_log();
+        let generation = rt.create(&agent, &log).await.unwrap();
+        assert_eq!(generation.id, store_path(1, "h-alpha"), "named by the new profile's toplevel");
+        assert_eq!(generation.rev, "cafe0000cafe0000cafe0000cafe0000cafe0000");
+        assert!(lines.lock().unwrap().iter().any(|l| l == "building the system configuration..."));
+
+        let limits = rt.write_limits(&agent).await.unwrap();
+        let dropin = world.path("systemd/container@h-alpha.service.d/hive-limits.conf");
+        assert_eq!(
+            limits,
+            Limits {
+                cpu_quota: "150%".into(),
+                memory_max: "2G".into(),
+                enforced: true,
+                message: format!("systemd drop-in {}", dropin.display()),
+            }
+        );
+        assert_eq!(std::fs::read_to_string(&dropin).unwrap(), "[Service]\nCPUQuota=150%\nMemoryMax=2G\n");
+        assert_eq!(
+            std::fs::read_to_string(world.path("conf/h-alpha.conf")).unwrap(),
+            "PRIVATE_NETWORK=1\nHOST_ADDRESS=10.233.0.1\n\
+             EXTRA_NSPAWN_FLAGS=\"--bind=/srv/alpha:/srv --setenv=GREETING=\\$HOME\"\nAUTO_START=0\n"
+        );
+        let started = rt.start(&agent).await.unwrap();
+        assert_eq!((started.pid, started.recovered_from.is_none()), (4242, true));
+        assert_eq!(
+            world.take(),
+            [
+                "nixos-container create h-alpha --flake <tmp>/meta#alpha",
+                "systemctl daemon-reload",
+                "systemctl is-active --quiet container@h-alpha",
+                "systemctl start container@h-alpha",
+                "systemctl show --property=MainPID --value container@h-alpha",
+            ]
+        );
+        assert_eq!(
+            changes(&mut events),
+            [format!("alpha swapped {}", store_path(1, "h-alpha")), "alpha started 4242".into()]
+        );
+
+        // Without settings: the hive-wide defaults, and the flags line emptied.
+        let plain = world.agent("alpha");
+        let limits = rt.write_limits(&plain).await.unwrap();
+        assert_eq!((limits.cpu_quota.as_str(), limits.memory_max.as_str()), ("200%", "4G"));
+        assert_eq!(std::fs::read_to_string(&dropin).unwrap(), "[Service]\nCPUQuota=200%\nMemoryMax=4G\n");
+        assert_eq!(
+            std::fs::read_to_string(world.path("conf/h-alpha.conf")).unwrap(),
+            "PRIVATE_NETWORK=1\nHOST_ADDRESS=10.233.0.1\nEXTRA_NSPAWN_FLAGS=\"\"\nAUTO_START=0\n"
+        );
+        assert_eq!(world.take(), ["systemctl daemon-reload"]);
+        for dir in [dropin.parent().unwrap().to_path_buf(), world.path("conf")] {
+            let names: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            assert!(names.iter().all(|n| !n.starts_with('.')), "no temp file is left: {names:?}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_create_leaves_nothing_and_start_then_needs_a_create() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.fail("create", 1);
+        let error = world.runtime.create(&agent, &|_: &str| {}).await.unwrap_err();
+        let create = format!("nixos-container create h-alpha --flake {}#alpha", world.path("meta").display());
+        match &error {
+            Error::Command { command, output, .. } => {
+                assert_eq!(*command, create);
+                assert!(output.contains("failed"), "{output}");
+            }
+            other => panic!("unexpected error {other}"),
+        }
+        assert!(!world.path("conf/h-alpha.conf").exists());
+        assert!(!world.path("systemd/container@h-alpha.service.d").exists());
+        let error = world.runtime.start(&agent).await.unwrap_err();
+        assert!(matches!(error, Error::NoGeneration { .. }), "{error}");
+        let error = world.runtime.write_limits(&agent).await.unwrap_err();
+        assert!(matches!(error, Error::NoGeneration { .. }), "{error}");
+        assert!(!world.path("systemd/container@h-alpha.service.d").exists());
+        assert_eq!(
+            world.take(),
+            [
+                "nixos-container create h-alpha --flake <tmp>/meta#alpha",
+                "systemctl is-active --quiet container@h-alpha",
+            ]
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_cold_start_fallback_stops_kills_and_starts_again_and_keeps_both_errors() {
+    bounded(async {
+        // (failing starts, expected outcome)
+        for failing in [1, 2] {
+            let world = World::new();
+            let agent = world.agent("alpha");
+            world.created(&agent).await;
+            world.fail("start", failing);
+            let result = world.runtime.start(&agent).await;
+            assert_eq!(
+                world.take(),
+                [
+                    "systemctl is-active --quiet container@h-alpha",
+                    "systemctl start container@h-alpha",
+                    "systemctl stop container@h-alpha",
+                    "systemctl kill --signal=KILL container@h-alpha",
+                    "systemctl start container@h-alpha",
+                ]
+                .into_iter()
+                .chain((failing == 1).then_some(MAIN_PID))
+                .collect::<Vec<_>>(),
+                "{failing} failing starts"
+            );
+            let is_failed_start = |e: &Error| match e {
+                Error::Command { command, output, .. } => {
+                    command == "systemctl start container@h-alpha"
+                        && output.contains("Job for container@h-alpha")
+                }
+                _ => false,
+            };
+            match (failing, result) {
+                (1, Ok(started)) => {
+                    assert_eq!(started.pid, 4242);
+                    let first = started.recovered_from.expect("the first error is kept");
+                    assert!(is_failed_start(&first), "{first}");
+                    assert_eq!(world.unit("h-alpha"), "active");
+                }
+                (2, Err(Error::ColdStart { agent, first, second })) => {
+                    assert_eq!(agent, "alpha");
+                    assert!(is_failed_start(&first), "{first}");
+                    assert!(is_failed_start(&second), "{second}");
+                    assert!(!world.runtime.is_running(&world.agent("alpha")).await.unwrap());
+                }
+                (_, other) => panic!("{failing} failing starts: {other:?}"),
+            }
+        }
+    })
+    .await;
+}
+
+/// A unit state before, an operation, its commands, the unit state after, and the exit
+/// published (with its signal) if any.
+type StopCase = (&'static str, &'static str, &'static [&'static str], &'static str, Option<Option<i32>>);
+
+#[tokio::test]
+async fn stop_and_kill_are_no_ops_when_stopped_and_exact_when_running() {
+    bounded(async {
+        let cases: &[StopCase] = &[
+            ("inactive", "stop", &["systemctl is-active --quiet container@h-alpha"], "inactive", None),
+            ("failed", "kill", &["systemctl is-active --quiet container@h-alpha"], "failed", None),
+            (
+                "active",
+                "stop",
+                &["systemctl is-active --quiet container@h-alpha", "systemctl stop container@h-alpha"],
+                "inactive",
+                Some(None),
+            ),
+            (
+                "active",
+                "kill",
+                &[
+                    "systemctl is-active --quiet container@h-alpha",
+                    "systemctl kill --signal=KILL container@h-alpha",
+                    "systemctl stop container@h-alpha",
+                ],
+                "inactive",
+                Some(Some(9)),
+            ),
+        ];
+        for (before, op, commands, after, exit) in cases {
+            let world = World::new();
+            let rt = &world.runtime;
+            let agent = world.agent("alpha");
+            world.set_unit("h-alpha", before);
+            let mut events = rt.subscribe();
+            match *op {
+                "stop" => rt.stop(&agent).await.unwrap(),
+                _ => rt.kill(&agent).await.unwrap(),
+            }
+            assert_eq!(world.take(), *commands, "{op} when {before}");
+            assert_eq!(world.unit("h-alpha"), *after, "{op} when {before}");
+            let published: Vec<Exit> = std::iter::from_fn(|| events.try_recv().ok())
+                .filter_map(|e| match e.change {
+                    Change::Exited(exit) => Some(exit),
+                    _ => None,
+                })
+                .collect();
+            match exit {
+                None => assert!(published.is_empty(), "{op} when {before}: {published:?}"),
+                Some(signal) => {
+                    assert_eq!(published.len(), 1, "{op} when {before}");
+                    assert!(published[0].requested);
+                    assert_eq!(published[0].signal, *signal);
+                }
+            }
+        }
+        // A failed stop is the command's error, with systemctl's message.
+        let world = World::new();
+        world.set_unit("h-alpha", "active");
+        world.fail("stop", 1);
+        let error = world.runtime.stop(&world.agent("alpha")).await.unwrap_err();
+        assert!(error.to_string().contains("Access denied"), "{error}");
+        assert!(error.to_string().contains("`systemctl stop container@h-alpha` in / failed"), "{error}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn signal_sets_the_fence_and_kicks_the_harness_and_drain_waits_for_it() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        rt.start(&agent).await.unwrap();
+        world.take();
+        let fence = world.path("roots/h-alpha/var/lib/hive/fence");
+        assert_eq!(rt.fence_path("h-alpha"), fence);
+
+        // The harness clears the fence after its checkpoint turn: Drained.
+        rt.signal(&agent).await.unwrap();
+        assert!(fence.exists(), "the fence is set");
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl is-active --quiet container@h-alpha",
+                concat!(
+                    "nixos-container run h-alpha -- ",
+                    "systemctl kill --kill-whom=main --signal=SIGUSR1 hive-harness.service"
+                ),
+            ]
+        );
+        let harness = {
+            let fence = fence.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                std::fs::remove_file(fence).unwrap();
+            })
+        };
+        let began = std::time::Instant::now();
+        assert_eq!(rt.drain(&agent).await.unwrap(), Drain::Drained);
+        assert!(began.elapsed() < Duration::from_secs(3), "{:?}", began.elapsed());
+        harness.await.unwrap();
+
+        // The harness never clears it: TimedOut after gracefulStopSeconds, fence kept.
+        let mut patient = agent.clone();
+        patient.spec.runtime.graceful_stop_seconds = Some(1);
+        rt.signal(&patient).await.unwrap();
+        let began = std::time::Instant::now();
+        assert_eq!(rt.drain(&patient).await.unwrap(), Drain::TimedOut);
+        let waited = began.elapsed();
+        assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(4), "{waited:?}");
+        assert!(fence.exists());
+
+        // Stopped: the fence is set but nobody is kicked, and drain ends at once.
+        rt.stop(&agent).await.unwrap();
+        world.take();
+        rt.signal(&agent).await.unwrap();
+        assert_eq!(rt.drain(&agent).await.unwrap(), Drain::Drained);
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl is-active --quiet container@h-alpha",
+                "systemctl is-active --quiet container@h-alpha"
+            ]
+        );
+        // A start clears the stale fence.
+        rt.start(&agent).await.unwrap();
+        assert!(!fence.exists());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn agent_names_whose_container_name_would_pass_11_characters_are_refused() {
+    bounded(async {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("a", Some("h-a")),
+            ("abcdefghi", Some("h-abcdefghi")),
+            ("abcdefghij", None),
+            ("a-very-long-agent-name", None),
+            ("Alpha", None),
+            ("", None),
+            ("../etc", None),
+        ];
+        for (name, expected) in cases {
+            match (container_name(name), expected) {
+                (Ok(got), Some(want)) => assert_eq!(got, *want),
+                (Err(Error::Config { field, agent, .. }), None) => {
+                    assert_eq!((field, agent.as_str()), ("metadata.name", *name))
+                }
+                (got, want) => panic!("{name:?}: got {got:?}, want {want:?}"),
+            }
+        }
+
+        // Every primitive refuses before running anything.
+        let world = World::new();
+        let rt: &dyn Runtime = &world.runtime;
+        let agent = world.agent("abcdefghij");
+        let generation = Generation { id: store_path(1, "h-abcdefghij"), rev: String::new() };
+        let log = |_: &str| {};
+        let results: Vec<Error> = vec![
+            rt.prebuild(&agent, &log).await.unwrap_err(),
+            rt.stop_for_update(&agent).await.unwrap_err(),
+            rt.swap(&agent, &generation).await.unwrap_err(),
+            rt.create(&agent, &log).await.unwrap_err(),
+            rt.start(&agent).await.unwrap_err(),
+            rt.stop(&agent).await.unwrap_err(),
+            rt.kill(&agent).await.unwrap_err(),
+            rt.signal(&agent).await.unwrap_err(),
+            rt.drain(&agent).await.unwrap_err(),
+            rt.write_limits(&agent).await.unwrap_err(),
+            rt.write_permissions(&agent).await.unwrap_err(),
+            rt.is_running(&agent).await.unwrap_err(),
+            rt.observed(&agent).await.unwrap_err(),
+            rt.destroy(&agent).await.unwrap_err(),
+        ];
+        for error in results {
+            assert!(matches!(&error, Error::Config { field: "metadata.name", .. }), "{error}");
+            assert!(error.to_string().contains("\"h-abcdefghij\" (12 characters)"), "{error}");
+        }
+        assert!(world.take().is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_limits_and_flags_are_refused_naming_the_field_and_nothing_is_written() {
+    bounded(async {
+        // (cpuQuota, memoryMax, nspawn flag, field)
+        let cases: &[(Option<&str>, Option<&str>, &str, &str)] = &[
+            (Some("2"), None, "--x", "spec.resources.cpuQuota"),
+            (Some("0%"), None, "--x", "spec.resources.cpuQuota"),
+            (Some("abc%"), Some("4G"), "--x", "spec.resources.cpuQuota"),
+            (None, Some("4GB"), "--x", "spec.resources.memoryMax"),
+            (None, Some("0"), "--x", "spec.resources.memoryMax"),
+            (Some("100%"), Some("-1G"), "--x", "spec.resources.memoryMax"),
+            (None, None, "--bind=/a b:/b", "spec.runtime.nixosContainer.nspawnFlags"),
+        ];
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        let conf_before = std::fs::read_to_string(world.path("conf/h-alpha.conf")).unwrap();
+        for (cpu, memory, flag, want) in cases {
+            let mut agent = agent.clone();
+            agent.spec.resources.cpu_quota = cpu.map(String::from);
+            agent.spec.resources.memory_max = memory.map(String::from);
+            agent.spec.runtime.nixos_container =
+                Some(NixosContainerRuntime { nspawn_flags: vec![flag.to_string()] });
+            match world.runtime.write_limits(&agent).await {
+                Err(Error::Config { field, agent, .. }) => {
+                    assert_eq!((field, agent.as_str()), (*want, "alpha"))
+                }
+                other => panic!("{cpu:?} {memory:?} {flag:?}: {other:?}"),
+            }
+        }
+        assert!(!world.path("systemd/container@h-alpha.service.d").exists());
+        assert_eq!(std::fs::read_to_string(world.path("conf/h-alpha.conf")).unwrap(), conf_before);
+        assert!(world.take().is_empty(), "no daemon-reload");
+
+        // An invalid hive-wide default names the hive option.
+        let world = World::with(|config| config.default_memory_max = "lots".into());
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        let error = world.runtime.write_limits(&agent).await.unwrap_err();
+        assert!(matches!(error, Error::Config { field: "agentMemoryMax", .. }), "{error}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_crash_is_published_by_the_rescan_and_a_requested_stop_is_not() {
+    bounded(async {
+        let world = World::with(|config| config.rescan_interval = Duration::from_millis(50));
+        let rt = &world.runtime;
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        let mut events = rt.subscribe();
+        rt.start(&agent).await.unwrap();
+
+        world.set_unit("h-alpha", "failed");
+        let exit = next_exit(&mut events, "alpha").await;
+        assert!(!exit.requested, "{exit:?}");
+        let observed = rt.observed(&agent).await.unwrap();
+        assert_eq!((observed.power, observed.pid), (Power::Stopped, None));
+        assert_eq!(observed.last_exit, Some(exit.clone()));
+        assert_eq!(observed.since, Some(exit.at));
+
+        // A requested stop is published once, as requested, and never as a crash.
+        rt.start(&agent).await.unwrap();
+        rt.stop(&agent).await.unwrap();
+        assert!(next_exit(&mut events, "alpha").await.requested);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let later: Vec<String> = changes(&mut events).into_iter().filter(|c| c.contains("exited")).collect();
+        assert!(later.is_empty(), "{later:?}");
+
+        // A container an earlier daemon started is adopted when it is seen running.
+        let other = world.agent("beta");
+        world.set_unit("h-beta", "active");
+        assert!(rt.is_running(&other).await.unwrap());
+        world.set_unit("h-beta", "inactive");
+        assert!(!next_exit(&mut events, "beta").await.requested);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn permissions_are_written_where_the_harness_reads_them() {
+    bounded(async {
+        let world = World::new();
+        let mut agent = world.agent("alpha");
+        agent.spec.permissions.tool_groups = vec!["git".into(), "web".into()];
+        agent.spec.permissions.capabilities = vec!["spawn".into()];
+        world.runtime.write_permissions(&agent).await.unwrap();
+        let dir = world.path("roots/h-alpha/etc/hive");
+        let read = |file: &str| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap()
+        };
+        assert_eq!(read("tool-groups.json"), serde_json::json!(["git", "web"]));
+        assert_eq!(read("capabilities.json"), serde_json::json!(["spawn"]));
+        world.runtime.write_permissions(&world.agent("alpha")).await.unwrap();
+        assert_eq!(read("tool-groups.json"), serde_json::json!([]));
+        assert!(world.take().is_empty(), "files only");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn destroy_stops_destroys_and_removes_the_dropin_and_is_a_no_op_for_an_unknown_agent() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        rt.write_limits(&agent).await.unwrap();
+        rt.start(&agent).await.unwrap();
+        world.take();
+        let mut events = rt.subscribe();
+        rt.destroy(&agent).await.unwrap();
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl is-active --quiet container@h-alpha",
+                "systemctl stop container@h-alpha",
+                "nixos-container destroy h-alpha",
+            ]
+        );
+        assert!(!world.path("systemd/container@h-alpha.service.d").exists());
+        assert!(!world.path("conf/h-alpha.conf").exists());
+        assert_eq!(changes(&mut events), ["alpha exited requested=true", "alpha destroyed"]);
+        let observed = rt.observed(&agent).await.unwrap();
+        assert_eq!((observed.power, observed.generation, observed.last_exit), (Power::Stopped, None, None));
+        world.take();
+
+        rt.destroy(&world.agent("ghost")).await.unwrap();
+        assert_eq!(world.take(), ["systemctl is-active --quiet container@h-ghost"]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_be_launched_is_a_spawn_error() {
+    bounded(async {
+        let world = World::with(|config| config.path = Some(Path::new("/nonexistent").into()));
+        let agent = world.agent("alpha");
+        let error = world.runtime.is_running(&agent).await.unwrap_err();
+        assert!(matches!(&error, Error::Spawn { command, .. } if command == SHOW), "{error}");
+    })
+    .await;
+}
