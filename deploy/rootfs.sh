@@ -1,8 +1,10 @@
 #!/bin/sh
 # Assembles the root filesystem of the hive container image: the binary as
-# /usr/local/bin/hive, every shared library it links (as `ldd` resolves them, at the
-# same paths), the dynamic loader, and the empty directories the daemon uses. No CA
-# certificates, no shell: the daemon serves its own TLS and needs nothing else.
+# /usr/local/bin/hive, git (the meta repo and config mirrors are git repositories: the
+# binary at its host path and its exec-path helpers), every shared library they link
+# (as `ldd` resolves them, at the same paths), the dynamic loader, and the empty
+# directories the daemon uses. No CA certificates, no shell: the daemon serves its own
+# TLS.
 #
 #   cargo build --release
 #   deploy/rootfs.sh target/release/hive /tmp/hive-rootfs
@@ -28,12 +30,27 @@ chmod 0755 "$out/usr/local/bin/hive"
 
 # ldd prints `name => /path (addr)` for libraries and `/path/ld-linux… (addr)` for the
 # loader (at the path the binary's PT_INTERP names); `linux-vdso.so.1 (addr)` has no
-# file. ldd fails for a static binary: then there is nothing to copy.
-libs=$(ldd "$bin" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
-for lib in $libs; do
-  [ -e "$lib" ] || { echo "rootfs.sh: ldd names $lib, which does not exist" >&2; exit 1; }
-  mkdir -p "$out$(dirname "$lib")"
-  cp -L "$lib" "$out$lib"
+# file. ldd fails for a static binary or a script: then there is nothing to copy.
+copy_libs() {
+  libs=$(ldd "$1" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
+  for lib in $libs; do
+    [ -e "$lib" ] || { echo "rootfs.sh: ldd names $lib, which does not exist" >&2; exit 1; }
+    [ -e "$out$lib" ] && continue
+    mkdir -p "$out$(dirname "$lib")"
+    cp -L "$lib" "$out$lib"
+  done
+}
+copy_libs "$bin"
+
+# git, at the path it was built for (its exec-path is compiled in), with its helpers.
+git=$(command -v git) || { echo "rootfs.sh: git is required (the daemon's meta repo is a git repository)" >&2; exit 1; }
+exec_path=$(git --exec-path)
+mkdir -p "$out$(dirname "$git")" "$out$exec_path"
+cp -L "$git" "$out$git"
+copy_libs "$git"
+cp -RL "$exec_path/." "$out$exec_path/"
+for helper in "$out$exec_path"/*; do
+  [ -f "$helper" ] && copy_libs "$helper"
 done
 
 echo "root filesystem ready in $out"

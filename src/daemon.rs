@@ -3,6 +3,7 @@
 //! reconcile (the config path's sweep, then the power path). The server reaches it
 //! through [`Engine`] to submit, cancel and follow Jobs.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -14,8 +15,9 @@ use tokio::sync::mpsc;
 use crate::applied::Markers;
 use crate::crashwatch::{Backoff, CrashWatch, Leases, Restart};
 use crate::executor::{Deploy, RuntimeExecutor};
+use crate::runtime::nixos::{NixosConfig, NixosRuntime};
 use crate::runtime::process::{ProcessConfig, ProcessRuntime};
-use crate::runtime::Runtime;
+use crate::runtime::{Change, Runtime};
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::store::Store;
 use crate::submit::{self, DagRequest, LiveState, Request};
@@ -37,6 +39,8 @@ pub struct EngineConfig {
     pub hive_url: String,
     /// The process runtime's settings (limits defaults, cgroup root).
     pub process: Option<ProcessConfig>,
+    /// Run agents as NixOS containers with these settings instead of as processes.
+    pub nixos: Option<NixosConfig>,
 }
 
 impl Default for EngineConfig {
@@ -46,6 +50,48 @@ impl Default for EngineConfig {
             hive_rev: DEFAULT_HIVE_REV.into(),
             hive_url: DEFAULT_HIVE_URL.into(),
             process: None,
+            nixos: None,
+        }
+    }
+}
+
+/// The driver that runs this host's agents (`hive serve --runtime`).
+#[derive(Clone)]
+pub enum Driver {
+    /// Supervised local processes (the embedded default).
+    Process(Arc<ProcessRuntime>),
+    /// NixOS containers.
+    Nixos(Arc<NixosRuntime>),
+}
+
+impl Driver {
+    /// The driver behind the `Runtime` trait.
+    pub fn runtime(&self) -> Arc<dyn Runtime> {
+        match self {
+            Driver::Process(p) => p.clone(),
+            Driver::Nixos(n) => n.clone(),
+        }
+    }
+
+    /// Whether the agent has a built, installed generation (a process agent's `current`
+    /// link; a container's `/etc/nixos-containers/<c>.conf`, which `create` writes).
+    pub fn installed(&self, agent: &str) -> bool {
+        match self {
+            Driver::Process(p) => p.agent_dir(agent).join("current").exists(),
+            Driver::Nixos(n) => crate::runtime::nixos::container_name(agent)
+                .map(|c| n.conf_path(&c).exists())
+                .unwrap_or(false),
+        }
+    }
+
+    /// The agent's output files, oldest first, and the live one (process agents; a
+    /// container's output is in its journal).
+    pub fn log_files(&self, agent: &str) -> (Vec<std::path::PathBuf>, Option<std::path::PathBuf>) {
+        match self {
+            Driver::Process(p) => {
+                (p.log_files(agent), Some(p.agent_dir(agent).join("logs").join("agent.log")))
+            }
+            Driver::Nixos(_) => (Vec::new(), None),
         }
     }
 }
@@ -56,19 +102,15 @@ pub struct Engine {
     pub store: Store,
     /// The scheduler.
     pub scheduler: SchedulerHandle,
-    /// The process runtime (the embedded default driver).
-    pub runtime: Arc<ProcessRuntime>,
+    /// The driver running this host's agents.
+    pub driver: Driver,
+    /// The same driver, as the `Runtime` trait.
+    pub runtime: Arc<dyn Runtime>,
+    /// Which agents run, as the driver last reported (the container view; process
+    /// agents are read from the driver directly).
+    view: Arc<std::sync::RwLock<HashMap<String, bool>>>,
     /// The meta repo, resolver and applied-rev markers.
     pub deploy: Deploy,
-}
-
-/// Whether agents run, as the runtime observes them.
-struct Observed(Arc<ProcessRuntime>);
-
-impl LiveState for Observed {
-    fn is_running(&self, agent: &str) -> bool {
-        self.0.snapshot().iter().any(|o| o.agent == agent && o.running())
-    }
 }
 
 impl Leases for SchedulerHandle {
@@ -79,7 +121,12 @@ impl Leases for SchedulerHandle {
 
 impl LiveState for Engine {
     fn is_running(&self, agent: &str) -> bool {
-        Observed(self.runtime.clone()).is_running(agent)
+        match &self.driver {
+            Driver::Process(p) => p.snapshot().iter().any(|o| o.agent == agent && o.running()),
+            Driver::Nixos(_) => {
+                self.view.read().unwrap_or_else(|e| e.into_inner()).get(agent).copied().unwrap_or(false)
+            }
+        }
     }
 
     fn built_against_old_base(&self, agent: &str) -> bool {
@@ -154,8 +201,15 @@ impl Engine {
     /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
     /// crash-watch, and submits the boot reconcile.
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
-        let process = config.process.clone().unwrap_or_else(|| ProcessConfig::new(state_dir.join("agents")));
-        let runtime = Arc::new(ProcessRuntime::new(process));
+        let driver = match &config.nixos {
+            Some(nixos) => Driver::Nixos(Arc::new(NixosRuntime::new(nixos.clone()))),
+            None => {
+                let process =
+                    config.process.clone().unwrap_or_else(|| ProcessConfig::new(state_dir.join("agents")));
+                Driver::Process(Arc::new(ProcessRuntime::new(process)))
+            }
+        };
+        let runtime = driver.runtime();
         let meta = crate::meta::Meta::open(crate::meta::MetaConfig {
             dir: state_dir.join("meta"),
             hive_url: config.hive_url.clone(),
@@ -169,8 +223,10 @@ impl Engine {
             markers: Markers::new(state_dir.join("applied")),
             hive_rev: config.hive_rev.clone(),
         };
-        for (agent, pid) in runtime.kill_orphans() {
-            tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
+        if let Driver::Process(process) = &driver {
+            for (agent, pid) in process.kill_orphans() {
+                tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
+            }
         }
         let interrupted = crate::jobs_mirror::mark_interrupted(&store).await?;
         if !interrupted.is_empty() {
@@ -178,8 +234,7 @@ impl Engine {
         }
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));
-        let executor =
-            RuntimeExecutor::new(store.clone(), runtime.clone() as Arc<dyn Runtime>, deploy.clone());
+        let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
         let scheduler = Scheduler::start(
             executor,
             tx,
@@ -188,9 +243,14 @@ impl Engine {
         let engine = Arc::new(Engine {
             store: store.clone(),
             scheduler: scheduler.clone(),
+            driver: driver.clone(),
             runtime: runtime.clone(),
+            view: Default::default(),
             deploy,
         });
+        if let Driver::Nixos(nixos) = &driver {
+            engine.watch_containers(nixos.clone()).await;
+        }
 
         let weak = Arc::downgrade(&engine);
         let restart: Restart = Arc::new(move |agent: String| {
@@ -264,6 +324,81 @@ impl Engine {
         Ok(job)
     }
 
+    /// The container view: subscribes to the driver's changes, asks systemd once about
+    /// every agent, then keeps the view current from the events and a periodic rescan
+    /// (which publishes containers that went down unasked, for crash-watch).
+    async fn watch_containers(self: &Arc<Self>, nixos: Arc<NixosRuntime>) {
+        let mut events = self.runtime.subscribe();
+        let view = self.view.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(event) => {
+                        let mut view = view.write().unwrap_or_else(|e| e.into_inner());
+                        match event.change {
+                            Change::Started { .. } => {
+                                view.insert(event.agent, true);
+                            }
+                            Change::Exited(_) => {
+                                view.insert(event.agent, false);
+                            }
+                            Change::Destroyed => {
+                                view.remove(&event.agent);
+                            }
+                            Change::Swapped(_) => {}
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        });
+        let (_, stored) = self.store.list("agents");
+        for object in stored {
+            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(object.as_ref()) else { continue };
+            match self.runtime.is_running(&agent).await {
+                Ok(running) => {
+                    self.view
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(agent.metadata.name.clone(), running);
+                }
+                Err(err) => {
+                    tracing::warn!(agent = agent.metadata.name, error = %err, "container state unknown")
+                }
+            }
+        }
+        let every = nixos.config().rescan_interval.max(std::time::Duration::from_millis(100));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                nixos.rescan().await;
+            }
+        });
+    }
+
+    /// `preBuildAgentTemplates`: builds every agent the meta flake knows, one after the
+    /// other, without touching the running containers, so their closures are in the
+    /// store before anything needs them. Failures are logged, never fatal.
+    pub async fn prebuild_templates(&self) {
+        let (_, stored) = self.store.list("agents");
+        for object in stored {
+            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(object.as_ref()) else { continue };
+            let name = agent.metadata.name.clone();
+            let Some(locked) = self.deploy.meta.locked(&name).await else { continue };
+            let mut pinned = agent.clone();
+            pinned.spec.config.rev = Some(locked.rev);
+            let log = |line: &str| tracing::debug!(agent = name.as_str(), "{line}");
+            match self.runtime.prebuild(&pinned, &log).await {
+                Ok(generation) => {
+                    tracing::info!(agent = name, generation = generation.id, "template prebuilt")
+                }
+                Err(err) => tracing::warn!(agent = name, error = %err, "template prebuild failed"),
+            }
+        }
+    }
+
     /// Builds a shaped DAG's Job and hands it to the scheduler.
     pub async fn submit_dag(&self, request: &DagRequest) -> Result<crate::store::Obj, SubmitError> {
         let job = submit::submit_dag(&self.store, request).await?;
@@ -281,7 +416,7 @@ impl Engine {
         let mut stale_up = Vec::new();
         for agent in &agents {
             let name = agent.metadata.name.as_str();
-            if !self.runtime.agent_dir(name).join("current").exists() {
+            if !self.driver.installed(name) {
                 continue; // never built: the Agent controller spawns it
             }
             let locked = self.deploy.meta.locked(name).await.map(|l| l.rev);
@@ -364,8 +499,12 @@ impl Engine {
 
     /// Stops the scheduler and every agent process (a process cannot be adopted by the
     /// next daemon; the next start's boot reconcile brings wanted-up agents back).
+    /// Containers are systemd units that outlive the daemon: they keep running.
     pub async fn shutdown(&self) {
         self.scheduler.shutdown().await;
+        if !matches!(self.driver, Driver::Process(_)) {
+            return;
+        }
         let (_, agents) = self.store.list("agents");
         for stored in agents {
             let Ok(agent) = <Agent as serde::Deserialize>::deserialize(stored.as_ref()) else { continue };
@@ -393,7 +532,7 @@ impl Engine {
                 Wanted::Up => !running,
                 Wanted::Offline => running,
             };
-            let installed = self.runtime.agent_dir(&name).join("current").exists();
+            let installed = self.driver.installed(&name);
             if drifted && installed {
                 let reason = Some("boot: observed power differs from wanted".to_string());
                 if let Err(err) =

@@ -70,10 +70,17 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub build_slots: usize,
 
-    /// The agent runtime of this host: `process` (agents are supervised local processes;
-    /// the embedded default). `nixos-container` is described in docs/agents.md.
+    /// The agent runtime of this host: `process` (supervised local processes; the
+    /// embedded default) or `nixos-container` (each agent a NixOS container built from
+    /// the meta flake; needs nix, nixos-container and systemd, and root).
     #[arg(long, value_enum, value_name = "RUNTIME", default_value_t = RuntimeChoice::Process)]
     pub runtime: RuntimeChoice,
+
+    /// nixos-container runtime: at start, build every registered agent's toplevel in the
+    /// background (`preBuildAgentTemplates`), so the first start after a host rebuild
+    /// finds its closure in the store. No effect with the process runtime.
+    #[arg(long)]
+    pub prebuild_agent_templates: bool,
 
     /// The hive-wide CPU cap per agent (`agentCpuQuota`) for agents whose
     /// `spec.resources.cpuQuota` is unset: a percentage of one core ("200%" = 2 cores).
@@ -105,6 +112,8 @@ pub struct Args {
 pub enum RuntimeChoice {
     /// Supervised local processes (the embedded default).
     Process,
+    /// NixOS containers (`nix build`, `nixos-container`, `systemctl`).
+    NixosContainer,
 }
 
 /// Runs `hive serve` until Ctrl-C or SIGTERM.
@@ -160,10 +169,24 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
                 process.default_memory_max = args.agent_memory_max.clone();
                 process
             }),
+            nixos: (args.runtime == RuntimeChoice::NixosContainer).then(|| {
+                let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
+                nixos.default_cpu_quota = args.agent_cpu_quota.clone();
+                nixos.default_memory_max = args.agent_memory_max.clone();
+                nixos
+            }),
         },
     )
     .await
     .context("starting the scheduler and the process runtime")?;
+    if args.prebuild_agent_templates {
+        if args.runtime == RuntimeChoice::NixosContainer {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.prebuild_templates().await });
+        } else {
+            tracing::warn!("--prebuild-agent-templates has no effect with the process runtime");
+        }
+    }
     if args.agent_controller {
         crate::agent_controller::spawn(engine.clone());
     }

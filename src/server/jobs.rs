@@ -274,7 +274,7 @@ async fn agent_log(State(state): State<AppState>, Path(name): Path<String>, uri:
         }
     };
     let follow = query.follow()?;
-    let files = engine.runtime.log_files(&name);
+    let (files, live) = engine.driver.log_files(&name);
     let mut text = Vec::new();
     for file in &files {
         if let Ok(bytes) = tokio::fs::read(file).await {
@@ -286,7 +286,12 @@ async fn agent_log(State(state): State<AppState>, Path(name): Path<String>, uri:
         text = lines[lines.len().saturating_sub(n)..].concat();
     }
     let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let current = engine.runtime.agent_dir(&name).join("logs").join("agent.log");
+    let Some(current) = live else {
+        return Err(ApiError::BadRequest(format!(
+            "agent {name:?} runs in a NixOS container: its output is in the container's journal \
+             (journalctl -M h-{name})"
+        )));
+    };
     tokio::spawn(async move {
         if tx.send(Bytes::from(text)).await.is_err() || !follow {
             return;

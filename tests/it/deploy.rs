@@ -17,11 +17,10 @@ use serde_json::Value;
 
 use crate::harness::hive_bin;
 
-/// Flags the deploy files pass that `hive serve` does not have yet: they land with the
-/// deploy issue. [`deploy_flags_are_serve_flags`] tolerates exactly these (and says
-/// which are still missing); [`deploy_flags_are_all_in_serve_help`] tolerates none.
-const PENDING_FLAGS: &[&str] =
-    &["--runtime", "--agent-cpu-quota", "--agent-memory-max", "--prebuild-agent-templates"];
+/// Flags the deploy files may pass before `hive serve` has them (none now: every flag
+/// landed). [`deploy_flags_are_serve_flags`] tolerates exactly these (and says which
+/// are still missing); [`deploy_flags_are_all_in_serve_help`] tolerates none.
+const PENDING_FLAGS: &[&str] = &[];
 
 /// What `%d` (the credentials directory) stands for once specifiers are resolved.
 const CREDENTIALS: &str = "$CREDENTIALS_DIRECTORY";
@@ -650,7 +649,6 @@ fn help_possible_values(help: &str, flag: &str) -> BTreeSet<String> {
 /// Strict: every flag is in `hive serve --help`, and `--runtime` accepts every runtime
 /// the module offers.
 #[test]
-#[ignore = "flags land with the deploy issue (--prebuild-agent-templates, --runtime nixos-container)"]
 fn deploy_flags_are_all_in_serve_help() {
     let help = serve_help();
     let known = help_flags(&help);
@@ -665,7 +663,6 @@ fn deploy_flags_are_all_in_serve_help() {
 /// The unit's own command line (state dir and port swapped for temp ones) starts the
 /// daemon, which then stops cleanly on SIGTERM, as systemd stops it.
 #[test]
-#[ignore = "flags land with the deploy issue (--runtime, --agent-cpu-quota, --agent-memory-max)"]
 fn unit_command_line_starts_and_stops_the_daemon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let unit = parse_unit(&read("hive.service")).unwrap();
