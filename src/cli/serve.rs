@@ -123,6 +123,10 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let state_dir = args.state_dir.clone().unwrap_or_else(crate::kubeconfig::default_state_dir);
     crate::auth::secret_file::create_private_dir(&state_dir)
         .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    // Absolute from here on: agents, mirrors and git commands run in other working
+    // directories, where a relative `./.hive` would point somewhere else.
+    let state_dir = std::fs::canonicalize(&state_dir)
+        .with_context(|| format!("resolving state directory {}", state_dir.display()))?;
     let db_path = state_dir.join(DB_FILE);
     if args.reset_state {
         Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;

@@ -413,3 +413,21 @@ async fn spawn_and_merge_config_pr_approvals_deploy_through_their_shapes() {
     assert_eq!(api.get("/apis/hive.dev/v1/agents/scout").await.body["status"]["appliedRev"], v2);
     assert!(audit(&d, "scout").iter().any(|e| e["tags"] == json!(["deploy/scout/1"])));
 }
+
+/// README's serve command uses the relative default `./.hive`: agents, mirrors and the
+/// meta repo must work from it (git runs in other directories).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relative_state_dir_builds_and_runs_agents() {
+    let tmp = tempfile::tempdir().unwrap();
+    // nextest runs every test in its own process, so the working directory is ours.
+    std::env::set_current_dir(tmp.path()).unwrap();
+    let repo = config_repo(tmp.path());
+    let d = Daemon::spawn(Path::new(".hive"), &["--agent-controller=true"]).expect("daemon starts");
+    let api = d.client();
+    assert_eq!(
+        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("alpha", &repo, "Up")).await.code,
+        201
+    );
+    wait_power(&api, "alpha", "Running").await;
+    assert!(!audit(&d, "alpha").is_empty());
+}
