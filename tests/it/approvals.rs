@@ -135,6 +135,27 @@ async fn an_approval_flows_from_request_to_deploy_and_the_audit_shows_it() {
     let a = wait_phase(&api, "alpha-v1", &["Denied"]).await;
     assert_eq!(a["status"]["message"], "we stay on v2");
     assert!(api.get("/apis/hive.dev/v1/jobs/approval-alpha-v1").await.code == 404);
+
+    // Stock kubectl decides the same way, and the server records who.
+    let back = agent_api.post("/apis/hive.dev/v1/approvals", &approval("alpha-back", "alpha", "v1")).await;
+    assert_eq!(back.code, 201);
+    ok(d.kubectl(&[
+        "patch",
+        "approval",
+        "alpha-back",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"decision":{"state":"Approved","reason":"roll back"}}}"#,
+    ]));
+    let a = wait_phase(&api, "alpha-back", &["Deployed"]).await;
+    assert_eq!(a["status"]["decidedBy"], "admin");
+    assert_eq!(
+        api.get("/apis/hive.dev/v1/agents/alpha").await.body["spec"]["config"]["rev"],
+        sha(&repo, "v1")
+    );
+    let tags: Vec<Value> = audit(&d, "alpha").iter().map(|e| e["tags"].clone()).collect();
+    assert!(tags.contains(&json!(["deploy/alpha/2"])), "{tags:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
