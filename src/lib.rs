@@ -11,6 +11,7 @@ pub mod crashwatch;
 pub mod daemon;
 pub mod events;
 pub mod executor;
+pub mod fleet;
 pub mod jobs_mirror;
 pub mod kubeconfig;
 pub mod local_client;

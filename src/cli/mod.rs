@@ -18,6 +18,8 @@ pub mod delete;
 pub mod describe;
 pub mod duration;
 pub mod events;
+pub mod fleet;
+pub mod fleet_worker;
 pub mod get;
 pub mod jobs;
 pub mod jsonpath;
@@ -154,6 +156,11 @@ pub enum Command {
     Bench(bench::Args),
     /// Serve the Model Context Protocol on stdin/stdout, so AI agents use the API as tools.
     Mcp(mcp::Args),
+    /// Manage the fleet: provision nodes, kill one, list them.
+    Fleet(fleet::Args),
+    /// Run one `process` fleet node (started by the daemon; ends when stdin closes).
+    #[command(hide = true)]
+    FleetWorker(fleet_worker::Args),
 }
 
 /// What every verb gets besides its own arguments: the global flags, and the means to
@@ -215,6 +222,8 @@ pub async fn main() -> ExitCode {
         Command::Version(args) => version::exec(args, &ctx).await,
         Command::Bench(args) => bench::exec(args, &ctx).await,
         Command::Mcp(args) => mcp::exec(args, &ctx).await,
+        Command::Fleet(args) => fleet::exec(args, &ctx).await,
+        Command::FleetWorker(args) => fleet_worker::exec(args, &ctx).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -32,8 +32,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Delete the database before starting. The only way to clear state: a corrupt or
-    /// unreadable database is otherwise a hard startup error.
+    /// Delete the database and the fleet identity (identity.key) before starting. The
+    /// only way to clear state: a corrupt or unreadable database or identity is otherwise
+    /// a hard startup error.
     #[arg(long)]
     pub reset_state: bool,
 
@@ -102,6 +103,10 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
     pub event_ttl: Duration,
 
+    /// The fleet provider of this daemon: `process` (local worker processes; the default).
+    #[arg(long, value_enum, value_name = "PROVIDER", default_value_t = crate::fleet::ProviderChoice::Process)]
+    pub provider: crate::fleet::ProviderChoice,
+
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
@@ -142,6 +147,8 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         )
     })?;
     let tokens = TokenStore::open(&state_dir)?;
+    let identity = crate::fleet::open_identity(&state_dir, args.reset_state)?;
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity).await?;
 
     let listener =
         TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
@@ -197,11 +204,13 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     crate::approval_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone());
     let app = server::app(state);
+    let shutdown = shutdown_signal();
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
     println!("hive: kubeconfig {}", kubeconfig.display());
-    server::serve::serve_tls(listener, tls_config, app, shutdown_signal()).await?;
+    server::serve::serve_tls(listener, tls_config, app, shutdown).await?;
     tracing::info!("shutting down: stopping agents and draining pending commits");
+    fleet.shutdown().await;
     engine.shutdown().await;
     store.shutdown().await;
     Ok(())
@@ -255,25 +264,31 @@ fn init_tracing(filter: &str) {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Registers for SIGTERM at once (before the daemon says it is serving, so a prompt
+/// SIGTERM from a supervisor is never missed), then resolves on Ctrl-C or SIGTERM.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term = match term {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = ctrl_c => {},
+                _ = term.recv() => {},
             }
-        };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+        #[cfg(not(unix))]
+        {
+            let _ = ctrl_c.await;
+        }
     }
 }
 

@@ -128,6 +128,10 @@ macro_rules! kind_routes {
                     // Jobs go through the submit layer and the scheduler.
                     return crate::server::jobs::create(state, headers, uri, body).await;
                 }
+                if info().plural == "fleetcommands" {
+                    // Commands record their node intent atomically and are idempotent on their id.
+                    return crate::fleet::commands::create(state, headers, uri, body).await;
+                }
                 resources::create(state, info(), &principal, headers, uri, body).await
             }
 

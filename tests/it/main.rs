@@ -8,6 +8,7 @@ mod auth;
 mod cli;
 mod crash;
 mod deploy;
+mod fleet;
 mod generated;
 mod harness;
 mod jobs;

@@ -1,0 +1,292 @@
+//! The fleet: idempotent Provision/Kill commands, `process` workers supervised over
+//! their stdin pipe, monotonic logical ids, and the daemon's durable identity.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::harness::{ok, Api, Daemon};
+
+const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
+const NODES: &str = "/apis/hive.dev/v1/nodes";
+
+fn provision(id: &str, count: u32) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+           "spec": {"provision": {"provider": "process", "count": count}}})
+}
+
+fn kill(id: &str, node: &str) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+           "spec": {"kill": {"node": node}}})
+}
+
+async fn list(api: &Api, path: &str) -> Vec<Value> {
+    let reply = api.get(path).await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+    reply.body["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `check` until it returns `Some`, for up to 30 s.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until the command is terminal and every node it names is in `phase`.
+async fn settled(api: &Api, id: &str, phase: &str) -> Vec<Value> {
+    eventually(&format!("command {id} to settle with nodes {phase}"), || async {
+        let command = api.get(&format!("{COMMANDS}/{id}")).await.body;
+        if command["status"]["phase"] != "Succeeded" {
+            return None;
+        }
+        let mut nodes = Vec::new();
+        for name in command["status"]["nodes"].as_array()? {
+            let node = api.get(&format!("{NODES}/{}", name.as_str()?)).await.body;
+            (node["status"]["phase"] == phase).then_some(())?;
+            nodes.push(node);
+        }
+        Some(nodes)
+    })
+    .await
+}
+
+fn pid_of(node: &Value) -> u32 {
+    node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32
+}
+
+/// `/proc/<pid>/stat` fields after the command name: state, ppid, …
+fn stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// A live (not zombie) process.
+fn alive(pid: u32) -> bool {
+    stat(pid).is_some_and(|s| s[0] != "Z")
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Live `fleet-worker` children of `parent`.
+fn workers_of(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(fields) = stat(pid) else { continue };
+        if fields[0] != "Z" && fields[1] == parent.to_string() && cmdline(pid).contains("fleet-worker") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+async fn all_gone(pids: &[u32]) {
+    eventually("worker processes to exit", || async { pids.iter().all(|p| !alive(*p)).then_some(()) }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn provision_then_kill_keeps_the_record() {
+    let d = Daemon::start();
+    let api = d.client();
+    let out = ok(d.hive(&["fleet", "provision", "--count", "3", "--command-id", "first"]));
+    assert!(out.contains("first Succeeded"), "{out}");
+    let nodes = settled(&api, "first", "Running").await;
+    let names: Vec<&str> = nodes.iter().map(|n| n["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["node-1", "node-2", "node-3"]);
+    for node in &nodes {
+        let pid = pid_of(node);
+        assert!(alive(pid), "worker {pid} runs");
+        assert!(cmdline(pid)
+            .contains(&format!("fleet-worker --node {}", node["metadata"]["name"].as_str().unwrap())));
+        assert_eq!(node["spec"]["command"], "first");
+        assert!(node["status"]["readyAt"].is_string());
+    }
+    assert!(!ok(d.hive(&["--help"])).contains("fleet-worker"), "the worker mode is hidden");
+    let status = ok(d.hive(&["fleet", "status"]));
+    assert!(status.starts_with("NAME"), "{status}");
+    assert!(status.lines().nth(2).unwrap().starts_with("node-2") && status.contains("Running"), "{status}");
+
+    let victim = pid_of(&nodes[1]);
+    ok(d.hive(&["fleet", "kill", "node-2", "--command-id", "kill-2"]));
+    let killed = api.get(&format!("{NODES}/node-2")).await.body;
+    assert_eq!(killed["status"]["phase"], "Killed", "{killed}");
+    assert_eq!(killed["metadata"]["annotations"]["hive.dev/killed-by"], "kill-2");
+    all_gone(&[victim]).await;
+    assert!(alive(pid_of(&nodes[0])) && alive(pid_of(&nodes[2])), "the other workers keep running");
+    assert_eq!(list(&api, NODES).await.len(), 3, "the killed node's record is kept");
+    // Re-sending the kill returns the stored record and changes nothing.
+    let again = api.post(COMMANDS, &kill("kill-2", "node-2")).await;
+    assert_eq!(again.code, 200, "{:?}", again.body);
+    assert_eq!(again.body["status"]["phase"], "Succeeded");
+    // Killing a node that does not exist is refused, naming the field.
+    let missing = api.post(COMMANDS, &kill("kill-9", "node-9")).await;
+    assert_eq!(missing.code, 422, "{:?}", missing.body);
+    assert!(missing.body["message"].as_str().unwrap().contains("spec.kill.node"), "{:?}", missing.body);
+    assert_eq!(api.get(&format!("{COMMANDS}/kill-9")).await.code, 404);
+    // Without --command-id, one is generated and printed so that a retry can reuse it.
+    let out = d.hive(&["fleet", "provision", "--count", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let id =
+        stderr.split("command id: ").nth(1).and_then(|r| r.split_whitespace().next()).expect("printed id");
+    let retried = ok(d.hive(&["fleet", "provision", "--count", "1", "--command-id", id]));
+    assert!(retried.contains("node-4 Running"), "the retry reports the same node: {retried}");
+    assert_eq!(list(&api, NODES).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn a_replayed_command_id_creates_once() {
+    let d = Daemon::start();
+    let api = d.client();
+    let mut posts = Vec::new();
+    for _ in 0..100 {
+        let api = api.clone();
+        posts.push(tokio::spawn(async move { api.post(COMMANDS, &provision("same", 3)).await }));
+    }
+    let mut codes = Vec::new();
+    for post in posts {
+        let reply = post.await.unwrap();
+        assert_eq!(reply.body["metadata"]["name"], "same", "{:?}", reply.body);
+        codes.push(reply.code);
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 201).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 99, "{codes:?}");
+    let nodes = settled(&api, "same", "Running").await;
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(list(&api, COMMANDS).await.len(), 1);
+    assert_eq!(list(&api, NODES).await.len(), 3);
+    let daemon_pid: u32 = stat(pid_of(&nodes[0])).unwrap()[1].parse().unwrap();
+    let mut workers = workers_of(daemon_pid);
+    workers.sort();
+    let mut want: Vec<u32> = nodes.iter().map(pid_of).collect();
+    want.sort();
+    assert_eq!(workers, want, "exactly one worker per node");
+
+    let before = api.get(&format!("{COMMANDS}/same")).await.body;
+    let conflict = api.post(COMMANDS, &provision("same", 4)).await;
+    assert_eq!(conflict.code, 409, "{:?}", conflict.body);
+    assert_eq!(conflict.body["kind"], "Status");
+    let message = conflict.body["message"].as_str().unwrap();
+    assert!(message.contains("\"same\"") && message.contains("different body"), "{message}");
+    assert_eq!(api.get(&format!("{COMMANDS}/same")).await.body, before);
+    assert_eq!(list(&api, NODES).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn logical_ids_are_never_reused() {
+    let mut d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post(COMMANDS, &provision("a", 2)).await.code, 201);
+    let nodes = settled(&api, "a", "Running").await;
+    let ids: Vec<u64> = nodes.iter().map(|n| n["spec"]["logicalId"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2]);
+    let pids: Vec<u32> = nodes.iter().map(pid_of).collect();
+    assert_eq!(api.post(COMMANDS, &kill("k", "node-2")).await.code, 201);
+    settled(&api, "k", "Killed").await;
+    assert_eq!(api.delete(&format!("{NODES}/node-2")).await.code, 200);
+
+    // kill -9: the supervision pipe closes, so the workers end with the daemon.
+    d.restart();
+    all_gone(&pids).await;
+    let api = d.client();
+    let left = api.get(&format!("{NODES}/node-1")).await.body;
+    assert_eq!(left["status"]["phase"], "Stopped", "a worker of a previous run is not adopted: {left}");
+    assert_eq!(api.post(COMMANDS, &provision("b", 1)).await.code, 201);
+    let nodes = settled(&api, "b", "Running").await;
+    assert_eq!(nodes[0]["metadata"]["name"], "node-3");
+    assert_eq!(nodes[0]["spec"]["logicalId"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_that_dies_fails_its_node() {
+    let d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post(COMMANDS, &provision("p", 1)).await.code, 201);
+    let pid = pid_of(&settled(&api, "p", "Running").await[0]);
+    assert!(std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    let node = eventually("the node to fail", || async {
+        let node = api.get(&format!("{NODES}/node-1")).await.body;
+        (node["status"]["phase"] == "Failed").then_some(node)
+    })
+    .await;
+    assert!(node["status"]["error"].as_str().unwrap().contains("exited unexpectedly"), "{node}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_stops_the_workers_and_marks_their_nodes_stopped() {
+    let mut d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post(COMMANDS, &provision("p", 2)).await.code, 201);
+    let pids: Vec<u32> = settled(&api, "p", "Running").await.iter().map(pid_of).collect();
+    d.restart_with(&[]);
+    all_gone(&pids).await;
+    let api = d.client();
+    for node in list(&api, NODES).await {
+        assert_eq!(node["status"]["phase"], "Stopped", "{node}");
+        assert!(node["status"]["error"].as_str().unwrap().contains("daemon stopped"), "{node}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_identity_is_stable_and_a_corrupt_one_refuses_to_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::start();
+    let path = d.dir.join("identity.key");
+    let key = std::fs::read(&path).unwrap();
+    assert_eq!(key.len(), 32);
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+    d.restart();
+    assert_eq!(std::fs::read(&path).unwrap(), key, "the same key after a restart");
+    // The log names the key only by its fingerprint (ANSI colour codes stripped).
+    let log = strip_ansi(&d.log());
+    let fingerprints: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("fleet identity loaded"))
+        .filter_map(|l| l.split("fingerprint=").nth(1)?.split_whitespace().next())
+        .collect();
+    assert_eq!(fingerprints.len(), 2, "{log}");
+    assert_eq!(fingerprints[0], fingerprints[1]);
+    assert_eq!(fingerprints[0].len(), 8);
+
+    d.kill9();
+    std::fs::write(&path, &key[..10]).unwrap();
+    let err = Daemon::spawn(&d.dir, &[]).err().expect("a truncated identity refuses to start");
+    assert!(err.contains(&path.display().to_string()) && err.contains("--reset-state"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), &key[..10], "the file is left alone");
+    let fresh = Daemon::spawn(&d.dir, &["--reset-state"]).expect("--reset-state clears it");
+    let new_key = std::fs::read(&path).unwrap();
+    assert_eq!(new_key.len(), 32);
+    assert_ne!(new_key, key);
+    drop(fresh);
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
