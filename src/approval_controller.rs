@@ -23,8 +23,9 @@ use crate::store::{self, Subresource};
 use crate::submit::{DagRequest, Request};
 use crate::update::{update, Updated};
 
-/// How often a deploying approval looks at its Job.
-const POLL: Duration = Duration::from_millis(300);
+/// How often a deploying approval looks at its Job anyway (a Job change wakes it at
+/// once through the Jobs watch; this is the backstop).
+const POLL: Duration = Duration::from_secs(2);
 
 /// Why a reconcile failed (retried with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,7 @@ pub struct Context {
 pub fn spawn(engine: Arc<Engine>) {
     let client = LocalClient::<Approval>::new(engine.store.clone());
     let controller = Controller::new(client, Config::default());
+    tokio::spawn(wake_on_jobs(engine.store.clone(), controller.queue()));
     let recorder = crate::events::Recorder::new(engine.store.clone(), "hive-approvals");
     let ctx = Arc::new(Context { engine, recorder });
     tokio::spawn(controller.run(
@@ -55,6 +57,30 @@ pub fn spawn(engine: Arc<Engine>) {
         ctx,
         std::future::pending::<()>(),
     ));
+}
+
+/// Wakes an approval whenever the Job carrying it out changes, so it resolves the
+/// moment its Job settles instead of at the next poll.
+async fn wake_on_jobs(store: crate::store::Store, queue: hive_controllers::WorkQueue) {
+    loop {
+        let mut watch = match store.watch("jobs", store.revision()) {
+            Ok(watch) => watch,
+            Err(crate::store::Error::Closed) => return,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        while let Some(event) = watch.next().await {
+            let Ok(event) = event else { break };
+            if let Some(approval) = event.object["spec"]["approval"].as_str() {
+                queue.add(approval);
+            }
+        }
+        if store.watch("jobs", store.revision()).is_err_and(|e| matches!(e, crate::store::Error::Closed)) {
+            return;
+        }
+    }
 }
 
 /// The name of the Job an approval submits: fixed, so a reconcile repeated after a
