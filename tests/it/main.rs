@@ -15,3 +15,4 @@ mod jobs;
 mod kubectl;
 mod mcp;
 mod power;
+mod vastai;

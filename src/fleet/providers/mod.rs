@@ -1,4 +1,6 @@
-//! Fleet providers: what actually creates and destroys a node. Only `process` (local
-//! worker processes) exists so far; `docker` and `vastai` come later.
+//! Fleet providers: what actually creates and destroys a node. `process` (local worker
+//! processes) is wired into the fleet; `vastai` is the Vast.ai REST client, tested
+//! against a stand-in and not wired yet; `docker` comes later.
 
 pub mod process;
+pub mod vastai;
