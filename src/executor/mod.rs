@@ -297,7 +297,6 @@ impl RuntimeExecutor {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
     use std::time::Duration;
 
     use hive_api::job::{JobSource, JobTemplate};
@@ -315,16 +314,6 @@ trap 'exit 0' TERM
 echo VERSION > "$OUT"
 while true; do sleep 0.1; done
 "#;
-
-    fn git(dir: &Path, args: &[&str]) {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=hive", "-c", "user.email=hive@example.com", "-c", "commit.gpgsign=false"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
 
     struct Live(Arc<ProcessRuntime>);
 
@@ -388,15 +377,7 @@ while true; do sleep 0.1; done
     async fn spawn_stop_start_and_rebuild_a_real_agent() {
         tokio::time::timeout(Duration::from_secs(90), async {
             let tmp = tempfile::tempdir().unwrap();
-            let repo = tmp.path().join("config");
-            std::fs::create_dir(&repo).unwrap();
-            git(&repo, &["init", "--quiet", "-b", "main"]);
-            for version in ["v1", "v2"] {
-                std::fs::write(repo.join("run.sh"), RUN_SH.replace("VERSION", version)).unwrap();
-                git(&repo, &["add", "run.sh"]);
-                git(&repo, &["commit", "--quiet", "-m", version]);
-                git(&repo, &["tag", version]);
-            }
+            let repo = crate::runtime::process::testing::config_repo(tmp.path(), RUN_SH);
             let marker = tmp.path().join("marker");
             let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
             let agent = json!({

@@ -30,6 +30,8 @@ mod orphans;
 pub mod supervisor;
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;
 
 pub use self::config::ProcessConfig;

@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 
 use super::limits::tests::FakeCgroupfs;
 use super::supervisor::CGROUP_JOIN_FAILED;
+use super::testing::{config_repo, git};
 use super::{ProcessConfig, ProcessRuntime};
 use crate::runtime::{Change, Drain, Error, Exit, Limits, Runtime, RuntimeEvent};
 
@@ -44,17 +45,6 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = StdCommand::new("git")
-        .args(["-c", "user.name=hive", "-c", "user.email=hive@example.com", "-c", "commit.gpgsign=false"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 /// The test world: a temp dir with the config repository (tags v1, v2), the runtime
 /// root, and the marker file the agent writes.
 struct World {
@@ -70,15 +60,7 @@ impl World {
 
     fn with(tune: impl FnOnce(&mut ProcessConfig)) -> World {
         let tmp = tempfile::tempdir().unwrap();
-        let repo = tmp.path().join("config");
-        std::fs::create_dir(&repo).unwrap();
-        git(&repo, &["init", "--quiet", "-b", "main"]);
-        for version in ["v1", "v2"] {
-            std::fs::write(repo.join("run.sh"), RUN_SH.replace("VERSION", version)).unwrap();
-            git(&repo, &["add", "run.sh"]);
-            git(&repo, &["commit", "--quiet", "-m", version]);
-            git(&repo, &["tag", version]);
-        }
+        let repo = config_repo(tmp.path(), RUN_SH);
         let mut config = ProcessConfig::new(tmp.path().join("agents"));
         config.start_grace = Duration::from_millis(800);
         config.graceful_stop = Duration::from_secs(5);
