@@ -176,9 +176,10 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             Ok(Action::requeue(Duration::from_secs(1)))
         }
         Decision::Submit(op) => {
+            let permissions_changed = op == Submit::Rebuild && engine.permissions_changed(&agent).await;
             let (template, reason) = match op {
                 Submit::Spawn => (JobTemplate::Spawn, "the agent was created"),
-                Submit::Rebuild if engine.permissions_changed(&agent) => {
+                Submit::Rebuild if permissions_changed => {
                     (JobTemplate::PermChange, "its permissions changed")
                 }
                 Submit::Rebuild => {

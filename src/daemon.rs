@@ -275,17 +275,13 @@ impl Engine {
 
     /// Whether the agent's `spec.permissions` differ from the permission files the meta
     /// repo holds for it (what its last WritePermFile committed).
-    pub fn permissions_changed(&self, agent: &Agent) -> bool {
-        let dir = self.deploy.meta.dir().join("agents").join(&agent.metadata.name);
-        let read = |file: &str| -> Vec<String> {
-            std::fs::read(dir.join(file))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default()
-        };
+    pub async fn permissions_changed(&self, agent: &Agent) -> bool {
         let permissions = &agent.spec.permissions;
-        read("tool-groups.json") != permissions.tool_groups
-            || read("capabilities.json") != permissions.capabilities
+        !self
+            .deploy
+            .meta
+            .permissions_match(&agent.metadata.name, &permissions.tool_groups, &permissions.capabilities)
+            .await
     }
 
     /// Forgets a destroyed agent: its meta flake input and lock entry (one commit), its
@@ -294,21 +290,7 @@ impl Engine {
         let meta = &self.deploy.meta;
         if meta.locked(agent).await.is_some() {
             let gate = meta.gate().await;
-            let (_, stored) = self.store.list("agents");
-            let mut inputs = Vec::new();
-            for other in stored {
-                let Some(other) = other["metadata"]["name"].as_str() else { continue };
-                if other == agent {
-                    continue;
-                }
-                if let Some(locked) = meta.locked(other).await {
-                    inputs.push(crate::meta::AgentInput {
-                        name: other.to_string(),
-                        url: locked.url,
-                        rev: None,
-                    });
-                }
-            }
+            let inputs = crate::executor::locked_inputs(&self.store, meta, agent).await;
             if let Err(err) = meta.sync_agents(&gate, &inputs).await {
                 tracing::warn!(agent, error = %err, "could not remove the agent from the meta flake");
             }

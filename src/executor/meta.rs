@@ -51,17 +51,7 @@ impl RuntimeExecutor {
         sha: &str,
     ) -> Result<Option<crate::meta::CommitId>, NodeError> {
         let name = agent.metadata.name.as_str();
-        let (_, stored) = self.store.list("agents");
-        let mut inputs = Vec::new();
-        for other in stored {
-            let Some(other) = other["metadata"]["name"].as_str() else { continue };
-            if other == name {
-                continue;
-            }
-            if let Some(locked) = self.deploy.meta.locked(other).await {
-                inputs.push(AgentInput { name: other.to_string(), url: locked.url, rev: None });
-            }
-        }
+        let mut inputs = locked_inputs(&self.store, &self.deploy.meta, name).await;
         inputs.push(AgentInput {
             name: name.to_string(),
             url: source_url(&agent.spec.config.repo),
@@ -363,6 +353,28 @@ impl RuntimeExecutor {
         .map_err(failed)?;
         Ok(())
     }
+}
+
+/// The meta flake's inputs for every stored agent the lock already pins, except
+/// `except`, each kept at its locked rev: what a `sync_agents` that changes only one
+/// agent (registering or removing it) passes for all the others.
+pub(crate) async fn locked_inputs(
+    store: &crate::store::Store,
+    meta: &crate::meta::Meta,
+    except: &str,
+) -> Vec<AgentInput> {
+    let (_, stored) = store.list("agents");
+    let mut inputs = Vec::new();
+    for other in stored {
+        let Some(other) = other["metadata"]["name"].as_str() else { continue };
+        if other == except {
+            continue;
+        }
+        if let Some(locked) = meta.locked(other).await {
+            inputs.push(AgentInput { name: other.to_string(), url: locked.url, rev: None });
+        }
+    }
+    inputs
 }
 
 /// A pull request as a git ref: a number is `refs/pull/<n>/head` (the forge

@@ -4,6 +4,8 @@
 
 mod meta;
 
+pub(crate) use meta::locked_inputs;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -403,6 +403,27 @@ impl Meta {
         state.lock.inputs.get(&input).map(|node| Locked { url: node.source.url(), rev: node.rev.clone() })
     }
 
+    /// Whether the committed permission files of `agent` hold exactly these tool groups
+    /// and capabilities (as sets; absent files hold none). Lets the Agent controller tell
+    /// a permissions change (the perm-change shape) from any other rebuild.
+    pub async fn permissions_match(
+        &self,
+        agent: &str,
+        tool_groups: &[String],
+        capabilities: &[String],
+    ) -> bool {
+        if validate_name(agent).is_err() {
+            return false;
+        }
+        let _state = self.inner.state.lock().await;
+        let [tool_groups_path, capabilities_path] = permission_paths(agent);
+        let matches = |path: &str, wanted: &[String]| match std::fs::read(self.inner.dir.join(path)) {
+            Ok(bytes) => bytes == string_set(wanted),
+            Err(_) => wanted.is_empty(),
+        };
+        matches(&tool_groups_path, tool_groups) && matches(&capabilities_path, capabilities)
+    }
+
     /// The hive input's committed rev.
     pub async fn hive_rev(&self) -> String {
         let state = self.inner.state.lock().await;

@@ -499,3 +499,17 @@ async fn a_changed_hive_url_is_applied_by_the_next_sync_not_by_open() {
     // The hive input feeds every agent's system, so the commit concerns them all.
     assert_eq!(meta.log(Some("a"), 1).await.unwrap()[0].commit, commit.0);
 }
+
+#[tokio::test]
+async fn permissions_match_compares_sets_with_the_committed_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = open(&tmp).await;
+    let strings = |items: &[&str]| items.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(meta.permissions_match("a", &[], &[]).await, "no files: no permissions");
+    assert!(!meta.permissions_match("a", &strings(&["web"]), &[]).await);
+    let gate = meta.gate().await;
+    meta.write_permissions(&gate, "a", &strings(&["web", "shell"]), &strings(&["net"])).await.unwrap();
+    assert!(meta.permissions_match("a", &strings(&["shell", "web", "web"]), &strings(&["net"])).await);
+    assert!(!meta.permissions_match("a", &strings(&["shell"]), &strings(&["net"])).await);
+    assert!(!meta.permissions_match("../a", &[], &[]).await, "a bad name never matches");
+}

@@ -391,6 +391,21 @@ async fn permissions_commit_then_rebuild_and_limits_are_reported_honestly() {
     assert!(groups.contains("web"), "{groups}");
     assert!(audit(&d, "alpha").iter().any(|e| e["op"] == "permissions"));
     assert_eq!(events_of(&d, "alpha", "Permissions"), 1);
+
+    // Deleting the agent removes it from the meta flake and lock, in one more commit.
+    assert!(std::fs::read_to_string(d.dir.join("meta/flake.nix")).unwrap().contains("agent-alpha"));
+    let before = audit(&d, "alpha").len();
+    ok(d.hive(&["delete", "agent", "alpha"]));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while api.get("/apis/hive.dev/v1/agents/alpha").await.code != 404 {
+        assert!(tokio::time::Instant::now() < deadline, "alpha was never deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!std::fs::read_to_string(d.dir.join("meta/flake.nix")).unwrap().contains("agent-alpha"));
+    assert!(!std::fs::read_to_string(d.dir.join("meta/flake.lock")).unwrap().contains("agent-alpha"));
+    let after = audit(&d, "alpha");
+    assert_eq!(after.len(), before + 1, "{after:?}");
+    assert_eq!(after[0]["op"], "sync");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
