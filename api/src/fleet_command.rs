@@ -37,7 +37,8 @@ pub struct FleetCommandSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Provision {
-    /// Name of the Provider to create the nodes with.
+    /// Name of the Provider to create the nodes with. Empty (unset) means the daemon's
+    /// default (`hive serve --provider`), filled in when the command is recorded.
     #[serde(default)]
     pub provider: String,
     /// How many nodes to create; at least 1.
@@ -177,7 +178,9 @@ impl Resource for FleetCommand {
             _ => {}
         }
         if let Some(p) = &self.spec.provision {
-            validation::name(errors, "spec.provision.provider", &p.provider);
+            if !p.provider.is_empty() {
+                validation::name(errors, "spec.provision.provider", &p.provider);
+            }
             if p.count == 0 {
                 errors.push("spec.provision.count", Reason::Invalid, "0: must be at least 1");
             }
@@ -285,6 +288,7 @@ mod tests {
                 &["spec.provision.selectedOfferIds[1]"],
             ),
             (json!({"spec": {"provision": {"provider": "Vast AI"}}}), &["spec.provision.provider"]),
+            (json!({"spec": {"provision": {"provider": ""}}}), &["spec.provision.selectedOfferIds"]),
             (json!({"spec": {"provision": {"count": 5, "selectedOfferIds": []}}}), &[]),
             (json!({"status": {"nodes": ["node-1", "Node 2"]}}), &["status.nodes[1]"]),
         ];

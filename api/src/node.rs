@@ -67,6 +67,9 @@ pub struct NodeStatus {
     /// GPUs the worker reports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<Gpu>,
+    /// What the worker reported of its machine when it last joined or rejoined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeFacts>,
     /// Latest telemetry, summarized from the pull stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub telemetry: Option<TelemetrySummary>,
@@ -135,6 +138,38 @@ pub struct ProviderRef {
     /// `vastai`: the instance (contract) id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<u64>,
+}
+
+/// What a node's worker reports of its machine when it joins or rejoins.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeFacts {
+    /// The machine's host name.
+    #[serde(default)]
+    pub hostname: String,
+    /// Logical CPUs available to the worker.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Memory installed, in bytes.
+    #[serde(default)]
+    pub memory_total_bytes: u64,
+    /// The worker runs in agent-only mode (`MYELIN_AGENT_ONLY=1`): membership,
+    /// readiness and telemetry, no application payload.
+    #[serde(default)]
+    pub agent_only: bool,
+    /// When the worker process started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// `Join` (first contact) or `Rejoin` (back after a lost connection or a daemon
+    /// restart).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub joined_by: String,
+    /// When the daemon persisted these facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined_at: Option<Time>,
+    /// The daemon run's control generation the worker is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_generation: Option<u64>,
 }
 
 /// One GPU of a node.

@@ -371,7 +371,16 @@ impl Daemon {
         let mut child = tokio::process::Command::new(exe)
             // Without the Agent controller: it would give every benchmark Agent a spawn
             // Job, and this measures the API and the store, not agents starting.
-            .args(["serve", "--listen", "127.0.0.1:0", "--log", "warn", "--agent-controller=false"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--fleet-listen",
+                "127.0.0.1:0",
+                "--log",
+                "warn",
+                "--agent-controller=false",
+            ])
             .arg("--state-dir")
             .arg(&state)
             .stdin(std::process::Stdio::null())

@@ -145,7 +145,7 @@ pub enum Command {
     /// Create and list API tokens (admin only).
     Token(token::Args),
     /// Run the hive daemon.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Print the OpenAPI document.
     Openapi(openapi::Args),
     /// Print the JSON Schemas of every kind.
@@ -158,7 +158,7 @@ pub enum Command {
     Mcp(mcp::Args),
     /// Manage the fleet: provision nodes, kill one, list them.
     Fleet(fleet::Args),
-    /// Run one `process` fleet node (started by the daemon; ends when stdin closes).
+    /// Run one fleet node's worker (started by the daemon or a node's entrypoint).
     #[command(hide = true)]
     FleetWorker(fleet_worker::Args),
 }
@@ -216,7 +216,7 @@ pub async fn main() -> ExitCode {
         Command::Audit(args) => audit::exec(args, &ctx).await,
         Command::Logs(args) => logs::exec(args, &ctx).await,
         Command::Token(args) => token::exec(args, &ctx).await,
-        Command::Serve(args) => serve::exec(args, &ctx).await,
+        Command::Serve(args) => serve::exec(*args, &ctx).await,
         Command::Openapi(args) => openapi::exec(args, &ctx).await,
         Command::Schemas(args) => schemas::exec(args, &ctx).await,
         Command::Version(args) => version::exec(args, &ctx).await,

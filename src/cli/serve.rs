@@ -103,9 +103,42 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
     pub event_ttl: Duration,
 
-    /// The fleet provider of this daemon: `process` (local worker processes; the default).
+    /// The fleet provider of commands that name none: `process` (local worker processes;
+    /// the default), `docker` (containers on the local Docker Engine; see --docker-image)
+    /// or `vastai` (starts Unconfigured without a key: `hive fleet configure vastai`).
     #[arg(long, value_enum, value_name = "PROVIDER", default_value_t = crate::fleet::ProviderChoice::Process)]
     pub provider: crate::fleet::ProviderChoice,
+
+    /// UDP address of the fleet's iroh endpoint (control and telemetry). Keep the port
+    /// fixed so Docker and Vast.ai workers find a restarted daemon; listen on 0.0.0.0 for
+    /// nodes on other hosts or in containers. Port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7946", env = "HIVE_FLEET_LISTEN")]
+    pub fleet_listen: SocketAddr,
+
+    /// The address Vast.ai workers dial the daemon at (a public IP and port that reach
+    /// --fleet-listen), when it is not the bound one.
+    #[arg(long, value_name = "ADDR")]
+    pub fleet_advertise: Option<SocketAddr>,
+
+    /// iroh relays and discovery for the fleet endpoint: `disabled` (direct addresses
+    /// only; the default) or `n0` (n0's public relays and DNS discovery, for nodes behind
+    /// NAT; publishes the endpoint's addresses to n0).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = crate::fleet::net::RelayChoice::Disabled)]
+    pub fleet_relay: crate::fleet::net::RelayChoice,
+
+    /// Image of `docker` nodes when neither the command nor the Provider names one. It
+    /// must have `hive` on its PATH (deploy/rootfs.sh builds such a root filesystem).
+    #[arg(long, value_name = "IMAGE", default_value = "hive-node:latest")]
+    pub docker_image: String,
+
+    /// Docker network of `docker` nodes (created if missing) when the Provider names none.
+    #[arg(long, value_name = "NAME", default_value = "hive-fleet")]
+    pub docker_network: String,
+
+    /// Base URL of the Vast.ai API for the built-in `vastai` Provider (default: the public
+    /// API, https://console.vast.ai/api/v0).
+    #[arg(long, value_name = "URL", env = "HIVE_VASTAI_BASE_URL")]
+    pub vastai_base_url: Option<String>,
 
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
@@ -148,7 +181,15 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     })?;
     let tokens = TokenStore::open(&state_dir)?;
     let identity = crate::fleet::open_identity(&state_dir, args.reset_state)?;
-    let fleet = crate::fleet::Fleet::start(store.clone(), &identity).await?;
+    let fleet_config = crate::fleet::FleetConfig {
+        default_provider: args.provider,
+        net: crate::fleet::net::NetConfig { bind: args.fleet_listen, relay: args.fleet_relay },
+        advertise: args.fleet_advertise,
+        docker_image: args.docker_image.clone(),
+        docker_network: args.docker_network.clone(),
+        vastai_base_url: args.vastai_base_url.clone(),
+    };
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, fleet_config).await?;
 
     let listener =
         TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
@@ -202,7 +243,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         crate::agent_controller::spawn(engine.clone());
     }
     crate::approval_controller::spawn(engine.clone());
-    let state = state.with_engine(engine.clone());
+    let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
     let app = server::app(state);
     let shutdown = shutdown_signal();
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");

@@ -27,10 +27,12 @@ use crate::server::resources::admit;
 use crate::server::AppState;
 use crate::store::{self, Mutation, Store, Subresource};
 
-/// The internal (unserved) store kind holding the fleet's logical-id high-water mark.
+/// The internal (unserved) store kind holding the fleet's counters.
 pub const COUNTER_KIND: &str = "fleetcounters";
-/// The one object of [`COUNTER_KIND`].
+/// The logical-id high-water mark, an object of [`COUNTER_KIND`].
 pub const COUNTER_NAME: &str = "logical-ids";
+/// The control generation of the latest daemon run, an object of [`COUNTER_KIND`].
+pub const GENERATION_NAME: &str = "control-generation";
 /// The annotation a Kill command leaves on its node: the command id.
 pub const KILLED_BY: &str = "hive.dev/killed-by";
 /// The provider name that needs no Provider object: local worker processes.
@@ -74,7 +76,11 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let (object, warnings) = admit(kind_info(), value, params.field_validation()?)?;
+    let (mut object, warnings) = admit(kind_info(), value, params.field_validation()?)?;
+    if object["spec"]["provision"]["provider"].as_str() == Some("") {
+        let default = state.fleet.as_ref().map_or(DEFAULT_PROVIDER, |f| f.default_provider());
+        object["spec"]["provision"]["provider"] = json!(default);
+    }
     let dry_run = params.dry_run()?;
     let (code, stored) = submit(&state.store, object, dry_run).await?;
     Ok(respond(code, &stored, &warnings))
@@ -140,6 +146,26 @@ pub fn provider_type(store: &Store, name: &str) -> Option<ProviderType> {
     }
 }
 
+/// Advances and returns the control generation: one more than the previous daemon
+/// run's, durable before the control endpoint binds, so a surviving worker always sees
+/// a changed `myelin.manual-control` binding after a restart.
+pub async fn next_control_generation(store: &Store) -> store::Result<u64> {
+    let current = store.get(COUNTER_KIND, GENERATION_NAME).map(|c| (*c).clone());
+    let next = current.as_ref().and_then(|c| c["generation"].as_u64()).unwrap_or(0) + 1;
+    let mutation = match current {
+        Some(mut counter) => {
+            counter["generation"] = json!(next);
+            Mutation::Update { kind: COUNTER_KIND, object: counter, subresource: Subresource::Main }
+        }
+        None => Mutation::Create {
+            kind: COUNTER_KIND,
+            object: json!({"metadata": {"name": GENERATION_NAME}, "generation": next}),
+        },
+    };
+    store.commit(mutation, false).await?;
+    Ok(next)
+}
+
 /// The next unused logical id: above the persisted high-water mark and above every
 /// existing node's id. Returns it with the counter object as currently stored.
 pub fn next_logical_id(store: &Store) -> (u64, Option<Value>) {
@@ -172,13 +198,6 @@ fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<M
         };
         let mut errors = Errors::default();
         provision.validate_for(type_, &mut errors);
-        if type_ != ProviderType::Process {
-            errors.push(
-                "spec.provision.provider",
-                Reason::NotSupported,
-                format!("the {} provider is not available in this daemon yet", type_.as_str()),
-            );
-        }
         if !errors.is_empty() {
             return Err(ApiError::Invalid { kind: "FleetCommand".into(), name: id, errors: errors.0 });
         }

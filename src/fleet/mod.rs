@@ -1,62 +1,109 @@
 //! The fleet (Myelin): explicit, idempotent Provision and Kill commands over node
-//! providers. No reconciler: nothing is created or torn down unless a FleetCommand says
-//! so.
+//! providers. No reconciler: nothing is created, replaced or torn down unless a
+//! FleetCommand says so.
 //!
 //! - `identity.rs`: the daemon's durable iroh secret key in the state directory.
 //! - `commands.rs`: `POST fleetcommands` — the command and the Node intent it causes are
 //!   recorded in one store transaction before any provider call; replays of a command
 //!   id return the stored record.
-//! - `providers/`: what creates and destroys nodes (`process` so far).
-//! - this file: the executor. It watches FleetCommands and runs the provider calls of
-//!   each newly recorded (Pending) one exactly once, writing Node and command status as
-//!   it goes; at start it marks what a previous run left unfinished (a local worker
-//!   cannot be adopted: its node becomes Stopped, its command Failed); at shutdown it
-//!   stops the local workers and marks their nodes Stopped.
+//! - `providers/`: what creates and destroys nodes (`process`, `docker`, `vastai`) and
+//!   the registry of their readiness; `status.rs` writes it to each Provider.
+//! - `net/`: the iroh layer — the daemon's control ALPN (Join / RejoinHello, the
+//!   `myelin.manual-control` binding) and the telemetry ALPN each worker serves and the
+//!   daemon pulls.
+//! - `exec.rs`: runs each newly recorded command's provider work exactly once.
+//! - `members.rs`: persists a worker's Join / RejoinHello before it is welcomed, and
+//!   starts the node's telemetry pull; `telemetry_api.rs` serves that telemetry.
+//! - `recovery.rs`: at start, provider state is ground truth — a record with its
+//!   resource is adopted, a record without one is marked Stopped, a resource without a
+//!   record is reported as an `Orphaned` node and left alone.
+//! - `api.rs`: SearchOffers and ConfigureProvider.
+//!
+//! Shutdown stops local worker processes and clears their records (they cannot be
+//! adopted); Docker containers and Vast.ai instances are left running for the next
+//! daemon to adopt.
 
+pub mod api;
 pub mod commands;
+mod exec;
 pub mod identity;
+mod members;
+pub mod net;
 pub mod providers;
+mod recovery;
+pub mod status;
+mod telemetry_api;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
+use hive_api::fleet_command::FleetCommandPhase;
 use hive_api::meta::Time;
 use hive_api::node::NodePhase;
 use hive_api::provider::ProviderType;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::store::{EventType, Store, Subresource};
+use crate::store::{EventType, Mutation, Store, Subresource};
 use crate::update::update;
 use providers::process::{Exit, ProcessProvider};
+use providers::Providers;
 
 pub use identity::Identity;
 
-/// How long a new worker may take to announce readiness.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a new local worker may take to join.
+pub const PROCESS_READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a new container may take to join.
+pub const DOCKER_READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a new Vast.ai instance may take to join (image pull, boot, on-start).
+pub const VASTAI_READY_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How often a followed node's telemetry summary is written to its status.
+pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(2);
 
-/// The providers `hive serve --provider` accepts.
+/// The providers `hive serve --provider` accepts: the default of commands that name none.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProviderChoice {
     /// Local worker processes supervised over their stdin pipe (the default).
     #[default]
     Process,
+    /// Containers on the local Docker Engine (Provider `docker`).
+    Docker,
+    /// Leased Vast.ai instances (Provider `vastai`; starts Unconfigured without a key).
+    Vastai,
 }
 
-/// Loads (or creates) the daemon identity in `state_dir` and logs its public
-/// fingerprint; with `reset`, deletes the old one first.
-pub fn open_identity(state_dir: &Path, reset: bool) -> anyhow::Result<Identity> {
-    if reset {
-        Identity::reset(state_dir)?;
+impl ProviderChoice {
+    /// The Provider's name and type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProviderChoice::Process => "process",
+            ProviderChoice::Docker => "docker",
+            ProviderChoice::Vastai => "vastai",
+        }
     }
-    let (identity, created) = Identity::load_or_create(state_dir)?;
-    tracing::info!(fingerprint = %identity.fingerprint(), created, "fleet identity loaded");
-    Ok(identity)
+}
+
+/// How the fleet of this daemon run is set up (from `hive serve`'s flags).
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    /// The provider of commands that name none.
+    pub default_provider: ProviderChoice,
+    /// The daemon's iroh endpoint.
+    pub net: net::NetConfig,
+    /// The address workers on other hosts (Vast.ai) dial the daemon at, when it differs
+    /// from the bound one (a public address, a port forward).
+    pub advertise: Option<SocketAddr>,
+    /// The image of `docker` nodes when the Provider names none.
+    pub docker_image: String,
+    /// The Docker network of `docker` nodes when the Provider names none.
+    pub docker_network: String,
+    /// The Vast.ai API base URL of the built-in `vastai` Provider, when not the public API.
+    pub vastai_base_url: Option<String>,
 }
 
 fn now() -> Value {
@@ -71,34 +118,146 @@ fn is_terminal(phase: Option<NodePhase>) -> bool {
     matches!(phase, Some(NodePhase::Stopped | NodePhase::Killed | NodePhase::Failed | NodePhase::Orphaned))
 }
 
-/// The running fleet executor.
+/// Loads (or creates) the daemon identity in `state_dir` and logs its public
+/// fingerprint; with `reset`, deletes the old one first.
+pub fn open_identity(state_dir: &Path, reset: bool) -> anyhow::Result<Identity> {
+    if reset {
+        Identity::reset(state_dir)?;
+    }
+    let (identity, created) = Identity::load_or_create(state_dir)?;
+    tracing::info!(fingerprint = %identity.fingerprint(), created, "fleet identity loaded");
+    Ok(identity)
+}
+
+/// The running fleet.
 pub struct Fleet {
     store: Store,
+    /// Readiness and clients of every Provider.
+    pub providers: Arc<Providers>,
     process: Arc<ProcessProvider>,
+    net: Arc<net::FleetNet>,
+    members: Arc<members::Membership>,
+    config: FleetConfig,
+    /// This daemon's stable provider label: its identity's fingerprint. Docker
+    /// containers carry it, so two daemons on one engine never adopt each other's.
+    fleet_label: String,
+    /// This run's id (labels the containers it creates).
+    run_id: String,
     tasks: Mutex<JoinSet<()>>,
     /// Commands whose execution began in this run (each runs at most once).
     started: Mutex<HashSet<String>>,
+    /// Providers whose resources were recovered in this run.
+    recovered: Mutex<HashSet<String>>,
+    /// Nodes whose telemetry summary was written, by the frame time written last.
+    summarized: Mutex<HashMap<String, Option<Time>>>,
 }
 
 impl Fleet {
-    /// Marks what a previous run left unfinished, then starts executing new commands.
-    pub async fn start(store: Store, _identity: &Identity) -> anyhow::Result<Arc<Fleet>> {
+    /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
+    /// execution of newly recorded commands.
+    pub async fn start(store: Store, identity: &Identity, config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
         let exe = std::env::current_exe().context("finding the hive executable for fleet workers")?;
         let (exits_tx, exits) = mpsc::unbounded_channel();
+        let generation =
+            commands::next_control_generation(&store).await.context("recording the control generation")?;
+        let members = members::Membership::new(store.clone());
+        let net =
+            net::FleetNet::start(*identity.secret_bytes(), config.net.clone(), generation, members.clone())
+                .await
+                .context("starting the fleet's iroh endpoint")?;
+        tracing::info!(endpoint = %net.endpoint_id(), addrs = ?net.bound_addrs(), generation, "fleet endpoint bound");
         let fleet = Arc::new(Fleet {
             store: store.clone(),
+            providers: Providers::new(),
             process: ProcessProvider::new(exe, exits_tx),
+            net,
+            members,
+            fleet_label: identity.fingerprint(),
+            run_id: uuid::Uuid::new_v4().simple().to_string(),
+            config,
             tasks: Mutex::new(JoinSet::new()),
             started: Mutex::new(HashSet::new()),
+            recovered: Mutex::new(HashSet::new()),
+            summarized: Mutex::new(HashMap::new()),
         });
+        fleet.members.attach(&fleet);
+        fleet.ensure_builtin_providers().await;
+        recovery::process_nodes(&fleet).await;
         let revision = store.revision();
         let watch = store.watch("fleetcommands", revision).context("watching fleet commands")?;
-        fleet.mark_unfinished("the daemon restarted; a local worker process cannot be adopted").await;
+        exec::fail_interrupted_commands(&fleet).await;
         let runner = fleet.clone();
         fleet.spawn(async move { runner.follow(watch, revision).await });
         let watcher = fleet.clone();
         fleet.spawn(async move { watcher.watch_exits(exits).await });
+        let controller = fleet.clone();
+        let providers = fleet.providers.clone();
+        let weak = Arc::downgrade(&fleet);
+        fleet.spawn(async move {
+            status::run(controller.store.clone(), providers, move |name| {
+                if let Some(fleet) = weak.upgrade() {
+                    fleet.provider_ready(&name);
+                }
+            })
+            .await
+        });
+        let summaries = fleet.clone();
+        fleet.spawn(async move { summaries.write_summaries().await });
+        let deletions = fleet.clone();
+        fleet.spawn(async move { deletions.follow_deletions().await });
         Ok(fleet)
+    }
+
+    /// The name of the provider commands use when they name none.
+    pub fn default_provider(&self) -> &'static str {
+        self.config.default_provider.name()
+    }
+
+    /// The type of the default provider, if its Provider object exists.
+    pub fn default_provider_type(&self) -> Option<ProviderType> {
+        commands::provider_type(&self.store, self.default_provider())
+    }
+
+    /// The telemetry pulled from the nodes.
+    pub fn telemetry(&self) -> &net::TelemetryHub {
+        self.net.hub()
+    }
+
+    /// The daemon's iroh endpoint id.
+    pub fn endpoint_id(&self) -> String {
+        self.net.endpoint_id().to_string()
+    }
+
+    async fn ensure_builtin_providers(&self) {
+        status::ensure(&self.store, "process", ProviderType::Process, Value::Null).await;
+        match self.config.default_provider {
+            ProviderChoice::Process => {}
+            ProviderChoice::Docker => {
+                let settings =
+                    json!({"image": self.config.docker_image, "network": self.config.docker_network});
+                status::ensure(&self.store, "docker", ProviderType::Docker, settings).await;
+            }
+            ProviderChoice::Vastai => {
+                let mut settings = json!({});
+                if let Some(base) = &self.config.vastai_base_url {
+                    settings["baseUrl"] = json!(base);
+                }
+                if std::env::var_os("VASTAI_API_KEY").is_some() {
+                    settings["apiKeyEnv"] = json!("VASTAI_API_KEY");
+                }
+                status::ensure(&self.store, "vastai", ProviderType::Vastai, settings).await;
+            }
+        }
+    }
+
+    /// A provider became ready: recover its resources, once per run.
+    pub fn provider_ready(self: &Arc<Self>, name: &str) {
+        if !self.recovered.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string()) {
+            return;
+        }
+        let fleet = self.clone();
+        let name = name.to_string();
+        self.spawn(async move { recovery::recover(&fleet, &name).await });
     }
 
     /// Runs every newly recorded command, once. A watch that ends (it fell behind, or
@@ -136,59 +295,49 @@ impl Fleet {
             return;
         }
         let fleet = self.clone();
-        self.spawn(async move { fleet.execute(command).await });
+        self.spawn(async move { exec::execute(fleet, command).await });
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.tasks.lock().unwrap_or_else(PoisonError::into_inner).spawn(task);
     }
 
-    /// Stops executing, stops every local worker and marks unfinished nodes Stopped and
-    /// unfinished commands Failed. Call before the store shuts down.
+    /// Stops executing, stops every local worker and clears their records (a local
+    /// worker cannot be adopted), marks unfinished commands Failed, and leaves Docker
+    /// containers and Vast.ai instances running for the next daemon. Call before the
+    /// store shuts down.
     pub async fn shutdown(&self) {
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
         let stopped = self.process.stop_all().await;
         tracing::info!(workers = stopped.len(), "fleet: local workers stopped");
-        self.mark_unfinished("the daemon stopped; local worker processes end with it").await;
-    }
-
-    /// Nodes not in a terminal phase become Stopped; commands not terminal become Failed.
-    async fn mark_unfinished(&self, why: &str) {
         let (_, nodes) = self.store.list("nodes");
+        let mut cleared = 0;
         for node in nodes {
-            // Only local workers end with the daemon; a node without a phase was not
-            // recorded by a command (apply) and is left alone.
-            let local =
-                node["spec"]["provider"].as_str().and_then(|p| commands::provider_type(&self.store, p))
-                    == Some(ProviderType::Process);
-            if !local || phase_of(&node).is_none() || is_terminal(phase_of(&node)) {
+            if !self.is_local(&node) || phase_of(&node).is_none() {
                 continue;
             }
             let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            self.node_status(&name, |s| {
-                s["phase"] = json!(NodePhase::Stopped);
-                s["error"] = json!(why);
-                s["finishedAt"] = now();
-            })
-            .await;
-        }
-        let (_, commands) = self.store.list("fleetcommands");
-        for command in commands {
-            let phase: Option<FleetCommandPhase> =
-                serde_json::from_value(command["status"]["phase"].clone()).ok();
-            if phase.is_none_or(FleetCommandPhase::is_terminal) {
-                continue;
+            let delete =
+                Mutation::Delete { kind: "nodes", name: name.clone(), uid: None, resource_version: None };
+            match self.store.commit(delete, false).await {
+                Ok(_) => cleared += 1,
+                Err(err) => tracing::warn!(node = name, %err, "clearing a local node's record failed"),
             }
-            let name = command["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            self.command_status(&name, |s| {
-                s["phase"] = json!(FleetCommandPhase::Failed);
-                s["error"] = json!(format!("interrupted: {why}"));
-                s["finishedAt"] = now();
-            })
-            .await;
         }
+        tracing::info!(cleared, "fleet: local node records cleared; containers and instances left running");
+        exec::fail_unfinished_commands(self, "the daemon stopped").await;
+        self.net.shutdown().await;
+    }
+
+    /// Whether `node` is a local worker process (of a `process` provider).
+    fn is_local(&self, node: &Value) -> bool {
+        self.node_provider_type(node) == Some(ProviderType::Process)
+    }
+
+    fn node_provider_type(&self, node: &Value) -> Option<ProviderType> {
+        node["spec"]["provider"].as_str().and_then(|p| commands::provider_type(&self.store, p))
     }
 
     async fn node_status(&self, name: &str, change: impl FnMut(&mut Value) + Send) -> Option<Value> {
@@ -199,155 +348,11 @@ impl Fleet {
         write_status(&self.store, "fleetcommands", name, change).await
     }
 
-    /// Runs the provider work of a newly recorded command, once.
-    async fn execute(self: Arc<Self>, object: Value) {
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let command: FleetCommand = match serde_json::from_value(object.clone()) {
-            Ok(c) => c,
-            Err(err) => {
-                tracing::warn!(command = name, %err, "undecodable fleet command");
-                return;
-            }
-        };
-        match command.status.phase {
-            Some(FleetCommandPhase::Pending) => {}
-            // Created by a write that bypassed POST (apply, PUT): it recorded no node
-            // intent, so it is left as it is, inert.
-            None => {
-                tracing::warn!(command = name, "fleet command not created by POST: not run");
-                return;
-            }
-            Some(_) => return,
-        }
-        self.command_status(&name, |s| {
-            s["phase"] = json!(FleetCommandPhase::Running);
-            s["startedAt"] = now();
-        })
-        .await;
-        let result = if command.spec.provision.is_some() {
-            let runs = command.status.nodes.iter().map(|node| self.clone().provision(node.clone()));
-            let errors: Vec<String> =
-                futures_util::future::join_all(runs).await.into_iter().filter_map(Result::err).collect();
-            if errors.is_empty() {
-                Ok(())
-            } else {
-                Err(errors.join("; "))
-            }
-        } else if let Some(kill) = &command.spec.kill {
-            self.kill(&kill.node).await
-        } else {
-            Err("neither provision nor kill is set".to_string())
-        };
-        self.command_status(&name, |s| {
-            match &result {
-                Ok(()) => s["phase"] = json!(FleetCommandPhase::Succeeded),
-                Err(err) => {
-                    s["phase"] = json!(FleetCommandPhase::Failed);
-                    s["error"] = json!(err);
-                }
-            }
-            s["finishedAt"] = now();
-        })
-        .await;
-        tracing::info!(command = name, action = command.action(), ok = result.is_ok(), "fleet command done");
-    }
-
-    fn kill_requested(&self, node: &str) -> bool {
-        self.store
-            .get("nodes", node)
-            .is_none_or(|n| n["metadata"]["annotations"][commands::KILLED_BY].is_string())
-    }
-
-    /// Creates one node's worker and waits until it is ready.
-    async fn provision(self: Arc<Self>, node: String) -> Result<(), String> {
-        if self.kill_requested(&node) {
-            return Err(format!("{node}: killed before it was created"));
-        }
-        self.node_status(&node, |s| s["phase"] = json!(NodePhase::Provisioning)).await;
-        let spawned = match self.process.spawn(&node) {
-            Ok(spawned) => spawned,
-            Err(err) => {
-                let error = format!("{node}: starting the worker failed: {err}");
-                self.fail_node(&node, &error).await;
-                return Err(error);
-            }
-        };
-        let pid = spawned.pid;
-        self.node_status(&node, |s| {
-            s["providerRef"] = json!({"pid": pid});
-            s["provisionedAt"] = now();
-        })
-        .await;
-        match tokio::time::timeout(READY_TIMEOUT, spawned.ready).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                let error = format!("{node}: the worker exited before it was ready");
-                self.process.stop(&node).await;
-                self.fail_node(&node, &error).await;
-                return Err(error);
-            }
-            Err(_) => {
-                let error = format!("{node}: the worker was not ready within {}s", READY_TIMEOUT.as_secs());
-                self.process.stop(&node).await;
-                self.fail_node(&node, &error).await;
-                return Err(error);
-            }
-        }
-        if self.kill_requested(&node) {
-            // A Kill raced the create; its executor found no worker yet, so stop it here.
-            self.process.stop(&node).await;
-            self.node_status(&node, |s| {
-                s["phase"] = json!(NodePhase::Killed);
-                s["finishedAt"] = now();
-            })
-            .await;
-            return Ok(());
-        }
-        self.node_status(&node, |s| {
-            if s["phase"] == json!(NodePhase::Provisioning) {
-                s["phase"] = json!(NodePhase::Running);
-                s["readyAt"] = now();
-            }
-        })
-        .await;
-        tracing::info!(node, pid, "fleet node ready");
-        Ok(())
-    }
-
-    async fn fail_node(&self, node: &str, error: &str) {
-        self.node_status(node, |s| {
-            s["phase"] = json!(NodePhase::Failed);
-            s["error"] = json!(error);
-            s["finishedAt"] = now();
-        })
-        .await;
-    }
-
-    /// Stops one node's worker, keeping its record in a terminal phase.
-    async fn kill(&self, node: &str) -> Result<(), String> {
-        let Some(current) = self.store.get("nodes", node) else {
-            return Err(format!("{node}: no such node"));
-        };
-        let was_terminal = is_terminal(phase_of(&current));
-        if !was_terminal {
-            self.node_status(node, |s| s["phase"] = json!(NodePhase::Killing)).await;
-        }
-        let stopped = self.process.stop(node).await;
-        if !was_terminal {
-            self.node_status(node, |s| {
-                s["phase"] = json!(NodePhase::Killed);
-                s["finishedAt"] = now();
-            })
-            .await;
-        }
-        tracing::info!(node, stopped, "fleet node killed");
-        Ok(())
-    }
-
     /// Marks the node of a worker that exited by itself Failed.
     async fn watch_exits(&self, mut exits: mpsc::UnboundedReceiver<Exit>) {
         while let Some(exit) = exits.recv().await {
             tracing::warn!(node = exit.node, status = exit.status, "fleet worker exited unexpectedly");
+            self.net.forget(&exit.node);
             let error = format!("the worker exited unexpectedly ({})", exit.status);
             self.node_status(&exit.node, |s| {
                 if !is_terminal(serde_json::from_value(s["phase"].clone()).ok()) {
@@ -358,6 +363,73 @@ impl Fleet {
             })
             .await;
         }
+    }
+
+    /// A deleted node record stops its telemetry pull, and its local worker (which
+    /// nothing could see or adopt any more). A container or instance is never destroyed
+    /// by a delete: only a Kill command does that.
+    async fn follow_deletions(&self) {
+        let mut revision = self.store.revision();
+        loop {
+            let mut watch = match self.store.watch("nodes", revision) {
+                Ok(watch) => watch,
+                Err(crate::store::Error::Closed) => return,
+                Err(_) => {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    revision = self.store.revision();
+                    continue;
+                }
+            };
+            while let Some(Ok(event)) = watch.next().await {
+                revision = event.revision;
+                if event.type_ != EventType::Deleted {
+                    continue;
+                }
+                let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                self.net.forget(&name);
+                self.summarized.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+                if self.process.is_running(&name) {
+                    tracing::info!(node = name, "fleet: node record deleted; stopping its local worker");
+                    self.process.stop(&name).await;
+                }
+            }
+            revision = revision.max(self.store.list("nodes").0);
+        }
+    }
+
+    /// Every [`SUMMARY_INTERVAL`], writes the latest telemetry summary of each followed
+    /// node to its status (only when a newer frame arrived).
+    async fn write_summaries(&self) {
+        let mut tick = tokio::time::interval(SUMMARY_INTERVAL);
+        loop {
+            tick.tick().await;
+            for node in self.telemetry().nodes_known() {
+                let Some(summary) = self.telemetry().summary(&node) else { continue };
+                let seen = self.summarized.lock().unwrap_or_else(PoisonError::into_inner).get(&node).cloned();
+                if seen == Some(summary.updated_at) {
+                    continue;
+                }
+                let value = serde_json::to_value(&summary).unwrap_or_default();
+                let written = self
+                    .node_status(&node, |s| {
+                        if !is_terminal(serde_json::from_value(s["phase"].clone()).ok()) {
+                            s["telemetry"] = value.clone();
+                        }
+                    })
+                    .await;
+                if written.is_some() {
+                    self.summarized
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(node, summary.updated_at);
+                }
+            }
+        }
+    }
+
+    /// Resolves when `node` joined (or rejoined) after this call.
+    fn await_join(&self, node: &str) -> oneshot::Receiver<()> {
+        self.members.waiter(node)
     }
 }
 
@@ -378,5 +450,14 @@ async fn write_status(
             tracing::warn!(kind, name, %err, "fleet status write failed");
             None
         }
+    }
+}
+
+/// The phase of a terminal command, from its result.
+fn command_result(result: &Result<(), String>) -> FleetCommandPhase {
+    if result.is_ok() {
+        FleetCommandPhase::Succeeded
+    } else {
+        FleetCommandPhase::Failed
     }
 }

@@ -62,6 +62,8 @@ pub struct AppState {
     pub openapi_hash: Arc<str>,
     /// The scheduler and runtime behind Jobs, when the daemon runs them.
     pub engine: Option<Arc<crate::daemon::Engine>>,
+    /// The fleet (providers, offers, telemetry), when the daemon runs it.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 impl AppState {
@@ -75,12 +77,19 @@ impl AppState {
             openapi_json: Arc::new(json),
             openapi_hash: Arc::from(hash),
             engine: None,
+            fleet: None,
         }
     }
 
     /// The same state with the engine that runs Jobs.
     pub fn with_engine(mut self, engine: Arc<crate::daemon::Engine>) -> AppState {
         self.engine = Some(engine);
+        self
+    }
+
+    /// The same state with the fleet behind `/hive/v1/fleet`.
+    pub fn with_fleet(mut self, fleet: Arc<crate::fleet::Fleet>) -> AppState {
+        self.fleet = Some(fleet);
         self
     }
 }
@@ -98,6 +107,7 @@ pub fn app(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(tokens::router())
         .merge(audit::router())
+        .merge(crate::fleet::api::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
@@ -135,6 +145,10 @@ fn required(method: &Method, path: &str) -> (Verb, String) {
     }
     if resource == "providers" {
         return (Verb::Admin, resource);
+    }
+    if let Some(rest) = path.strip_prefix("/hive/v1/fleet/providers/") {
+        // ConfigureProvider: credentials, like every Provider write, are admin's.
+        return (Verb::Admin, format!("providers/{rest}"));
     }
     (Verb::Write, resource)
 }

@@ -678,6 +678,8 @@ fn unit_command_line_starts_and_stops_the_daemon() {
     }
     let mut child = Command::new(hive_bin())
         .args(&args)
+        // The fleet endpoint's fixed default port would collide with parallel tests.
+        .env("HIVE_FLEET_LISTEN", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

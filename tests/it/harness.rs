@@ -58,6 +58,12 @@ impl Daemon {
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir)
             .args(["--bookmark-interval", "1s", "--log", "info"])
+            // The fleet endpoint's fixed default port would collide between tests.
+            .args(if extra.contains(&"--fleet-listen") {
+                &[][..]
+            } else {
+                &["--fleet-listen", "127.0.0.1:0"][..]
+            })
             // The suite's example agents point at repositories it must not reach; the
             // tests that exercise the Agent controller turn it on.
             .args(if extra.iter().any(|a| a.starts_with("--agent-controller")) {

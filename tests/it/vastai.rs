@@ -21,7 +21,7 @@ use hive_api::provider::{OfferFilter, ProviderState};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-const KEY: &str = "vast-test-key-5f1c0a9e3b7d4c21";
+pub(crate) const KEY: &str = "vast-test-key-5f1c0a9e3b7d4c21";
 
 /// What the stand-in does to the next create.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,29 +37,29 @@ enum Fault {
 }
 
 #[derive(Default)]
-struct Inner {
+pub(crate) struct Inner {
     offers: Vec<Value>,
-    instances: BTreeMap<u64, Value>,
+    pub(crate) instances: BTreeMap<u64, Value>,
     next_id: u64,
     /// Every rental: (offer id, label).
     rentals: Vec<(u64, String)>,
     /// Every request: `METHOD /path`.
-    requests: Vec<String>,
+    pub(crate) requests: Vec<String>,
     /// 429s still to answer, each with its optional Retry-After (seconds).
     throttle: VecDeque<Option<u64>>,
     /// Faults for the next creates, in order.
     faults: VecDeque<Fault>,
     page_size: usize,
     /// Whether any request carried the key in its URL.
-    key_in_url: bool,
+    pub(crate) key_in_url: bool,
     last_query: Value,
-    last_create: Value,
+    pub(crate) last_create: Value,
     /// List calls still to answer as if the list lagged: without any instance.
     lagging_lists: u32,
 }
 
 #[derive(Clone)]
-struct Stand {
+pub(crate) struct Stand {
     inner: Arc<Mutex<Inner>>,
     drop_connections: Arc<Notify>,
 }
@@ -71,7 +71,7 @@ fn offer(id: u64, gpu: &str, gpus: u32, price: f64, geo: &str) -> Value {
            "rented": false, "external": false, "disk_space": 200.0, "cuda_max_good": 12.8})
 }
 
-fn offers() -> Vec<Value> {
+pub(crate) fn offers() -> Vec<Value> {
     let mut rented = offer(106, "RTX 4090", 1, 0.20, "Austin, US");
     rented["rented"] = json!(true);
     vec![
@@ -118,7 +118,7 @@ fn reply(code: u16, body: Value) -> Response {
 }
 
 impl Stand {
-    async fn start(offers: Vec<Value>) -> (Stand, String) {
+    pub(crate) async fn start(offers: Vec<Value>) -> (Stand, String) {
         let stand = Stand {
             inner: Arc::new(Mutex::new(Inner { offers, next_id: 5000, page_size: 25, ..Default::default() })),
             drop_connections: Arc::new(Notify::new()),
@@ -151,15 +151,15 @@ impl Stand {
         (stand, format!("http://{addr}/api/v0"))
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn rentals(&self) -> Vec<(u64, String)> {
+    pub(crate) fn rentals(&self) -> Vec<(u64, String)> {
         self.lock().rentals.clone()
     }
 
-    fn count(&self, prefix: &str) -> usize {
+    pub(crate) fn count(&self, prefix: &str) -> usize {
         self.lock().requests.iter().filter(|r| r.starts_with(prefix)).count()
     }
 

@@ -72,10 +72,21 @@ impl ProcessProvider {
         self.workers().contains_key(node)
     }
 
-    /// Starts the worker of `node`.
-    pub fn spawn(self: &Arc<Self>, node: &str) -> std::io::Result<Spawned> {
-        let mut child = Command::new(&self.exe)
-            .args(["fleet-worker", "--node", node])
+    /// Starts the worker of `node`: `hive fleet-worker --node NODE ARGS…` in agent-only
+    /// mode (`MYELIN_AGENT_ONLY=1`), its stdin the supervision pipe. `settings` (the
+    /// Provider's `spec.process`) may name another executable and add environment.
+    pub fn spawn(
+        self: &Arc<Self>,
+        node: &str,
+        args: &[String],
+        settings: &hive_api::provider::ProcessProvider,
+    ) -> std::io::Result<Spawned> {
+        let exe = settings.executable.as_ref().map_or_else(|| self.exe.clone(), PathBuf::from);
+        let mut child = Command::new(&exe)
+            .args(["fleet-worker", "--node", node, "--supervise", "stdin"])
+            .args(args)
+            .envs(&settings.env)
+            .env("MYELIN_AGENT_ONLY", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,0 +1,275 @@
+//! The fleet's own routes beside the resource API (`/hive/v1/fleet/...`): SearchOffers,
+//! ConfigureProvider and the live telemetry stream of a node. Provision, Kill and Query
+//! are the resource API itself (`fleetcommands`, `nodes`, `providers`).
+//!
+//! - `GET /hive/v1/fleet/offers?provider=&gpu=&numGpus=&minGpuRamGb=&maxPrice=&minReliability=&verified=&geo=`
+//!   searches a ready Vast.ai provider's offers without leasing anything; unset filters
+//!   fall back to the Provider's `spec.vastai.search`.
+//! - `POST /hive/v1/fleet/providers/{name}/configure` (admin) validates a Vast.ai key and
+//!   bootstrap settings and, only when they check out, keeps the key in memory and
+//!   stores the non-secret settings; a key that fails changes nothing (422 naming
+//!   `apiKey`). The key is never stored, returned or logged.
+//! - `GET /hive/v1/fleet/nodes/{name}/telemetry`: see [`super::telemetry_api`].
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hive_api::provider::{OfferFilter, Provider, ProviderType};
+use hive_api::validation::{Reason, ValidationError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::providers::vastai::{self, ApiKey};
+use super::Fleet;
+use crate::server::error::{ApiError, ApiResult};
+use crate::server::AppState;
+use crate::store::{Mutation, Subresource};
+
+/// The fleet routes.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/hive/v1/fleet/offers", get(offers))
+        .route("/hive/v1/fleet/providers/{name}/configure", post(configure))
+        .route("/hive/v1/fleet/nodes/{name}/telemetry", get(super::telemetry_api::stream))
+}
+
+pub(super) fn fleet(state: &AppState) -> ApiResult<&std::sync::Arc<Fleet>> {
+    state.fleet.as_ref().ok_or_else(|| ApiError::BadRequest("this server runs no fleet".into()))
+}
+
+fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Invalid {
+        kind: kind.into(),
+        name: name.into(),
+        errors: vec![ValidationError::new(field, Reason::Invalid, message)],
+    }
+}
+
+/// The query of SearchOffers.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OfferQuery {
+    provider: Option<String>,
+    gpu: Option<String>,
+    num_gpus: Option<u32>,
+    min_gpu_ram_gb: Option<u32>,
+    max_price: Option<f64>,
+    min_reliability: Option<f64>,
+    verified: Option<bool>,
+    /// Comma-separated country codes.
+    geo: Option<String>,
+}
+
+impl OfferQuery {
+    /// `base` (the Provider's search settings) with every filter the query sets.
+    fn filter(&self, base: Option<OfferFilter>) -> OfferFilter {
+        let mut filter = base.unwrap_or_default();
+        if let Some(gpu) = &self.gpu {
+            filter.gpu_name = Some(gpu.clone());
+        }
+        filter.num_gpus = self.num_gpus.or(filter.num_gpus);
+        filter.min_gpu_ram_gb = self.min_gpu_ram_gb.or(filter.min_gpu_ram_gb);
+        filter.max_dollars_per_hour = self.max_price.or(filter.max_dollars_per_hour);
+        filter.min_reliability = self.min_reliability.or(filter.min_reliability);
+        filter.verified = self.verified.or(filter.verified);
+        if let Some(geo) = &self.geo {
+            filter.geolocation =
+                geo.split(',').map(str::trim).filter(|g| !g.is_empty()).map(str::to_uppercase).collect();
+        }
+        filter
+    }
+}
+
+fn provider_object(state: &AppState, name: &str) -> ApiResult<Provider> {
+    let object = state
+        .store
+        .get("providers", name)
+        .ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name: name.into() })?;
+    serde_json::from_value((*object).clone()).map_err(|e| ApiError::Internal(e.into()))
+}
+
+/// The Vast.ai provider a request means: the one named, else the daemon's default when it
+/// is a Vast.ai provider, else the one named `vastai`.
+fn vast_provider_name(fleet: &Fleet, named: Option<&str>) -> String {
+    match named {
+        Some(name) => name.to_string(),
+        None if fleet.default_provider_type() == Some(ProviderType::Vastai) => {
+            fleet.default_provider().to_string()
+        }
+        None => "vastai".to_string(),
+    }
+}
+
+async fn offers(
+    State(state): State<AppState>,
+    query: Result<Query<OfferQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("offer search: {}", e.body_text())))?;
+    if query.max_price.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
+        return Err(ApiError::BadRequest("maxPrice must be a positive number of dollars per hour".into()));
+    }
+    if query.min_reliability.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
+        return Err(ApiError::BadRequest("minReliability must be between 0 and 1".into()));
+    }
+    let fleet = fleet(&state)?;
+    let name = vast_provider_name(fleet, query.provider.as_deref());
+    let provider = provider_object(&state, &name)?;
+    if provider.spec.type_ != ProviderType::Vastai {
+        return Err(ApiError::BadRequest(format!(
+            "provider {name:?} is a {} provider; only Vast.ai providers have offers",
+            provider.spec.type_.as_str()
+        )));
+    }
+    let client = fleet.providers.vast(&name).map_err(|why| ApiError::Conflict {
+        plural: "providers".into(),
+        name: name.clone(),
+        message: why,
+    })?;
+    let filter = query.filter(provider.spec.vastai.and_then(|v| v.search));
+    let offers = client.search_offers(&filter).await.map_err(|err| ApiError::Conflict {
+        plural: "providers".into(),
+        name: name.clone(),
+        message: format!("searching Vast.ai offers failed: {err}"),
+    })?;
+    let offers: Vec<Value> = offers
+        .iter()
+        .map(|offer| {
+            let mut v = serde_json::to_value(offer).unwrap_or_default();
+            if let Some(mb) = offer.gpu_ram_mb {
+                v["gpuRamGb"] = json!((mb / 1000.0 * 10.0).round() / 10.0);
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({"provider": name, "filter": filter_json(&filter), "offers": offers})).into_response())
+}
+
+fn filter_json(filter: &OfferFilter) -> Value {
+    serde_json::to_value(filter).unwrap_or_default()
+}
+
+/// The body of ConfigureProvider. The key is write-only.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Configure {
+    api_key: Option<String>,
+    base_url: Option<String>,
+    image: Option<String>,
+    onstart: Option<String>,
+    disk_gb: Option<u32>,
+}
+
+impl std::fmt::Debug for Configure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Configure")
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("base_url", &self.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn configure(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Body,
+) -> ApiResult<Response> {
+    let bytes = crate::server::body::read(body).await?;
+    // Never echo the body back in an error: it may hold the key.
+    let request: Configure = serde_json::from_slice(&bytes).map_err(|e| {
+        let text = e.to_string();
+        // serde quotes wrongly typed values, which may be the key: say only where.
+        let what = if text.starts_with("unknown field") || text.starts_with("missing field") {
+            text
+        } else {
+            format!("not a valid body at line {} column {}", e.line(), e.column())
+        };
+        ApiError::BadRequest(format!(
+            "ConfigureProvider body: {what}; expected a JSON object with apiKey, baseUrl, image, onstart, diskGb"
+        ))
+    })?;
+    let fleet = fleet(&state)?;
+    let current = match state.store.get("providers", &name) {
+        Some(object) => {
+            serde_json::from_value::<Provider>((*object).clone()).map_err(|e| ApiError::Internal(e.into()))?
+        }
+        None if name == "vastai" => {
+            super::status::ensure(&state.store, &name, ProviderType::Vastai, json!({})).await;
+            provider_object(&state, &name)?
+        }
+        None => return Err(ApiError::NotFound { plural: "providers".into(), name }),
+    };
+    if current.spec.type_ != ProviderType::Vastai {
+        return Err(invalid(
+            "Provider",
+            &name,
+            "spec.type",
+            format!(
+                "ConfigureProvider takes Vast.ai credentials; {name:?} is a {} provider: edit its spec instead",
+                current.spec.type_.as_str()
+            ),
+        ));
+    }
+    let mut wanted = current.clone();
+    let settings = wanted.spec.vastai.get_or_insert_with(Default::default);
+    if let Some(base) = request.base_url {
+        settings.base_url = Some(base);
+    }
+    if let Some(image) = request.image {
+        settings.image = Some(image);
+    }
+    if let Some(onstart) = request.onstart {
+        settings.onstart = Some(onstart);
+    }
+    if let Some(disk) = request.disk_gb {
+        if disk < vastai::MIN_DISK_GB {
+            return Err(invalid(
+                "Provider",
+                &name,
+                "diskGb",
+                format!("{disk}: must be at least {} GB", vastai::MIN_DISK_GB),
+            ));
+        }
+        settings.disk_gb = Some(disk);
+    }
+    let mut errors = hive_api::validation::Errors::default();
+    hive_api::resource::Resource::validate(&wanted, &mut errors);
+    if !errors.is_empty() {
+        return Err(ApiError::Invalid { kind: "Provider".into(), name, errors: errors.0 });
+    }
+    let key = match request.api_key {
+        Some(text) => Some(ApiKey::new(text).map_err(|why| invalid("Provider", &name, "apiKey", why))?),
+        None => None,
+    };
+    let entry = fleet
+        .providers
+        .check(&wanted, key)
+        .await
+        .map_err(|why| invalid("Provider", &name, "apiKey", format!("{why}; nothing was changed")))?;
+    if wanted.spec != current.spec {
+        let mut object = serde_json::to_value(&wanted).map_err(|e| ApiError::Internal(e.into()))?;
+        object["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+        let stored = state
+            .store
+            .commit(Mutation::Update { kind: "providers", object, subresource: Subresource::Main }, false)
+            .await?
+            .into_object();
+        // The check ran against the new spec; record it against the new generation.
+        let mut entry = entry;
+        entry.generation = stored["metadata"]["generation"].as_i64().unwrap_or(entry.generation);
+        fleet.providers.record(&name, entry.clone());
+        super::status::write(&state.store, &name, &entry).await;
+        tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
+    } else {
+        super::status::write(&state.store, &name, &entry).await;
+        tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
+    }
+    fleet.provider_ready(&name);
+    let object = state
+        .store
+        .get("providers", &name)
+        .ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
+    Ok((StatusCode::OK, Json((*object).clone())).into_response())
+}

@@ -1,0 +1,132 @@
+//! The fleet's membership sink: a worker's Join or RejoinHello is checked against its
+//! node record and persisted (endpoint, addresses, GPUs, runtime facts, the control
+//! generation it binds to) before the daemon welcomes it. A Join ends the wait of the
+//! Provision that created the node; a Rejoin (a worker that survived a daemon restart)
+//! restarts the node's telemetry pull.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use hive_api::meta::Time;
+use hive_api::node::{Gpu, NodePhase, RuntimeFacts};
+use serde_json::json;
+use tokio::sync::oneshot;
+
+use super::net::control::AdmitFuture;
+use super::net::{Hello, HelloKind, Members};
+use super::{phase_of, Fleet};
+use crate::store::Store;
+
+/// Persists joins; see the module docs.
+pub(super) struct Membership {
+    store: Store,
+    waiters: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    fleet: OnceLock<Weak<Fleet>>,
+}
+
+impl Membership {
+    pub(super) fn new(store: Store) -> Arc<Membership> {
+        Arc::new(Membership { store, waiters: Mutex::new(HashMap::new()), fleet: OnceLock::new() })
+    }
+
+    /// Lets admitted Rejoins restart telemetry through `fleet`.
+    pub(super) fn attach(&self, fleet: &Arc<Fleet>) {
+        let _ = self.fleet.set(Arc::downgrade(fleet));
+    }
+
+    /// Resolves at `node`'s next admitted Join or Rejoin.
+    pub(super) fn waiter(&self, node: &str) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner).insert(node.to_string(), tx);
+        rx
+    }
+
+    fn fleet(&self) -> Option<Arc<Fleet>> {
+        self.fleet.get().and_then(Weak::upgrade)
+    }
+}
+
+/// Why a Hello for `node` (as stored) is refused, if it is.
+fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
+    let Some(node) = node else {
+        return Some(format!("{}: no such node in this fleet", hello.node));
+    };
+    if node["spec"]["logicalId"].as_u64() != Some(hello.logical_id) {
+        return Some(format!(
+            "{}: logical id {} does not match the record ({})",
+            hello.node, hello.logical_id, node["spec"]["logicalId"]
+        ));
+    }
+    match phase_of(node) {
+        Some(NodePhase::Pending | NodePhase::Provisioning | NodePhase::Running | NodePhase::Failed) => None,
+        Some(phase) => Some(format!("{}: the node is {} and takes no worker", hello.node, phase.as_str())),
+        None => Some(format!("{}: the node was not created by a command", hello.node)),
+    }
+}
+
+impl Members for Membership {
+    fn admit(&self, hello: Hello) -> AdmitFuture {
+        let store = self.store.clone();
+        let fleet = self.fleet();
+        let waiter = self.waiters.lock().unwrap_or_else(PoisonError::into_inner).remove(&hello.node);
+        let waiters_back = waiter.is_some();
+        Box::pin(async move {
+            let stored = store.get("nodes", &hello.node);
+            if let Some(why) = refusal(&hello, stored.as_deref()) {
+                tracing::warn!(node = hello.node, why, "fleet: worker refused");
+                return Err(why);
+            }
+            let generation = fleet.as_ref().map(|f| f.net.generation());
+            let facts = RuntimeFacts {
+                hostname: hello.facts.hostname.clone(),
+                cpus: hello.facts.cpus,
+                memory_total_bytes: hello.facts.memory_total_bytes,
+                agent_only: hello.facts.agent_only,
+                started_at: Some(Time(hello.facts.started_at)),
+                joined_by: format!("{:?}", hello.kind),
+                joined_at: Some(Time(chrono::Utc::now())),
+                control_generation: generation,
+            };
+            let gpus: Vec<Gpu> = hello
+                .facts
+                .gpus
+                .iter()
+                .map(|g| Gpu { name: g.name.clone(), memory_mib: Some(g.memory_mib) })
+                .collect();
+            let addresses: Vec<String> = hello.addresses.iter().map(ToString::to_string).collect();
+            let written = super::write_status(&store, "nodes", &hello.node, |s| {
+                s["endpointId"] = json!(hello.endpoint_id);
+                s["addresses"] = json!(addresses);
+                s["gpus"] = json!(gpus);
+                s["runtime"] = json!(facts);
+            })
+            .await;
+            if written.is_none() {
+                return Err(format!("{}: persisting the worker's facts failed; retry", hello.node));
+            }
+            tracing::info!(node = hello.node, kind = ?hello.kind, generation, "fleet: worker admitted");
+            match (waiter, hello.kind) {
+                (Some(waiter), _) => {
+                    let _ = waiter.send(());
+                }
+                (None, kind) => {
+                    if kind == HelloKind::Join && waiters_back {
+                        return Ok(());
+                    }
+                    // A worker back after a lost connection or a daemon restart: pull its
+                    // telemetry again (after the Welcome goes out).
+                    if let Some(fleet) = fleet {
+                        let node = hello.node.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            if let Err(err) = super::exec::start_telemetry(&fleet, &node).await {
+                                tracing::warn!(node, err, "fleet: telemetry after rejoin failed");
+                            }
+                        });
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,244 @@
+//! Recovery at start. Provider state is ground truth:
+//! - a node record with its provider resource → adopted: its phase follows the
+//!   resource, and its worker's RejoinHello restarts the telemetry pull;
+//! - a record without a resource → `Stopped`, never recreated;
+//! - a resource carrying this fleet's label without a record → an `Orphaned` node the
+//!   operator sees; nothing is done to the resource.
+//!
+//! Local worker processes cannot be adopted (they end with the daemon that supervised
+//! them), so their live records become `Stopped` at once. Docker and Vast.ai resources
+//! are recovered when their provider is first found ready in this run.
+
+use std::collections::BTreeMap;
+
+use hive_api::node::{Node, NodePhase, NodeSpec, ProviderRef};
+use hive_api::provider::ProviderType;
+use serde_json::json;
+
+use super::providers::vastai::LABEL_PREFIX;
+use super::{commands, exec, now, Fleet};
+use crate::store::Mutation;
+
+/// What recovery found of one node at its provider.
+struct Found {
+    /// The node its labels name, if any.
+    node: Option<String>,
+    logical_id: Option<u64>,
+    command: Option<String>,
+    reference: ProviderRef,
+    /// Whether the resource runs.
+    running: bool,
+    /// The provider's word for its state.
+    state: String,
+}
+
+/// Live records of local workers → Stopped.
+pub(super) async fn process_nodes(fleet: &Fleet) {
+    let (_, nodes) = fleet.store.list("nodes");
+    for node in nodes {
+        if !fleet.is_local(&node) || !exec::is_live(&node) {
+            continue;
+        }
+        let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        mark_stopped(fleet, &name, "the daemon restarted; a local worker process cannot be adopted").await;
+    }
+}
+
+async fn mark_stopped(fleet: &Fleet, name: &str, why: &str) {
+    tracing::info!(node = name, why, "fleet recovery: node stopped");
+    fleet
+        .node_status(name, |s| {
+            s["phase"] = json!(NodePhase::Stopped);
+            s["error"] = json!(why);
+            s["finishedAt"] = now();
+        })
+        .await;
+}
+
+/// Lists what provider `name` holds for this fleet.
+async fn list(fleet: &Fleet, name: &str, type_: ProviderType) -> Result<Vec<Found>, String> {
+    match type_ {
+        ProviderType::Process => Ok(Vec::new()),
+        ProviderType::Docker => {
+            let docker = fleet.providers.docker(name)?;
+            let containers = docker.list_managed(&fleet.fleet_label).await.map_err(|e| e.to_string())?;
+            Ok(containers
+                .into_iter()
+                .map(|c| Found {
+                    node: c.node().map(str::to_string),
+                    logical_id: c.logical_id(),
+                    command: c.command().map(str::to_string),
+                    reference: ProviderRef { container_id: Some(c.id.clone()), ..Default::default() },
+                    running: c.running,
+                    state: c.status.clone(),
+                })
+                .collect())
+        }
+        ProviderType::Vastai => {
+            let client = fleet.providers.vast(name)?;
+            let instances = client.list_by_label(LABEL_PREFIX).await.map_err(|e| e.to_string())?;
+            Ok(instances
+                .into_iter()
+                .map(|i| {
+                    // hive:<command>:<node>
+                    let label = i.label.clone().unwrap_or_default();
+                    let mut parts = label.strip_prefix(LABEL_PREFIX).unwrap_or_default().rsplitn(2, ':');
+                    let node = parts.next().map(str::to_string);
+                    let command = parts.next().map(str::to_string);
+                    let state = i.actual_status.clone().unwrap_or_else(|| "provisioning".into());
+                    Found {
+                        logical_id: node.as_deref().and_then(|n| n.strip_prefix("node-")?.parse().ok()),
+                        node,
+                        command,
+                        reference: ProviderRef { instance_id: Some(i.id.0), ..Default::default() },
+                        running: !matches!(state.as_str(), "stopped" | "exited" | "offline"),
+                        state,
+                    }
+                })
+                .collect())
+        }
+    }
+}
+
+/// Recovers the resources of provider `name` (once it is ready).
+pub(super) async fn recover(fleet: &Fleet, name: &str) {
+    let Some(type_) = commands::provider_type(&fleet.store, name) else { return };
+    if type_ == ProviderType::Process {
+        return;
+    }
+    let found = match list(fleet, name, type_).await {
+        Ok(found) => found,
+        Err(err) => {
+            tracing::warn!(provider = name, err, "fleet recovery: listing the provider's resources failed");
+            return;
+        }
+    };
+    let mut by_node: BTreeMap<String, Found> = BTreeMap::new();
+    let mut orphans = Vec::new();
+    for f in found {
+        match f
+            .node
+            .clone()
+            .filter(|n| fleet.store.get("nodes", n).is_some_and(|o| o["spec"]["provider"] == name))
+        {
+            Some(node) => {
+                by_node.insert(node, f);
+            }
+            None => orphans.push(f),
+        }
+    }
+    let (mut adopted, mut stopped) = (0, 0);
+    let (_, nodes) = fleet.store.list("nodes");
+    for node in nodes.iter().filter(|n| n["spec"]["provider"] == name) {
+        let node_name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let live = exec::is_live(node);
+        match by_node.remove(&node_name) {
+            Some(f) if live => {
+                adopted += 1;
+                adopt(fleet, &node_name, &f).await;
+            }
+            Some(f) if node["status"]["phase"] == json!(NodePhase::Killed) => {
+                // A Kill whose destroy did not finish: the resource is reported, not touched.
+                orphans.push(f);
+            }
+            Some(_) => {}
+            None if live => {
+                stopped += 1;
+                mark_stopped(fleet, &node_name, "no provider resource found at start; not recreated").await;
+            }
+            None => {}
+        }
+    }
+    let orphaned = orphans.len();
+    for f in orphans {
+        report_orphan(fleet, name, f).await;
+    }
+    tracing::info!(provider = name, adopted, stopped, orphaned, "fleet recovery done");
+}
+
+async fn adopt(fleet: &Fleet, name: &str, found: &Found) {
+    let running = found.running;
+    let state = found.state.clone();
+    let reference = serde_json::to_value(&found.reference).unwrap_or_default();
+    fleet
+        .node_status(name, |s| {
+            s["providerRef"] = reference.clone();
+            if running {
+                s["error"] = json!(format!(
+                    "adopted after a daemon restart ({state}); waiting for its worker to rejoin"
+                ));
+            } else {
+                s["phase"] = json!(NodePhase::Stopped);
+                s["error"] = json!(format!("the resource was found {state} at start; left as it is"));
+                s["finishedAt"] = now();
+            }
+        })
+        .await;
+    tracing::info!(node = name, running, state = found.state, "fleet recovery: adopted");
+}
+
+/// The name of the Orphaned node reporting a resource without a record.
+fn orphan_name(provider: &str, found: &Found) -> String {
+    let id = match (&found.reference.container_id, found.reference.instance_id) {
+        (Some(c), _) => c.chars().take(12).collect(),
+        (_, Some(i)) => i.to_string(),
+        _ => "unknown".into(),
+    };
+    format!("orphan-{provider}-{id}")
+}
+
+async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
+    let name = orphan_name(provider, &found);
+    let error = format!(
+        "found at provider {provider} ({}) labelled {} without a live record in this fleet; left untouched \
+         (a Kill command naming this node destroys it)",
+        found.state,
+        found.node.as_deref().map_or("with no node".to_string(), |n| format!(
+            "node {n}{}",
+            found.command.as_deref().map(|c| format!(" of command {c}")).unwrap_or_default()
+        )),
+    );
+    let status = json!({"phase": NodePhase::Orphaned, "providerRef": found.reference, "error": error});
+    if fleet.store.get("nodes", &name).is_some() {
+        fleet.node_status(&name, |s| *s = status.clone()).await;
+        return;
+    }
+    let mut node = Node::new(
+        name.clone(),
+        NodeSpec {
+            logical_id: found.logical_id.unwrap_or(0),
+            provider: provider.to_string(),
+            command: None,
+            ..Default::default()
+        },
+    );
+    node.metadata.labels = BTreeMap::from([("hive.dev/orphan".to_string(), "true".to_string())]);
+    let mut object = serde_json::to_value(node).unwrap_or_default();
+    object["status"] = status;
+    match fleet.store.commit(Mutation::Create { kind: "nodes", object }, false).await {
+        Ok(_) => tracing::warn!(node = name, provider, "fleet recovery: orphan reported"),
+        Err(err) => tracing::warn!(node = name, %err, "fleet recovery: reporting an orphan failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orphan_names_are_stable_and_short() {
+        let found = |c: Option<&str>, i: Option<u64>| Found {
+            node: None,
+            logical_id: None,
+            command: None,
+            reference: ProviderRef { container_id: c.map(str::to_string), instance_id: i, pid: None },
+            running: true,
+            state: "running".into(),
+        };
+        assert_eq!(
+            orphan_name("docker", &found(Some("0123456789abcdef0123"), None)),
+            "orphan-docker-0123456789ab"
+        );
+        assert_eq!(orphan_name("vastai", &found(None, Some(4242))), "orphan-vastai-4242");
+    }
+}

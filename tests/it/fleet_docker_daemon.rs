@@ -1,0 +1,184 @@
+//! The daemon's `docker` provider end to end on the real engine (`HIVE_DOCKER_TESTS=1`):
+//! node containers on a private network join the daemon over iroh, serve telemetry the
+//! daemon pulls, are killed by command, survive a graceful daemon restart, are adopted,
+//! rejoin with a RejoinHello under the new control generation; a record whose container
+//! vanished is marked Stopped, and a labelled container without a record is reported as
+//! an orphan and left running.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::fleet_docker::{docker_tests_enabled, node_image};
+use crate::harness::{ok, Api, Daemon};
+
+const NODES: &str = "/apis/hive.dev/v1/nodes";
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).stdin(Stdio::null()).output().expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Removes every container on the test's network, then the network.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let ids = docker(&["ps", "-aq", "--filter", &format!("network={}", self.0)]);
+        for id in ids.lines().filter(|l| !l.is_empty()) {
+            docker(&["rm", "-f", id]);
+        }
+        docker(&["network", "rm", &self.0]);
+    }
+}
+
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn node(api: &Api, name: &str) -> Value {
+    api.get(&format!("{NODES}/{name}")).await.body
+}
+
+async fn until(api: &Api, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    eventually(&format!("{name}: {what}"), || async {
+        let n = node(api, name).await;
+        done(&n).then_some(n)
+    })
+    .await
+}
+
+fn container_of(node: &Value) -> String {
+    node["status"]["providerRef"]["containerId"].as_str().expect("containerId").to_string()
+}
+
+fn running(id: &str) -> bool {
+    docker(&["inspect", "--format", "{{.State.Running}}", id]) == "true"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart() {
+    if !docker_tests_enabled("docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart") {
+        return;
+    }
+    let image = tokio::task::spawn_blocking(node_image).await.unwrap();
+    let network = format!("hive-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let _cleanup = Cleanup(network.clone());
+    // A fixed port across the restart: surviving workers redial the daemon there.
+    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("0.0.0.0:{port}");
+    let flags = [
+        "--provider",
+        "docker",
+        "--fleet-listen",
+        &listen,
+        "--docker-image",
+        &image,
+        "--docker-network",
+        &network,
+    ];
+    let mut d = Daemon::start_with(&flags);
+    let api = d.client();
+
+    let out = ok(d.hive(&["fleet", "provision", "--count", "3", "--command-id", "up"]));
+    assert!(out.contains("up Succeeded"), "{out}");
+    let mut generation = 0;
+    for name in ["node-1", "node-2", "node-3"] {
+        let n = node(&api, name).await;
+        assert_eq!(n["status"]["phase"], "Running", "{n}");
+        let id = container_of(&n);
+        assert!(running(&id), "{name}'s container runs");
+        let labels = docker(&["inspect", "--format", "{{json .Config.Labels}}", &id]);
+        assert!(
+            labels.contains(&format!("\"dev.hive.node\":\"{name}\""))
+                && labels.contains("\"dev.hive.command\":\"up\""),
+            "{labels}"
+        );
+        let runtime = &n["status"]["runtime"];
+        assert_eq!(runtime["agentOnly"], true, "{n}");
+        generation = runtime["controlGeneration"].as_u64().unwrap();
+        let address = n["status"]["addresses"][0].as_str().unwrap();
+        assert!(!address.starts_with("127."), "a container advertises its network address: {n}");
+    }
+    until(&api, "node-1", "telemetry", |n| n["status"]["telemetry"]["cpuPercent"].is_number()).await;
+
+    // Kill removes the container and keeps the record.
+    let victim = container_of(&node(&api, "node-2").await);
+    ok(d.hive(&["fleet", "kill", "node-2", "--command-id", "down"]));
+    assert_eq!(node(&api, "node-2").await["status"]["phase"], "Killed");
+    assert!(docker(&["ps", "-aq", "--filter", &format!("id={victim}")]).is_empty(), "container removed");
+
+    // A record whose container vanishes, and a labelled container nobody recorded.
+    let gone = container_of(&node(&api, "node-3").await);
+    docker(&["rm", "-f", &gone]);
+    let survivor = container_of(&node(&api, "node-1").await);
+    let fleet_label =
+        docker(&["inspect", "--format", "{{index .Config.Labels \"dev.hive.fleet\"}}", &survivor]);
+    // The orphan's worker dials this daemon too (and is refused: no record).
+    let args: Vec<String> =
+        serde_json::from_str(&docker(&["inspect", "--format", "{{json .Args}}", &survivor])).unwrap();
+    let control = args.iter().skip_while(|a| *a != "--control").nth(1).expect("--control").clone();
+    let orphan = docker(&[
+        "run",
+        "-d",
+        "--network",
+        &network,
+        "--label",
+        &format!("dev.hive.fleet={fleet_label}"),
+        "--label",
+        "dev.hive.node=node-40",
+        "--label",
+        "dev.hive.logical-id=40",
+        "--label",
+        "dev.hive.command=lost",
+        &image,
+        "hive",
+        "fleet-worker",
+        "--node",
+        "node-40",
+        "--logical-id",
+        "40",
+        "--supervise",
+        "none",
+        "--control",
+        &control,
+    ]);
+    assert!(!orphan.is_empty(), "the orphan container started");
+
+    // Graceful restart: containers are left running, then adopted; node-1's worker
+    // rejoins under the new generation and its telemetry is pulled again.
+    let before = node(&api, "node-1").await["status"]["telemetry"]["updatedAt"].clone();
+    d.restart_with(&flags);
+    let api = d.client();
+    assert!(running(&survivor), "a graceful stop leaves containers running");
+    let n1 = until(&api, "node-1", "rejoined", |n| {
+        n["status"]["runtime"]["joinedBy"] == "Rejoin"
+            && n["status"]["runtime"]["controlGeneration"].as_u64() > Some(generation)
+    })
+    .await;
+    assert_eq!(container_of(&n1), survivor, "adopted, not recreated");
+    until(&api, "node-1", "telemetry after the rejoin", |n| {
+        n["status"]["telemetry"]["updatedAt"] != before && n["status"]["phase"] == "Running"
+    })
+    .await;
+    let n3 = until(&api, "node-3", "stopped", |n| n["status"]["phase"] == "Stopped").await;
+    assert!(n3["status"]["error"].as_str().unwrap().contains("not recreated"), "{n3}");
+    let orphan_name = format!("orphan-docker-{}", &orphan[..12]);
+    let o = until(&api, &orphan_name, "orphaned", |n| n["status"]["phase"] == "Orphaned").await;
+    assert!(o["status"]["error"].as_str().unwrap().contains("node node-40 of command lost"), "{o}");
+    assert!(running(&orphan), "the orphan is left running");
+    assert_eq!(node(&api, "node-2").await["status"]["phase"], "Killed");
+    let names = docker(&["ps", "-a", "--filter", &format!("network={network}"), "--format", "{{.Names}}"]);
+    assert_eq!(names.lines().count(), 2, "nothing was recreated: {names}");
+}
