@@ -102,11 +102,18 @@ fn apply_get_describe_snapshots() {
         ok(d.hive(&["get", "agents", "-o", "name", "-l", "hive.dev/role=manager"]))
     );
     // The fleet's own start-up writes interleave with the apply: the version is masked.
-    let describe = normalize(&ok(d.hive(&["describe", "agent", "manager"])))
-        .lines()
-        .map(|l| if l.trim_start().starts_with("Resource Version:") { "  Resource Version:    <rv>" } else { l })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let describe =
+        normalize(&ok(d.hive(&["describe", "agent", "manager"])))
+            .lines()
+            .map(|l| {
+                if l.trim_start().starts_with("Resource Version:") {
+                    "  Resource Version:    <rv>"
+                } else {
+                    l
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
     insta::assert_snapshot!("describe_agent", describe);
 }
 
