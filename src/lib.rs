@@ -9,6 +9,7 @@ pub mod auth;
 pub mod cli;
 pub mod crashwatch;
 pub mod daemon;
+pub mod dashboard;
 pub mod events;
 pub mod executor;
 pub mod fleet;

@@ -140,6 +140,12 @@ pub struct Args {
     #[arg(long, value_name = "URL", env = "HIVE_VASTAI_BASE_URL")]
     pub vastai_base_url: Option<String>,
 
+    /// Also serve the dashboard (and the API it calls) on this address, with the same
+    /// TLS; it is always on --listen at `/`. A bare port means 127.0.0.1:PORT
+    /// (`HIVE_DASHBOARD_PORT` sets that port).
+    #[arg(long, value_name = "ADDR", env = "HIVE_DASHBOARD_PORT", value_parser = crate::dashboard::parse_listen)]
+    pub dashboard_listen: Option<SocketAddr>,
+
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
@@ -245,11 +251,16 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     crate::approval_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
     let app = server::app(state);
+    let dashboard =
+        crate::dashboard::serve_extra(args.dashboard_listen, tls_config.clone(), app.clone()).await?;
     let shutdown = shutdown_signal();
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
     println!("hive: kubeconfig {}", kubeconfig.display());
     server::serve::serve_tls(listener, tls_config, app, shutdown).await?;
+    if let Some(dashboard) = dashboard {
+        dashboard.abort();
+    }
     tracing::info!("shutting down: stopping agents and draining pending commits");
     fleet.shutdown().await;
     engine.shutdown().await;

@@ -116,6 +116,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .merge(authenticated)
+        .merge(crate::dashboard::router())
+        .layer(axum::Extension(crate::dashboard::Sessions::default()))
         .layer(middleware::from_fn(log_request))
         .with_state(state)
 }
@@ -171,7 +173,23 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
-    let Some(principal) = bearer.and_then(|b| state.tokens.authenticate(b)) else {
+    // Without a bearer token, the dashboard's session cookie stands in for it (same
+    // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
+    let principal = match bearer {
+        Some(bearer) => state.tokens.authenticate(bearer),
+        None => match request
+            .extensions()
+            .get::<crate::dashboard::Sessions>()
+            .map(|sessions| sessions.authenticate(&state.tokens, request.method(), request.headers()))
+        {
+            Some(crate::dashboard::CookieAuth::Allowed(principal)) => Some(principal),
+            Some(crate::dashboard::CookieAuth::CsrfRefused(why)) => {
+                return ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response();
+            }
+            Some(crate::dashboard::CookieAuth::None) | None => None,
+        },
+    };
+    let Some(principal) = principal else {
         return ApiError::Unauthorized.into_response();
     };
     let (verb, resource) = required(request.method(), request.uri().path());

@@ -1,0 +1,356 @@
+// hive dashboard: the shared core. DOM building (data only ever becomes text nodes or
+// attribute values, never markup), the API client (session cookie + CSRF header), watch
+// streams with resume and re-list, keyed incremental lists, relative times, log tails.
+'use strict';
+
+const hive = (() => {
+  const API = '/apis/hive.dev/v1';
+  const body = document.body;
+  const csrf = document.querySelector('meta[name="csrf-token"]')?.content || '';
+  const canWrite = body.dataset.canWrite === 'true';
+  const canAdmin = body.dataset.canAdmin === 'true';
+
+  // ---- DOM ----------------------------------------------------------------------
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v == null || v === false) continue;
+      if (k === 'class') el.className = v;
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? '' : String(v));
+    }
+    append(el, children);
+    return el;
+  }
+  function append(el, children) {
+    for (const c of children.flat(Infinity)) {
+      if (c == null || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+  }
+  const $ = (sel) => document.querySelector(sel);
+  function fill(el, ...children) {
+    if (typeof el === 'string') el = $(el);
+    if (!el) return;
+    el.replaceChildren();
+    append(el, children);
+  }
+  const link = (href, text) => h('a', { href }, text);
+  const agentLink = (name) => link('/agents/' + encodeURIComponent(name), name);
+  const jobLink = (name) => link('/jobs#job-' + encodeURIComponent(name), name);
+
+  // State words with a glyph, so state reads without color too.
+  const STATES = {
+    good: ['Ready', 'Running', 'Done', 'Deployed', 'Approved', 'Succeeded', 'True', 'Up', 'Converged'],
+    busy: ['Starting', 'Stopping', 'Queued', 'Provisioning', 'Deploying', 'Pending', 'Killing', 'Requested'],
+    bad: ['Failed', 'Crashed', 'CrashLooping', 'ConfigurationError', 'Orphaned', 'Interrupted', 'Denied', 'NotReady'],
+  };
+  const GLYPH = { good: '●', busy: '◐', bad: '✖', off: '○', run: '▶' };
+  function tone(word) {
+    for (const [t, words] of Object.entries(STATES)) if (words.includes(word)) return t;
+    return 'off';
+  }
+  function pill(word, toneOverride) {
+    const w = word || 'Unknown';
+    const t = toneOverride || tone(w);
+    return h('span', { class: 'st st-' + t, title: w }, GLYPH[t] + ' ' + w);
+  }
+
+  // ---- time ---------------------------------------------------------------------
+  function ageText(iso) {
+    const then = Date.parse(iso);
+    if (Number.isNaN(then)) return '';
+    let s = Math.max(0, Math.round((Date.now() - then) / 1000));
+    if (s < 60) return s + 's ago';
+    if (s < 3600) return Math.floor(s / 60) + 'm ago';
+    if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm ago';
+    return Math.floor(s / 86400) + 'd ago';
+  }
+  function time(iso) {
+    if (!iso) return h('span', { class: 'muted' }, '—');
+    const exact = new Date(iso);
+    return h('time', { datetime: iso, title: exact.toLocaleString() + ' (' + iso + ')', 'data-rel': '' }, ageText(iso));
+  }
+  setInterval(() => {
+    for (const t of document.querySelectorAll('time[data-rel]')) t.textContent = ageText(t.getAttribute('datetime'));
+  }, 15000);
+
+  // ---- API ----------------------------------------------------------------------
+  class ApiError extends Error {
+    constructor(status, message, reason) {
+      super(message);
+      this.status = status;
+      this.reason = reason;
+    }
+  }
+  async function api(method, path, payload, contentType) {
+    return (await send(method, path, payload, contentType)).json;
+  }
+  // The same, also returning the HTTP status (201 created vs 200 replayed).
+  async function send(method, path, payload, contentType) {
+    const headers = { Accept: 'application/json' };
+    if (method !== 'GET' && method !== 'HEAD') headers['X-CSRF-Token'] = csrf;
+    const init = { method, headers, credentials: 'same-origin' };
+    if (payload !== undefined) {
+      headers['Content-Type'] = contentType || 'application/json';
+      init.body = JSON.stringify(payload);
+    }
+    const resp = await fetch(path, init);
+    const text = await resp.text();
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch (_) {
+      json = null;
+    }
+    if (resp.status === 401) signedOut();
+    if (!resp.ok) {
+      const message = (json && json.message) || text || resp.statusText;
+      throw new ApiError(resp.status, `${resp.status} ${(json && json.reason) || ''}: ${message}`, json && json.reason);
+    }
+    return { status: resp.status, json };
+  }
+  function signedOut() {
+    if (body.dataset.page !== 'login') location.href = '/login';
+  }
+
+  // ---- live indicator -----------------------------------------------------------
+  const down = new Map(); // stream name -> reason
+  let streams = 0;
+  function renderLive() {
+    const el = $('#live');
+    if (!el) return;
+    if (down.size === 0 && streams > 0) {
+      el.className = 'live up';
+      el.textContent = '● live';
+      el.title = 'live: following ' + streams + ' stream(s)';
+    } else {
+      el.className = 'live down';
+      el.textContent = down.size ? '○ reconnecting…' : '○ connecting';
+      el.title = [...down.entries()].map(([k, v]) => k + ': ' + v).join('\n') || 'connecting';
+    }
+  }
+
+  async function readLines(resp, onLine) {
+    const reader = resp.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buf += dec.decode(value, { stream: true });
+      let i;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i).trim();
+        buf = buf.slice(i + 1);
+        if (line) onLine(line);
+      }
+    }
+  }
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  // Resolves when the tab is visible. Hidden tabs close their watches: browsers allow
+  // only six HTTP/1.1 connections per host across all tabs, and a watch holds one.
+  function visible() {
+    if (!document.hidden) return Promise.resolve();
+    return new Promise((resolve) => {
+      const check = () => {
+        if (document.hidden) return;
+        document.removeEventListener('visibilitychange', check);
+        resolve();
+      };
+      document.addEventListener('visibilitychange', check);
+    });
+  }
+  class Expired extends Error {}
+
+  // A live collection: list, then watch from the list's resourceVersion; after a drop
+  // resume from the last resourceVersion seen (events or bookmarks); after 410 re-list.
+  // Changes are batched into one render per animation frame.
+  function collection(plural, onChange, query) {
+    const extra = query ? '&' + query : '';
+    const items = new Map();
+    let rv = null;
+    let pending = new Set();
+    let reset = false;
+    let scheduled = false;
+    const name = plural + (query ? ' ' + query : '');
+    streams += 1;
+    down.set(name, 'connecting');
+    function schedule() {
+      if (scheduled) return;
+      scheduled = true;
+      requestAnimationFrame(() => {
+        scheduled = false;
+        const changed = pending;
+        const wasReset = reset;
+        pending = new Set();
+        reset = false;
+        const t0 = performance.now();
+        onChange(items, changed, wasReset);
+        window.hiveRenderMs = (window.hiveRenderMs || []).concat([performance.now() - t0]).slice(-50);
+      });
+    }
+    async function list() {
+      const l = await api('GET', `${API}/${plural}?${query || ''}`);
+      items.clear();
+      for (const o of l.items || []) items.set(o.metadata.name, o);
+      rv = l.metadata.resourceVersion;
+      reset = true;
+      schedule();
+    }
+    let ctrl = null;
+    document.addEventListener('visibilitychange', () => {
+      if (document.hidden && ctrl) ctrl.abort();
+    });
+    (async () => {
+      let backoff = 500;
+      for (;;) {
+        await visible();
+        try {
+          if (rv === null) await list();
+          const url = `${API}/${plural}?watch=true&resourceVersion=${encodeURIComponent(rv)}&allowWatchBookmarks=true${extra}`;
+          ctrl = new AbortController();
+          const resp = await fetch(url, { credentials: 'same-origin', headers: { Accept: 'application/json' }, signal: ctrl.signal });
+          if (resp.status === 401) return signedOut();
+          if (resp.status === 410) throw new Expired();
+          if (!resp.ok) throw new Error('watch answered ' + resp.status);
+          down.delete(name);
+          renderLive();
+          backoff = 500;
+          await readLines(resp, (line) => {
+            const ev = JSON.parse(line);
+            const obj = ev.object || {};
+            if (ev.type === 'ERROR') {
+              if (obj.code === 410) throw new Expired();
+              throw new Error(obj.message || 'watch error');
+            }
+            const v = obj.metadata && obj.metadata.resourceVersion;
+            if (v) rv = v;
+            if (ev.type === 'BOOKMARK') return;
+            const key = obj.metadata.name;
+            if (ev.type === 'DELETED') items.delete(key);
+            else items.set(key, obj);
+            pending.add(key);
+            schedule();
+          });
+          throw new Error('stream ended');
+        } catch (e) {
+          if (e instanceof Expired) {
+            rv = null; // re-list: our resourceVersion is older than the server's history
+            continue;
+          }
+          if (document.hidden) continue; // paused, not failed: resume from rv when visible
+          down.set(name, e.message || String(e));
+          renderLive();
+          await sleep(backoff);
+          backoff = Math.min(backoff * 2, 10000);
+        }
+      }
+    })();
+    return items;
+  }
+
+  // Keyed rows in a container, kept sorted by key: only changed keys are re-rendered.
+  function keyed(container, render, compare) {
+    const rows = new Map();
+    const cmp = compare || ((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    let order = [];
+    function place(key, el) {
+      let lo = 0;
+      let hi = order.length;
+      while (lo < hi) {
+        const mid = (lo + hi) >> 1;
+        if (cmp(order[mid], key) < 0) lo = mid + 1;
+        else hi = mid;
+      }
+      const before = order[lo] !== undefined ? rows.get(order[lo]) : null;
+      container.insertBefore(el, before || null);
+      order.splice(lo, 0, key);
+    }
+    return {
+      update(items, changed, reset) {
+        const keys = reset ? new Set([...rows.keys(), ...items.keys()]) : changed;
+        for (const key of keys) {
+          const obj = items.get(key);
+          const old = rows.get(key);
+          if (!obj) {
+            if (old) {
+              old.remove();
+              rows.delete(key);
+              order = order.filter((k) => k !== key);
+            }
+            continue;
+          }
+          const el = render(obj);
+          if (old) old.replaceWith(el);
+          else place(key, el);
+          rows.set(key, el);
+        }
+      },
+      size: () => rows.size,
+      rows,
+    };
+  }
+
+  // Appends a (followed) plain-text stream to a <pre>, keeping its last ~256 KiB and
+  // sticking to the bottom while the reader is there. Returns a stop function.
+  function tail(url, pre, stateEl, onEmpty) {
+    const ctrl = new AbortController();
+    const MAX = 256 * 1024;
+    pre.replaceChildren();
+    const say = (t) => stateEl && (stateEl.textContent = t);
+    say('connecting…');
+    (async () => {
+      try {
+        const resp = await fetch(url, { credentials: 'same-origin', signal: ctrl.signal });
+        if (!resp.ok) {
+          let msg = resp.statusText;
+          try {
+            msg = (await resp.json()).message || msg;
+          } catch (_) {}
+          say('');
+          pre.append(h('span', { class: 'error' }, `${resp.status}: ${msg}`));
+          return;
+        }
+        say('following');
+        const reader = resp.body.getReader();
+        const dec = new TextDecoder();
+        let bytes = 0;
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          bytes += value.length;
+          const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+          pre.append(document.createTextNode(dec.decode(value, { stream: true })));
+          if (pre.textContent.length > MAX) pre.textContent = pre.textContent.slice(-MAX);
+          if (stick) pre.scrollTop = pre.scrollHeight;
+        }
+        say('ended');
+        if (bytes === 0 && onEmpty && !ctrl.signal.aborted) onEmpty();
+      } catch (e) {
+        if (e.name !== 'AbortError') say('disconnected: ' + e.message);
+      }
+    })();
+    return () => ctrl.abort();
+  }
+
+  function condition(obj, type) {
+    return ((obj.status && obj.status.conditions) || []).find((c) => c.type === type);
+  }
+
+  function result(el, ok, text) {
+    if (typeof el === 'string') el = $(el);
+    if (!el) return;
+    el.className = 'result ' + (ok ? 'ok' : 'error');
+    el.textContent = text;
+  }
+
+  renderLive();
+  return {
+    API, h, $, fill, append, link, agentLink, jobLink, pill, tone, time, api, send, ApiError, collection, keyed,
+    tail, condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
+    addStream(name) { streams += 1; down.set(name, 'connecting'); renderLive(); },
+    streamUp(name) { down.delete(name); renderLive(); },
+    streamDown(name, why) { down.set(name, why); renderLive(); },
+  };
+})();

@@ -1,0 +1,339 @@
+// hive dashboard: Overview, Agents, one Agent, Jobs and Approvals. Each page follows
+// the API's watch streams through hive.collection and re-renders only changed rows.
+'use strict';
+
+(() => {
+  const { h, $, fill, pill, time, api, collection, keyed, tail, condition, result, agentLink, jobLink, API } = hive;
+
+  function agentState(a) {
+    const crashed = condition(a, 'Crashed');
+    if (crashed && crashed.status === 'True') return 'Crashed';
+    const ready = condition(a, 'Ready');
+    if (ready && ready.status === 'True') return 'Ready';
+    const power = (a.status && a.status.power) || 'Unknown';
+    if (power === 'Stopped' || power === 'Starting' || power === 'Stopping') return power;
+    return ready ? 'NotReady' : power;
+  }
+  const isTerminal = (j) => !['Queued', 'Running', undefined].includes(j.status && j.status.phase);
+  const created = (o) => Date.parse(o.metadata.creationTimestamp || 0) || 0;
+  const countBy = (values) => values.reduce((m, v) => m.set(v, (m.get(v) || 0) + 1), new Map());
+  function counts(map) {
+    if (!map.size) return h('p', { class: 'empty' }, 'None.');
+    return h('ul', { class: 'counts' }, [...map.entries()].sort().map(([k, n]) => h('li', {}, pill(k), h('b', {}, n))));
+  }
+  function conditionsCell(a) {
+    const cs = (a.status && a.status.conditions) || [];
+    return cs.map((c) => h('span', { class: 'cond ' + (c.status === 'True' ? 'on' : 'off'), title: (c.reason || '') + (c.message ? ': ' + c.message : '') },
+      (c.status === 'True' ? '✓ ' : '✗ ') + c.type));
+  }
+
+  // ---- Job cards (Jobs page and the agent page) -----------------------------------
+  const NODE_GLYPH = { Queued: '○', Running: '▶', Done: '✓', Failed: '✖', Cancelled: '⊘' };
+  function nodeChain(job, onPick) {
+    const status = new Map(((job.status && job.status.nodes) || []).map((n) => [n.id, n]));
+    const specNodes = (job.spec.nodes && job.spec.nodes.length ? job.spec.nodes : [...status.values()]);
+    return h('ol', { class: 'chain' }, specNodes.map((n, i) => {
+      const st = status.get(n.id) || { state: 'Queued' };
+      const state = st.state || 'Queued';
+      const chip = h('li', { class: 'node n-' + state.toLowerCase(), title: [n.kind, state, st.error].filter(Boolean).join(' · '), 'data-node': n.id },
+        i > 0 ? h('span', { class: 'arrow', 'aria-hidden': 'true' }, '→') : null,
+        h('span', { class: 'glyph' }, NODE_GLYPH[state] || '?'), ' ', h('span', { class: 'nid' }, n.id),
+        h('span', { class: 'nstate' }, ' ' + state),
+        state === 'Running' && st.step ? h('span', { class: 'step' }, ' · ' + st.step) : null,
+        st.error ? h('span', { class: 'nerr' }, ' — ' + st.error) : null);
+      if (onPick) chip.addEventListener('click', () => onPick(job.metadata.name, n.id));
+      return chip;
+    }));
+  }
+  function jobCard(job, onPick) {
+    const s = job.status || {};
+    const phase = s.phase || 'Queued';
+    const nodes = s.nodes || [];
+    const cancellable = hive.canWrite && phase === 'Queued' && nodes.every((n) => (n.state || 'Queued') === 'Queued');
+    const card = h('article', { class: 'card job p-' + phase.toLowerCase(), id: 'job-' + job.metadata.name, 'data-job': job.metadata.name, 'data-phase': phase },
+      h('header', {},
+        pill(phase, phase === 'Running' ? 'run' : undefined), ' ',
+        h('b', { class: 'jname' }, job.metadata.name), ' ',
+        h('span', { class: 'tag' }, job.spec.template || 'Custom'),
+        (job.spec.agents || []).length ? h('span', { class: 'agents' }, ' ', job.spec.agents.map((a, i) => [i ? ', ' : '', agentLink(a)])) : null,
+        h('span', { class: 'muted small' }, ' via ' + (job.spec.source || 'Api')),
+        cancellable ? h('button', { type: 'button', class: 'small danger', 'data-cancel': job.metadata.name, onclick: (e) => cancelJob(e, job.metadata.name) }, 'Cancel') : null),
+      job.spec.reason ? h('p', { class: 'reason' }, '“' + job.spec.reason + '”') : null,
+      nodeChain(job, onPick),
+      h('p', { class: 'meta small' },
+        'submitted ', time(s.submittedAt || job.metadata.creationTimestamp),
+        s.startedAt ? [' · started ', time(s.startedAt)] : null,
+        s.finishedAt ? [' · finished ', time(s.finishedAt)] : null,
+        job.spec.parent ? [' · parent ', jobLink(job.spec.parent)] : null,
+        (s.children || []).length ? [' · children ', s.children.map((c, i) => [i ? ', ' : '', jobLink(c)])] : null,
+        job.spec.approval ? [' · approval ', h('a', { href: '/approvals' }, job.spec.approval)] : null),
+      s.message ? h('p', { class: phase === 'Failed' ? 'error small' : 'muted small' }, s.message) : null);
+    return card;
+  }
+  async function cancelJob(e, name) {
+    e.target.disabled = true;
+    try {
+      await api('POST', `${API}/jobs/${encodeURIComponent(name)}/cancel`, {});
+    } catch (err) {
+      e.target.disabled = false;
+      e.target.after(h('span', { class: 'error small' }, ' Cancel refused: ' + err.message));
+    }
+  }
+
+  // ---- Overview -------------------------------------------------------------------
+  function overview() {
+    const all = {};
+    const render = () => {
+      if (all.agents) {
+        const agents = [...all.agents.values()];
+        fill('#ov-agents', h('p', { class: 'big' }, agents.length + (agents.length === 1 ? ' agent' : ' agents')), counts(countBy(agents.map(agentState))));
+        const failing = agents.filter((a) => ['Crashed', 'NotReady'].includes(agentState(a)));
+        fill('#ov-failing', failing.length ? h('ul', { class: 'plain' }, failing.map((a) => {
+          const c = condition(a, 'Crashed') || condition(a, 'Ready');
+          return h('li', {}, pill(agentState(a)), ' ', agentLink(a.metadata.name), c && c.message ? h('span', { class: 'muted small' }, ' ' + c.message) : null);
+        })) : h('p', { class: 'empty' }, '✓ Nothing failing.'));
+      }
+      if (all.jobs) {
+        const live = [...all.jobs.values()].filter((j) => !isTerminal(j)).sort((a, b) => created(b) - created(a));
+        fill('#ov-jobs', live.length ? h('ul', { class: 'plain' }, live.slice(0, 12).map((j) => {
+          const running = ((j.status && j.status.nodes) || []).find((n) => n.state === 'Running');
+          return h('li', {}, pill(j.status && j.status.phase || 'Queued'), ' ', jobLink(j.metadata.name), ' ', h('span', { class: 'tag' }, j.spec.template || ''),
+            running ? h('span', { class: 'muted small' }, ' ' + running.id + (running.step ? ' · ' + running.step : '')) : null);
+        }), live.length > 12 ? h('li', {}, h('a', { href: '/jobs' }, `and ${live.length - 12} more…`)) : null) : h('p', { class: 'empty' }, 'The queue is empty.'));
+      }
+      if (all.approvals) {
+        const pending = [...all.approvals.values()].filter((a) => !a.status || !a.status.phase || a.status.phase === 'Pending');
+        fill('#ov-approvals', pending.length ? h('ul', { class: 'plain' }, pending.map((a) => h('li', {}, pill('Pending'), ' ', h('a', { href: '/approvals' }, a.metadata.name), ' ',
+          h('span', { class: 'muted small' }, (a.spec.kind || '') + (a.spec.target ? ' → ' + a.spec.target : ''))))) : h('p', { class: 'empty' }, 'Nothing waiting for a decision.'));
+      }
+      if (all.nodes) {
+        const nodes = [...all.nodes.values()];
+        const phases = countBy(nodes.map((n) => (n.status && n.status.phase) || 'Pending'));
+        fill('#ov-fleet', h('p', { class: 'big' }, `${phases.get('Running') || 0} / ${nodes.length} nodes running`), counts(phases), h('a', { href: '/fleet' }, 'Open the fleet →'));
+      }
+      if (all.providers) {
+        const ps = [...all.providers.values()];
+        fill('#ov-providers', ps.length ? h('ul', { class: 'plain' }, ps.map((p) => h('li', {}, pill((p.status && p.status.state) || 'Unconfigured'), ' ', h('b', {}, p.metadata.name), ' ',
+          h('span', { class: 'muted small' }, p.spec.type + (p.status && p.status.message ? ' — ' + p.status.message : ''))))) : h('p', { class: 'empty' }, 'No Provider objects.'));
+      }
+    };
+    for (const plural of ['agents', 'jobs', 'approvals', 'nodes', 'providers']) {
+      all[plural] = null;
+      const items = collection(plural, () => render());
+      all[plural] = items;
+    }
+  }
+
+  // ---- Agents ---------------------------------------------------------------------
+  function agents() {
+    const filter = $('#filter');
+    const matches = (a, q) => !q || a.metadata.name.includes(q) || agentState(a).toLowerCase().includes(q);
+    const row = (a) => {
+      const s = a.status || {};
+      const tr = h('tr', { 'data-agent': a.metadata.name },
+        h('td', {}, agentLink(a.metadata.name)),
+        h('td', {}, pill(agentState(a))),
+        h('td', {}, a.spec.wanted || 'Up'),
+        h('td', {}, s.power || 'Unknown'),
+        h('td', { class: 'mono' }, s.appliedRev ? s.appliedRev.slice(0, 12) : '—'),
+        h('td', {}, conditionsCell(a)),
+        h('td', {}, s.activeJob ? jobLink(s.activeJob) : '—'),
+        h('td', {}, time(a.metadata.creationTimestamp)));
+      tr.hidden = !matches(a, filter.value.trim().toLowerCase());
+      return tr;
+    };
+    const list = keyed($('#agents-rows'), row);
+    const items = collection('agents', (items, changed, reset) => {
+      list.update(items, changed, reset);
+      $('#agents-empty').hidden = items.size > 0;
+      $('#agents-count').textContent = items.size + (items.size === 1 ? ' agent' : ' agents');
+    });
+    filter.addEventListener('input', () => {
+      const q = filter.value.trim().toLowerCase();
+      for (const [name, tr] of list.rows) tr.hidden = !matches(items.get(name), q);
+    });
+  }
+
+  // ---- one Agent ------------------------------------------------------------------
+  function agent() {
+    const name = $('#agent').dataset.agent;
+    const sel = 'fieldSelector=' + encodeURIComponent('metadata.name=' + name);
+    collection('agents', (items) => {
+      const a = items.get(name);
+      if (!a) {
+        fill('#agent-summary', h('p', { class: 'error' }, `No agent named ${name}.`));
+        return;
+      }
+      const s = a.status || {};
+      fill('#agent-summary', pill(agentState(a)), ' ',
+        h('span', {}, 'wanted ', h('b', {}, a.spec.wanted || 'Up'), ' · observed ', h('b', {}, s.power || 'Unknown')),
+        h('span', { class: 'muted' }, ' · runtime ' + ((a.spec.runtime && a.spec.runtime.type) || '?') + ' · config ' + a.spec.config.repo + (a.spec.config.rev ? '@' + a.spec.config.rev : '')),
+        s.activeJob ? [' · job ', jobLink(s.activeJob)] : null);
+      const cs = s.conditions || [];
+      fill('#agent-conditions', cs.length ? h('table', { class: 'rows' }, h('tbody', {}, cs.map((c) => h('tr', {},
+        h('td', {}, h('b', {}, c.type)), h('td', {}, pill(c.status === 'True' ? 'True' : 'False', c.status === 'True' ? (c.type === 'Crashed' ? 'bad' : 'good') : 'off')),
+        h('td', {}, c.reason || ''), h('td', { class: 'small' }, c.message || ''), h('td', {}, time(c.lastTransitionTime)))))) : h('p', { class: 'empty' }, 'No conditions reported yet.'));
+      fill('#agent-generations', h('dl', { class: 'facts' },
+        h('dt', {}, 'Spec generation'), h('dd', {}, String(a.metadata.generation || 1)),
+        h('dt', {}, 'Observed generation'), h('dd', {}, s.observedGeneration != null ? String(s.observedGeneration) : '—'),
+        h('dt', {}, 'Applied rev'), h('dd', { class: 'mono' }, s.appliedRev || '—'),
+        h('dt', {}, 'Resource version'), h('dd', { class: 'mono' }, a.metadata.resourceVersion),
+        h('dt', {}, 'Created'), h('dd', {}, time(a.metadata.creationTimestamp))));
+    }, sel);
+    tail(`${API}/agents/${encodeURIComponent(name)}/log?follow=true&tail=200`, $('#agent-log'), $('#agent-log-state'));
+    const power = $('#power');
+    if (!power) return;
+    let submitted = null;
+    const jobs = collection('jobs', () => {
+      if (submitted && jobs.get(submitted)) fill('#power-job', jobCard(jobs.get(submitted)));
+    });
+    power.addEventListener('click', async (e) => {
+      const template = e.target.dataset && e.target.dataset.template;
+      if (!template) return;
+      const reason = $('#power-reason').value.trim();
+      const spec = { template, agents: [name], source: 'Dashboard' };
+      if (reason) spec.reason = reason;
+      for (const b of power.querySelectorAll('button')) b.disabled = true;
+      try {
+        const job = await api('POST', `${API}/jobs`, { apiVersion: 'hive.dev/v1', kind: 'Job', metadata: {}, spec });
+        submitted = job.metadata.name;
+        fill('#power-job', jobCard(jobs.get(submitted) || job));
+      } catch (err) {
+        fill('#power-job', h('p', { class: 'result error' }, `${template} refused: ${err.message}`));
+      } finally {
+        for (const b of power.querySelectorAll('button')) b.disabled = false;
+      }
+    });
+  }
+
+  // ---- Jobs -----------------------------------------------------------------------
+  function jobs() {
+    let followed = null;
+    let pinned = false;
+    let stop = null;
+    let all = new Map();
+    // A node with a build log (logRef) streams it; a node without one (signal, drain,
+    // stop, start…) shows its agent's own output instead, which is what changed.
+    const follow = (job, node, live) => {
+      const key = job + '\u0000' + node;
+      if (followed === key) return;
+      followed = key;
+      if (stop) stop();
+      const j = all.get(job);
+      const st = j && ((j.status && j.status.nodes) || []).find((n) => n.id === node);
+      const spec = j && (j.spec.nodes || []).find((n) => n.id === node);
+      const agent = (spec && spec.agent) || (node.includes('/') ? node.split('/')[0] : null);
+      const title = $('#job-log-title');
+      const agentOutput = () => {
+        title.textContent = `${job} · ${node} wrote no log; ${agent}'s output` + (pinned ? ' (pinned)' : '');
+        title.dataset.source = 'agent';
+        stop = tail(`${API}/agents/${encodeURIComponent(agent)}/log?follow=true&tail=100`, $('#job-log'), $('#job-log-hint'));
+      };
+      if ((st && st.logRef) || !agent) {
+        title.textContent = `${job} · ${node}` + (pinned ? ' (pinned)' : '');
+        title.dataset.source = 'node';
+        const url = `${API}/jobs/${encodeURIComponent(job)}/log?node=${encodeURIComponent(node)}&follow=${live}`;
+        stop = tail(url, $('#job-log'), $('#job-log-hint'), agent ? () => { if (followed === key) agentOutput(); } : null);
+      } else {
+        agentOutput();
+      }
+    };
+    const pick = (job, node) => {
+      pinned = true;
+      followed = null;
+      follow(job, node, true);
+    };
+    const stamp = new Map();
+    const byNewest = (a, b) => (stamp.get(b) || 0) - (stamp.get(a) || 0) || (a < b ? -1 : 1);
+    const active = keyed($('#jobs-active'), (j) => jobCard(j, pick), byNewest);
+    const history = keyed($('#jobs-history'), (j) => jobCard(j, pick), byNewest);
+    collection('jobs', (items, changed, reset) => {
+      all = items;
+      for (const [k, j] of items) stamp.set(k, created(j));
+      const live = new Map();
+      const done = new Map();
+      for (const [k, j] of items) (isTerminal(j) ? done : live).set(k, j);
+      active.update(live, changed, reset);
+      history.update(done, changed, reset);
+      $('#jobs-active-empty').hidden = live.size > 0;
+      $('#jobs-history-empty').hidden = done.size > 0;
+      if (pinned) return;
+      // Follow the running node of the newest running Job; else the last node that ran.
+      const newest = [...items.values()].sort((a, b) => created(b) - created(a));
+      for (const j of newest) {
+        const n = ((j.status && j.status.nodes) || []).find((x) => x.state === 'Running');
+        if (n) return follow(j.metadata.name, n.id, true);
+      }
+      if (followed) return;
+      for (const j of newest) {
+        // The node that ran last (ties: the later in the chain), preferring build logs.
+        const ran = ((j.status && j.status.nodes) || []).map((x, i) => [x, i]).filter(([x]) => x.startedAt);
+        const rank = ([x, i]) => [x.logRef ? 1 : 0, Date.parse(x.finishedAt || x.startedAt) || 0, i];
+        ran.sort((a, b) => { const [p, q] = [rank(a), rank(b)]; return q[0] - p[0] || q[1] - p[1] || q[2] - p[2]; });
+        if (ran.length) return follow(j.metadata.name, ran[0][0].id, !ran[0][0].logRef);
+      }
+    });
+    if (location.hash) setTimeout(() => { const el = document.getElementById(decodeURIComponent(location.hash.slice(1))); if (el) el.scrollIntoView(); }, 500);
+  }
+
+  // ---- Approvals ------------------------------------------------------------------
+  function approvals() {
+    const isPending = (a) => !a.status || !a.status.phase || a.status.phase === 'Pending';
+    const decide = async (name, state, reasonEl, out) => {
+      const reason = reasonEl.value.trim();
+      if (state === 'Denied' && !reason) return result(out, false, 'A denial needs a reason.');
+      const decision = { state };
+      if (reason) decision.reason = reason;
+      try {
+        await api('PATCH', `${API}/approvals/${encodeURIComponent(name)}`, { spec: { decision } }, 'application/merge-patch+json');
+        result(out, true, state + ' — the controller takes it from here.');
+      } catch (err) {
+        result(out, false, err.message);
+      }
+    };
+    const card = (a) => {
+      const p = a.spec.payload || {};
+      const out = h('p', { class: 'result', role: 'status' });
+      const reason = h('input', { type: 'text', placeholder: 'Reason (required to deny)', class: 'reason-input' });
+      return h('article', { class: 'card approval', 'data-approval': a.metadata.name },
+        h('header', {}, pill((a.status && a.status.phase) || 'Pending'), ' ', h('b', {}, a.metadata.name), ' ', h('span', { class: 'tag' }, a.spec.kind),
+          a.spec.target ? [' → ', agentLink(a.spec.target)] : null, h('span', { class: 'muted small' }, ' requested by ' + (a.spec.requestedBy || 'an operator'), ' ', time(a.metadata.creationTimestamp))),
+        a.spec.summary ? h('p', {}, a.spec.summary) : null,
+        h('dl', { class: 'facts' },
+          p.commit ? [h('dt', {}, 'Commit'), h('dd', { class: 'mono' }, p.commit)] : null,
+          p.pullRequest ? [h('dt', {}, 'Pull request'), h('dd', {}, p.pullRequest)] : null,
+          (p.inputs || []).length ? [h('dt', {}, 'Inputs'), h('dd', { class: 'mono' }, p.inputs.join(', '))] : null,
+          p.agent ? [h('dt', {}, 'New agent'), h('dd', { class: 'mono' }, (p.agent.config && p.agent.config.repo) || JSON.stringify(p.agent))] : null),
+        hive.canWrite ? h('div', { class: 'actions' }, reason,
+          h('button', { type: 'button', class: 'primary', 'data-approve': a.metadata.name, onclick: () => decide(a.metadata.name, 'Approved', reason, out) }, 'Approve'),
+          h('button', { type: 'button', class: 'danger', 'data-deny': a.metadata.name, onclick: () => decide(a.metadata.name, 'Denied', reason, out) }, 'Deny')) : null,
+        out);
+    };
+    const row = (a) => {
+      const s = a.status || {};
+      return h('tr', { 'data-approval': a.metadata.name },
+        h('td', {}, h('b', {}, a.metadata.name)), h('td', {}, a.spec.kind), h('td', {}, a.spec.target ? agentLink(a.spec.target) : '—'),
+        h('td', {}, a.spec.requestedBy || '—'), h('td', {}, pill(s.phase || 'Pending'), s.job ? [' ', jobLink(s.job)] : null, s.message ? h('div', { class: 'muted small' }, s.message) : null),
+        h('td', {}, s.decidedBy || (a.metadata.annotations && a.metadata.annotations['hive.dev/decided-by']) || '—'),
+        h('td', {}, (a.spec.decision && a.spec.decision.reason) || '—'), h('td', {}, time(s.decidedAt || (a.metadata.annotations && a.metadata.annotations['hive.dev/decided-at']))));
+    };
+    const pending = keyed($('#approvals-pending'), card);
+    const history = keyed($('#approvals-history'), row);
+    collection('approvals', (items, changed, reset) => {
+      const p = new Map();
+      const d = new Map();
+      for (const [k, a] of items) (isPending(a) ? p : d).set(k, a);
+      // A pending card keeps its typed reason: re-render only when it leaves.
+      pending.update(p, reset ? changed : new Set([...changed].filter((k) => !p.has(k) || !pending.rows.has(k))), reset);
+      history.update(d, changed, reset);
+      $('#approvals-pending-empty').hidden = p.size > 0;
+      $('#approvals-history-empty').hidden = d.size > 0;
+    });
+  }
+
+  const pages = { overview, agents, agent, jobs, approvals };
+  hive.jobCard = jobCard;
+  hive.agentState = agentState;
+  const page = pages[document.body.dataset.page];
+  if (page) page();
+})();

@@ -1,0 +1,94 @@
+//! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job)
+//! and `/agents/{name}` (conditions, generations, live output, power buttons).
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+
+use super::section;
+use crate::dashboard::{layout, viewer, Sessions};
+use crate::server::AppState;
+
+/// The power verbs the agent page offers, as (Job template, button label, hint).
+const POWER: [(&str, &str, &str); 4] = [
+    ("Start", "Start", "wanted Up, then start"),
+    ("Stop", "Stop", "wanted Down, then a graceful stop"),
+    ("Restart", "Restart", "stop, then start"),
+    ("Rebuild", "Rebuild", "fetch the config rev, rebuild, swap"),
+];
+
+/// `GET /agents`.
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Sessions>,
+    headers: HeaderMap,
+) -> Response {
+    let viewer = match viewer(&state, &sessions, &headers) {
+        Ok(v) => v,
+        Err(redirect) => return redirect.into_response(),
+    };
+    layout::page(&viewer, "agents", "/agents", "Agents", |m| {
+        m.open("div", &[("class", "toolbar")]);
+        m.void("input", &[("id", "filter"), ("type", "search"), ("placeholder", "Filter by name or state…")]);
+        m.elem("span", &[("id", "agents-count"), ("class", "muted")], "");
+        m.close("div");
+        m.open("table", &[("class", "rows"), ("id", "agents-table")]);
+        m.open("thead", &[]).open("tr", &[]);
+        for col in ["Agent", "State", "Wanted", "Observed", "Applied rev", "Conditions", "Job", "Age"] {
+            m.elem("th", &[], col);
+        }
+        m.close("tr").close("thead");
+        m.open("tbody", &[("id", "agents-rows")]).close("tbody");
+        m.close("table");
+        m.elem(
+            "p",
+            &[("id", "agents-empty"), ("class", "empty"), ("hidden", "")],
+            "No agents yet. Apply one with kubectl apply -f manifests/agent.yaml.",
+        );
+    })
+}
+
+/// `GET /agents/{name}`.
+pub async fn one(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Sessions>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    let viewer = match viewer(&state, &sessions, &headers) {
+        Ok(v) => v,
+        Err(redirect) => return redirect.into_response(),
+    };
+    let title = format!("Agent {name}");
+    layout::page(&viewer, "agent", "/agents", &title, |m| {
+        m.open("div", &[("id", "agent"), ("data-agent", &name)]);
+        m.open("div", &[("class", "summary"), ("id", "agent-summary")])
+            .elem("p", &[("class", "muted")], "Loading…")
+            .close("div");
+        if viewer.can_write() {
+            m.open("div", &[("class", "actions"), ("id", "power")]);
+            for (template, label, hint) in POWER {
+                m.elem("button", &[("type", "button"), ("data-template", template), ("title", hint)], label);
+            }
+            m.void(
+                "input",
+                &[("id", "power-reason"), ("type", "text"), ("placeholder", "Reason (optional)")],
+            );
+            m.close("div");
+            m.open("div", &[("id", "power-job"), ("class", "job-slot")]).close("div");
+        }
+        m.open("div", &[("class", "grid two")]);
+        section(m, "Conditions", "agent-conditions", "card");
+        section(m, "Generations", "agent-generations", "card");
+        m.close("div");
+        m.open("section", &[("class", "card")]);
+        m.open("h2", &[])
+            .text("Output ")
+            .elem("span", &[("class", "muted small"), ("id", "agent-log-state")], "")
+            .close("h2");
+        m.elem("pre", &[("id", "agent-log"), ("class", "log")], "");
+        m.close("section");
+        m.close("div");
+    })
+}

@@ -1,0 +1,124 @@
+//! `/login` (sign in with a token) and `/logout`.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
+
+use super::form_field;
+use crate::dashboard::html::Markup;
+use crate::dashboard::layout::{head, html_response};
+use crate::dashboard::session::{clear_cookie, cookie, set_cookie, COOKIE};
+use crate::dashboard::Sessions;
+use crate::server::AppState;
+
+/// Whether a form post comes from this site: browsers send `Origin` on POST; when they
+/// do, it must name the host the request went to (a login or logout form on another
+/// site cannot sign a browser in or out).
+fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    origin.split_once("://").is_some_and(|(_, rest)| rest == host)
+}
+
+fn render(error: Option<&str>) -> String {
+    let mut m = Markup::new();
+    head(&mut m, "Sign in", None);
+    m.open("body", &[("class", "login"), ("data-page", "login")]);
+    m.open("main", &[("class", "login-box")]);
+    m.elem("h1", &[], "⬡ hive");
+    m.elem("p", &[("class", "muted")], "Sign in with an API token.");
+    if let Some(error) = error {
+        m.elem("p", &[("class", "error"), ("role", "alert")], error);
+    }
+    m.open("form", &[("method", "post"), ("action", "/login")]);
+    m.open("label", &[("for", "token")]).text("Token").close("label");
+    m.void(
+        "input",
+        &[
+            ("id", "token"),
+            ("name", "token"),
+            ("type", "password"),
+            ("autocomplete", "off"),
+            ("required", ""),
+            ("autofocus", ""),
+            ("placeholder", "hive_…"),
+        ],
+    );
+    m.elem("button", &[("type", "submit"), ("class", "primary")], "Sign in");
+    m.close("form");
+    m.open("p", &[("class", "hint")])
+        .text("The admin token is in the kubeconfig hive serve wrote (")
+        .elem("code", &[], "<state-dir>/kubeconfig.yaml")
+        .text("); mint others with ")
+        .elem("code", &[], "hive token create NAME --role viewer")
+        .text(".")
+        .close("p");
+    m.close("main").close("body").close("html");
+    m.finish()
+}
+
+/// `GET /login`: the form, or the overview when already signed in.
+pub async fn form(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Sessions>,
+    headers: HeaderMap,
+) -> Response {
+    if sessions.current(&state.tokens, &headers).is_some() {
+        return Redirect::to("/").into_response();
+    }
+    html_response(render(None))
+}
+
+/// `POST /login` with `token=…`: a session cookie and a redirect to the overview, or
+/// the form again with the reason (401).
+pub async fn submit(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Sessions>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !same_origin(&headers) {
+        let mut response = html_response(render(Some("This sign-in did not come from this site.")));
+        *response.status_mut() = StatusCode::FORBIDDEN;
+        return response;
+    }
+    let token = form_field(&body, "token").unwrap_or_default();
+    match sessions.sign_in(&state.tokens, &token) {
+        Some((id, principal)) => {
+            tracing::info!(token_name = principal.name, role = %principal.role, "dashboard sign-in");
+            let mut response = Redirect::to("/").into_response();
+            if let Ok(value) = HeaderValue::from_str(&set_cookie(&id)) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        None => {
+            let mut response = html_response(render(Some("That token is not valid (unknown or revoked).")));
+            *response.status_mut() = StatusCode::UNAUTHORIZED;
+            response
+        }
+    }
+}
+
+/// `POST /logout` with the page's `csrf` field: ends the session and clears the cookie.
+pub async fn sign_out(
+    State(state): State<AppState>,
+    Extension(sessions): Extension<Sessions>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let csrf = form_field(&body, "csrf").unwrap_or_default();
+    if !same_origin(&headers) || !sessions.csrf_matches(&state.tokens, &headers, &csrf) {
+        return (StatusCode::FORBIDDEN, "sign-out refused: missing or invalid CSRF token").into_response();
+    }
+    if let Some(id) = cookie(&headers, COOKIE) {
+        sessions.sign_out(id);
+    }
+    let mut response = Redirect::to("/login").into_response();
+    if let Ok(value) = HeaderValue::from_str(&clear_cookie()) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}

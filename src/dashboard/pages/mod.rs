@@ -1,0 +1,29 @@
+//! One file per dashboard page: each renders its shell (headings, role-gated controls,
+//! forms, the containers the JavaScript fills from the API).
+
+pub mod agents;
+pub mod approvals;
+pub mod fleet;
+pub mod jobs;
+pub mod login;
+pub mod overview;
+pub mod provision;
+
+use super::html::Markup;
+
+/// The value of `name` in an `application/x-www-form-urlencoded` body.
+pub(crate) fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let text = std::str::from_utf8(body).ok()?;
+    text.split('&').filter_map(|pair| pair.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| {
+        let spaced = v.replace('+', " ");
+        percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+    })
+}
+
+/// A titled section with an id the JavaScript fills, and a placeholder until it does.
+pub(crate) fn section(m: &mut Markup, title: &str, id: &'static str, class: &'static str) {
+    m.open("section", &[("class", class)]);
+    m.elem("h2", &[], title);
+    m.open("div", &[("id", id)]).elem("p", &[("class", "muted")], "Loading…").close("div");
+    m.close("section");
+}

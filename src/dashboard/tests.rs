@@ -1,0 +1,264 @@
+//! Route-level tests of the dashboard and of the API's session-cookie auth, without a
+//! socket (`oneshot`).
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use tower::ServiceExt;
+
+use crate::auth::{Role, TokenStore};
+use crate::server::{app, AppState, ServerConfig};
+use crate::store::{Store, StoreConfig};
+
+struct Fixture {
+    app: Router,
+    tokens: TokenStore,
+    viewer: String,
+    operator: String,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    let tokens = TokenStore::open(dir.path()).unwrap();
+    let viewer = tokens.create("vera", Role::Viewer).unwrap();
+    let operator = tokens.create("otto", Role::Operator).unwrap();
+    let app = app(AppState::new(store, tokens.clone(), ServerConfig::default()));
+    Fixture { app, tokens, viewer, operator, _dir: dir }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: String,
+}
+
+async fn send(app: &Router, req: Request<Body>) -> Reply {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 22).await.unwrap();
+    Reply { status, headers, body: String::from_utf8_lossy(&bytes).into_owned() }
+}
+
+fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
+    let mut req = Request::get(path);
+    if let Some(c) = cookie {
+        req = req.header(header::COOKIE, c);
+    }
+    req.body(Body::empty()).unwrap()
+}
+
+/// Signs in with `token`; returns the `Cookie` header value and the page's CSRF token.
+async fn sign_in(f: &Fixture, token: &str) -> (String, String) {
+    let req = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("token={token}")))
+        .unwrap();
+    let reply = send(&f.app, req).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    assert_eq!(reply.headers[header::LOCATION], "/");
+    let set = reply.headers[header::SET_COOKIE].to_str().unwrap().to_string();
+    let cookie = set.split(';').next().unwrap().to_string();
+    let page = send(&f.app, get("/", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let csrf = page.body.split("name=\"csrf-token\" content=\"").nth(1).unwrap().split('"').next().unwrap();
+    (cookie, csrf.to_string())
+}
+
+fn post_json(path: &str, cookie: &str, csrf: Option<&str>, body: &str) -> Request<Body> {
+    let mut req =
+        Request::post(path).header(header::COOKIE, cookie).header(header::CONTENT_TYPE, "application/json");
+    if let Some(csrf) = csrf {
+        req = req.header("x-csrf-token", csrf);
+    }
+    req.body(Body::from(body.to_string())).unwrap()
+}
+
+const AGENT: &str = r#"{"apiVersion":"hive.dev/v1","kind":"Agent","metadata":{"name":"a1"},
+  "spec":{"config":{"repo":"https://git.example.invalid/a1.git"},"runtime":{"type":"process","process":{"command":["./run.sh"]}}}}"#;
+
+#[tokio::test]
+async fn sign_in_sets_a_locked_down_cookie_and_pages_need_it() {
+    let f = fixture();
+    let page = send(&f.app, get("/agents", None)).await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+    assert_eq!(page.headers[header::LOCATION], "/login");
+    let login = send(&f.app, get("/login", None)).await;
+    assert_eq!(login.status, StatusCode::OK);
+    assert!(login.body.contains("name=\"token\""));
+
+    let req = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("token={}", f.operator)))
+        .unwrap();
+    let reply = send(&f.app, req).await;
+    let set = reply.headers[header::SET_COOKIE].to_str().unwrap();
+    for flag in ["hive_session=", "HttpOnly", "Secure", "SameSite=Strict", "Path=/", "Max-Age=43200"] {
+        assert!(set.contains(flag), "{flag} missing from {set}");
+    }
+    assert!(!set.contains(&f.operator), "the token never goes into the cookie");
+
+    let (cookie, csrf) = sign_in(&f, &f.operator).await;
+    for path in ["/", "/agents", "/agents/a1", "/jobs", "/approvals", "/fleet", "/provision"] {
+        let page = send(&f.app, get(path, Some(&cookie))).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert!(page.headers[header::CONTENT_SECURITY_POLICY]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'"));
+        assert!(page.body.contains("otto"), "{path} names who is signed in");
+        assert!(!page.body.contains(&f.operator), "{path} never shows the token");
+        assert!(page.body.contains(&csrf));
+    }
+}
+
+#[tokio::test]
+async fn a_bad_token_is_refused_with_the_form() {
+    let f = fixture();
+    let req = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("token=hive_nope"))
+        .unwrap();
+    let reply = send(&f.app, req).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert!(reply.headers.get(header::SET_COOKIE).is_none());
+    assert!(reply.body.contains("not valid"));
+    let forged = Request::post("/login")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::ORIGIN, "https://evil.example")
+        .header(header::HOST, "127.0.0.1:7443")
+        .body(Body::from(format!("token={}", f.operator)))
+        .unwrap();
+    assert_eq!(send(&f.app, forged).await.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn the_api_accepts_the_cookie_and_mutations_need_the_csrf_token() {
+    let f = fixture();
+    let (cookie, csrf) = sign_in(&f, &f.operator).await;
+    let list = send(&f.app, get("/apis/hive.dev/v1/agents", Some(&cookie))).await;
+    assert_eq!(list.status, StatusCode::OK, "{}", list.body);
+
+    let missing = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, None, AGENT)).await;
+    assert_eq!(missing.status, StatusCode::FORBIDDEN);
+    let status: serde_json::Value = serde_json::from_str(&missing.body).unwrap();
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["reason"], "Forbidden");
+    assert!(status["message"].as_str().unwrap().contains("X-CSRF-Token header is missing"), "{status}");
+
+    let wrong = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, Some("forged"), AGENT)).await;
+    assert_eq!(wrong.status, StatusCode::FORBIDDEN);
+    assert!(wrong.body.contains("does not match"), "{}", wrong.body);
+
+    let ok = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, Some(&csrf), AGENT)).await;
+    assert_eq!(ok.status, StatusCode::CREATED, "{}", ok.body);
+
+    // A bearer request needs no CSRF token.
+    let bearer = Request::get("/apis/hive.dev/v1/agents/a1")
+        .header(header::AUTHORIZATION, format!("Bearer {}", f.operator))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&f.app, bearer).await.status, StatusCode::OK);
+    // No cookie, no bearer: 401 as before.
+    assert_eq!(send(&f.app, get("/apis/hive.dev/v1/agents", None)).await.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn a_viewer_gets_no_controls_and_the_api_refuses_its_mutations() {
+    let f = fixture();
+    let (cookie, csrf) = sign_in(&f, &f.viewer).await;
+    let agent = send(&f.app, get("/agents/a1", Some(&cookie))).await;
+    assert!(!agent.body.contains("data-template"), "no power buttons for a viewer");
+    assert!(agent.body.contains("data-can-write=\"false\""));
+    let provision = send(&f.app, get("/provision", Some(&cookie))).await;
+    for control in ["provision-form", "kill-form", "configure-form", "offers-form"] {
+        assert!(!provision.body.contains(control), "{control} rendered for a viewer");
+    }
+    assert!(provision.body.contains("Read-only"));
+    let refused = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, Some(&csrf), AGENT)).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN);
+    assert!(refused.body.contains("role viewer"), "{}", refused.body);
+
+    let (op_cookie, _) = sign_in(&f, &f.operator).await;
+    let provision = send(&f.app, get("/provision", Some(&op_cookie))).await;
+    assert!(provision.body.contains("provision-form") && provision.body.contains("kill-form"));
+    assert!(!provision.body.contains("configure-form"), "ConfigureProvider is admin's");
+    let agent = send(&f.app, get("/agents/a1", Some(&op_cookie))).await;
+    assert!(agent.body.contains("data-template=\"Restart\""));
+}
+
+#[tokio::test]
+async fn pages_escape_what_they_render() {
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.operator).await;
+    let page = send(&f.app, get("/agents/%3Cscript%3Ealert(1)%3C%2Fscript%3E%22", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Agent &lt;script&gt;alert(1)&lt;/script&gt;&quot;"), "{}", page.body);
+    assert!(!page.body.contains("<script>alert"));
+}
+
+#[tokio::test]
+async fn each_provision_form_gets_its_own_command_id() {
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.operator).await;
+    let id = |body: &str| {
+        body.split("id=\"provision-form\" class=\"stack\" data-command=\"").nth(1).unwrap()[..20].to_string()
+    };
+    let first = id(&send(&f.app, get("/provision", Some(&cookie))).await.body);
+    let second = id(&send(&f.app, get("/provision", Some(&cookie))).await.body);
+    assert!(first.starts_with("provision-") && first != second, "{first} {second}");
+}
+
+#[tokio::test]
+async fn sign_out_and_revocation_end_the_session() {
+    let f = fixture();
+    let (cookie, csrf) = sign_in(&f, &f.operator).await;
+    let forged =
+        Request::post("/logout").header(header::COOKIE, &cookie).body(Body::from("csrf=nope")).unwrap();
+    assert_eq!(send(&f.app, forged).await.status, StatusCode::FORBIDDEN);
+    let out = Request::post("/logout")
+        .header(header::COOKIE, &cookie)
+        .body(Body::from(format!("csrf={csrf}")))
+        .unwrap();
+    let reply = send(&f.app, out).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(reply.headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    assert_eq!(send(&f.app, get("/", Some(&cookie))).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        send(&f.app, get("/apis/hive.dev/v1/agents", Some(&cookie))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let (cookie, _) = sign_in(&f, &f.viewer).await;
+    f.tokens.revoke("vera").unwrap();
+    assert_eq!(send(&f.app, get("/", Some(&cookie))).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        send(&f.app, get("/apis/hive.dev/v1/agents", Some(&cookie))).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn assets_are_embedded() {
+    let f = fixture();
+    for (path, kind) in [
+        ("/assets/app.js", "text/javascript"),
+        ("/assets/app.css", "text/css"),
+        ("/assets/fleet.js", "text/javascript"),
+    ] {
+        let reply = send(&f.app, get(path, None)).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert!(reply.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with(kind));
+        assert!(!reply.body.is_empty());
+    }
+    assert_eq!(send(&f.app, get("/assets/nope.js", None)).await.status, StatusCode::NOT_FOUND);
+}
+
+#[test]
+fn dashboard_listen_takes_an_address_or_a_port() {
+    assert_eq!(super::parse_listen("8443").unwrap().to_string(), "127.0.0.1:8443");
+    assert_eq!(super::parse_listen("0.0.0.0:9000").unwrap().to_string(), "0.0.0.0:9000");
+    assert!(super::parse_listen("nope").is_err());
+}

@@ -1,0 +1,90 @@
+//! The dashboard in a real browser (tests/browser/dashboard.py: Playwright for Python
+//! driving Debian's Chromium) against the real daemon. Runs only with
+//! `HIVE_BROWSER_TESTS=1` (`.ci/run` sets it and installs both); then any failure fails.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::agents::{config_repo, wait_power};
+use crate::harness::{ok, Daemon};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_in_a_browser() {
+    if std::env::var("HIVE_BROWSER_TESTS").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: set HIVE_BROWSER_TESTS=1 to run the browser suite (needs chromium and playwright)"
+        );
+        return;
+    }
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let created = api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("hello", &repo, "Up")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    wait_power(&api, "hello", "Running").await;
+
+    let token = |name: &str, role: &str| {
+        ok(d.hive(&["token", "create", "--name", name, "--role", role])).trim().to_string()
+    };
+    let viewer = token("vera", "viewer");
+    let operator = token("otto", "operator");
+
+    // A pending approval, as an agent would ask for its next config commit.
+    let v2 = String::from_utf8(
+        Command::new("git").args(["rev-parse", "v2"]).current_dir(&repo).output().unwrap().stdout,
+    )
+    .unwrap();
+    let approval = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "hello-v2"},
+        "spec": {"kind": "ApplyCommit", "target": "hello", "payload": {"commit": v2.trim()},
+                 "summary": "run the new prompt"}});
+    let asked = api.post("/apis/hive.dev/v1/approvals", &approval).await;
+    assert_eq!(asked.code, 201, "{}", asked.body);
+
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let artifacts = std::path::Path::new(&target).join("browser-artifacts");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/dashboard.py");
+    let out = tokio::task::spawn_blocking({
+        let (url, artifacts, admin) = (d.url.clone(), artifacts.clone(), d.token.clone());
+        move || {
+            Command::new("python3")
+                .arg(script)
+                .env("HIVE_URL", url)
+                .env("HIVE_OPERATOR_TOKEN", operator)
+                .env("HIVE_VIEWER_TOKEN", viewer)
+                .env("HIVE_ADMIN_TOKEN", admin)
+                .env("HIVE_APPROVAL", "hello-v2")
+                .env("HIVE_ARTIFACTS", &artifacts)
+                .output()
+                .expect("python3 runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "browser suite failed (screenshots in {}):\n{stdout}\n{stderr}\n--- daemon log tail ---\n{}",
+        artifacts.display(),
+        d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// `--dashboard-listen` serves the same pages and API on a second address, same TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_is_served_on_an_extra_listener_too() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = Daemon::start_with(&["--dashboard-listen", &port.to_string()]);
+    let mut api = d.client();
+    api.base = format!("https://127.0.0.1:{port}");
+    let login = api.get("/login").await;
+    assert_eq!(login.code, 200, "{:?}", login.body);
+    assert!(login.body.as_str().unwrap_or("").contains("name=\"token\""));
+    assert_eq!(api.get("/apis/hive.dev/v1/agents").await.code, 200, "the API answers there too");
+    // And on the main listener, the root is the dashboard.
+    let root = d.client_with(None).get("/").await;
+    assert_eq!(root.code, 200, "reqwest follows the redirect to /login");
+    assert!(root.body.as_str().unwrap_or("").contains("Sign in"));
+}
