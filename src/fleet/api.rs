@@ -115,7 +115,7 @@ async fn offers(
         return Err(ApiError::BadRequest("minReliability must be between 0 and 1".into()));
     }
     let fleet = fleet(&state)?;
-    let name = vast_provider_name(fleet, query.provider.as_deref());
+    let name = vast_provider_name(fleet, query.provider.as_deref().filter(|p| !p.is_empty()));
     let provider = provider_object(&state, &name)?;
     if provider.spec.type_ != ProviderType::Vastai {
         return Err(ApiError::BadRequest(format!(
@@ -191,13 +191,20 @@ async fn configure(
         ))
     })?;
     let fleet = fleet(&state)?;
-    let current = match state.store.get("providers", &name) {
-        Some(object) => {
-            serde_json::from_value::<Provider>((*object).clone()).map_err(|e| ApiError::Internal(e.into()))?
-        }
+    // The Provider `vastai` may be configured before it exists: it is created only once
+    // its settings check out.
+    let (current, exists) = match state.store.get("providers", &name) {
+        Some(object) => (
+            serde_json::from_value::<Provider>((*object).clone()).map_err(|e| ApiError::Internal(e.into()))?,
+            true,
+        ),
         None if name == "vastai" => {
-            super::status::ensure(&state.store, &name, ProviderType::Vastai, json!({})).await;
-            provider_object(&state, &name)?
+            let mut provider = Provider::new(
+                name.clone(),
+                hive_api::provider::ProviderSpec { type_: ProviderType::Vastai, ..Default::default() },
+            );
+            provider.spec.vastai = Some(Default::default());
+            (provider, false)
         }
         None => return Err(ApiError::NotFound { plural: "providers".into(), name }),
     };
@@ -248,14 +255,22 @@ async fn configure(
         .check(&wanted, key)
         .await
         .map_err(|why| invalid("Provider", &name, "apiKey", format!("{why}; nothing was changed")))?;
-    if wanted.spec != current.spec {
+    if !exists || wanted.spec != current.spec {
         let mut object = serde_json::to_value(&wanted).map_err(|e| ApiError::Internal(e.into()))?;
-        object["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
-        let stored = state
-            .store
-            .commit(Mutation::Update { kind: "providers", object, subresource: Subresource::Main }, false)
-            .await?
-            .into_object();
+        if let Some(meta) = object["metadata"].as_object_mut() {
+            meta.remove("resourceVersion");
+        }
+        let mutation = if exists {
+            Mutation::Update { kind: "providers", object, subresource: Subresource::Main }
+        } else {
+            let (object, _) = crate::server::resources::admit(
+                hive_api::kind_by_kind("Provider").expect("Provider is registered"),
+                object,
+                crate::server::params::FieldValidation::Strict,
+            )?;
+            Mutation::Create { kind: "providers", object }
+        };
+        let stored = state.store.commit(mutation, false).await?.into_object();
         // The check ran against the new spec; record it against the new generation.
         let mut entry = entry;
         entry.generation = stored["metadata"]["generation"].as_i64().unwrap_or(entry.generation);
