@@ -288,7 +288,8 @@ mod tests {
                 &["spec.provision.selectedOfferIds[1]"],
             ),
             (json!({"spec": {"provision": {"provider": "Vast AI"}}}), &["spec.provision.provider"]),
-            (json!({"spec": {"provision": {"provider": ""}}}), &["spec.provision.selectedOfferIds"]),
+            // Empty: the daemon fills in its default provider when it records the command.
+            (json!({"spec": {"provision": {"provider": ""}}}), &[]),
             (json!({"spec": {"provision": {"count": 5, "selectedOfferIds": []}}}), &[]),
             (json!({"status": {"nodes": ["node-1", "Node 2"]}}), &["status.nodes[1]"]),
         ];

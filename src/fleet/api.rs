@@ -195,7 +195,8 @@ async fn configure(
     // its settings check out.
     let (current, exists) = match state.store.get("providers", &name) {
         Some(object) => (
-            serde_json::from_value::<Provider>((*object).clone()).map_err(|e| ApiError::Internal(e.into()))?,
+            serde_json::from_value::<Provider>((*object).clone())
+                .map_err(|e| ApiError::Internal(e.into()))?,
             true,
         ),
         None if name == "vastai" => {

@@ -125,6 +125,7 @@ async fn provision_then_kill_keeps_the_record() {
         assert!(cmdline(pid)
             .contains(&format!("fleet-worker --node {}", node["metadata"]["name"].as_str().unwrap())));
         assert_eq!(node["spec"]["command"], "first");
+        assert_eq!(node["spec"]["provider"], "process", "the daemon's default provider was filled in");
         assert!(node["status"]["readyAt"].is_string());
         // Joined over iroh (on loopback) in agent-only mode, before it was Running.
         let runtime = &node["status"]["runtime"];
