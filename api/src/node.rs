@@ -205,6 +205,15 @@ pub struct TelemetrySummary {
     /// GPU memory in use across all GPUs, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_used_bytes: Option<u64>,
+    /// Space in use on the root filesystem, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_used_bytes: Option<u64>,
+    /// Size of the root filesystem, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_total_bytes: Option<u64>,
+    /// Seconds since the node's machine booted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uptime_seconds: Option<u64>,
 }
 
 impl Resource for Node {

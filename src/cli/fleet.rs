@@ -315,9 +315,10 @@ pub fn render_commands(commands: &[Value], limit: usize, now: DateTime<Utc>) -> 
 
 /// The node table: NAME LOGICAL-ID PHASE PROVIDER REF CPU MEM AGE ERROR.
 pub fn render_nodes(nodes: &[Value], now: DateTime<Utc>) -> String {
-    let mut rows = vec![["NAME", "LOGICAL-ID", "PHASE", "PROVIDER", "REF", "CPU", "MEM", "AGE", "ERROR"]
-        .map(String::from)
-        .to_vec()];
+    let mut rows =
+        vec![["NAME", "LOGICAL-ID", "PHASE", "PROVIDER", "REF", "CPU", "MEM", "DISK", "AGE", "ERROR"]
+            .map(String::from)
+            .to_vec()];
     let mut nodes: Vec<&Value> = nodes.iter().collect();
     nodes.sort_by_key(|n| n["spec"]["logicalId"].as_u64().unwrap_or(0));
     for node in nodes {
@@ -332,10 +333,12 @@ pub fn render_nodes(nodes: &[Value], now: DateTime<Utc>) -> String {
         let live =
             !matches!(node["status"]["phase"].as_str(), Some("Stopped" | "Killed" | "Failed" | "Orphaned"));
         let cpu = t["cpuPercent"].as_f64().filter(|_| live).map_or("-".into(), |c| format!("{c:.1}%"));
-        let mem = match (bytes(&t["memoryUsedBytes"]), bytes(&t["memoryTotalBytes"])) {
+        let pair = |used: &str, total: &str| match (bytes(&t[used]), bytes(&t[total])) {
             (Some(used), Some(total)) if live => format!("{used}/{total}"),
             _ => "-".into(),
         };
+        let (mem, disk) =
+            (pair("memoryUsedBytes", "memoryTotalBytes"), pair("diskUsedBytes", "diskTotalBytes"));
         rows.push(vec![
             node["metadata"]["name"].as_str().unwrap_or("").to_string(),
             node["spec"]["logicalId"].as_u64().map_or("-".into(), |i| i.to_string()),
@@ -344,6 +347,7 @@ pub fn render_nodes(nodes: &[Value], now: DateTime<Utc>) -> String {
             reference,
             cpu,
             mem,
+            disk,
             crate::age::age(node["metadata"]["creationTimestamp"].as_str(), now),
             cut(&text(&node["status"]["error"]), 70),
         ]);

@@ -65,8 +65,8 @@ async fn telemetry_of(api: &Api, node: &str, previous: Option<&Value>) -> Value 
     eventually("telemetry in the node status", || async {
         let node = api.get(&format!("{NODES}/{node}")).await.body;
         let t = node["status"]["telemetry"].clone();
-        (t["cpuPercent"].is_number() && t["memoryTotalBytes"].is_number() && previous != Some(&t))
-            .then_some(t)
+        let fields = ["cpuPercent", "memoryTotalBytes", "diskTotalBytes", "uptimeSeconds"];
+        (fields.iter().all(|f| t[f].is_number()) && previous != Some(&t)).then_some(t)
     })
     .await
 }
@@ -151,7 +151,9 @@ async fn provision_then_kill_keeps_the_record() {
     assert_eq!(lines[0]["type"], "descriptors");
     let channels: Vec<&str> =
         lines[0]["channels"].as_array().unwrap().iter().map(|c| c["channel"].as_str().unwrap()).collect();
-    assert!(channels.contains(&"cpu.percent") && channels.contains(&"memory.used_bytes"), "{channels:?}");
+    for channel in ["cpu.percent", "memory.used_bytes", "disk.used_bytes", "uptime.seconds"] {
+        assert!(channels.contains(&channel), "{channel} in {channels:?}");
+    }
     assert!(lines[1..].iter().any(|f| f["type"] == "frame" && f["channel"] == "cpu.percent"), "{lines:?}");
     assert_eq!(api.get("/hive/v1/fleet/nodes/node-99/telemetry").await.code, 404);
     assert!(!ok(d.hive(&["--help"])).contains("fleet-worker"), "the worker mode is hidden");

@@ -3,8 +3,7 @@
 //! [`Sampler`] that turns successive readings into telemetry values, and the
 //! [`RuntimeFacts`] a worker reports when it joins.
 //!
-//! Disk channels are deliberately absent: `statvfs` needs rustix's `fs` feature, which
-//! the crate does not enable (and spawning `df` every interval is too wasteful).
+//! Disk use comes from `statvfs` of the root filesystem, uptime from `/proc/uptime`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,6 +23,13 @@ pub const GPU_UTILIZATION: &str = "gpu.utilization_percent";
 pub const GPU_MEMORY_USED: &str = "gpu.memory_used_bytes";
 /// GPU memory installed summed over all GPUs, in bytes.
 pub const GPU_MEMORY_TOTAL: &str = "gpu.memory_total_bytes";
+
+/// Space in use on the root filesystem, in bytes.
+pub const DISK_USED: &str = "disk.used_bytes";
+/// Size of the root filesystem, in bytes.
+pub const DISK_TOTAL: &str = "disk.total_bytes";
+/// Seconds since the machine booted.
+pub const UPTIME: &str = "uptime.seconds";
 
 /// How long one `nvidia-smi` call may take.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);
@@ -140,10 +146,25 @@ pub async fn read_gpus() -> Option<Vec<GpuReading>> {
     Some(parse_nvidia_smi(&String::from_utf8_lossy(&output.stdout)))
 }
 
+/// The seconds since boot in `/proc/uptime` text (its first number).
+pub fn parse_uptime(text: &str) -> Option<f64> {
+    text.split_whitespace().next()?.parse().ok().filter(|s: &f64| s.is_finite() && *s >= 0.0)
+}
+
+/// Used and total bytes of the filesystem holding `path`.
+pub fn disk_usage(path: &Path) -> Option<(u64, u64)> {
+    let st = rustix::fs::statvfs(path).ok()?;
+    let block = if st.f_frsize > 0 { st.f_frsize } else { st.f_bsize };
+    let total = st.f_blocks.saturating_mul(block);
+    let used = st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(block);
+    Some((used, total))
+}
+
 /// Turns successive readings of one machine into telemetry values.
 #[derive(Debug)]
 pub struct Sampler {
     proc_root: PathBuf,
+    disk: PathBuf,
     gpus: bool,
     last_cpu: Option<CpuTimes>,
 }
@@ -158,7 +179,8 @@ impl Sampler {
 
     /// A sampler reading `proc_root` instead of `/proc` (for tests), with or without GPUs.
     pub fn with_root(proc_root: &Path, gpus: bool) -> Sampler {
-        let mut sampler = Sampler { proc_root: proc_root.to_path_buf(), gpus, last_cpu: None };
+        let mut sampler =
+            Sampler { proc_root: proc_root.to_path_buf(), disk: PathBuf::from("/"), gpus, last_cpu: None };
         sampler.last_cpu = sampler.read_cpu();
         sampler
     }
@@ -173,6 +195,9 @@ impl Sampler {
             ChannelDescriptor::new(CPU_PERCENT, "percent", "CPU use, in percent of one core"),
             ChannelDescriptor::new(MEMORY_USED, "bytes", "memory in use (total minus available)"),
             ChannelDescriptor::new(MEMORY_TOTAL, "bytes", "memory installed"),
+            ChannelDescriptor::new(DISK_USED, "bytes", "space in use on the root filesystem"),
+            ChannelDescriptor::new(DISK_TOTAL, "bytes", "size of the root filesystem"),
+            ChannelDescriptor::new(UPTIME, "seconds", "time since the machine booted"),
         ];
         if self.gpus {
             channels.extend([
@@ -204,6 +229,14 @@ impl Sampler {
         if let Some(memory) = meminfo.as_deref().and_then(parse_meminfo) {
             values.push((MEMORY_USED, memory.used as f64));
             values.push((MEMORY_TOTAL, memory.total as f64));
+        }
+        if let Some((used, total)) = disk_usage(&self.disk) {
+            values.push((DISK_USED, used as f64));
+            values.push((DISK_TOTAL, total as f64));
+        }
+        let uptime = std::fs::read_to_string(self.proc_root.join("uptime")).ok();
+        if let Some(seconds) = uptime.as_deref().and_then(parse_uptime) {
+            values.push((UPTIME, seconds));
         }
         if self.gpus {
             if let Some(gpus) = read_gpus().await.filter(|g| !g.is_empty()) {
@@ -307,13 +340,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("stat"), STAT_BEFORE).unwrap();
         std::fs::write(dir.path().join("meminfo"), "MemTotal: 4000 kB\nMemAvailable: 1000 kB\n").unwrap();
+        std::fs::write(dir.path().join("uptime"), "3600.25 7000.50\n").unwrap();
         let mut sampler = Sampler::with_root(dir.path(), false);
         std::fs::write(dir.path().join("stat"), STAT_AFTER).unwrap();
         let values = sampler.sample().await;
         let names: Vec<&str> = values.iter().map(|(c, _)| *c).collect();
-        assert_eq!(names, [CPU_PERCENT, MEMORY_USED, MEMORY_TOTAL]);
+        let all = [CPU_PERCENT, MEMORY_USED, MEMORY_TOTAL, DISK_USED, DISK_TOTAL, UPTIME];
+        assert_eq!(names, all);
         assert_eq!(values[1].1, 3000.0 * 1024.0);
+        // The root filesystem of this machine: some space used, less than its size.
+        assert!(values[3].1 > 0.0 && values[3].1 <= values[4].1, "{values:?}");
+        assert_eq!(values[5].1, 3600.25);
         let described: Vec<String> = sampler.descriptors().into_iter().map(|d| d.channel).collect();
-        assert_eq!(described, [CPU_PERCENT, MEMORY_USED, MEMORY_TOTAL]);
+        assert_eq!(described, all);
+    }
+
+    #[test]
+    fn uptime_is_the_first_number() {
+        assert_eq!(parse_uptime("12.5 40.0\n"), Some(12.5));
+        assert_eq!(parse_uptime(""), None);
+        assert_eq!(parse_uptime("-3 1"), None);
+        assert_eq!(parse_uptime("up 1"), None);
     }
 }

@@ -160,6 +160,9 @@ impl TelemetryHub {
             memory_total_bytes: bytes(sampler::MEMORY_TOTAL),
             gpu_utilization_percent: value(sampler::GPU_UTILIZATION),
             gpu_memory_used_bytes: bytes(sampler::GPU_MEMORY_USED),
+            disk_used_bytes: bytes(sampler::DISK_USED),
+            disk_total_bytes: bytes(sampler::DISK_TOTAL),
+            uptime_seconds: bytes(sampler::UPTIME),
         })
     }
 
