@@ -205,6 +205,9 @@ impl Fleet {
         fleet.spawn(async move { summaries.write_summaries().await });
         let deletions = fleet.clone();
         fleet.spawn(async move { deletions.follow_deletions().await });
+        let members = fleet.clone();
+        let events = fleet.net.member_events();
+        fleet.spawn(async move { members.follow_members(events).await });
         Ok(fleet)
     }
 
@@ -394,6 +397,29 @@ impl Fleet {
                 }
             }
             revision = revision.max(self.store.list("nodes").0);
+        }
+    }
+
+    /// A Running node whose worker's control connection ended says so in its status
+    /// (its phase stays: nothing is torn down); a rejoin clears it.
+    async fn follow_members(&self, mut events: tokio::sync::broadcast::Receiver<net::MemberEvent>) {
+        loop {
+            let node = match events.recv().await {
+                Ok(net::MemberEvent::Lost { node }) => node,
+                Ok(net::MemberEvent::Joined { .. }) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            };
+            let error = format!(
+                "the worker's control connection was lost at {}; waiting for it to rejoin",
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            );
+            self.node_status(&node, |s| {
+                if s["phase"] == json!(NodePhase::Running) {
+                    s["error"] = json!(error);
+                }
+            })
+            .await;
         }
     }
 

@@ -256,6 +256,21 @@ async fn logical_ids_are_never_reused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_node_record_stops_its_local_worker() {
+    let d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post(COMMANDS, &provision("p", 2)).await.code, 201);
+    let nodes = settled(&api, "p", "Running").await;
+    assert_eq!(api.delete(&format!("{NODES}/node-1")).await.code, 200);
+    all_gone(&[pid_of(&nodes[0])]).await;
+    assert!(alive(pid_of(&nodes[1])), "the other worker runs on");
+    // The endpoint was bound on loopback only (the harness's --fleet-listen).
+    let log = d.log();
+    let bound = log.lines().find(|l| l.contains("fleet endpoint bound")).expect("bound line");
+    assert!(bound.contains("127.0.0.1:") && !bound.contains("0.0.0.0"), "{bound}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_that_dies_fails_its_node() {
     let d = Daemon::start();
     let api = d.client();

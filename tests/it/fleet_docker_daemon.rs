@@ -181,4 +181,12 @@ async fn docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart() {
     assert_eq!(node(&api, "node-2").await["status"]["phase"], "Killed");
     let names = docker(&["ps", "-a", "--filter", &format!("network={network}"), "--format", "{{.Names}}"]);
     assert_eq!(names.lines().count(), 2, "nothing was recreated: {names}");
+
+    // A worker that goes away is reported; its node and container are left as they are.
+    docker(&["stop", "-t", "5", &survivor]);
+    let n1 = until(&api, "node-1", "lost", |n| {
+        n["status"]["error"].as_str().is_some_and(|e| e.contains("control connection was lost"))
+    })
+    .await;
+    assert_eq!(n1["status"]["phase"], "Running", "{n1}");
 }
