@@ -82,7 +82,7 @@
       const cls = [phase === 'Orphaned' ? 'orphan' : '', stale ? 'stale' : ''].join(' ').trim();
       return h('tr', { 'data-node': n.metadata.name, class: cls || null, title: stale && t.updatedAt ? 'telemetry last reported ' + t.updatedAt : null },
         h('td', {}, h('b', {}, n.metadata.name), h('div', { class: 'muted small' }, '#' + n.spec.logicalId)),
-        h('td', {}, pill(phase), phase === 'Orphaned' ? h('div', { class: 'error small' }, '⚠ no longer tracked by its command') : null),
+        h('td', {}, pill(phase), phase === 'Orphaned' ? h('div', { class: 'error small' }, '⚠ found at the provider without a record; left untouched') : null),
         h('td', {}, n.spec.provider), h('td', { class: 'mono small' }, providerRef(n)),
         h('td', { class: 'small' }, facts.length ? facts.join(' · ') : '—'),
         h('td', { class: 'metric' }, chart(hst.cpu, { max: Math.max(100, ...hst.cpu), label: 'CPU (100% = one core)' }), h('span', { 'data-metric': 'cpu' }, pct(t.cpuPercent))),
