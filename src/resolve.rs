@@ -46,6 +46,21 @@ impl Resolver {
         self.resolve_rev(agent, agent.spec.config.rev.as_deref(), log).await
     }
 
+    /// What would change if the agent went from commit `base` to what `head` names
+    /// (fetching first): the resolved head and the summary.
+    pub async fn diff(
+        &self,
+        agent: &Agent,
+        base: &str,
+        head: &str,
+        log: &dyn BuildLog,
+    ) -> Result<(String, git::DiffSummary)> {
+        let head = self.resolve_rev(agent, Some(head), log).await?;
+        let name = agent.metadata.name.as_str();
+        let summary = git::diff_summary(name, &self.mirror(name), base, &head, log).await?;
+        Ok((head, summary))
+    }
+
     /// Forgets the mirror of a deleted agent.
     pub fn forget(&self, agent: &str) {
         let _ = std::fs::remove_dir_all(self.mirror(agent));

@@ -379,7 +379,7 @@ pub(crate) async fn locked_inputs(
 
 /// A pull request as a git ref: a number is `refs/pull/<n>/head` (the forge
 /// convention), a URL ending in `/pull/<n>` likewise, anything else a ref or branch.
-fn pr_ref(pr: &str) -> String {
+pub(crate) fn pr_ref(pr: &str) -> String {
     let number = pr.rsplit('/').next().filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     match number {
         Some(n) if pr.bytes().all(|b| b.is_ascii_digit()) || pr.contains("/pull/") => {

@@ -3,6 +3,7 @@
 //! WritePermFile, ApprovalDeploy).
 
 mod meta;
+pub(crate) use meta::pr_ref;
 
 pub(crate) use meta::locked_inputs;
 

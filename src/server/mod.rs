@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod approval_diff;
 pub mod audit;
 pub mod body;
 pub mod discovery;
@@ -107,6 +108,7 @@ pub fn app(state: AppState) -> Router {
         .merge(jobs::router())
         .merge(tokens::router())
         .merge(audit::router())
+        .merge(approval_diff::router())
         .merge(crate::fleet::api::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -113,6 +113,8 @@ def approve(page):
     page.goto(URL + "/approvals")
     card = page.locator(f'article[data-approval="{APPROVAL}"]')
     expect(card).to_be_visible(timeout=30_000)
+    # What would change, compared by the server with the applied commit.
+    expect(card.locator(".diff")).to_contain_text(re.compile(r"\d+ commits? · \d+ files? · \+\d+"), timeout=30_000)
     shot(page, "approvals-pending")
     card.locator("input.reason-input").fill("reviewed in the browser suite")
     card.locator("button[data-approve]").click()

@@ -98,6 +98,24 @@ async fn an_approval_flows_from_request_to_deploy_and_the_audit_shows_it() {
         .await;
     assert_eq!(self_approve.code, 403, "an agent never decides: {}", self_approve.body);
 
+    // What it would change: from the applied v1 to v2, one commit, run.sh.
+    let diff = api.get("/hive/v1/approvals/alpha-v2/diff").await;
+    assert_eq!(diff.code, 200, "{}", diff.body);
+    assert_eq!(
+        (diff.body["base"].as_str(), diff.body["head"].as_str()),
+        (Some(sha(&repo, "v1").as_str()), Some(v2.as_str()))
+    );
+    assert_eq!(diff.body["commitCount"], 1);
+    assert!(diff.body["commits"][0].as_str().unwrap().ends_with(" v2"), "{}", diff.body);
+    assert_eq!(
+        (diff.body["filesChanged"].as_u64(), diff.body["insertions"].as_u64()),
+        (Some(1), Some(1)),
+        "{}",
+        diff.body
+    );
+    assert!(diff.body["stat"][0].as_str().unwrap().contains("run.sh"), "{}", diff.body);
+    assert_eq!(api.get("/hive/v1/approvals/nope/diff").await.code, 404);
+
     // The operator approves and follows it to Deployed.
     let out = ok(d.hive(&["approve", "alpha-v2"]));
     assert!(out.contains("approval.hive.dev/alpha-v2 approved by admin"), "{out}");

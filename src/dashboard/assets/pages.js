@@ -291,6 +291,21 @@
         result(out, false, err.message);
       }
     };
+    // What an ApplyCommit / MergeConfigPr would change, from the server's mirror.
+    const changes = (a) => {
+      const box = h('div', { class: 'diff muted small' }, 'Comparing with the applied commit…');
+      if (!['ApplyCommit', 'MergeConfigPr'].includes(a.spec.kind)) return null;
+      api('GET', `/hive/v1/approvals/${encodeURIComponent(a.metadata.name)}/diff`).then((d) => {
+        if (!d.base) return fill(box, d.message || 'Nothing applied yet.');
+        const more = d.commitCount > d.commits.length ? ` (newest ${d.commits.length} shown)` : '';
+        fill(box,
+          h('b', {}, `${d.commitCount} commit${d.commitCount === 1 ? '' : 's'} · ${d.filesChanged} file${d.filesChanged === 1 ? '' : 's'} · +${d.insertions} −${d.deletions}`),
+          ` from ${d.base.slice(0, 12)} to ${d.head.slice(0, 12)}${more}`,
+          h('details', {}, h('summary', {}, 'Commits and files'),
+            h('pre', { class: 'mono' }, [...d.commits, '', ...d.stat].join('\n'))));
+      }).catch((err) => fill(box, h('span', { class: 'error' }, 'Cannot show the change: ' + err.message)));
+      return box;
+    };
     const card = (a) => {
       const p = a.spec.payload || {};
       const out = h('p', { class: 'result', role: 'status' });
@@ -304,6 +319,7 @@
           p.pullRequest ? [h('dt', {}, 'Pull request'), h('dd', {}, p.pullRequest)] : null,
           (p.inputs || []).length ? [h('dt', {}, 'Inputs'), h('dd', { class: 'mono' }, p.inputs.join(', '))] : null,
           p.agent ? [h('dt', {}, 'New agent'), h('dd', { class: 'mono' }, (p.agent.config && p.agent.config.repo) || JSON.stringify(p.agent))] : null),
+        changes(a),
         hive.canWrite ? h('div', { class: 'actions' }, reason,
           h('button', { type: 'button', class: 'primary', 'data-approve': a.metadata.name, onclick: () => decide(a.metadata.name, 'Approved', reason, out) }, 'Approve'),
           h('button', { type: 'button', class: 'danger', 'data-deny': a.metadata.name, onclick: () => decide(a.metadata.name, 'Denied', reason, out) }, 'Deny')) : null,

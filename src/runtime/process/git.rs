@@ -52,6 +52,64 @@ pub async fn resolve(agent: &str, mirror: &Path, rev: Option<&str>, log: &dyn Bu
     Ok(out.trim().to_string())
 }
 
+/// What changes between two commits of a mirror: the commits (newest first, at most
+/// [`DIFF_COMMITS`]), the per-file stat and the totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffSummary {
+    /// `<short sha> <subject>` of each commit in `base..head`.
+    pub commits: Vec<String>,
+    /// Commits in `base..head` in all (more than `commits` holds when it was cut).
+    pub commit_count: usize,
+    /// `git diff --stat` of `base` to `head`, one line per file and the totals line.
+    pub stat: Vec<String>,
+    /// Files changed.
+    pub files_changed: u64,
+    /// Lines added.
+    pub insertions: u64,
+    /// Lines removed.
+    pub deletions: u64,
+}
+
+/// How many commits a [`DiffSummary`] lists.
+pub const DIFF_COMMITS: usize = 50;
+
+/// The change from commit `base` to commit `head` in the mirror.
+pub async fn diff_summary(
+    agent: &str,
+    mirror: &Path,
+    base: &str,
+    head: &str,
+    log: &dyn BuildLog,
+) -> Result<DiffSummary> {
+    let range = format!("{base}..{head}");
+    let count = git(agent, mirror, &["rev-list", "--count", "--end-of-options", &range], log).await?;
+    let commits = git(
+        agent,
+        mirror,
+        &["log", &format!("--max-count={DIFF_COMMITS}"), "--format=%h %s", "--end-of-options", &range],
+        log,
+    )
+    .await?;
+    let stat = git(agent, mirror, &["diff", "--stat=100", "--end-of-options", base, head], log).await?;
+    let totals = git(agent, mirror, &["diff", "--numstat", "--end-of-options", base, head], log).await?;
+    let mut summary = DiffSummary {
+        commits: commits.lines().map(str::to_string).collect(),
+        commit_count: count.trim().parse().unwrap_or(0),
+        stat: stat.lines().map(|l| l.trim_end().to_string()).collect(),
+        ..Default::default()
+    };
+    for line in totals.lines() {
+        let mut fields = line.split('\t');
+        // Binary files count as changed with `-` for both numbers.
+        let (added, removed) = (fields.next().unwrap_or("-"), fields.next().unwrap_or("-"));
+        summary.files_changed += 1;
+        summary.insertions += added.parse::<u64>().unwrap_or(0);
+        summary.deletions += removed.parse::<u64>().unwrap_or(0);
+    }
+    Ok(summary)
+}
+
 /// Checks commit `sha` out from the mirror into `dir`, which must not exist yet.
 pub async fn checkout(agent: &str, mirror: &Path, sha: &str, dir: &Path, log: &dyn BuildLog) -> Result<()> {
     let parent = dir.parent().unwrap_or(dir);
