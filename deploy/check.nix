@@ -174,6 +174,8 @@ in {
       runtime = "nixos-container";
       agentCpuQuota = "400%";
       agentMemoryMax = "8G";
+      provider = "docker";
+      fleetListen = "0.0.0.0:7946";
       preBuildAgentTemplates = true;
       agentTemplates = [ (drv "agent-base-toplevel") (drv "manager-toplevel") ];
       tlsCert = "/run/keys/hive.crt";
@@ -198,6 +200,8 @@ in {
       (evalHive { settings = { enable = true; package = hive; buildSlots = 0; }; }).execStart true)).success;
     unknownRuntime = (builtins.tryEval (builtins.deepSeq
       (evalHive { settings = { enable = true; package = hive; runtime = "docker"; }; }).execStart true)).success;
+    unknownProvider = (builtins.tryEval (builtins.deepSeq
+      (evalHive { settings = { enable = true; package = hive; provider = "aws"; }; }).execStart true)).success;
     unknownOption = (builtins.tryEval (builtins.deepSeq
       (evalHive { settings = { enable = true; package = hive; listenAddress = "x"; }; }).execStart true)).success;
     missingPackage = (builtins.tryEval (builtins.deepSeq

@@ -33,6 +33,8 @@ let
       "--runtime" cfg.runtime
       "--agent-cpu-quota" cfg.agentCpuQuota
       "--agent-memory-max" cfg.agentMemoryMax
+      "--provider" cfg.provider
+      "--fleet-listen" cfg.fleetListen
     ]
     ++ lib.optional cfg.preBuildAgentTemplates "--prebuild-agent-templates"
     ++ cfg.extraArgs;
@@ -110,6 +112,31 @@ in {
         agent; the daemon then runs as root, because it creates containers, writes
         their systemd drop-ins and starts and stops `container@` units, and this module
         enables `boot.enableContainers` and the flakes feature of Nix.
+      '';
+    };
+
+    provider = lib.mkOption {
+      type = lib.types.enum [ "process" "docker" "vastai" ];
+      default = "process";
+      description = ''
+        The fleet provider of commands that name none (`--provider`). `process`: local
+        worker processes, which end with the daemon. `docker`: node containers on the
+        host's Docker Engine (the daemon needs access to its socket, and `fleetListen`
+        must be reachable from the containers). `vastai`: leased Vast.ai instances; it
+        starts Unconfigured and takes its key at runtime (`hive fleet configure vastai`).
+      '';
+    };
+
+    fleetListen = lib.mkOption {
+      type = lib.types.str;
+      default = "127.0.0.1:7946";
+      example = "0.0.0.0:7946";
+      description = ''
+        UDP address of the fleet's iroh endpoint (`--fleet-listen`): workers join it and
+        the daemon pulls their telemetry through it. Keep the port fixed, so containers
+        and instances that outlive a restart find the daemon again; nodes on other hosts
+        or in containers need a non-loopback address and the port opened in
+        `networking.firewall.allowedUDPPorts`.
       '';
     };
 

@@ -478,6 +478,8 @@ fn module_renders_the_options_into_the_service() {
         ("runtime", "process".into()),
         ("agentCpuQuota", "200%".into()),
         ("agentMemoryMax", "4G".into()),
+        ("provider", "process".into()),
+        ("fleetListen", "127.0.0.1:7946".into()),
         ("preBuildAgentTemplates", Value::Bool(false)),
         ("agentTemplates", Value::Array(vec![])),
         ("tlsCert", Value::Null),
@@ -537,6 +539,8 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(flag(&pairs, "--runtime"), Some("nixos-container"));
     assert_eq!(flag(&pairs, "--agent-cpu-quota"), Some("400%"));
     assert_eq!(flag(&pairs, "--agent-memory-max"), Some("8G"));
+    assert_eq!(flag(&pairs, "--provider"), Some("docker"));
+    assert_eq!(flag(&pairs, "--fleet-listen"), Some("0.0.0.0:7946"));
     assert!(pairs.contains(&("--prebuild-agent-templates".into(), None)));
     assert_eq!(flag(&pairs, "--log"), Some("hive=debug"), "extraArgs are passed, quoted");
     assert_eq!(flag(&pairs, "--tls-cert"), Some("$CREDENTIALS_DIRECTORY/tls.crt"));
@@ -670,7 +674,7 @@ fn unit_command_line_starts_and_stops_the_daemon() {
     for (name, v) in flag_pairs(&serve_args(&unit).1) {
         let v = match name.as_str() {
             "--state-dir" => Some(dir.path().display().to_string()),
-            "--listen" => Some("127.0.0.1:0".into()),
+            "--listen" | "--fleet-listen" => Some("127.0.0.1:0".into()),
             _ => v,
         };
         args.push(name);
@@ -840,6 +844,8 @@ fn rootfs_script_builds_what_the_containerfile_copies() {
     let env: BTreeMap<String, String> = container_env(&instructions).into_iter().collect();
     let port = env["HIVE_LISTEN"].rsplit(':').next().unwrap().to_string();
     assert!(instructions.contains(&("EXPOSE".into(), port)), "EXPOSE the HIVE_LISTEN port");
+    let fleet = env["HIVE_FLEET_LISTEN"].rsplit(':').next().unwrap().to_string();
+    assert!(instructions.contains(&("EXPOSE".into(), format!("{fleet}/udp"))), "EXPOSE the fleet port (UDP)");
     assert!(inside(&env["HIVE_STATE_DIR"]).is_dir(), "HIVE_STATE_DIR exists in the rootfs");
 
     // The proof: the binary runs with nothing but the rootfs (needs root for chroot).
