@@ -120,9 +120,17 @@ fn kill_requested(fleet: &Fleet, node: &str) -> bool {
         .is_none_or(|n| n["metadata"]["annotations"][commands::KILLED_BY].is_string())
 }
 
+/// Marks `node` Failed with `error`, unless a Kill got there first (Killing, Killed):
+/// a kill's outcome is never overwritten by the create it interrupted.
 async fn fail_node(fleet: &Fleet, node: &str, error: &str) {
     fleet
         .node_status(node, |s| {
+            if matches!(
+                serde_json::from_value(s["phase"].clone()),
+                Ok(NodePhase::Killing | NodePhase::Killed)
+            ) {
+                return;
+            }
             s["phase"] = json!(NodePhase::Failed);
             s["error"] = json!(error);
             s["finishedAt"] = now();
@@ -168,6 +176,11 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
             s["provisionedAt"] = now();
         })
         .await;
+    if kill_requested(&fleet, &name) {
+        // A Kill arrived while the resource was being created; its executor may have
+        // found nothing to destroy yet. The resource is recorded now: destroy it.
+        return kill_node(&fleet, &name).await;
+    }
     // A local worker that dies before it joins ends the wait at once. (Its ready line
     // comes after the Welcome, so a printed one is no exit.)
     let exited = async move {

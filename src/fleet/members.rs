@@ -13,20 +13,20 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::net::control::AdmitFuture;
-use super::net::{Hello, HelloKind, Members};
+use super::net::{Hello, Members};
 use super::{phase_of, Fleet};
 use crate::store::Store;
 
 /// Persists joins; see the module docs.
 pub(super) struct Membership {
     store: Store,
-    waiters: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    waiters: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
     fleet: OnceLock<Weak<Fleet>>,
 }
 
 impl Membership {
     pub(super) fn new(store: Store) -> Arc<Membership> {
-        Arc::new(Membership { store, waiters: Mutex::new(HashMap::new()), fleet: OnceLock::new() })
+        Arc::new(Membership { store, waiters: Arc::default(), fleet: OnceLock::new() })
     }
 
     /// Lets admitted Rejoins restart telemetry through `fleet`.
@@ -68,8 +68,7 @@ impl Members for Membership {
     fn admit(&self, hello: Hello) -> AdmitFuture {
         let store = self.store.clone();
         let fleet = self.fleet();
-        let waiter = self.waiters.lock().unwrap_or_else(PoisonError::into_inner).remove(&hello.node);
-        let waiters_back = waiter.is_some();
+        let waiters = self.waiters.clone();
         Box::pin(async move {
             let stored = store.get("nodes", &hello.node);
             if let Some(why) = refusal(&hello, stored.as_deref()) {
@@ -105,16 +104,18 @@ impl Members for Membership {
                 return Err(format!("{}: persisting the worker's facts failed; retry", hello.node));
             }
             tracing::info!(node = hello.node, kind = ?hello.kind, generation, "fleet: worker admitted");
-            match (waiter, hello.kind) {
-                (Some(waiter), _) => {
+            // Taken only now: a Hello that failed to persist leaves the Provision waiting
+            // for the worker's retry.
+            let waiter = waiters.lock().unwrap_or_else(PoisonError::into_inner).remove(&hello.node);
+            match waiter {
+                // The Provision that created the node is waiting: it pulls telemetry next.
+                Some(waiter) => {
                     let _ = waiter.send(());
                 }
-                (None, kind) => {
-                    if kind == HelloKind::Join && waiters_back {
-                        return Ok(());
-                    }
-                    // A worker back after a lost connection or a daemon restart: pull its
-                    // telemetry again (after the Welcome goes out).
+                // A worker back after a lost connection or a daemon restart (or one that
+                // joined after its Provision gave up): pull its telemetry again, after
+                // the Welcome has gone out.
+                None => {
                     if let Some(fleet) = fleet {
                         let node = hello.node.clone();
                         tokio::spawn(async move {

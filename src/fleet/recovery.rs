@@ -113,14 +113,19 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
             return;
         }
     };
+    // Nodes of commands this run has begun are its own, in flight: not recovered.
+    let this_run = |node: &serde_json::Value| {
+        let started = fleet.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        node["spec"]["command"].as_str().is_some_and(|c| started.contains(c))
+    };
     let mut by_node: BTreeMap<String, Found> = BTreeMap::new();
     let mut orphans = Vec::new();
     for f in found {
-        match f
-            .node
-            .clone()
-            .filter(|n| fleet.store.get("nodes", n).is_some_and(|o| o["spec"]["provider"] == name))
-        {
+        let record = f.node.as_deref().and_then(|n| fleet.store.get("nodes", n));
+        if record.as_deref().is_some_and(this_run) {
+            continue;
+        }
+        match f.node.clone().filter(|_| record.is_some_and(|o| o["spec"]["provider"] == name)) {
             Some(node) => {
                 by_node.insert(node, f);
             }
@@ -129,7 +134,7 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
     }
     let (mut adopted, mut stopped) = (0, 0);
     let (_, nodes) = fleet.store.list("nodes");
-    for node in nodes.iter().filter(|n| n["spec"]["provider"] == name) {
+    for node in nodes.iter().filter(|n| n["spec"]["provider"] == name && !this_run(n)) {
         let node_name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
         let live = exec::is_live(node);
         match by_node.remove(&node_name) {
