@@ -256,6 +256,29 @@ async fn logical_ids_are_never_reused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kill_racing_its_provision_ends_killed_with_no_worker() {
+    let d = Daemon::start();
+    let api = d.client();
+    for round in 0..5 {
+        let (p, k, node) = (format!("p{round}"), format!("k{round}"), format!("node-{}", round + 1));
+        assert_eq!(api.post(COMMANDS, &provision(&p, 1)).await.code, 201);
+        assert_eq!(api.post(COMMANDS, &kill(&k, &node)).await.code, 201);
+        settled(&api, &k, "Killed").await;
+        eventually("the provision to finish", || async {
+            let c = api.get(&format!("{COMMANDS}/{p}")).await.body;
+            matches!(c["status"]["phase"].as_str(), Some("Succeeded" | "Failed")).then_some(())
+        })
+        .await;
+        let record = api.get(&format!("{NODES}/{node}")).await.body;
+        assert_eq!(record["status"]["phase"], "Killed", "the kill's outcome stands: {record}");
+        if let Some(pid) = record["status"]["providerRef"]["pid"].as_u64() {
+            all_gone(&[pid as u32]).await;
+        }
+    }
+    assert!(workers_of(d.pid()).is_empty(), "no worker outlives its kill");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_a_node_record_stops_its_local_worker() {
     let d = Daemon::start();
     let api = d.client();
