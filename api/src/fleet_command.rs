@@ -13,6 +13,9 @@ use crate::provider::ProviderType;
 use crate::resource::{Column, Resource};
 use crate::validation::{self, Errors, Reason};
 
+/// The most nodes one Provision may create.
+pub const MAX_COUNT: u32 = 1000;
+
 crate::resource! {
     /// A fleet command: provision nodes or kill one. Its name is the command id; the
     /// command and the Node intent it creates are durable before any provider call, and
@@ -41,7 +44,7 @@ pub struct Provision {
     /// default (`hive serve --provider`), filled in when the command is recorded.
     #[serde(default)]
     pub provider: String,
-    /// How many nodes to create; at least 1.
+    /// How many nodes to create; 1 to 1000.
     #[serde(default)]
     pub count: u32,
     /// The offers to lease, one per node. Vast.ai requires them and leases exactly these;
@@ -184,6 +187,13 @@ impl Resource for FleetCommand {
             if p.count == 0 {
                 errors.push("spec.provision.count", Reason::Invalid, "0: must be at least 1");
             }
+            if p.count > MAX_COUNT {
+                errors.push(
+                    "spec.provision.count",
+                    Reason::Invalid,
+                    format!("{}: at most {MAX_COUNT} nodes per command", p.count),
+                );
+            }
             let offers = p.selected_offer_ids.len();
             if offers > 0 && offers != p.count as usize {
                 errors.push(
@@ -288,6 +298,14 @@ mod tests {
                 &["spec.provision.selectedOfferIds[1]"],
             ),
             (json!({"spec": {"provision": {"provider": "Vast AI"}}}), &["spec.provision.provider"]),
+            (
+                json!({"spec": {"provision": {"count": 1001, "selectedOfferIds": []}}}),
+                &["spec.provision.count"],
+            ),
+            (
+                json!({"spec": {"provision": {"selectedOfferIds": [7, 7]}}}),
+                &["spec.provision.selectedOfferIds[1]"],
+            ),
             // Empty: the daemon fills in its default provider when it records the command.
             (json!({"spec": {"provision": {"provider": ""}}}), &[]),
             (json!({"spec": {"provision": {"count": 5, "selectedOfferIds": []}}}), &[]),

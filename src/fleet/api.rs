@@ -256,6 +256,7 @@ async fn configure(
         .check(&wanted, key)
         .await
         .map_err(|why| invalid("Provider", &name, "apiKey", format!("{why}; nothing was changed")))?;
+    let ready = entry.readiness.state == hive_api::provider::ProviderState::Ready;
     if !exists || wanted.spec != current.spec {
         let mut object = serde_json::to_value(&wanted).map_err(|e| ApiError::Internal(e.into()))?;
         if let Some(meta) = object["metadata"].as_object_mut() {
@@ -282,7 +283,9 @@ async fn configure(
         super::status::write(&state.store, &name, &entry).await;
         tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
     }
-    fleet.provider_ready(&name);
+    if ready {
+        fleet.provider_ready(&name);
+    }
     let object = state
         .store
         .get("providers", &name)

@@ -15,6 +15,9 @@ use super::providers::vastai::{instance_label, CreateRequest, InstanceId, DEFAUL
 use super::{command_result, commands, is_terminal, now, phase_of, Fleet};
 use super::{DOCKER_READY_TIMEOUT, PROCESS_READY_TIMEOUT, VASTAI_READY_TIMEOUT};
 
+/// How long a command waits for its provider's first check after the daemon started.
+pub const PROVIDER_CHECK_WAIT: Duration = Duration::from_secs(30);
+
 /// How long the first telemetry descriptors may take after a worker joined.
 pub const TELEMETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -156,7 +159,13 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
         return Err(error);
     };
     let joined = fleet.await_join(&name);
-    fleet.node_status(&name, |s| s["phase"] = json!(NodePhase::Provisioning)).await;
+    fleet
+        .node_status(&name, |s| {
+            if s["phase"] == json!(NodePhase::Pending) {
+                s["phase"] = json!(NodePhase::Provisioning);
+            }
+        })
+        .await;
     let created = match type_ {
         ProviderType::Process => create_process(&fleet, &node).await,
         ProviderType::Docker => create_container(&fleet, &node).await,
@@ -195,12 +204,18 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
         biased;
         joined = joined => joined.map_err(|_| format!("{name}: the join waiter was dropped")),
         () = exited => Err(format!("{name}: the worker exited before it joined")),
+        () = killed(&fleet, &name) => Err(format!("{name}: killed while waiting for its worker")),
         () = tokio::time::sleep(timeout) => Err(format!(
             "{name}: the worker did not join within {}s{}",
             timeout.as_secs(),
             if type_ == ProviderType::Process { "" } else { "; its resource is left as it is: kill the node to remove it" }
         )),
     };
+    fleet.members.forget_waiter(&name);
+    if kill_requested(&fleet, &name) {
+        // A Kill raced the create; its executor may have found no resource yet.
+        return kill_node(&fleet, &name).await;
+    }
     if let Err(error) = outcome {
         if type_ == ProviderType::Process {
             fleet.process.stop(&name).await;
@@ -208,11 +223,18 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
         fail_node(&fleet, &name, &error).await;
         return Err(error);
     }
-    if kill_requested(&fleet, &name) {
-        // A Kill raced the create; its executor may have found no resource yet.
-        return kill_node(&fleet, &name).await;
+    if let Err(error) = start_telemetry(&fleet, &name).await {
+        fail_node(&fleet, &name, &error).await;
+        return Err(error);
     }
-    start_telemetry(&fleet, &name).await
+    Ok(())
+}
+
+/// Resolves once a Kill names `name` (checked twice a second).
+async fn killed(fleet: &Fleet, name: &str) {
+    while !kill_requested(fleet, name) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Pulls `name`'s telemetry from the endpoint its worker joined with; once the first
@@ -226,7 +248,15 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), Str
         .flatten()
         .filter_map(|a| a.as_str()?.parse().ok())
         .collect();
-    if let Err(error) = fleet.net.follow_telemetry(name, &endpoint, addresses, TELEMETRY_TIMEOUT).await {
+    let followed = fleet.net.follow_telemetry(name, &endpoint, addresses, TELEMETRY_TIMEOUT).await;
+    // A Kill (or a delete) may have come while the pull was being set up: its forget ran
+    // before this follower existed, so stop the follower here.
+    let gone = fleet.store.get("nodes", name).is_none_or(|n| !is_live(&n) || kill_requested(fleet, name));
+    if gone {
+        fleet.net.forget(name);
+        return Err(format!("{name}: killed or stopped while its telemetry pull started"));
+    }
+    if let Err(error) = followed {
         fleet.net.forget(name);
         let error = format!("{name}: the worker joined but serves no telemetry: {error}");
         fleet.node_status(name, |s| s["error"] = json!(error)).await;
@@ -291,8 +321,18 @@ fn provider_spec(fleet: &Fleet, name: &str) -> Result<hive_api::provider::Provid
     serde_json::from_value(object["spec"].clone()).map_err(|e| format!("Provider {name:?}: {e}"))
 }
 
+/// Waits (boundedly) until the provider controller checked `provider` once: a command
+/// that arrives right after the daemon started must not fail for being early.
+async fn checked(fleet: &Fleet, provider: &str) {
+    let deadline = tokio::time::Instant::now() + PROVIDER_CHECK_WAIT;
+    while fleet.providers.get(provider).is_none() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 async fn create_container(fleet: &Fleet, node: &Node) -> Result<Created, String> {
     let provider = &node.spec.provider;
+    checked(fleet, provider).await;
     let docker = fleet.providers.docker(provider)?;
     let settings = provider_spec(fleet, provider)?.docker.unwrap_or_default();
     let network_name = settings.network.clone().unwrap_or_else(|| fleet.config.docker_network.clone());
@@ -334,6 +374,7 @@ async fn create_container(fleet: &Fleet, node: &Node) -> Result<Created, String>
 
 async fn create_instance(fleet: &Fleet, node: &Node) -> Result<Created, String> {
     let provider = &node.spec.provider;
+    checked(fleet, provider).await;
     let client = fleet.providers.vast(provider)?;
     let settings = provider_spec(fleet, provider)?.vastai.unwrap_or_default();
     let Some(offer) = node.spec.offer_id else {
@@ -343,7 +384,10 @@ async fn create_instance(fleet: &Fleet, node: &Node) -> Result<Created, String> 
         Some(addr) => format!("{}@{addr}", fleet.net.endpoint_id()),
         None => fleet.net.control_target(None),
     };
-    let label = instance_label(node.spec.command.as_deref().unwrap_or_default(), &node.metadata.name);
+    // hive:<fleet>:<command>:<node>: the fleet label keeps two daemons sharing one Vast.ai
+    // account out of each other's recovery.
+    let scoped = format!("{}:{}", fleet.fleet_label, node.spec.command.as_deref().unwrap_or_default());
+    let label = instance_label(&scoped, &node.metadata.name);
     let onstart =
         node.spec.bootstrap.clone().or(settings.onstart.clone()).unwrap_or_else(|| DEFAULT_ONSTART.into());
     let mut request =
@@ -376,6 +420,15 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
     fleet.net.forget(name);
     let reference = node.status.provider_ref.clone().unwrap_or_default();
     let destroyed: Result<String, String> = match commands::provider_type(&fleet.store, &node.spec.provider) {
+        None if reference.container_id.is_some() || reference.instance_id.is_some() => Err(format!(
+            "the Provider {:?} no longer exists, so its resource ({}) cannot be destroyed; recreate the \
+             Provider and kill the node again",
+            node.spec.provider,
+            reference
+                .container_id
+                .clone()
+                .unwrap_or_else(|| format!("instance {}", reference.instance_id.unwrap_or(0)))
+        )),
         Some(ProviderType::Process) | None => {
             Ok(format!("worker stopped: {}", fleet.process.stop(name).await))
         }
@@ -419,7 +472,9 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
             let error = format!("{name}: destroying its resource failed: {why}");
             fleet
                 .node_status(name, |s| {
-                    s["phase"] = json!(was.unwrap_or(NodePhase::Failed));
+                    if s["phase"] == json!(NodePhase::Killing) {
+                        s["phase"] = json!(was.unwrap_or(NodePhase::Failed));
+                    }
                     s["error"] = json!(error);
                 })
                 .await;

@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use super::net::control::AdmitFuture;
-use super::net::{Hello, Members};
+use super::net::{Hello, HelloKind, Members};
 use super::{phase_of, Fleet};
 use crate::store::Store;
 
@@ -41,6 +41,11 @@ impl Membership {
         rx
     }
 
+    /// Drops the waiter of `node` (its Provision stopped waiting).
+    pub(super) fn forget_waiter(&self, node: &str) {
+        self.waiters.lock().unwrap_or_else(PoisonError::into_inner).remove(node);
+    }
+
     fn fleet(&self) -> Option<Arc<Fleet>> {
         self.fleet.get().and_then(Weak::upgrade)
     }
@@ -55,6 +60,15 @@ fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
         return Some(format!(
             "{}: logical id {} does not match the record ({})",
             hello.node, hello.logical_id, node["spec"]["logicalId"]
+        ));
+    }
+    let recorded = node["status"]["endpointId"].as_str();
+    if hello.kind == HelloKind::Rejoin && recorded.is_some_and(|e| e != hello.endpoint_id) {
+        return Some(format!(
+            "{}: a rejoin must come from the endpoint that joined ({}), not {}",
+            hello.node,
+            recorded.unwrap_or_default(),
+            hello.endpoint_id
         ));
     }
     match phase_of(node) {
@@ -107,24 +121,21 @@ impl Members for Membership {
             // Taken only now: a Hello that failed to persist leaves the Provision waiting
             // for the worker's retry.
             let waiter = waiters.lock().unwrap_or_else(PoisonError::into_inner).remove(&hello.node);
-            match waiter {
-                // The Provision that created the node is waiting: it pulls telemetry next.
-                Some(waiter) => {
-                    let _ = waiter.send(());
-                }
-                // A worker back after a lost connection or a daemon restart (or one that
-                // joined after its Provision gave up): pull its telemetry again, after
-                // the Welcome has gone out.
-                None => {
-                    if let Some(fleet) = fleet {
-                        let node = hello.node.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                            if let Err(err) = super::exec::start_telemetry(&fleet, &node).await {
-                                tracing::warn!(node, err, "fleet: telemetry after rejoin failed");
-                            }
-                        });
-                    }
+            // The Provision that created the node, if still waiting, pulls telemetry next;
+            // otherwise (a worker back after a lost connection or a daemon restart, or one
+            // that joined after its Provision gave up) the pull restarts here, after the
+            // Welcome has gone out.
+            let handed = waiter.is_some_and(|w| w.send(()).is_ok());
+            if !handed {
+                if let Some(fleet) = fleet {
+                    let node = hello.node.clone();
+                    let owner = fleet.clone();
+                    owner.spawn(async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        if let Err(err) = super::exec::start_telemetry(&fleet, &node).await {
+                            tracing::warn!(node, err, "fleet: telemetry after rejoin failed");
+                        }
+                    });
                 }
             }
             Ok(())

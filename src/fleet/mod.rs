@@ -318,7 +318,8 @@ impl Fleet {
         let (_, nodes) = self.store.list("nodes");
         let mut cleared = 0;
         for node in nodes {
-            if !self.is_local(&node) || phase_of(&node).is_none() {
+            // Only live records: a kill's (or a failure's) terminal record is kept.
+            if !self.is_local(&node) || !exec::is_live(&node) {
                 continue;
             }
             let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();

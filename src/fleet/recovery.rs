@@ -76,13 +76,15 @@ async fn list(fleet: &Fleet, name: &str, type_: ProviderType) -> Result<Vec<Foun
         }
         ProviderType::Vastai => {
             let client = fleet.providers.vast(name)?;
-            let instances = client.list_by_label(LABEL_PREFIX).await.map_err(|e| e.to_string())?;
+            // Only this fleet's instances: hive:<fleet>:<command>:<node>.
+            let prefix = format!("{LABEL_PREFIX}{}:", fleet.fleet_label);
+            let instances = client.list_by_label(&prefix).await.map_err(|e| e.to_string())?;
             Ok(instances
                 .into_iter()
                 .map(|i| {
                     // hive:<command>:<node>
                     let label = i.label.clone().unwrap_or_default();
-                    let mut parts = label.strip_prefix(LABEL_PREFIX).unwrap_or_default().rsplitn(2, ':');
+                    let mut parts = label.strip_prefix(&prefix).unwrap_or_default().rsplitn(2, ':');
                     let node = parts.next().map(str::to_string);
                     let command = parts.next().map(str::to_string);
                     let state = i.actual_status.clone().unwrap_or_else(|| "provisioning".into());
@@ -109,14 +111,29 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
     let found = match list(fleet, name, type_).await {
         Ok(found) => found,
         Err(err) => {
-            tracing::warn!(provider = name, err, "fleet recovery: listing the provider's resources failed");
+            tracing::warn!(
+                provider = name,
+                err,
+                "fleet recovery: listing the provider's resources failed; \
+                 it runs again when the provider is next found ready"
+            );
+            fleet.recovered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(name);
             return;
         }
     };
     // Nodes of commands this run has begun are its own, in flight: not recovered.
+    // (Every command of an earlier run was made terminal at start, so a command that is
+    // not terminal is this run's even before its execution began.)
     let this_run = |node: &serde_json::Value| {
+        let Some(command) = node["spec"]["command"].as_str() else { return false };
         let started = fleet.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        node["spec"]["command"].as_str().is_some_and(|c| started.contains(c))
+        started.contains(command)
+            || fleet.store.get("fleetcommands", command).is_some_and(|c| {
+                serde_json::from_value::<hive_api::fleet_command::FleetCommandPhase>(
+                    c["status"]["phase"].clone(),
+                )
+                .is_ok_and(|p| !p.is_terminal())
+            })
     };
     let mut by_node: BTreeMap<String, Found> = BTreeMap::new();
     let mut orphans = Vec::new();
@@ -165,10 +182,14 @@ async fn adopt(fleet: &Fleet, name: &str, found: &Found) {
     let running = found.running;
     let state = found.state.clone();
     let reference = serde_json::to_value(&found.reference).unwrap_or_default();
+    let generation = fleet.net.generation();
     fleet
         .node_status(name, |s| {
             s["providerRef"] = reference.clone();
-            if running {
+            let rejoined = s["runtime"]["controlGeneration"].as_u64() == Some(generation);
+            if running && rejoined {
+                // Its worker rejoined this run before recovery got here: nothing to say.
+            } else if running {
                 s["error"] = json!(format!(
                     "adopted after a daemon restart ({state}); waiting for its worker to rejoin"
                 ));

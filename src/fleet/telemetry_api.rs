@@ -3,8 +3,8 @@
 //! (`{"type":"descriptors","node":…,"channels":[{"channel","unit","description"}]}`),
 //! then the recent frames, oldest first, then live frames as they are pulled
 //! (`{"type":"frame","channel":…,"at":…,"value":…}`). With `follow=false` the stream
-//! ends after the recent frames. A live stream ends when the node stops being followed
-//! (killed, stopped); a follower that falls behind gets `{"type":"lagged","missed":N}`
+//! ends after the recent frames, as it does for a node that is over (killed, stopped,
+//! failed). A live stream ends when the node stops being followed; a follower that falls behind gets `{"type":"lagged","missed":N}`
 //! and carries on.
 
 use axum::body::Body;
@@ -46,12 +46,14 @@ pub(super) async fn stream(
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("telemetry: {}", e.body_text())))?;
     let fleet = super::api::fleet(&state)?;
-    if state.store.get("nodes", &name).is_none() {
+    let Some(node) = state.store.get("nodes", &name) else {
         return Err(ApiError::NotFound { plural: "nodes".into(), name });
-    }
+    };
+    // A node that is over (killed, stopped, failed) has nothing live to follow.
+    let over = !super::exec::is_live(&node);
     let hub = fleet.telemetry();
     // Subscribe first, so no frame falls between the snapshot and the live feed.
-    let live = query.follow.unwrap_or(true).then(|| hub.subscribe(&name));
+    let live = (query.follow.unwrap_or(true) && !over).then(|| hub.subscribe(&name));
     let snapshot = hub.snapshot(&name).unwrap_or_default();
     let mut head =
         vec![line(&json!({"type": "descriptors", "node": name, "channels": snapshot.descriptors}))];

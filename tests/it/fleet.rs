@@ -31,7 +31,7 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut check: impl FnMut() -> F,
 ) -> T {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         if let Some(value) = check().await {
             return value;
@@ -172,6 +172,10 @@ async fn provision_then_kill_keeps_the_record() {
     all_gone(&[victim]).await;
     assert!(alive(pid_of(&nodes[0])) && alive(pid_of(&nodes[2])), "the other workers keep running");
     assert_eq!(list(&api, NODES).await.len(), 3, "the killed node's record is kept");
+    // A killed node's telemetry is over: its stream ends instead of following nothing.
+    let over =
+        tokio::time::timeout(Duration::from_secs(10), api.get("/hive/v1/fleet/nodes/node-2/telemetry")).await;
+    assert_eq!(over.expect("the stream of a killed node ends").code, 200);
     // Re-sending the kill returns the stored record and changes nothing.
     let again = api.post(COMMANDS, &kill("kill-2", "node-2")).await;
     assert_eq!(again.code, 200, "{:?}", again.body);

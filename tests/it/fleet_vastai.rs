@@ -18,7 +18,7 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut f: impl FnMut() -> F,
 ) -> T {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
     loop {
         if let Some(v) = f().await {
             return v;
@@ -133,7 +133,10 @@ async fn vastai_from_unconfigured_to_leases_kill_and_recovery() {
     eventually("both instances", || async { (stand.rentals().len() == 2).then_some(()) }).await;
     let mut rentals = stand.rentals();
     rentals.sort();
-    assert_eq!(rentals, [(101, "hive:rent:node-1".to_string()), (102, "hive:rent:node-2".to_string())]);
+    // hive:<fleet>:<command>:<node>
+    let fleet = rentals[0].1.split(':').nth(1).unwrap().to_string();
+    let label = |c: &str, n: &str| format!("hive:{fleet}:{c}:{n}");
+    assert_eq!(rentals, [(101, label("rent", "node-1")), (102, label("rent", "node-2"))]);
     assert_eq!(n1["status"]["phase"], "Provisioning", "no worker has joined: {n1}");
     let created = stand.lock().last_create.clone();
     assert_eq!(created["image"], "example/node:cuda");
@@ -160,7 +163,12 @@ async fn vastai_from_unconfigured_to_leases_kill_and_recovery() {
     stand.lock().instances.remove(&n3);
     stand.lock().instances.insert(
         9001,
-        json!({"id": 9001, "label": "hive:lost:node-50", "actual_status": "running", "gpu_name": "RTX 4090"}),
+        json!({"id": 9001, "label": label("lost", "node-50"), "actual_status": "running", "gpu_name": "RTX 4090"}),
+    );
+    // Another daemon's instance on the same account: not ours to adopt or report.
+    stand.lock().instances.insert(
+        9002,
+        json!({"id": 9002, "label": "hive:0ther0ne:x:node-2", "actual_status": "running", "gpu_name": "RTX 4090"}),
     );
 
     // Restart: the key was in memory only, so recovery waits for it.
@@ -174,6 +182,7 @@ async fn vastai_from_unconfigured_to_leases_kill_and_recovery() {
     let orphan = wait_phase(&api, "orphan-vastai-9001", "Orphaned").await;
     assert!(orphan["status"]["error"].as_str().unwrap().contains("node node-50 of command lost"), "{orphan}");
     assert!(stand.lock().instances.contains_key(&9001), "the orphan is left untouched");
+    assert_eq!(api.get(&format!("{NODES}/orphan-vastai-9002")).await.code, 404, "another fleet's instance");
     let n2 = eventually("node-2 adopted", || async {
         let n = node(&api, "node-2").await;
         n["status"]["error"].as_str().is_some_and(|e| e.contains("adopted")).then_some(n)

@@ -109,12 +109,12 @@ impl Daemon {
         })
     }
 
-    /// Everything the daemon logged so far.
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, std::process::Child::id)
     }
 
+    /// Everything the daemon logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
     }
