@@ -22,11 +22,13 @@ pub(super) struct Membership {
     store: Store,
     waiters: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
     fleet: OnceLock<Weak<Fleet>>,
+    /// This run's control generation, which a welcomed worker binds to.
+    generation: u64,
 }
 
 impl Membership {
-    pub(super) fn new(store: Store) -> Arc<Membership> {
-        Arc::new(Membership { store, waiters: Arc::default(), fleet: OnceLock::new() })
+    pub(super) fn new(store: Store, generation: u64) -> Arc<Membership> {
+        Arc::new(Membership { store, waiters: Arc::default(), fleet: OnceLock::new(), generation })
     }
 
     /// Lets admitted Rejoins restart telemetry through `fleet`.
@@ -82,6 +84,7 @@ impl Members for Membership {
     fn admit(&self, hello: Hello) -> AdmitFuture {
         let store = self.store.clone();
         let fleet = self.fleet();
+        let generation = self.generation;
         let waiters = self.waiters.clone();
         Box::pin(async move {
             let stored = store.get("nodes", &hello.node);
@@ -89,7 +92,7 @@ impl Members for Membership {
                 tracing::warn!(node = hello.node, why, "fleet: worker refused");
                 return Err(why);
             }
-            let generation = fleet.as_ref().map(|f| f.net.generation());
+            let generation = Some(generation);
             let facts = RuntimeFacts {
                 hostname: hello.facts.hostname.clone(),
                 cpus: hello.facts.cpus,

@@ -160,7 +160,7 @@ impl Fleet {
         let (exits_tx, exits) = mpsc::unbounded_channel();
         let generation =
             commands::next_control_generation(&store).await.context("recording the control generation")?;
-        let members = members::Membership::new(store.clone());
+        let members = members::Membership::new(store.clone(), generation);
         let net =
             net::FleetNet::start(*identity.secret_bytes(), config.net.clone(), generation, members.clone())
                 .await
