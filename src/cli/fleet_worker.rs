@@ -40,6 +40,10 @@ pub struct Args {
     /// The daemon: `<endpoint-id>@<ip:port>[,<ip:port>...]`.
     #[arg(long, value_name = "TARGET", env = "HIVE_CONTROL")]
     pub control: ControlTarget,
+    /// The node's join token, which the daemon gave it when it created the node. Read
+    /// from the environment only (`HIVE_JOIN_TOKEN`), so it never shows in a process list.
+    #[arg(skip = std::env::var("HIVE_JOIN_TOKEN").ok())]
+    pub join_token: Option<String>,
     /// The UDP address the worker's endpoint binds.
     #[arg(long, value_name = "ADDR", env = "HIVE_FLEET_BIND", default_value = "0.0.0.0:0")]
     pub bind: SocketAddr,
@@ -68,6 +72,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let mut config = WorkerConfig::new(&args.node, args.logical_id, args.control);
     config.net = NetConfig { bind: args.bind, relay: args.relay };
     config.telemetry_interval = Duration::from_millis(args.telemetry_interval_ms);
+    config.join_token = args.join_token.clone().map(crate::fleet::net::control::JoinToken);
     let node = args.node.clone();
     let ready = move || -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();

@@ -15,6 +15,9 @@ use super::providers::vastai::{instance_label, CreateRequest, InstanceId, DEFAUL
 use super::{command_result, commands, is_terminal, now, phase_of, Fleet};
 use super::{DOCKER_READY_TIMEOUT, PROCESS_READY_TIMEOUT, VASTAI_READY_TIMEOUT};
 
+/// The environment variable that gives a worker its node's join token.
+pub const JOIN_TOKEN_ENV: &str = "HIVE_JOIN_TOKEN";
+
 /// How long a command waits for its provider's first check after the daemon started.
 pub const PROVIDER_CHECK_WAIT: Duration = Duration::from_secs(30);
 
@@ -166,10 +169,15 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
             }
         })
         .await;
-    let created = match type_ {
-        ProviderType::Process => create_process(&fleet, &node).await,
-        ProviderType::Docker => create_container(&fleet, &node).await,
-        ProviderType::Vastai => create_instance(&fleet, &node).await,
+    // The worker proves it is this node's with a token only it is given; the hash is
+    // durable before the resource exists, so a rejoin after a restart is checked too.
+    let created = match super::members::issue_token(&fleet.store, &name).await {
+        Err(error) => Err(error),
+        Ok(token) => match type_ {
+            ProviderType::Process => create_process(&fleet, &node, &token).await,
+            ProviderType::Docker => create_container(&fleet, &node, &token).await,
+            ProviderType::Vastai => create_instance(&fleet, &node, &token).await,
+        },
     };
     let (reference, exited, timeout) = match created {
         Ok(created) => created,
@@ -286,16 +294,17 @@ fn worker_args(node: &Node, control: String) -> Vec<String> {
     vec!["--logical-id".into(), node.spec.logical_id.to_string(), "--control".into(), control]
 }
 
-async fn create_process(fleet: &Fleet, node: &Node) -> Result<Created, String> {
+async fn create_process(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
     let control = fleet.net.control_target(None);
     let mut args = worker_args(node, control);
     if fleet.net.bound_addrs().iter().all(|a| a.ip().is_loopback()) {
         // A daemon on loopback keeps its local workers there too.
         args.extend(["--bind".into(), "127.0.0.1:0".into()]);
     }
-    let settings = provider_spec(fleet, &node.spec.provider)
+    let mut settings = provider_spec(fleet, &node.spec.provider)
         .map(|spec| spec.process.unwrap_or_default())
         .unwrap_or_default();
+    settings.env.insert(JOIN_TOKEN_ENV.into(), token.into());
     let spawned = fleet
         .process
         .spawn(&node.metadata.name, &args, &settings)
@@ -330,7 +339,7 @@ async fn checked(fleet: &Fleet, provider: &str) {
     }
 }
 
-async fn create_container(fleet: &Fleet, node: &Node) -> Result<Created, String> {
+async fn create_container(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
     let provider = &node.spec.provider;
     checked(fleet, provider).await;
     let docker = fleet.providers.docker(provider)?;
@@ -363,7 +372,7 @@ async fn create_container(fleet: &Fleet, node: &Node) -> Result<Created, String>
         command: node.spec.command.clone().unwrap_or_default(),
         image: image_of(node, Some(&settings.image))?,
         cmd,
-        env: vec![("MYELIN_AGENT_ONLY".into(), "1".into())],
+        env: vec![("MYELIN_AGENT_ONLY".into(), "1".into()), (JOIN_TOKEN_ENV.into(), token.into())],
         network: Some(network_name),
         gpus: settings.gpus.clone(),
         keep_stdin_open: false,
@@ -372,7 +381,7 @@ async fn create_container(fleet: &Fleet, node: &Node) -> Result<Created, String>
     Ok((json!({"containerId": id}), None, DOCKER_READY_TIMEOUT))
 }
 
-async fn create_instance(fleet: &Fleet, node: &Node) -> Result<Created, String> {
+async fn create_instance(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
     let provider = &node.spec.provider;
     checked(fleet, provider).await;
     let client = fleet.providers.vast(provider)?;
@@ -398,6 +407,7 @@ async fn create_instance(fleet: &Fleet, node: &Node) -> Result<Created, String> 
         ("HIVE_NODE", node.metadata.name.clone()),
         ("HIVE_LOGICAL_ID", node.spec.logical_id.to_string()),
         ("HIVE_CONTROL", control),
+        (JOIN_TOKEN_ENV, token.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

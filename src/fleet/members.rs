@@ -53,6 +53,48 @@ impl Membership {
     }
 }
 
+/// The internal (unserved) store kind holding each node's join-token hash.
+pub(super) const TOKEN_KIND: &str = "fleetjointokens";
+
+fn digest(token: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Makes `node` a new join token and records its hash durably (before the node's
+/// resource exists); returns the token, which only the worker is given.
+pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String, String> {
+    use ring::rand::SecureRandom as _;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| "the system random generator failed".to_string())?;
+    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let object = json!({"metadata": {"name": node}, "sha256": digest(&token)});
+    let mutation = match store.get(TOKEN_KIND, node) {
+        Some(_) => crate::store::Mutation::Update {
+            kind: TOKEN_KIND,
+            object,
+            subresource: crate::store::Subresource::Main,
+        },
+        None => crate::store::Mutation::Create { kind: TOKEN_KIND, object },
+    };
+    store.commit(mutation, false).await.map_err(|e| format!("recording the join token failed: {e}"))?;
+    Ok(token)
+}
+
+/// Whether `hello` carries the join token recorded for its node.
+fn token_matches(store: &Store, hello: &Hello) -> bool {
+    let Some(recorded) = store.get(TOKEN_KIND, &hello.node) else { return false };
+    let Some(token) = &hello.join_token else { return false };
+    let (want, got) = (recorded["sha256"].as_str().unwrap_or_default(), digest(&token.0));
+    // Digests of a 256-bit secret: compared without an early exit all the same.
+    want.len() == got.len() && want.bytes().zip(got.bytes()).fold(0, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 /// Why a Hello for `node` (as stored) is refused, if it is.
 fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
     let Some(node) = node else {
@@ -88,7 +130,15 @@ impl Members for Membership {
         let waiters = self.waiters.clone();
         Box::pin(async move {
             let stored = store.get("nodes", &hello.node);
-            if let Some(why) = refusal(&hello, stored.as_deref()) {
+            let why = refusal(&hello, stored.as_deref()).or_else(|| {
+                (!token_matches(&store, &hello)).then(|| {
+                    format!(
+                        "{}: the join token is missing or wrong (it is given to the node's worker only)",
+                        hello.node
+                    )
+                })
+            });
+            if let Some(why) = why {
                 tracing::warn!(node = hello.node, why, "fleet: worker refused");
                 return Err(why);
             }

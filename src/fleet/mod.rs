@@ -392,6 +392,13 @@ impl Fleet {
                 let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
                 self.net.forget(&name);
                 self.summarized.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
+                let token = Mutation::Delete {
+                    kind: members::TOKEN_KIND,
+                    name: name.clone(),
+                    uid: None,
+                    resource_version: None,
+                };
+                let _ = self.store.commit(token, false).await;
                 if self.process.is_running(&name) {
                     tracing::info!(node = name, "fleet: node record deleted; stopping its local worker");
                     self.process.stop(&name).await;

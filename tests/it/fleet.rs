@@ -283,6 +283,42 @@ async fn a_kill_racing_its_provision_ends_killed_with_no_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_without_the_node_join_token_is_refused() {
+    let d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post(COMMANDS, &provision("p", 1)).await.code, 201);
+    let node = settled(&api, "p", "Running").await.remove(0);
+    let pid = pid_of(&node);
+    // The token is in the worker's environment only, never on its command line or in the API.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let token = String::from_utf8_lossy(&environ)
+        .split('\0')
+        .find_map(|v| v.strip_prefix("HIVE_JOIN_TOKEN=").map(str::to_string))
+        .expect("the worker has its join token");
+    assert!(!cmdline(pid).contains(&token));
+    assert!(!api.get(NODES).await.body.to_string().contains(&token));
+    // An impostor dialling the same control target as node-1, without the token.
+    let args = cmdline(pid);
+    let control = args.split_whitespace().skip_while(|a| *a != "--control").nth(1).unwrap().to_string();
+    let mut impostor = std::process::Command::new(crate::harness::hive_bin())
+        .args(["fleet-worker", "--node", "node-1", "--logical-id", "1", "--supervise", "none"])
+        .args(["--bind", "127.0.0.1:0", "--control", &control])
+        .env_remove("HIVE_JOIN_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the impostor to be refused", || async {
+        d.log().contains("node-1: the join token is missing or wrong").then_some(())
+    })
+    .await;
+    let _ = impostor.kill();
+    let _ = impostor.wait();
+    let after = api.get(&format!("{NODES}/node-1")).await.body;
+    assert_eq!(after["status"]["endpointId"], node["status"]["endpointId"], "the impostor changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_a_node_record_stops_its_local_worker() {
     let d = Daemon::start();
     let api = d.client();

@@ -79,6 +79,21 @@ pub struct Hello {
     pub facts: RuntimeFacts,
     /// The control generation the worker is bound to (`None` before its first Welcome).
     pub bound_generation: Option<u64>,
+    /// The node's join token, given to the worker when its resource was created (env
+    /// `HIVE_JOIN_TOKEN`): proof that this worker is the node's. Its `Debug` is redacted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join_token: Option<JoinToken>,
+}
+
+/// A node's join token. Never printed: `Debug` and `Display` are redacted.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JoinToken(pub String);
+
+impl std::fmt::Debug for JoinToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JoinToken([redacted])")
+    }
 }
 
 /// Where the control actor of the current daemon run is.

@@ -319,6 +319,7 @@ async fn resolve_names_the_current_binding_only() {
         addresses: vec![],
         facts,
         bound_generation: None,
+        join_token: None,
     };
     let ControlReply::Refused { reason } = ask(ControlRequest::Hello(forged)).await else {
         panic!("not refused")

@@ -45,6 +45,8 @@ pub struct WorkerConfig {
     pub heartbeat_interval: Duration,
     /// Delays between control redials.
     pub backoff: Backoff,
+    /// The node's join token (from the daemon, at the resource's creation).
+    pub join_token: Option<super::control::JoinToken>,
 }
 
 impl WorkerConfig {
@@ -59,6 +61,7 @@ impl WorkerConfig {
             telemetry_interval: Duration::from_secs(1),
             heartbeat_interval: Duration::from_secs(5),
             backoff: Backoff::default(),
+            join_token: None,
         }
     }
 }
@@ -304,6 +307,7 @@ async fn session(
         addresses: advertised.to_vec(),
         facts: sampler::runtime_facts(started_at).await,
         bound_generation: bound,
+        join_token: config.join_token.clone(),
     };
     tracing::info!(node, ?kind, "fleet worker: hello sent; waiting for welcome");
     match stream.ask_within(&ControlRequest::Hello(hello), WELCOME_TIMEOUT).await? {
