@@ -122,7 +122,8 @@ pub struct Args {
 
     /// iroh relays and discovery for the fleet endpoint: `disabled` (direct addresses
     /// only; the default) or `n0` (n0's public relays and DNS discovery, for nodes behind
-    /// NAT; publishes the endpoint's addresses to n0).
+    /// NAT; publishes the endpoint's addresses to n0; needs the internet, so the test
+    /// suite does not exercise it).
     #[arg(long, value_enum, value_name = "MODE", default_value_t = crate::fleet::net::RelayChoice::Disabled)]
     pub fleet_relay: crate::fleet::net::RelayChoice,
 
