@@ -8,8 +8,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::body::{Body, HttpBody as _};
 use axum::http::{header, HeaderMap, Method};
+use axum::response::Response;
 use base64::Engine as _;
+use futures_util::StreamExt as _;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::auth::{Principal, TokenStore};
@@ -20,8 +23,15 @@ pub const COOKIE: &str = "hive_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a session lives after sign-in.
 pub const SESSION_TTL: Duration = Duration::from_secs(12 * 60 * 60);
-/// At most this many live sessions; the oldest go first beyond it, so memory is bounded.
+/// At most this many live sessions in all; the oldest go first beyond it, so memory is
+/// bounded. Reached only across many tokens, thanks to [`MAX_SESSIONS_PER_TOKEN`].
 const MAX_SESSIONS: usize = 10_000;
+/// At most this many live sessions per token: signing in again with one token evicts
+/// that token's oldest session, never another token's.
+const MAX_SESSIONS_PER_TOKEN: usize = 16;
+/// How often a cookie-authenticated stream (watch, log, telemetry) checks that its
+/// session is still live; it ends within this long after sign-out, revocation or expiry.
+pub const STREAM_LIVENESS_CHECK: Duration = Duration::from_secs(15);
 
 /// A bearer token held in memory only; `Debug` never prints it.
 #[derive(Clone)]
@@ -36,6 +46,8 @@ impl fmt::Debug for Secret {
 #[derive(Clone, Debug)]
 struct Session {
     token: Secret,
+    /// The token's name, so one token's sign-ins evict only its own sessions.
+    token_name: String,
     csrf: String,
     expires_at: Instant,
 }
@@ -55,7 +67,12 @@ pub enum CookieAuth {
     /// No cookie, or one naming no live session.
     None,
     /// A live session; a mutation also carried the right CSRF token.
-    Allowed(Principal),
+    Allowed {
+        /// Who the session's token belongs to.
+        principal: Principal,
+        /// The session id, to end a streaming response when the session ends.
+        session: String,
+    },
     /// A live session, but a mutation without a matching `X-CSRF-Token`; the message
     /// says which.
     CsrfRefused(&'static str),
@@ -106,13 +123,28 @@ impl Sessions {
         let now = Instant::now();
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, s| s.expires_at > now);
+        // A token holder can push out only its own token's sessions.
+        let own: Vec<(&String, Instant)> = map
+            .iter()
+            .filter(|(_, s)| s.token_name == principal.name)
+            .map(|(k, s)| (k, s.expires_at))
+            .collect();
+        if own.len() >= MAX_SESSIONS_PER_TOKEN {
+            if let Some(oldest) = own.into_iter().min_by_key(|(_, at)| *at).map(|(k, _)| k.clone()) {
+                map.remove(&oldest);
+            }
+        }
         if map.len() >= MAX_SESSIONS {
             if let Some(oldest) = map.iter().min_by_key(|(_, s)| s.expires_at).map(|(k, _)| k.clone()) {
                 map.remove(&oldest);
             }
         }
-        let session =
-            Session { token: Secret(token.trim().to_string()), csrf, expires_at: now + SESSION_TTL };
+        let session = Session {
+            token: Secret(token.trim().to_string()),
+            token_name: principal.name.clone(),
+            csrf,
+            expires_at: now + SESSION_TTL,
+        };
         map.insert(id.clone(), session);
         Some((id, principal))
     }
@@ -125,7 +157,16 @@ impl Sessions {
     /// The live session named by the request's cookie: unexpired, and its token still
     /// valid. A session whose token was revoked or that expired is removed.
     pub fn current(&self, tokens: &TokenStore, headers: &HeaderMap) -> Option<SignedIn> {
-        let id = cookie(headers, COOKIE)?;
+        self.live(tokens, cookie(headers, COOKIE)?)
+    }
+
+    /// Whether the session `id` is still live (unexpired, its token still valid).
+    pub fn is_live(&self, id: &str, tokens: &TokenStore) -> bool {
+        self.live(tokens, id).is_some()
+    }
+
+    /// The session `id` if it is live; a dead one is removed.
+    fn live(&self, tokens: &TokenStore, id: &str) -> Option<SignedIn> {
         let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let session = map.get(id)?;
         let principal =
@@ -139,20 +180,46 @@ impl Sessions {
         }
     }
 
+    /// `response` with its body cut off once session `id` is no longer live (checked
+    /// every [`STREAM_LIVENESS_CHECK`]), so a watch, log or telemetry stream opened with
+    /// the cookie does not outlive sign-out, revocation or expiry. A body of known size
+    /// (any non-streaming answer) is returned as is.
+    pub fn end_with_session(&self, response: Response, id: String, tokens: TokenStore) -> Response {
+        if response.body().size_hint().exact().is_some() {
+            return response;
+        }
+        let sessions = self.clone();
+        let ended = async move {
+            let mut check = tokio::time::interval(STREAM_LIVENESS_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            check.tick().await; // the first tick is immediate; the request was just allowed
+            loop {
+                check.tick().await;
+                if !sessions.is_live(&id, &tokens) {
+                    return;
+                }
+            }
+        };
+        let (parts, body) = response.into_parts();
+        Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(ended)))
+    }
+
     /// How an API request's cookie authenticates it. Reads need only the session; any
     /// other method also needs `X-CSRF-Token` equal to the session's CSRF token (a page
     /// of another site can make the browser send the cookie, but cannot read the token).
     pub fn authenticate(&self, tokens: &TokenStore, method: &Method, headers: &HeaderMap) -> CookieAuth {
-        let Some(signed_in) = self.current(tokens, headers) else { return CookieAuth::None };
+        let Some(id) = cookie(headers, COOKIE) else { return CookieAuth::None };
+        let Some(signed_in) = self.live(tokens, id) else { return CookieAuth::None };
+        let allowed = CookieAuth::Allowed { principal: signed_in.principal, session: id.to_string() };
         if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            return CookieAuth::Allowed(signed_in.principal);
+            return allowed;
         }
         match headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()) {
             None => CookieAuth::CsrfRefused("the X-CSRF-Token header is missing: a request signed in with the dashboard's session cookie must send the CSRF token of its page"),
             Some(sent) if !same(sent, &signed_in.csrf) => {
                 CookieAuth::CsrfRefused("the X-CSRF-Token header does not match this session's CSRF token")
             }
-            Some(_) => CookieAuth::Allowed(signed_in.principal),
+            Some(_) => allowed,
         }
     }
 

@@ -262,3 +262,132 @@ fn dashboard_listen_takes_an_address_or_a_port() {
     assert_eq!(super::parse_listen("0.0.0.0:9000").unwrap().to_string(), "0.0.0.0:9000");
     assert!(super::parse_listen("nope").is_err());
 }
+
+fn logout(cookie: &str, csrf: &str) -> Request<Body> {
+    Request::post("/logout").header(header::COOKIE, cookie).body(Body::from(format!("csrf={csrf}"))).unwrap()
+}
+
+/// Reads a response body to its end, or `None` when it is still open after `secs`
+/// (of paused, auto-advancing test time).
+async fn ends_within(resp: axum::response::Response, secs: u64) -> Option<String> {
+    let read = axum::body::to_bytes(resp.into_body(), 1 << 22);
+    let bytes = tokio::time::timeout(std::time::Duration::from_secs(secs), read).await.ok()?.unwrap();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cookie_watch_ends_with_its_session() {
+    for end in ["sign-out", "revocation"] {
+        let f = fixture();
+        let (cookie, csrf) = sign_in(&f, &f.viewer).await;
+        let watch = f.app.clone().oneshot(get("/apis/hive.dev/v1/agents?watch=true", Some(&cookie))).await;
+        let watch = watch.unwrap();
+        assert_eq!(watch.status(), StatusCode::OK);
+        match end {
+            "sign-out" => {
+                assert_eq!(send(&f.app, logout(&cookie, &csrf)).await.status, StatusCode::SEE_OTHER)
+            }
+            _ => f.tokens.revoke("vera").unwrap(),
+        }
+        assert!(ends_within(watch, 60).await.is_some(), "after {end}, the watch kept its connection");
+    }
+    // A live session's watch is not cut (nor is a non-streaming answer wrapped).
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.viewer).await;
+    let watch = f.app.clone().oneshot(get("/apis/hive.dev/v1/agents?watch=true", Some(&cookie))).await;
+    assert!(ends_within(watch.unwrap(), 120).await.is_none(), "a live session's watch ended");
+    let list = f.app.clone().oneshot(get("/apis/hive.dev/v1/agents", Some(&cookie))).await.unwrap();
+    assert!(list.headers().contains_key(header::CONTENT_LENGTH), "a list keeps its length");
+}
+
+#[tokio::test]
+async fn provision_forms_post_and_wait_for_their_script() {
+    let f = fixture();
+    let admin = f.tokens.create("ada", Role::Admin).unwrap();
+    let (cookie, _) = sign_in(&f, &admin).await;
+    let page = send(&f.app, get("/provision", Some(&cookie))).await;
+    for form in ["configure-form", "offers-form", "provision-form", "kill-form"] {
+        let tag = page.body.split(&format!("<form id=\"{form}\"")).nth(1).unwrap().split('>').next().unwrap();
+        assert!(tag.contains("method=\"post\""), "{form}: {tag}");
+        let rest = page.body.split(&format!("<form id=\"{form}\"")).nth(1).unwrap();
+        let button = rest.split("<button type=\"submit\"").nth(1).unwrap().split('>').next().unwrap();
+        assert!(button.contains("disabled"), "{form}'s submit is enabled before its script: {button}");
+    }
+    // A stray native submit: refused, and the key was in the body, not in a URL.
+    let native = Request::post("/provision")
+        .header(header::COOKIE, &cookie)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from("provider=vastai&apiKey=sk-secret"))
+        .unwrap();
+    assert_eq!(send(&f.app, native).await.status, StatusCode::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn one_token_evicts_only_its_own_sessions() {
+    let f = fixture();
+    let (viewer, _) = sign_in(&f, &f.viewer).await;
+    let (first, _) = sign_in(&f, &f.operator).await;
+    for _ in 0..16 {
+        sign_in(&f, &f.operator).await;
+    }
+    assert_eq!(send(&f.app, get("/", Some(&first))).await.status, StatusCode::SEE_OTHER, "oldest evicted");
+    assert_eq!(send(&f.app, get("/", Some(&viewer))).await.status, StatusCode::OK, "another token's stays");
+}
+
+#[tokio::test]
+async fn signing_in_again_ends_the_old_session() {
+    let f = fixture();
+    let (old, _) = sign_in(&f, &f.viewer).await;
+    let again = Request::post("/login")
+        .header(header::COOKIE, &old)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .body(Body::from(format!("token={}", f.operator)))
+        .unwrap();
+    assert_eq!(send(&f.app, again).await.status, StatusCode::SEE_OTHER);
+    assert_eq!(send(&f.app, get("/", Some(&old))).await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn signing_out_of_a_dead_session_just_clears_the_cookie() {
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.viewer).await;
+    f.tokens.revoke("vera").unwrap();
+    let reply = send(&f.app, logout(&cookie, "stale-page-token")).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.headers[header::LOCATION], "/login");
+    assert!(reply.headers[header::SET_COOKIE].to_str().unwrap().contains("Max-Age=0"));
+    // A live session still needs its CSRF token.
+    let (cookie, _) = sign_in(&f, &f.operator).await;
+    assert_eq!(send(&f.app, logout(&cookie, "forged")).await.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn same_origin_reads_the_uri_authority_without_a_host_header() {
+    let f = fixture();
+    let login = |origin: &str| {
+        Request::post("https://127.0.0.1:7443/login")
+            .header(header::ORIGIN, origin)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!("token={}", f.operator)))
+            .unwrap()
+    };
+    assert_eq!(send(&f.app, login("https://evil.example")).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(send(&f.app, login("https://127.0.0.1:7443")).await.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn every_response_says_nosniff() {
+    let f = fixture();
+    for path in ["/version", "/login", "/", "/assets/app.js", "/apis/hive.dev/v1/agents", "/nope"] {
+        let reply = send(&f.app, get(path, None)).await;
+        assert_eq!(reply.headers[header::X_CONTENT_TYPE_OPTIONS], "nosniff", "{path}");
+    }
+}
+
+#[tokio::test]
+async fn offer_search_needs_an_operator() {
+    let f = fixture();
+    let (viewer, _) = sign_in(&f, &f.viewer).await;
+    let refused = send(&f.app, get("/hive/v1/fleet/offers?provider=vastai", Some(&viewer))).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
+}

@@ -121,6 +121,13 @@ pub fn app(state: AppState) -> Router {
         .merge(crate::dashboard::router())
         .layer(axum::Extension(crate::dashboard::Sessions::default()))
         .layer(middleware::from_fn(log_request))
+        // No response is ever sniffed into another type (a JSON error as HTML, say).
+        .layer(middleware::map_response(|mut response: Response| async move {
+            response
+                .headers_mut()
+                .insert(header::X_CONTENT_TYPE_OPTIONS, axum::http::HeaderValue::from_static("nosniff"));
+            response
+        }))
         .with_state(state)
 }
 
@@ -139,6 +146,10 @@ fn required(method: &Method, path: &str) -> (Verb, String) {
     let resource = rest.split('/').next().unwrap_or("").to_string();
     if path.starts_with("/hive/v1/tokens") {
         return (Verb::Admin, "tokens".into());
+    }
+    if path == "/hive/v1/fleet/offers" {
+        // Searching offers spends the admin-configured Vast.ai key and its quota.
+        return (Verb::Write, "offers".into());
     }
     if matches!(*method, Method::GET | Method::HEAD) {
         return (Verb::Read, resource);
@@ -177,14 +188,18 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .map(str::trim);
     // Without a bearer token, the dashboard's session cookie stands in for it (same
     // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
+    let sessions = request.extensions().get::<crate::dashboard::Sessions>().cloned();
+    let mut by_cookie = None;
     let principal = match bearer {
         Some(bearer) => state.tokens.authenticate(bearer),
-        None => match request
-            .extensions()
-            .get::<crate::dashboard::Sessions>()
+        None => match sessions
+            .as_ref()
             .map(|sessions| sessions.authenticate(&state.tokens, request.method(), request.headers()))
         {
-            Some(crate::dashboard::CookieAuth::Allowed(principal)) => Some(principal),
+            Some(crate::dashboard::CookieAuth::Allowed { principal, session }) => {
+                by_cookie = Some(session);
+                Some(principal)
+            }
             Some(crate::dashboard::CookieAuth::CsrfRefused(why)) => {
                 return ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response();
             }
@@ -205,7 +220,13 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         return ApiError::Forbidden(message).into_response();
     }
     request.extensions_mut().insert::<Principal>(principal);
-    next.run(request).await
+    let response = next.run(request).await;
+    // A stream opened with the cookie ends when its session does (sign-out, revocation,
+    // expiry); a bearer token is re-checked only when the client reconnects, as before.
+    match (sessions, by_cookie) {
+        (Some(sessions), Some(id)) => sessions.end_with_session(response, id, state.tokens.clone()),
+        _ => response,
+    }
 }
 
 async fn log_request(request: Request, next: Next) -> Response {
@@ -241,6 +262,8 @@ mod tests {
             (Method::POST, "/apis/hive.dev/v1/providers", Verb::Admin),
             (Method::PUT, "/apis/hive.dev/v1/providers/p/status", Verb::Admin),
             (Method::GET, "/hive/v1/tokens", Verb::Admin),
+            (Method::GET, "/hive/v1/fleet/offers", Verb::Write),
+            (Method::GET, "/hive/v1/fleet/nodes/n/telemetry", Verb::Read),
             (Method::POST, "/hive/v1/tokens", Verb::Admin),
         ];
         for (method, path, want) in cases {

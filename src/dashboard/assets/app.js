@@ -203,40 +203,60 @@ const hive = (() => {
       if (document.hidden && ctrl) ctrl.abort();
     });
     (async () => {
+      // Reconnect backoff: reset only once a watch proved healthy (an event arrived, or
+      // it stayed open ~10 s), so a server that accepts and then drops is not hammered.
       let backoff = 500;
+      let relistBackoff = 250;
       for (;;) {
         await visible();
+        let opened = 0;
         try {
           if (rv === null) await list();
-          const url = `${API}/${plural}?watch=true&resourceVersion=${encodeURIComponent(rv)}&allowWatchBookmarks=true${extra}`;
+          // The server ends each watch cleanly after timeoutSeconds (spread so tabs do
+          // not reconnect in step); that end is a normal resume, not a failure.
+          const timeout = 240 + Math.floor(Math.random() * 121);
+          const url = `${API}/${plural}?watch=true&resourceVersion=${encodeURIComponent(rv)}&allowWatchBookmarks=true&timeoutSeconds=${timeout}${extra}`;
           ctrl = new AbortController();
-          const resp = await fetch(url, { credentials: 'same-origin', headers: { Accept: 'application/json' }, signal: ctrl.signal });
-          if (resp.status === 401) return signedOut();
-          if (resp.status === 410) throw new Expired();
-          if (!resp.ok) throw new Error('watch answered ' + resp.status);
-          down.delete(name);
-          renderLive();
-          backoff = 500;
-          await readLines(resp, (line) => {
-            const ev = JSON.parse(line);
-            const obj = ev.object || {};
-            if (ev.type === 'ERROR') {
-              if (obj.code === 410) throw new Expired();
-              throw new Error(obj.message || 'watch error');
-            }
-            const v = obj.metadata && obj.metadata.resourceVersion;
-            if (v) rv = v;
-            if (ev.type === 'BOOKMARK') return;
-            const key = obj.metadata.name;
-            if (ev.type === 'DELETED') items.delete(key);
-            else items.set(key, obj);
-            pending.add(key);
-            schedule();
-          });
-          throw new Error('stream ended');
+          const mine = ctrl;
+          try {
+            const resp = await fetch(url, { credentials: 'same-origin', headers: { Accept: 'application/json' }, signal: mine.signal });
+            if (resp.status === 401) return signedOut();
+            if (resp.status === 410) throw new Expired();
+            if (!resp.ok) throw new Error('watch answered ' + resp.status);
+            opened = performance.now();
+            down.delete(name);
+            renderLive();
+            await readLines(resp, (line) => {
+              const ev = JSON.parse(line);
+              const obj = ev.object || {};
+              if (ev.type === 'ERROR') {
+                if (obj.code === 410) throw new Expired();
+                throw new Error(obj.message || 'watch error');
+              }
+              backoff = 500;
+              relistBackoff = 250;
+              const v = obj.metadata && obj.metadata.resourceVersion;
+              if (v) rv = v;
+              if (ev.type === 'BOOKMARK') return;
+              const key = obj.metadata.name;
+              if (ev.type === 'DELETED') items.delete(key);
+              else items.set(key, obj);
+              pending.add(key);
+              schedule();
+            });
+          } finally {
+            mine.abort(); // never leave a half-read stream holding a connection
+          }
+          // A clean end (timeoutSeconds, or the session ended: the next request says
+          // 401): resume at once, without the reconnecting flash. An end right after
+          // opening counts as a failure, so a misbehaving server gets the backoff.
+          if (performance.now() - opened < 2000) throw new Error('stream ended at once');
         } catch (e) {
+          if (opened && performance.now() - opened > 10000) backoff = 500;
           if (e instanceof Expired) {
             rv = null; // re-list: our resourceVersion is older than the server's history
+            await sleep(relistBackoff + Math.random() * relistBackoff);
+            relistBackoff = Math.min(relistBackoff * 2, 5000);
             continue;
           }
           if (document.hidden) continue; // paused, not failed: resume from rv when visible
@@ -250,9 +270,13 @@ const hive = (() => {
     return items;
   }
 
-  // Keyed rows in a container, kept sorted by key: only changed keys are re-rendered.
+  // Keyed rows in a container, kept sorted by key: only changed keys are re-rendered,
+  // and a key whose object is the same version as its row's (a re-list) is left alone,
+  // so what a user typed or opened in it survives.
   function keyed(container, render, compare) {
     const rows = new Map();
+    const versions = new Map();
+    const version = (obj) => (obj.metadata && obj.metadata.resourceVersion) || null;
     const cmp = compare || ((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     let order = [];
     function place(key, el) {
@@ -277,14 +301,17 @@ const hive = (() => {
             if (old) {
               old.remove();
               rows.delete(key);
+              versions.delete(key);
               order = order.filter((k) => k !== key);
             }
             continue;
           }
+          if (old && version(obj) !== null && versions.get(key) === version(obj)) continue;
           const el = render(obj);
           if (old) old.replaceWith(el);
           else place(key, el);
           rows.set(key, el);
+          versions.set(key, version(obj));
         }
       },
       size: () => rows.size,
@@ -316,14 +343,19 @@ const hive = (() => {
         const reader = resp.body.getReader();
         const dec = new TextDecoder();
         let bytes = 0;
-        for (;;) {
-          const { done, value } = await reader.read();
-          if (done) break;
-          bytes += value.length;
-          const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-          pre.append(document.createTextNode(dec.decode(value, { stream: true })));
-          if (pre.textContent.length > MAX) pre.textContent = pre.textContent.slice(-MAX);
-          if (stick) pre.scrollTop = pre.scrollHeight;
+        try {
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) break;
+            bytes += value.length;
+            const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+            pre.append(document.createTextNode(dec.decode(value, { stream: true })));
+            if (pre.textContent.length > MAX) pre.textContent = pre.textContent.slice(-MAX);
+            if (stick) pre.scrollTop = pre.scrollHeight;
+          }
+        } catch (e) {
+          ctrl.abort(); // a failed read never leaves the stream holding a connection
+          throw e;
         }
         say('ended');
         if (bytes === 0 && onEmpty && !ctrl.signal.aborted) onEmpty();
@@ -346,8 +378,20 @@ const hive = (() => {
   }
 
   renderLive();
+  // Replaces a <select>'s options only when its list of values changed: rebuilding
+  // closes a dropdown the user has open. `list` empty: one disabled-looking placeholder.
+  function options(sel, list, placeholder) {
+    const want = list.length ? list : [''];
+    const have = [...sel.options].map((o) => o.value);
+    if (have.length === want.length && have.every((v, i) => v === want[i])) return false;
+    const cur = sel.value;
+    fill(sel, list.length ? list.map((n) => h('option', { value: n }, n)) : h('option', { value: '' }, placeholder));
+    if (list.includes(cur)) sel.value = cur;
+    return true;
+  }
+
   return {
-    API, h, $, fill, append, link, agentLink, jobLink, pill, tone, time, api, send, ApiError, collection, keyed,
+    API, h, $, fill, options, append, link, agentLink, jobLink, pill, tone, time, api, send, ApiError, collection, keyed,
     tail, condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
     addStream(name) { streams += 1; down.set(name, 'connecting'); renderLive(); },
     streamUp(name) { down.delete(name); renderLive(); },

@@ -3,7 +3,7 @@
 'use strict';
 
 (() => {
-  const { h, $, fill, pill, time, api, collection, keyed, result, API } = hive;
+  const { h, $, fill, pill, time, api, collection, keyed, result, options, API } = hive;
   const SVG = 'http://www.w3.org/2000/svg';
 
   // A small line chart of `values` (numbers) scaled to [0, max]; plain SVG, no library.
@@ -95,14 +95,18 @@
     const select = $('#explorer-node');
     const items = collection('nodes', (items, changed, reset) => {
       for (const k of reset ? items.keys() : changed) if (items.has(k)) record(items.get(k));
+      // A deleted node's chart history goes with it.
+      for (const k of reset ? [...history.keys()] : changed) if (!items.has(k)) history.delete(k);
       rows.update(items, changed, reset);
       $('#nodes-empty').hidden = items.size > 0;
       const phases = [...items.values()].map(nodePhase);
       $('#fleet-summary').textContent = `${phases.filter((p) => p === 'Running').length} of ${items.size} nodes running` +
         (phases.includes('Orphaned') ? ` · ${phases.filter((p) => p === 'Orphaned').length} orphaned` : '');
       const names = [...items.keys()].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
-      const current = select.value;
-      if (select.options.length !== names.length + 1 || reset) {
+      // Rebuilt only when the names changed: rebuilding closes an open dropdown.
+      const have = [...select.options].map((o) => o.value).slice(1);
+      if (select.options.length === 0 || have.join('\n') !== names.join('\n')) {
+        const current = select.value;
         fill(select, h('option', { value: '' }, '— choose —'), names.map((n) => h('option', { value: n }, n)));
         select.value = names.includes(current) ? current : '';
       }
@@ -118,6 +122,7 @@
     let frames = new Map();
     let units = new Map();
     const status = $('#explorer-status');
+    let received = 0; // frames of this stream, any channel (the suite sees it grow)
     const draw = () => {
       for (const b of document.querySelectorAll('#explorer-channels button')) b.classList.toggle('chosen', b.dataset.channel === channel);
       const values = (frames.get(channel) || []).map((f) => f.value);
@@ -137,10 +142,12 @@
       const node = select.value;
       if (!node) return;
       ctrl = new AbortController();
+      const mine = ctrl;
+      received = 0;
       status.className = 'muted';
       status.textContent = 'Connecting to ' + node + '…';
       try {
-        const resp = await fetch(`/hive/v1/fleet/nodes/${encodeURIComponent(node)}/telemetry`, { credentials: 'same-origin', signal: ctrl.signal });
+        const resp = await fetch(`/hive/v1/fleet/nodes/${encodeURIComponent(node)}/telemetry`, { credentials: 'same-origin', signal: mine.signal });
         if (!resp.ok) {
           let msg = resp.statusText;
           try { msg = (await resp.json()).message || msg; } catch (_) {}
@@ -150,7 +157,8 @@
         }
         status.textContent = 'Following ' + node + '.';
         let pendingDraw = false;
-        await hive.readLines(resp, (line) => {
+        try {
+          await hive.readLines(resp, (line) => {
           const m = JSON.parse(line);
           if (m.type === 'descriptors') {
             fill('#explorer-channels', (m.channels || []).map((c) => {
@@ -160,6 +168,8 @@
             }));
             if (!channel && m.channels && m.channels.length) channel = m.channels[0].channel;
           } else if (m.type === 'frame') {
+            received += 1;
+            status.dataset.frames = String(received);
             const arr = frames.get(m.channel) || [];
             arr.push(m);
             if (arr.length > 300) arr.shift();
@@ -169,8 +179,11 @@
               requestAnimationFrame(() => { pendingDraw = false; draw(); });
             }
           }
-        });
-        status.textContent = 'The stream ended.';
+          });
+        } finally {
+          mine.abort(); // never leave a half-read stream holding a connection
+        }
+        if (ctrl === mine) status.textContent = 'The stream ended.';
       } catch (e) {
         if (e.name !== 'AbortError') {
           status.className = 'error';
@@ -198,20 +211,22 @@
       const choices = { '#configure-provider': vast.length ? vast : ['vastai'], '#offers-provider': vast, '#provision-provider': names };
       for (const [id, list] of Object.entries(choices)) {
         const sel = $(id);
-        if (!sel) continue;
-        const cur = sel.value;
-        fill(sel, list.length ? list.map((n) => h('option', { value: n }, n)) : h('option', { value: '' }, '(no Vast.ai provider)'));
-        if (list.includes(cur)) sel.value = cur;
+        if (sel) options(sel, list, '(no Vast.ai provider)');
       }
     });
     const nodes = collection('nodes', (items) => {
       const sel = $('#kill-node');
       if (!sel) return;
-      const cur = sel.value;
       const live = [...items.values()].filter((n) => !['Killed', 'Killing'].includes(nodePhase(n))).map((n) => n.metadata.name).sort();
-      fill(sel, live.length ? live.map((n) => h('option', { value: n }, n)) : h('option', { value: '' }, '(no live nodes)'));
+      options(sel, live, '(no live nodes)');
       $('#kill-form button[type=submit]').disabled = live.length === 0;
-      if (live.includes(cur)) sel.value = cur;
+      // A confirmation names one node; once that node is no longer live it is void.
+      const box = $('#kill-confirm');
+      if (box && !box.hidden && !live.includes(box.dataset.node)) {
+        box.hidden = true;
+        result('#kill-result', false, `${box.dataset.node} is no longer live; nothing was killed.`);
+        delete box.dataset.node;
+      }
     });
     const commandRow = (c) => {
       const s = c.status || {};
@@ -224,9 +239,13 @@
     collection('fleetcommands', (items, changed, reset) => {
       for (const [k, c] of items) stamp.set(k, Date.parse(c.metadata.creationTimestamp) || 0);
       cmds.update(items, changed, reset);
+      for (const k of [...stamp.keys()]) if (!items.has(k)) stamp.delete(k); // DELETED ones
       $('#commands-empty').hidden = items.size > 0;
     });
 
+    // Submit buttons are rendered disabled, so a native submit (the key in a request
+    // before this handler exists) cannot happen; each is enabled once its handler is on.
+    const ready = (form) => { const b = form.querySelector('button[type=submit]'); if (b) b.disabled = false; };
     const configure = $('#configure-form');
     if (configure) configure.addEventListener('submit', async (e) => {
       e.preventDefault();
@@ -241,6 +260,7 @@
         result('#configure-result', false, err.message);
       }
     });
+    if (configure) ready(configure);
 
     const selected = new Set();
     const offersForm = $('#offers-form');
@@ -265,6 +285,7 @@
         fill('#offers', h('p', { class: 'error' }, 'Offer search failed: ' + err.message));
       }
     });
+    if (offersForm) ready(offersForm);
     function showSelected() {
       const el = $('#provision-selected');
       if (el) el.textContent = selected.size ? `Selected offers: ${[...selected].join(', ')}` : 'No offers selected.';
@@ -293,26 +314,36 @@
       } }, 'Prepare another');
       $('#provision-result').append(' ', again);
     });
+    if (prov) ready(prov);
 
+    // Kill: the confirmation remembers the node it asked about (the select may change
+    // under it), and a command id is only ever retried for the node it was first sent
+    // for; another node gets a fresh id, or the server would replay the first kill.
     const kill = $('#kill-form');
     if (kill) {
       const confirmBox = $('#kill-confirm');
+      const hideConfirm = () => { confirmBox.hidden = true; delete confirmBox.dataset.node; };
       kill.addEventListener('submit', (e) => {
         e.preventDefault();
         const node = kill.elements.node.value;
         if (!node) return result('#kill-result', false, 'Choose a node.');
+        confirmBox.dataset.node = node;
         $('#kill-question').textContent = `Kill ${node}? Its workload stops and the provider releases it.`;
         confirmBox.hidden = false;
       });
-      $('#kill-no').addEventListener('click', () => { confirmBox.hidden = true; });
+      $('#kill-no').addEventListener('click', hideConfirm);
       $('#kill-yes').addEventListener('click', async () => {
-        confirmBox.hidden = true;
-        const node = kill.elements.node.value;
+        const node = confirmBox.dataset.node;
+        hideConfirm();
+        if (!node) return;
+        if (kill.dataset.commandNode && kill.dataset.commandNode !== node) kill.dataset.command = freshId('kill');
+        kill.dataset.commandNode = node;
         const name = kill.dataset.command;
         try {
           await api('POST', `${API}/fleetcommands`, { apiVersion: 'hive.dev/v1', kind: 'FleetCommand', metadata: { name }, spec: { kill: { node } } });
           result('#kill-result', true, `Kill of ${node} submitted as ${name}.`);
           kill.dataset.command = freshId('kill');
+          delete kill.dataset.commandNode;
         } catch (err) {
           result('#kill-result', false, err.message);
         }

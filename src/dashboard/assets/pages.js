@@ -255,6 +255,7 @@
       for (const [k, j] of items) (isTerminal(j) ? done : live).set(k, j);
       active.update(live, changed, reset);
       history.update(done, changed, reset);
+      for (const k of [...stamp.keys()]) if (!items.has(k)) stamp.delete(k); // DELETED ones
       $('#jobs-active-empty').hidden = live.size > 0;
       $('#jobs-history-empty').hidden = done.size > 0;
       if (pinned) return;
@@ -306,10 +307,15 @@
       }).catch((err) => fill(box, h('span', { class: 'error' }, 'Cannot show the change: ' + err.message)));
       return box;
     };
+    // What was typed into each card's reason, so a re-rendered card keeps it.
+    const typed = new Map();
     const card = (a) => {
       const p = a.spec.payload || {};
+      const name = a.metadata.name;
       const out = h('p', { class: 'result', role: 'status' });
-      const reason = h('input', { type: 'text', placeholder: 'Reason (required to deny)', class: 'reason-input' });
+      const reason = h('input', { type: 'text', placeholder: 'Reason (required to deny)', class: 'reason-input',
+        oninput: (e) => typed.set(name, e.target.value) });
+      reason.value = typed.get(name) || '';
       return h('article', { class: 'card approval', 'data-approval': a.metadata.name },
         h('header', {}, pill((a.status && a.status.phase) || 'Pending'), ' ', h('b', {}, a.metadata.name), ' ', h('span', { class: 'tag' }, a.spec.kind),
           a.spec.target ? [' → ', agentLink(a.spec.target)] : null, h('span', { class: 'muted small' }, ' requested by ' + (a.spec.requestedBy || 'an operator'), ' ', time(a.metadata.creationTimestamp))),
@@ -339,6 +345,7 @@
       const p = new Map();
       const d = new Map();
       for (const [k, a] of items) (isPending(a) ? p : d).set(k, a);
+      for (const k of [...typed.keys()]) if (!p.has(k)) typed.delete(k);
       // A pending card keeps its typed reason: re-render only when it leaves.
       pending.update(p, reset ? changed : new Set([...changed].filter((k) => !p.has(k) || !pending.rows.has(k))), reset);
       history.update(d, changed, reset);

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 
@@ -15,10 +15,15 @@ use crate::server::AppState;
 
 /// Whether a form post comes from this site: browsers send `Origin` on POST; when they
 /// do, it must name the host the request went to (a login or logout form on another
-/// site cannot sign a browser in or out).
-fn same_origin(headers: &HeaderMap) -> bool {
+/// site cannot sign a browser in or out). HTTP/2 carries the host in the request URI's
+/// authority instead of a `Host` header.
+fn same_origin(headers: &HeaderMap, uri: &Uri) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| uri.authority().map(|a| a.as_str()))
+        .unwrap_or("");
     origin.split_once("://").is_some_and(|(_, rest)| rest == host)
 }
 
@@ -72,19 +77,26 @@ pub async fn form(
 }
 
 /// `POST /login` with `token=…`: a session cookie and a redirect to the overview, or
-/// the form again with the reason (401).
+/// the form again with the reason (401). A session this browser already had is signed
+/// out first, so signing in again does not leave it behind.
 pub async fn submit(
     State(state): State<AppState>,
     Extension(sessions): Extension<Sessions>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !same_origin(&headers) {
+    if !same_origin(&headers, &uri) {
         let mut response = html_response(render(Some("This sign-in did not come from this site.")));
         *response.status_mut() = StatusCode::FORBIDDEN;
         return response;
     }
     let token = form_field(&body, "token").unwrap_or_default();
+    if state.tokens.authenticate(token.trim()).is_some() {
+        if let Some(old) = cookie(&headers, COOKIE) {
+            sessions.sign_out(old);
+        }
+    }
     match sessions.sign_in(&state.tokens, &token) {
         Some((id, principal)) => {
             tracing::info!(token_name = principal.name, role = %principal.role, "dashboard sign-in");
@@ -103,14 +115,18 @@ pub async fn submit(
 }
 
 /// `POST /logout` with the page's `csrf` field: ends the session and clears the cookie.
+/// A session that already ended (expired, revoked) needs no CSRF token: its cookie is
+/// just cleared.
 pub async fn sign_out(
     State(state): State<AppState>,
     Extension(sessions): Extension<Sessions>,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let csrf = form_field(&body, "csrf").unwrap_or_default();
-    if !same_origin(&headers) || !sessions.csrf_matches(&state.tokens, &headers, &csrf) {
+    let live = sessions.current(&state.tokens, &headers).is_some();
+    if !same_origin(&headers, &uri) || (live && !sessions.csrf_matches(&state.tokens, &headers, &csrf)) {
         return (StatusCode::FORBIDDEN, "sign-out refused: missing or invalid CSRF token").into_response();
     }
     if let Some(id) = cookie(&headers, COOKIE) {

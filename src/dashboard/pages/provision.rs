@@ -2,6 +2,11 @@
 //! key field is write-only), offer search and selection, Provision under a command id
 //! minted when the page is rendered (a double submit or a retry names the same
 //! FleetCommand, so it runs once), Kill with a confirmation, and recent commands.
+//!
+//! Every form is `method="post"` and its submit button is rendered `disabled` until the
+//! JavaScript has attached its handler: a native submit (script not loaded yet, or
+//! blocked) would otherwise put the ConfigureProvider key into the URL; as a POST to this
+//! GET-only page it is refused (405) with the fields in the body, never in a URL.
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -54,7 +59,10 @@ pub async fn page(
         if viewer.can_admin() {
             m.open("section", &[("class", "card")]);
             m.elem("h2", &[], "Configure a provider");
-            m.open("form", &[("id", "configure-form"), ("class", "stack"), ("autocomplete", "off")]);
+            m.open(
+                "form",
+                &[("id", "configure-form"), ("class", "stack"), ("method", "post"), ("autocomplete", "off")],
+            );
             m.open("label", &[])
                 .text("Provider ")
                 .open("select", &[("name", "provider"), ("id", "configure-provider"), ("required", "")])
@@ -75,7 +83,7 @@ pub async fn page(
                 "Base URL (optional) ",
                 &[("name", "baseUrl"), ("type", "url"), ("placeholder", "https://console.vast.ai")],
             );
-            m.elem("button", &[("type", "submit"), ("class", "primary")], "Configure");
+            m.elem("button", &[("type", "submit"), ("class", "primary"), ("disabled", "")], "Configure");
             m.elem("p", &[("id", "configure-result"), ("class", "result"), ("role", "status")], "");
             m.close("form").close("section");
         }
@@ -83,7 +91,7 @@ pub async fn page(
         if viewer.can_write() {
             m.open("section", &[("class", "card")]);
             m.elem("h2", &[], "Offers");
-            m.open("form", &[("id", "offers-form"), ("class", "inline")]);
+            m.open("form", &[("id", "offers-form"), ("class", "inline"), ("method", "post")]);
             m.open("label", &[])
                 .text("Provider ")
                 .open("select", &[("name", "provider"), ("id", "offers-provider")])
@@ -114,7 +122,7 @@ pub async fn page(
                 "Countries ",
                 &[("name", "geo"), ("type", "text"), ("placeholder", "US,DE"), ("size", "8")],
             );
-            m.elem("button", &[("type", "submit")], "Search offers");
+            m.elem("button", &[("type", "submit"), ("disabled", "")], "Search offers");
             m.close("form");
             m.open("div", &[("id", "offers")])
                 .elem(
@@ -129,7 +137,15 @@ pub async fn page(
             let provision_id = command_id("provision");
             m.open("section", &[("class", "card")]);
             m.elem("h2", &[], "Provision");
-            m.open("form", &[("id", "provision-form"), ("class", "stack"), ("data-command", &provision_id)]);
+            m.open(
+                "form",
+                &[
+                    ("id", "provision-form"),
+                    ("class", "stack"),
+                    ("data-command", &provision_id),
+                    ("method", "post"),
+                ],
+            );
             m.open("label", &[])
                 .text("Provider ")
                 .open("select", &[("name", "provider"), ("id", "provision-provider"), ("required", "")])
@@ -146,20 +162,23 @@ pub async fn page(
                 .text(" — submitting twice provisions once.")
                 .close("p");
             m.elem("p", &[("id", "provision-selected"), ("class", "muted small")], "No offers selected.");
-            m.elem("button", &[("type", "submit"), ("class", "primary")], "Provision");
+            m.elem("button", &[("type", "submit"), ("class", "primary"), ("disabled", "")], "Provision");
             m.elem("p", &[("id", "provision-result"), ("class", "result"), ("role", "status")], "");
             m.close("form").close("section");
 
             let kill_id = command_id("kill");
             m.open("section", &[("class", "card")]);
             m.elem("h2", &[], "Kill a node");
-            m.open("form", &[("id", "kill-form"), ("class", "stack"), ("data-command", &kill_id)]);
+            m.open(
+                "form",
+                &[("id", "kill-form"), ("class", "stack"), ("method", "post"), ("data-command", &kill_id)],
+            );
             m.open("label", &[])
                 .text("Node ")
                 .open("select", &[("name", "node"), ("id", "kill-node"), ("required", "")])
                 .close("select")
                 .close("label");
-            m.elem("button", &[("type", "submit"), ("class", "danger")], "Kill…");
+            m.elem("button", &[("type", "submit"), ("class", "danger"), ("disabled", "")], "Kill…");
             m.open("div", &[("id", "kill-confirm"), ("class", "confirm"), ("hidden", "")]);
             m.elem("p", &[("id", "kill-question")], "");
             m.elem("button", &[("type", "button"), ("id", "kill-yes"), ("class", "danger")], "Yes, kill it");
