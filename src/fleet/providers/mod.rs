@@ -155,10 +155,23 @@ async fn compute(provider: &Provider, key: Option<ApiKey>) -> Entry {
                 }
                 Some(Ok(key)) => key,
             };
-            match VastClient::new(VastConfig::from_settings(&settings, key)) {
+            let config = VastConfig::from_settings(&settings, key);
+            // The credential check answers an operator who is waiting: one quick retry,
+            // not the patient policy the client uses for leases and destroys.
+            let mut quick = config.clone();
+            quick.retry = vastai::RetryPolicy {
+                max_attempts: 2,
+                base_delay: std::time::Duration::from_millis(500),
+                ..Default::default()
+            };
+            quick.connect_timeout = std::time::Duration::from_secs(5);
+            quick.request_timeout = std::time::Duration::from_secs(15);
+            match VastClient::new(quick)
+                .and_then(|checker| VastClient::new(config).map(|client| (checker, client)))
+            {
                 Err(err) => entry.readiness = readiness(ProviderState::ConfigurationError, err.to_string()),
-                Ok(client) => {
-                    entry.readiness = client.validate().await;
+                Ok((checker, client)) => {
+                    entry.readiness = checker.validate().await;
                     entry.vast = Some(client);
                 }
             }
