@@ -8,11 +8,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, HttpBody as _};
 use axum::http::{header, HeaderMap, Method};
 use axum::response::Response;
 use base64::Engine as _;
-use futures_util::StreamExt as _;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::auth::{Principal, TokenStore};
@@ -29,9 +27,6 @@ const MAX_SESSIONS: usize = 10_000;
 /// At most this many live sessions per token: signing in again with one token evicts
 /// that token's oldest session, never another token's.
 const MAX_SESSIONS_PER_TOKEN: usize = 16;
-/// How often a cookie-authenticated stream (watch, log, telemetry) checks that its
-/// session is still live; it ends within this long after sign-out, revocation or expiry.
-pub const STREAM_LIVENESS_CHECK: Duration = Duration::from_secs(15);
 
 /// A bearer token held in memory only; `Debug` never prints it.
 #[derive(Clone)]
@@ -180,28 +175,12 @@ impl Sessions {
         }
     }
 
-    /// `response` with its body cut off once session `id` is no longer live (checked
-    /// every [`STREAM_LIVENESS_CHECK`]), so a watch, log or telemetry stream opened with
-    /// the cookie does not outlive sign-out, revocation or expiry. A body of known size
-    /// (any non-streaming answer) is returned as is.
+    /// `response` with its body cut off once session `id` is no longer live (see
+    /// [`crate::server::streams`]), so a watch, log or telemetry stream opened with the
+    /// cookie does not outlive sign-out, revocation or expiry.
     pub fn end_with_session(&self, response: Response, id: String, tokens: TokenStore) -> Response {
-        if response.body().size_hint().exact().is_some() {
-            return response;
-        }
         let sessions = self.clone();
-        let ended = async move {
-            let mut check = tokio::time::interval(STREAM_LIVENESS_CHECK);
-            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            check.tick().await; // the first tick is immediate; the request was just allowed
-            loop {
-                check.tick().await;
-                if !sessions.is_live(&id, &tokens) {
-                    return;
-                }
-            }
-        };
-        let (parts, body) = response.into_parts();
-        Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(ended)))
+        crate::server::streams::end_when_dead(response, move || sessions.is_live(&id, &tokens))
     }
 
     /// How an API request's cookie authenticates it. Reads need only the session; any

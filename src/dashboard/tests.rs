@@ -391,3 +391,20 @@ async fn offer_search_needs_an_operator() {
     let refused = send(&f.app, get("/hive/v1/fleet/offers?provider=vastai", Some(&viewer))).await;
     assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_bearer_watch_ends_when_its_token_is_revoked() {
+    let f = fixture();
+    let bearer = |token: &str| {
+        Request::get("/apis/hive.dev/v1/agents?watch=true")
+            .header(header::AUTHORIZATION, format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap()
+    };
+    let watch = f.app.clone().oneshot(bearer(&f.viewer)).await.unwrap();
+    assert_eq!(watch.status(), StatusCode::OK);
+    let kept = f.app.clone().oneshot(bearer(&f.operator)).await.unwrap();
+    f.tokens.revoke("vera").unwrap();
+    assert!(ends_within(watch, 60).await.is_some(), "the revoked token's watch kept its connection");
+    assert!(ends_within(kept, 120).await.is_none(), "a valid token's watch ended");
+}

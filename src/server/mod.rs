@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod params;
 pub mod resources;
 pub mod serve;
+pub mod streams;
 pub mod table;
 pub mod tls;
 pub mod tokens;
@@ -185,7 +186,8 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
+        .map(|b| b.trim().to_string());
+    let bearer = bearer.as_deref();
     // Without a bearer token, the dashboard's session cookie stands in for it (same
     // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
     let sessions = request.extensions().get::<crate::dashboard::Sessions>().cloned();
@@ -221,10 +223,14 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     }
     request.extensions_mut().insert::<Principal>(principal);
     let response = next.run(request).await;
-    // A stream opened with the cookie ends when its session does (sign-out, revocation,
-    // expiry); a bearer token is re-checked only when the client reconnects, as before.
-    match (sessions, by_cookie) {
-        (Some(sessions), Some(id)) => sessions.end_with_session(response, id, state.tokens.clone()),
+    // A stream ends when what opened it does: the session (sign-out, revocation, expiry)
+    // or the bearer token (revocation).
+    match (sessions, by_cookie, bearer) {
+        (Some(sessions), Some(id), _) => sessions.end_with_session(response, id, state.tokens.clone()),
+        (_, _, Some(bearer)) => {
+            let (tokens, bearer) = (state.tokens.clone(), bearer.to_string());
+            streams::end_when_dead(response, move || tokens.authenticate(&bearer).is_some())
+        }
         _ => response,
     }
 }
