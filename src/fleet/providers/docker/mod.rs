@@ -66,8 +66,9 @@ pub struct NodeRequest {
     pub command: String,
     /// The image to run.
     pub image: String,
-    /// The container's command (replaces the image's CMD; the image's ENTRYPOINT, if
-    /// any, stays).
+    /// The container's whole command line: its first word replaces the image's
+    /// ENTRYPOINT and the rest its CMD, so an image with an entrypoint of its own (the
+    /// daemon's, `hive serve`) runs the worker all the same.
     pub cmd: Vec<String>,
     /// Environment variables of the container.
     pub env: Vec<(String, String)>,
@@ -459,7 +460,8 @@ pub fn create_body(req: &NodeRequest) -> Result<ContainerCreateBody> {
     });
     Ok(ContainerCreateBody {
         image: Some(req.image.clone()),
-        cmd: Some(req.cmd.clone()),
+        entrypoint: req.cmd.first().map(|program| vec![program.clone()]),
+        cmd: Some(req.cmd.iter().skip(1).cloned().collect()),
         env: Some(req.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         labels: Some(node_labels(req)),
         tty: Some(false),

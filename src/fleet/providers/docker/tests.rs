@@ -93,7 +93,8 @@ fn the_create_body_is_what_a_node_needs() {
     let mut req = request();
     let body = create_body(&req).unwrap();
     assert_eq!(body.image.as_deref(), Some("hive-node:test"));
-    assert_eq!(body.cmd.as_ref().unwrap()[1], "fleet-worker");
+    assert_eq!(body.entrypoint, Some(vec![req.cmd[0].clone()]), "the image's entrypoint is replaced");
+    assert_eq!(body.cmd.as_ref().unwrap()[0], "fleet-worker");
     assert_eq!(body.env, Some(vec!["A=1".to_string()]));
     assert_eq!(body.labels, Some(node_labels(&req)));
     assert_eq!((body.tty, body.open_stdin, body.attach_stdin), (Some(false), Some(false), Some(false)));
