@@ -194,6 +194,10 @@ in {
   halfTls = evalHive { settings = { enable = true; package = hive; tlsCert = "/run/keys/hive.crt"; }; };
   processOutsideVarLib = evalHive { settings = { enable = true; package = hive; stateDir = "/srv/hive"; }; };
 
+  # The docker provider with the process runtime: the socket's group; loopback warned.
+  dockerProvider = evalHive { settings = { enable = true; package = hive; provider = "docker"; fleetListen = "0.0.0.0:7946"; }; };
+  dockerLoopback = evalHive { settings = { enable = true; package = hive; provider = "docker"; }; };
+
   # The stand-in itself rejects what the module system rejects (false = rejected).
   rejects = {
     zeroBuildSlots = (builtins.tryEval (builtins.deepSeq

@@ -253,7 +253,9 @@ in {
         lib.optional (cfg.preBuildAgentTemplates && !x86_64)
           "services.hive.preBuildAgentTemplates: the agent template toplevels are pinned to x86_64-linux; on ${pkgs.stdenv.hostPlatform.system} this forces a cross-compilation or remote-builder build. Leave it off on non-x86 hosts."
         ++ lib.optional (cfg.preBuildAgentTemplates && cfg.agentTemplates == [ ])
-          "services.hive.preBuildAgentTemplates is on but services.hive.agentTemplates is empty: nothing is pre-fetched.";
+          "services.hive.preBuildAgentTemplates is on but services.hive.agentTemplates is empty: nothing is pre-fetched."
+        ++ lib.optional (cfg.provider == "docker" && lib.hasPrefix "127." cfg.fleetListen)
+          "services.hive.provider is docker but fleetListen (${cfg.fleetListen}) is a loopback address, which containers cannot reach: listen on 0.0.0.0 (or the Docker bridge's address) and open the UDP port to the bridge.";
 
       system.extraDependencies = lib.optionals cfg.preBuildAgentTemplates cfg.agentTemplates;
 
@@ -333,6 +335,13 @@ in {
         RestrictSUIDSGID = true;
         RestrictAddressFamilies = [ "AF_UNIX" "AF_INET" "AF_INET6" "AF_NETLINK" ];
       };
+    })
+
+    (lib.mkIf (!containers && cfg.provider == "docker") {
+      # The docker provider talks to the engine's socket, which the docker group may use
+      # (enable virtualisation.docker yourself). Membership of that group is as good as
+      # root on the host: choose the docker provider knowingly.
+      systemd.services.hive.serviceConfig.SupplementaryGroups = [ "docker" ];
     })
 
     (lib.mkIf containers {

@@ -560,6 +560,16 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(strings(&containers["tmpfiles"]), ["d /srv/hive 0700 root root -"]);
     assert_eq!(containers["warnings"], Value::Array(vec![]));
 
+    // The docker provider under the process runtime's dynamic user: the socket's group,
+    // and a warning when containers could not reach the fleet endpoint.
+    let docker = s("dockerProvider");
+    assert_eq!(strings(&docker["serviceConfig"]["SupplementaryGroups"]), ["docker"]);
+    assert_eq!(docker["warnings"], Value::Array(vec![]));
+    assert_eq!(flag(&flag_pairs(&module_args(docker)), "--provider"), Some("docker"));
+    let loopback = strings(&s("dockerLoopback")["warnings"]);
+    assert!(loopback.len() == 1 && loopback[0].contains("fleetListen"), "{loopback:?}");
+    assert!(default["serviceConfig"].get("SupplementaryGroups").is_none());
+
     // preBuildAgentTemplates on aarch64 without templates: warned twice.
     let warnings = strings(&s("aarch64")["warnings"]);
     assert_eq!(warnings.len(), 2, "{warnings:?}");
