@@ -13,7 +13,7 @@ mod tests;
 
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
@@ -58,11 +58,20 @@ impl Viewer {
     }
 }
 
-/// The signed-in viewer of a page request, or a redirect to `/login`.
-pub(crate) fn viewer(state: &AppState, sessions: &Sessions, headers: &HeaderMap) -> Result<Viewer, Redirect> {
-    match sessions.current(&state.tokens, headers) {
-        Some(session) => Ok(Viewer { session }),
-        None => Err(Redirect::to("/login")),
+/// A page request's signed-in viewer: taken from the session cookie, or the request is
+/// answered with a redirect to `/login`. Every page handler takes one as its argument.
+impl axum::extract::FromRequestParts<AppState> for Viewer {
+    type Rejection = Redirect;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let sessions = parts.extensions.get::<Sessions>().ok_or_else(|| Redirect::to("/login"))?;
+        match sessions.current(&state.tokens, &parts.headers) {
+            Some(session) => Ok(Viewer { session }),
+            None => Err(Redirect::to("/login")),
+        }
     }
 }
 

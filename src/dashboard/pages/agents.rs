@@ -1,14 +1,11 @@
 //! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job)
 //! and `/agents/{name}` (conditions, generations, live output, power buttons).
 
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::extract::Path;
+use axum::response::Response;
 
 use super::section;
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// The power verbs the agent page offers, as (Job template, button label, hint).
 const POWER: [(&str, &str, &str); 4] = [
@@ -19,15 +16,7 @@ const POWER: [(&str, &str, &str); 4] = [
 ];
 
 /// `GET /agents`.
-pub async fn list(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn list(viewer: Viewer) -> Response {
     layout::page(&viewer, "agents", "/agents", "Agents", |m| {
         m.open("div", &[("class", "toolbar")]);
         m.void("input", &[("id", "filter"), ("type", "search"), ("placeholder", "Filter by name or state…")]);
@@ -50,16 +39,7 @@ pub async fn list(
 }
 
 /// `GET /agents/{name}`.
-pub async fn one(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-    Path(name): Path<String>,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn one(viewer: Viewer, Path(name): Path<String>) -> Response {
     let title = format!("Agent {name}");
     layout::page(&viewer, "agent", "/agents", &title, |m| {
         m.open("div", &[("id", "agent"), ("data-agent", &name)]);

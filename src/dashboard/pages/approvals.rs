@@ -1,24 +1,12 @@
 //! `/approvals`: pending changes with what they would change, approve / deny with a
 //! reason (operators), and the history with who decided and the outcome.
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::response::Response;
 
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// `GET /approvals`.
-pub async fn page(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn page(viewer: Viewer) -> Response {
     layout::page(&viewer, "approvals", "/approvals", "Approvals", |m| {
         m.elem("h2", &[], "Pending");
         m.open("div", &[("id", "approvals-pending"), ("class", "cards")]).close("div");

@@ -2,24 +2,12 @@
 //! reference, runtime facts, errors and orphans flagged; live telemetry charts; and an
 //! explorer over one node's telemetry channels.
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::response::Response;
 
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// `GET /fleet`.
-pub async fn page(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn page(viewer: Viewer) -> Response {
     layout::page(&viewer, "fleet", "/fleet", "Fleet", |m| {
         m.elem("p", &[("id", "fleet-summary"), ("class", "muted")], "");
         m.open("table", &[("class", "rows"), ("id", "nodes-table")]);

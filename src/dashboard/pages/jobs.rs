@@ -1,24 +1,12 @@
 //! `/jobs`: the queue as cards (roll-up, template, agents, node chain, links, times,
 //! reason, cancel) and a build-log panel following the running node.
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::response::Response;
 
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// `GET /jobs`.
-pub async fn page(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn page(viewer: Viewer) -> Response {
     layout::page(&viewer, "jobs", "/jobs", "Jobs", |m| {
         m.open("div", &[("class", "jobs-layout")]);
         m.open("div", &[("class", "jobs-main")]);

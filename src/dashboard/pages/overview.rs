@@ -1,25 +1,13 @@
 //! `/`: the overview — counts by state, what is failing, the queue, pending approvals,
 //! fleet readiness and provider states.
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::response::Response;
 
 use super::section;
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// `GET /`.
-pub async fn page(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn page(viewer: Viewer) -> Response {
     layout::page(&viewer, "overview", "/", "Overview", |m| {
         m.open("div", &[("class", "grid")]);
         section(m, "Agents", "ov-agents", "card");

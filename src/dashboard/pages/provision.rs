@@ -8,16 +8,12 @@
 //! blocked) would otherwise put the ConfigureProvider key into the URL; as a POST to this
 //! GET-only page it is refused (405) with the fields in the body, never in a URL.
 
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
-use axum::Extension;
+use axum::response::Response;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::section;
 use crate::dashboard::html::Markup;
-use crate::dashboard::{layout, viewer, Sessions};
-use crate::server::AppState;
+use crate::dashboard::{layout, Viewer};
 
 /// A fresh FleetCommand name such as `provision-3f9a0c1d2e`: a DNS label, random enough
 /// that two rendered forms never share one.
@@ -37,15 +33,7 @@ fn labelled_input(m: &mut Markup, label: &str, attrs: &[(&'static str, &str)]) {
 }
 
 /// `GET /provision`.
-pub async fn page(
-    State(state): State<AppState>,
-    Extension(sessions): Extension<Sessions>,
-    headers: HeaderMap,
-) -> Response {
-    let viewer = match viewer(&state, &sessions, &headers) {
-        Ok(v) => v,
-        Err(redirect) => return redirect.into_response(),
-    };
+pub async fn page(viewer: Viewer) -> Response {
     layout::page(&viewer, "provision", "/provision", "Provision", |m| {
         if !viewer.can_write() {
             m.elem(
