@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
 use hive_api::node::{Node, NodePhase, NodeSpec};
 use hive_api::provider::ProviderType;
@@ -59,18 +59,6 @@ fn invalid(name: &str, field: &str, reason: Reason, message: impl Into<String>) 
     }
 }
 
-fn respond(code: StatusCode, object: &Value, warnings: &[String]) -> Response {
-    let mut response = (code, serde_json::to_vec(object).unwrap_or_default()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for warning in warnings {
-        let text = format!("299 - {}", serde_json::to_string(warning).unwrap_or_default());
-        if let Ok(value) = HeaderValue::from_str(&text) {
-            response.headers_mut().append("warning", value);
-        }
-    }
-    response
-}
-
 /// The handler `kinds.rs` routes `POST fleetcommands` to.
 pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
@@ -83,7 +71,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     }
     let dry_run = params.dry_run()?;
     let (code, stored) = submit(&state.store, object, dry_run).await?;
-    Ok(respond(code, &stored, &warnings))
+    Ok(crate::server::resources::json_response(code, &stored, &warnings))
 }
 
 /// Records the admitted command `object` (and its node intent); see the module docs.

@@ -26,8 +26,8 @@ use crate::store::{Mutation, Obj, Outcome, Subresource};
 /// up to N rounds; past this many the client gets a 409 and retries itself.
 const PATCH_RETRIES: usize = 64;
 
-/// A JSON response with an optional list of `Warning` headers.
-fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
+/// A JSON response with an optional list of `Warning` headers (`299 - "text"`).
+pub fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Response {
     encoded_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()), warnings)
 }
 
