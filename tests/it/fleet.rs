@@ -1,11 +1,11 @@
 //! The fleet: idempotent Provision/Kill commands, `process` workers supervised over
 //! their stdin pipe, monotonic logical ids, and the daemon's durable identity.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::harness::{ok, Api, Daemon};
+use crate::harness::{eventually, ok, Api, Daemon};
 
 const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
 const NODES: &str = "/apis/hive.dev/v1/nodes";
@@ -27,20 +27,6 @@ async fn list(api: &Api, path: &str) -> Vec<Value> {
 }
 
 /// Polls `check` until it returns `Some`, for up to 30 s.
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    mut check: impl FnMut() -> F,
-) -> T {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits until the command is terminal and every node it names is in `phase`.
 async fn settled(api: &Api, id: &str, phase: &str) -> Vec<Value> {
     eventually(&format!("command {id} to settle with nodes {phase}"), || async {

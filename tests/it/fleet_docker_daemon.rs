@@ -6,12 +6,11 @@
 //! an orphan and left running.
 
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::fleet_docker::{docker_tests_enabled, node_image};
-use crate::harness::{ok, Api, Daemon};
+use crate::harness::{eventually, ok, Api, Daemon};
 
 const NODES: &str = "/apis/hive.dev/v1/nodes";
 
@@ -30,20 +29,6 @@ impl Drop for Cleanup {
             docker(&["rm", "-f", id]);
         }
         docker(&["network", "rm", &self.0]);
-    }
-}
-
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    mut f: impl FnMut() -> F,
-) -> T {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

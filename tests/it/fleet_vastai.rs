@@ -4,29 +4,13 @@
 //! once however often a command is replayed, destroys once, never lets the key out, and
 //! recovers after a restart (adopt / stopped / orphan).
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use crate::harness::{fails, ok, Api, Daemon};
+use crate::harness::{eventually, fails, ok, Api, Daemon};
 use crate::vastai::{offers, Stand, KEY};
 
 const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
 const NODES: &str = "/apis/hive.dev/v1/nodes";
-
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
-    what: &str,
-    mut f: impl FnMut() -> F,
-) -> T {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn provider_state(api: &Api) -> String {
     let p = api.get("/apis/hive.dev/v1/providers/vastai").await.body;

@@ -360,3 +360,19 @@ pub fn agent(name: &str) -> Value {
         }
     })
 }
+
+/// Polls `check` every 100 ms until it yields a value; fails the test naming `what`
+/// after 90 s (generous: the suite shares two cores with the daemons it starts).
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
