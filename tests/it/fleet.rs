@@ -304,6 +304,65 @@ async fn a_worker_without_the_node_join_token_is_refused() {
     assert_eq!(after["status"]["endpointId"], node["status"]["endpointId"], "the impostor changed nothing");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_fleet_requests_name_the_field_and_change_nothing() {
+    let d = Daemon::start();
+    let api = d.client();
+    let revision = |reply: crate::harness::Reply| reply.body["metadata"]["resourceVersion"].clone();
+    // Let the start-up writes (built-in Provider and its status) settle first.
+    eventually("the process provider's status", || async {
+        let p = api.get("/apis/hive.dev/v1/providers/process").await.body;
+        p["status"]["state"].is_string().then_some(())
+    })
+    .await;
+    let before = revision(api.get(NODES).await);
+    let cases: Vec<(&str, &str, Option<Value>, u16, &str)> = vec![
+        ("GET", "/hive/v1/fleet/offers?maxPrice=cheap", None, 400, "maxPrice"),
+        ("GET", "/hive/v1/fleet/offers?gpus=1", None, 400, "gpus"),
+        ("GET", "/hive/v1/fleet/offers?maxPrice=-1", None, 400, "maxPrice"),
+        ("GET", "/hive/v1/fleet/offers?provider=process", None, 400, "only Vast.ai providers have offers"),
+        ("GET", "/hive/v1/fleet/nodes/node-1/telemetry?follow=perhaps", None, 400, "follow"),
+        ("GET", "/hive/v1/fleet/nodes/node-404/telemetry", None, 404, "node-404"),
+        (
+            "POST",
+            "/hive/v1/fleet/providers/process/configure",
+            Some(json!({"apiKey": "k"})),
+            422,
+            "spec.type",
+        ),
+        ("POST", "/hive/v1/fleet/providers/nope/configure", Some(json!({})), 404, "nope"),
+        ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"apiKee": "k"})), 400, "apiKee"),
+        ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"apiKey": 5})), 400, "line 1"),
+        ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"diskGb": 2})), 422, "diskGb"),
+        (
+            "POST",
+            "/hive/v1/fleet/providers/vastai/configure",
+            Some(json!({"baseUrl": "ftp://x"})),
+            422,
+            "baseUrl",
+        ),
+        ("POST", COMMANDS, Some(provision("huge", 1001)), 422, "spec.provision.count"),
+        ("POST", COMMANDS, Some(kill("kill-missing", "node-9")), 422, "spec.kill.node"),
+    ];
+    for (method, path, body, code, needle) in cases {
+        let reply = match body {
+            Some(body) => api.send(method, path, "application/json", Some(body.to_string())).await,
+            None => api.get(path).await,
+        };
+        assert_eq!(reply.code, code, "{method} {path}: {}", reply.body);
+        let text = reply.body.to_string();
+        assert!(text.contains(needle), "{method} {path} names {needle:?}: {text}");
+        assert!(!text.contains("\"k\""), "an error never echoes a key: {text}");
+    }
+    // A wrongly typed key is not quoted back either.
+    let typed =
+        api.post("/hive/v1/fleet/providers/vastai/configure", &json!({"apiKey": ["s3cret-key"]})).await;
+    assert_eq!(typed.code, 400);
+    assert!(!typed.body.to_string().contains("s3cret-key"), "{}", typed.body);
+    assert_eq!(revision(api.get(NODES).await), before, "nothing was written");
+    assert_eq!(api.get("/apis/hive.dev/v1/providers/vastai").await.code, 404, "no Provider was created");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_a_node_record_stops_its_local_worker() {
     let d = Daemon::start();
