@@ -223,6 +223,9 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     }
     request.extensions_mut().insert::<Principal>(principal);
     let response = next.run(request).await;
+    if streams::is_sized(&response) {
+        return response; // not a stream: nothing to cut, nothing to clone
+    }
     // A stream ends when what opened it does: the session (sign-out, revocation, expiry)
     // or the bearer token (revocation).
     match (sessions, by_cookie, bearer) {

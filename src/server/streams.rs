@@ -12,11 +12,16 @@ use futures_util::StreamExt as _;
 /// this long after the token is revoked (or the session ends).
 pub const LIVENESS_CHECK: Duration = Duration::from_secs(15);
 
+/// Whether `response` has a body of known size, i.e. is not a stream.
+pub fn is_sized(response: &Response) -> bool {
+    response.body().size_hint().exact().is_some()
+}
+
 /// `response` with its body cut off once `live()` says no (checked every
 /// [`LIVENESS_CHECK`]). A body of known size (any non-streaming answer) is returned as it
 /// is, keeping its `Content-Length`.
 pub fn end_when_dead(response: Response, live: impl Fn() -> bool + Send + 'static) -> Response {
-    if response.body().size_hint().exact().is_some() {
+    if is_sized(&response) {
         return response;
     }
     let ended = async move {
