@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hive_api::fleet_command::FleetCommandPhase;
+use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
 use hive_api::meta::Time;
 use hive_api::node::NodePhase;
 use hive_api::provider::ProviderType;
@@ -49,7 +49,12 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use crate::store::{EventType, Mutation, Store, Subresource};
+use futures_util::StreamExt as _;
+use hive_controllers::watcher::Config as WatchConfig;
+use hive_controllers::{watcher, Event};
+
+use crate::local_client::LocalClient;
+use crate::store::{Mutation, Store, Subresource};
 use crate::update::update;
 use providers::process::{Exit, ProcessProvider};
 use providers::Providers;
@@ -183,11 +188,9 @@ impl Fleet {
         fleet.members.attach(&fleet);
         fleet.ensure_builtin_providers().await;
         recovery::process_nodes(&fleet).await;
-        let revision = store.revision();
-        let watch = store.watch("fleetcommands", revision).context("watching fleet commands")?;
         exec::fail_interrupted_commands(&fleet).await;
         let runner = fleet.clone();
-        fleet.spawn(async move { runner.follow(watch, revision).await });
+        fleet.spawn(async move { runner.follow().await });
         let watcher = fleet.clone();
         fleet.spawn(async move { watcher.watch_exits(exits).await });
         let controller = fleet.clone();
@@ -263,36 +266,39 @@ impl Fleet {
         self.spawn(async move { recovery::recover(&fleet, &name).await });
     }
 
-    /// Runs every newly recorded command, once. A watch that ends (it fell behind, or
-    /// its history expired) is replaced, after a relist that catches up on what it
-    /// missed; it ends for good when the store closes.
-    async fn follow(self: Arc<Self>, mut watch: crate::store::Watch, mut revision: u64) {
-        loop {
-            while let Some(Ok(event)) = watch.next().await {
-                revision = event.revision;
-                if event.type_ == EventType::Added {
-                    self.run_once((*event.object).clone());
-                }
-            }
-            let (listed, commands) = self.store.list("fleetcommands");
-            for command in commands {
-                self.run_once((*command).clone());
-            }
-            revision = revision.max(listed);
-            match self.store.watch("fleetcommands", revision) {
-                Ok(next) => watch = next,
-                Err(crate::store::Error::Closed) => return,
+    /// Runs every newly recorded command, once, following FleetCommands with the shared
+    /// watcher (list, watch, resume, relist after a 410).
+    async fn follow(self: Arc<Self>) {
+        let client = LocalClient::<FleetCommand>::new(self.store.clone());
+        let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
+        while let Some(event) = events.next().await {
+            let commands = match event {
+                Ok(Event::Restarted(all)) => all,
+                Ok(Event::Applied(command)) => vec![command],
+                Ok(Event::Deleted(_)) => continue,
                 Err(err) => {
-                    tracing::warn!(%err, "fleet: re-watching commands failed; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    revision = self.store.revision();
+                    tracing::debug!(%err, "fleet: following commands");
+                    continue;
+                }
+            };
+            for command in commands {
+                match serde_json::to_value(&command) {
+                    Ok(value) => self.run_once(value),
+                    Err(err) => tracing::warn!(%err, "fleet: a command does not encode"),
                 }
             }
         }
     }
 
-    /// Starts executing `command` unless it was started before in this run.
+    /// Starts executing `command` unless it was started before in this run. Only a
+    /// command still to run counts (Pending, or unmarked from apply): the `started` set is
+    /// how recovery tells this run's commands from an earlier run's.
     fn run_once(self: &Arc<Self>, command: Value) {
+        let phase: Option<FleetCommandPhase> =
+            serde_json::from_value(command["status"]["phase"].clone()).ok();
+        if !matches!(phase, None | Some(FleetCommandPhase::Pending)) {
+            return;
+        }
         let name = command["metadata"]["name"].as_str().unwrap_or_default().to_string();
         if !self.started.lock().unwrap_or_else(PoisonError::into_inner).insert(name) {
             return;
@@ -373,38 +379,39 @@ impl Fleet {
     /// nothing could see or adopt any more). A container or instance is never destroyed
     /// by a delete: only a Kill command does that.
     async fn follow_deletions(&self) {
-        let mut revision = self.store.revision();
-        loop {
-            let mut watch = match self.store.watch("nodes", revision) {
-                Ok(watch) => watch,
-                Err(crate::store::Error::Closed) => return,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    revision = self.store.revision();
-                    continue;
+        let client = LocalClient::<hive_api::Node>::new(self.store.clone());
+        let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
+        while let Some(event) = events.next().await {
+            let gone: Vec<String> = match event {
+                Ok(Event::Deleted(node)) => vec![node.metadata.name.clone()],
+                // After a relist, whatever is followed but no longer listed was deleted
+                // meanwhile.
+                Ok(Event::Restarted(all)) => {
+                    let listed: HashSet<String> = all.iter().map(|n| n.metadata.name.clone()).collect();
+                    self.telemetry().nodes_known().into_iter().filter(|n| !listed.contains(n)).collect()
                 }
+                Ok(Event::Applied(_)) | Err(_) => continue,
             };
-            while let Some(Ok(event)) = watch.next().await {
-                revision = event.revision;
-                if event.type_ != EventType::Deleted {
-                    continue;
-                }
-                let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                self.net.forget(&name);
-                self.summarized.lock().unwrap_or_else(PoisonError::into_inner).remove(&name);
-                let token = Mutation::Delete {
-                    kind: members::TOKEN_KIND,
-                    name: name.clone(),
-                    uid: None,
-                    resource_version: None,
-                };
-                let _ = self.store.commit(token, false).await;
-                if self.process.is_running(&name) {
-                    tracing::info!(node = name, "fleet: node record deleted; stopping its local worker");
-                    self.process.stop(&name).await;
-                }
+            for name in gone {
+                self.forget_node(&name).await;
             }
-            revision = revision.max(self.store.list("nodes").0);
+        }
+    }
+
+    /// Lets go of everything a deleted node record had here.
+    async fn forget_node(&self, name: &str) {
+        self.net.forget(name);
+        self.summarized.lock().unwrap_or_else(PoisonError::into_inner).remove(name);
+        let token = Mutation::Delete {
+            kind: members::TOKEN_KIND,
+            name: name.to_string(),
+            uid: None,
+            resource_version: None,
+        };
+        let _ = self.store.commit(token, false).await;
+        if self.process.is_running(name) {
+            tracing::info!(node = name, "fleet: node record deleted; stopping its local worker");
+            self.process.stop(name).await;
         }
     }
 

@@ -12,7 +12,10 @@ use hive_api::provider::{Provider, ProviderState, ProviderType};
 use serde_json::{json, Value};
 
 use super::providers::{Entry, Providers};
-use crate::store::{EventType, Mutation, Store, Subresource};
+use hive_controllers::{Action, Config, Controller, Target};
+
+use crate::local_client::LocalClient;
+use crate::store::{Mutation, Store, Subresource};
 use crate::update::update;
 
 /// Creates the Provider `name` of `type_` with `spec` unless it exists (an operator's
@@ -77,69 +80,74 @@ pub async fn write(store: &Store, name: &str, entry: &Entry) {
     }
 }
 
-/// Checks `object` and writes its status; returns the entry.
-pub async fn refresh(store: &Store, providers: &Providers, object: &Value) -> Option<Entry> {
-    let provider: Provider = match serde_json::from_value(object.clone()) {
-        Ok(p) => p,
-        Err(err) => {
-            tracing::warn!(%err, "undecodable Provider");
-            return None;
+/// How often a provider that is not Ready is checked again (a Docker engine that
+/// starts later, a key file written later), besides on every spec change.
+pub const RECHECK: Duration = Duration::from_secs(60);
+
+struct Context {
+    store: Store,
+    providers: Arc<Providers>,
+    on_ready: Box<dyn Fn(String) + Send + Sync>,
+}
+
+/// Runs the Provider controller (the shared level-triggered reconcile loop): every
+/// Provider is checked when it appears and whenever its spec changes, a provider that is
+/// not Ready again every [`RECHECK`]; `on_ready` is called with the name of each
+/// provider found ready (recovery adopts its resources).
+pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(String) + Send + Sync + 'static) {
+    let client = LocalClient::<Provider>::new(store.clone());
+    let controller = Controller::new(client, Config::default());
+    let ctx = Arc::new(Context { store, providers, on_ready: Box::new(on_ready) });
+    controller
+        .run(
+            reconcile,
+            |target: &Target<Provider>, err: &String, _: &Context| {
+                tracing::warn!(provider = target.name(), err, "provider check failed; backing off");
+                Action::backoff()
+            },
+            ctx,
+            std::future::pending::<()>(),
+        )
+        .await;
+}
+
+async fn reconcile(target: Target<Provider>, ctx: Arc<Context>) -> Result<Action, String> {
+    let provider = match target {
+        Target::Absent(name) => {
+            ctx.providers.remove(&name);
+            return Ok(Action::await_change());
         }
+        Target::Present(provider) => provider,
     };
-    let entry = providers.check(&provider, None).await.ok()?;
+    let name = provider.metadata.name.clone();
+    let generation = provider.metadata.generation.unwrap_or(0);
+    let known = ctx.providers.get(&name);
+    let was_ready = known.as_ref().is_some_and(|e| e.readiness.state == ProviderState::Ready);
+    // Our own status writes change no generation: a provider checked against this spec
+    // is checked again only when it is not Ready and RECHECK has passed.
+    if let Some(known) = known.as_ref().filter(|e| e.generation == generation) {
+        let since = known.checked_at.elapsed();
+        if was_ready {
+            return Ok(Action::await_change());
+        }
+        if since < RECHECK {
+            return Ok(Action::requeue(RECHECK - since));
+        }
+    }
+    let entry = ctx.providers.check(&provider, None).await?;
     tracing::info!(
-        provider = provider.metadata.name,
+        provider = name,
         state = entry.readiness.state.as_str(),
         message = entry.readiness.message,
         "provider checked"
     );
-    write(store, &provider.metadata.name, &entry).await;
-    Some(entry)
-}
-
-/// Checks every Provider now, then again whenever one is created or its spec changes;
-/// `on_ready` is called with the name of each provider found ready (recovery adopts its
-/// resources). Runs until the store closes.
-pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(String) + Send + Sync + 'static) {
-    let mut revision = store.revision();
-    let (_, all) = store.list("providers");
-    for object in all {
-        if let Some(entry) = refresh(&store, &providers, &object).await {
-            if entry.readiness.state == ProviderState::Ready {
-                on_ready(object["metadata"]["name"].as_str().unwrap_or_default().to_string());
-            }
+    write(&ctx.store, &name, &entry).await;
+    if entry.readiness.state == ProviderState::Ready {
+        if !was_ready {
+            (ctx.on_ready)(name);
         }
-    }
-    loop {
-        let mut watch = match store.watch("providers", revision) {
-            Ok(watch) => watch,
-            Err(crate::store::Error::Closed) => return,
-            Err(err) => {
-                tracing::warn!(%err, "watching providers failed; re-listing");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                revision = store.revision();
-                continue;
-            }
-        };
-        while let Some(Ok(event)) = watch.next().await {
-            revision = event.revision;
-            let name = event.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            if event.type_ == EventType::Deleted {
-                providers.remove(&name);
-                continue;
-            }
-            let generation = event.object["metadata"]["generation"].as_i64().unwrap_or(0);
-            let seen = providers.get(&name).map(|e| e.generation);
-            if seen == Some(generation) {
-                continue; // a status write, or a spec already checked
-            }
-            let was_ready = providers.get(&name).is_some_and(|e| e.readiness.state == ProviderState::Ready);
-            if let Some(entry) = refresh(&store, &providers, &event.object).await {
-                if entry.readiness.state == ProviderState::Ready && !was_ready {
-                    on_ready(name);
-                }
-            }
-        }
-        revision = revision.max(store.list("providers").0);
+        Ok(Action::await_change())
+    } else {
+        Ok(Action::requeue(RECHECK))
     }
 }

@@ -33,6 +33,8 @@ pub struct Entry {
     pub vast: Option<VastClient>,
     /// The Docker client, once the engine answered.
     pub docker: Option<Arc<DockerNodes>>,
+    /// When the check ran.
+    pub checked_at: std::time::Instant,
 }
 
 /// The readiness of every Provider, and the in-memory credentials configured at runtime.
@@ -132,8 +134,14 @@ fn not_ready(name: &str, state: ProviderState, message: &str) -> String {
 async fn compute(provider: &Provider, key: Option<ApiKey>) -> Entry {
     let type_ = provider.spec.type_;
     let generation = provider.metadata.generation.unwrap_or(0);
-    let mut entry =
-        Entry { type_, generation, readiness: readiness(ProviderState::Ready, ""), vast: None, docker: None };
+    let mut entry = Entry {
+        type_,
+        generation,
+        readiness: readiness(ProviderState::Ready, ""),
+        vast: None,
+        docker: None,
+        checked_at: std::time::Instant::now(),
+    };
     match type_ {
         ProviderType::Process => {
             entry.readiness = readiness(ProviderState::Ready, "local worker processes of this daemon");
