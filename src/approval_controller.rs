@@ -9,19 +9,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use hive_api::agent::{Agent, Wanted};
 use hive_api::approval::{Approval, ApprovalKind, ApprovalPhase};
-use hive_api::job::{JobPhase, JobSource, JobTemplate};
+use hive_api::job::{Job, JobPhase, JobSource, JobTemplate};
+use hive_api::names::{DECIDED_AT, DECIDED_BY};
 use hive_controllers::approval::{decide, Decision, Facts};
 use hive_controllers::{Action, Config, Controller, Target};
-use serde_json::json;
 
+use crate::client::{self, Api};
 use crate::daemon::Engine;
 use crate::events::EventType;
-use crate::local_client::LocalClient;
-use crate::server::admission::{DECIDED_AT, DECIDED_BY};
-use crate::store::{self, Subresource};
 use crate::submit::{DagRequest, Request};
-use crate::update::{update, Updated};
 
 /// How often a deploying approval looks at its Job anyway (a Job change wakes it at
 /// once through the Jobs watch; this is the backstop).
@@ -32,7 +30,7 @@ const POLL: Duration = Duration::from_secs(2);
 pub enum Error {
     /// The store refused a write.
     #[error(transparent)]
-    Store(#[from] store::Error),
+    Client(#[from] client::Error),
 }
 
 /// Shared by every reconcile.
@@ -43,7 +41,7 @@ pub struct Context {
 
 /// Runs the controller until the process ends.
 pub fn spawn(engine: Arc<Engine>) {
-    let client = LocalClient::<Approval>::new(engine.store.clone());
+    let client = Api::<Approval>::new(&engine.store);
     let controller = Controller::new(client, Config::default());
     tokio::spawn(wake_on_jobs(engine.store.clone(), controller.queue()));
     let recorder = crate::events::Recorder::new(engine.store.clone(), "hive-approvals");
@@ -73,8 +71,8 @@ async fn wake_on_jobs(store: crate::store::Store, queue: hive_controllers::WorkQ
         };
         while let Some(event) = watch.next().await {
             let Ok(event) = event else { break };
-            if let Some(approval) = event.object["spec"]["approval"].as_str() {
-                queue.add(approval);
+            if let Some(approval) = client::decode::<Job>(&event.object).ok().and_then(|j| j.spec.approval) {
+                queue.add(&approval);
             }
         }
         if store.watch("jobs", store.revision()).is_err_and(|e| matches!(e, crate::store::Error::Closed)) {
@@ -92,19 +90,12 @@ pub fn job_name(approval: &str) -> String {
 async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Target::Present(approval) = target else { return Ok(Action::await_change()) };
     let name = approval.metadata.name.clone();
-    let job_phase = approval.status.job.as_deref().and_then(|job| {
-        let stored = ctx.engine.store.get("jobs", job)?;
-        Some(
-            serde_json::from_value::<JobPhase>(stored["status"]["phase"].clone()).unwrap_or(JobPhase::Queued),
-        )
-    });
-    let job_error = approval.status.job.as_deref().and_then(|job| {
-        let stored = ctx.engine.store.get("jobs", job)?;
-        stored["status"]["nodes"].as_array()?.iter().find_map(|n| {
-            let error = n["error"].as_str()?;
-            Some(format!("{}: {error}", n["id"].as_str().unwrap_or("?")))
-        })
-    });
+    let jobs = Api::<Job>::new(&ctx.engine.store);
+    let job = approval.status.job.as_deref().and_then(|job| jobs.get(job).ok().flatten());
+    let job_phase = job.as_ref().map(|j| j.status.phase.unwrap_or(JobPhase::Queued));
+    let job_error = job
+        .as_ref()
+        .and_then(|j| j.status.nodes.iter().find_map(|n| Some(format!("{}: {}", n.id, n.error.as_deref()?))));
     let facts = Facts {
         decision: approval.spec.decision.state,
         phase: approval.status.phase,
@@ -135,7 +126,7 @@ async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action
         }
         Decision::Submit => {
             let job = job_name(&name);
-            let submitted = if ctx.engine.store.get("jobs", &job).is_some() {
+            let submitted = if jobs.get(&job)?.is_some() {
                 Ok(()) // submitted before a crash; adopt it
             } else {
                 submit(&ctx.engine, &approval, &job).await
@@ -215,13 +206,12 @@ async fn submit(engine: &Engine, approval: &Approval, job: &str) -> Result<(), S
             let Some(spec) = approval.spec.payload.agent.clone() else {
                 return Err("the Spawn approval carries no agent spec".into());
             };
-            if engine.store.get("agents", &target).is_some() {
+            if engine.agents().get(&target).map_err(|e| e.to_string())?.is_some() {
                 return Err(format!("agents.hive.dev {target:?} already exists"));
             }
-            let mut spec = serde_json::to_value(spec).map_err(|e| e.to_string())?;
-            spec["wanted"] = json!("Up"); // wanted Up at approval
-            let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent",
-                "metadata": {"name": target, "annotations": {"hive.dev/approval": name}}, "spec": spec, "status": {}});
+            let mut agent = Agent::new(target.clone(), spec);
+            agent.spec.wanted = Wanted::Up; // wanted Up at approval
+            agent.metadata.annotations.insert(hive_api::names::APPROVAL.into(), name.into());
             let request = Request {
                 template: JobTemplate::Spawn,
                 agents: vec![target.clone()],
@@ -229,15 +219,16 @@ async fn submit(engine: &Engine, approval: &Approval, job: &str) -> Result<(), S
                 reason,
                 name: Some(job.to_string()),
             };
-            engine.spawn_new(agent, &request).await
+            engine.spawn_new(&agent, &request).await
         }
     };
-    let job_obj = result.map_err(|e| e.to_string())?;
+    let submitted = result.map_err(|e| e.to_string())?;
     // The Job records which approval it resolves.
-    if job_obj["spec"]["approval"].is_null() {
-        let _ =
-            update(&engine.store, "jobs", job, Subresource::Main, |o| o["spec"]["approval"] = json!(name))
-                .await;
+    if submitted.spec.approval.is_none() {
+        let jobs = Api::<Job>::new(&engine.store);
+        if let Err(err) = jobs.patch(job, |j| j.spec.approval = Some(name.to_string())).await {
+            tracing::warn!(approval = name, job, error = %err, "the Job does not record its approval");
+        }
     }
     Ok(())
 }
@@ -253,39 +244,43 @@ async fn set_phase(
     job: Option<&str>,
 ) -> Result<bool, Error> {
     let decided_by = approval.metadata.annotations.get(DECIDED_BY).cloned();
-    let decided_at = approval.metadata.annotations.get(DECIDED_AT).cloned();
+    let decided_at = approval
+        .metadata
+        .annotations
+        .get(DECIDED_AT)
+        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+        .map(|at| hive_api::Time(at.with_timezone(&chrono::Utc)));
     let generation = approval.metadata.generation;
-    let result = update(&ctx.engine.store, "approvals", &approval.metadata.name, Subresource::Status, |o| {
-        let status = &mut o["status"];
-        let current =
-            status["phase"].as_str().and_then(|p| serde_json::from_value::<ApprovalPhase>(json!(p)).ok());
-        if current.is_some_and(ApprovalPhase::is_terminal) {
-            return;
-        }
-        status["phase"] = json!(phase);
-        if let Some(m) = &message {
-            status["message"] = json!(m);
-        }
-        if let Some(j) = job {
-            status["job"] = json!(j);
-        }
-        if let Some(by) = &decided_by {
-            status["decidedBy"] = json!(by);
-        }
-        if let Some(at) = &decided_at {
-            status["decidedAt"] = json!(at);
-        }
-        if let Some(g) = generation {
-            status["observedGeneration"] = json!(g);
-        }
-    })
-    .await?;
-    Ok(matches!(result, Updated::Stored(_)))
+    let approvals = Api::<Approval>::new(&ctx.engine.store);
+    let result = approvals
+        .patch_status(&approval.metadata.name, |status| {
+            if status.phase.is_some_and(ApprovalPhase::is_terminal) {
+                return;
+            }
+            status.phase = Some(phase);
+            if let Some(m) = &message {
+                status.message = Some(m.clone());
+            }
+            if let Some(j) = job {
+                status.job = Some(j.to_string());
+            }
+            if let Some(by) = &decided_by {
+                status.decided_by = Some(by.clone());
+            }
+            if let Some(at) = decided_at {
+                status.decided_at = Some(at);
+            }
+            if let Some(g) = generation {
+                status.observed_generation = Some(g);
+            }
+        })
+        .await?;
+    Ok(result.stored())
 }
 
 async fn event(ctx: &Context, name: &str, type_: EventType, reason: &str, message: &str) {
-    let Some(stored) = ctx.engine.store.get("approvals", name) else { return };
-    if let Err(err) = ctx.recorder.record(&stored, type_, reason, message).await {
+    let Ok(Some(approval)) = Api::<Approval>::new(&ctx.engine.store).get(name) else { return };
+    if let Err(err) = ctx.recorder.record(&approval, type_, reason, message).await {
         tracing::warn!(approval = name, error = %err, "approval event not recorded");
     }
 }

@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use hive_api::agent::{Agent, Power, Wanted, CONDITION_CRASHED};
-use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
-use serde_json::Value;
+use hive_api::agent::{Agent, AgentStatus, Power, Wanted, CONDITION_CRASHED};
+use hive_api::meta::{find_condition, set_condition, Condition, ConditionStatus, Time};
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use crate::client::{self, Api};
 use crate::events::{EventType, Recorder};
 use crate::runtime::{Change, Exit, RuntimeEvent};
-use crate::store::{self, Store, Subresource};
-use crate::update::update;
+use crate::store::Store;
 
 /// Whether a DAG holds an agent's lease: its state changes are then expected (the
 /// scheduler's transient guard) and an exit is not a crash.
@@ -85,7 +84,7 @@ struct History {
 
 /// Writes observed state and watches for crashes until the event stream closes.
 pub struct CrashWatch {
-    store: Store,
+    agents: Api<Agent>,
     recorder: Recorder,
     leases: Arc<dyn Leases>,
     restart: Restart,
@@ -97,7 +96,7 @@ impl CrashWatch {
     /// A crash-watch writing to `store`.
     pub fn new(store: Store, leases: Arc<dyn Leases>, restart: Restart, backoff: Backoff) -> CrashWatch {
         let recorder = Recorder::new(store.clone(), "hive-crashwatch");
-        CrashWatch { store, recorder, leases, restart, backoff, history: HashMap::new() }
+        CrashWatch { agents: Api::new(&store), recorder, leases, restart, backoff, history: HashMap::new() }
     }
 
     /// Consumes runtime events until the runtime goes away.
@@ -120,10 +119,10 @@ impl CrashWatch {
     }
 
     /// Records one runtime event.
-    pub async fn handle(&mut self, event: RuntimeEvent) -> store::Result<()> {
-        let Some(stored) = self.store.get("agents", &event.agent) else { return Ok(()) };
-        let agent: Agent = match serde::Deserialize::deserialize(stored.as_ref()) {
-            Ok(agent) => agent,
+    pub async fn handle(&mut self, event: RuntimeEvent) -> client::Result<()> {
+        let agent = match self.agents.get(&event.agent) {
+            Ok(Some(agent)) => agent,
+            Ok(None) => return Ok(()),
             Err(err) => {
                 tracing::warn!(agent = event.agent, error = %err, "stored agent does not decode");
                 return Ok(());
@@ -133,34 +132,34 @@ impl CrashWatch {
         match event.change {
             Change::Started { pid } => {
                 self.history.entry(event.agent.clone()).or_default().started = Some(Instant::now());
+                let generation = agent.metadata.generation;
                 self.write_status(&event.agent, |status| {
-                    status["power"] = serde_json::json!(Power::Running);
+                    status.power = Some(Power::Running);
                     // Running again: the crash is over (its history stays in Events).
-                    // `get_mut`, not indexing: indexing a missing key would insert a null.
-                    if let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) {
-                        for c in list
-                            .iter_mut()
-                            .filter(|c| c["type"] == CONDITION_CRASHED && c["status"] == "True")
-                        {
-                            c["status"] = serde_json::json!("False");
-                            c["reason"] = serde_json::json!("Running");
-                            c["message"] = serde_json::json!(format!("running again with pid {pid}"));
-                            c["lastTransitionTime"] = serde_json::json!(now);
-                        }
+                    let crashed = find_condition(&status.conditions, CONDITION_CRASHED)
+                        .is_some_and(|c| c.status == ConditionStatus::True);
+                    if crashed {
+                        let over = Condition {
+                            type_: CONDITION_CRASHED.into(),
+                            status: ConditionStatus::False,
+                            reason: "Running".into(),
+                            message: format!("running again with pid {pid}"),
+                            observed_generation: generation,
+                            ..Default::default()
+                        };
+                        set_condition(&mut status.conditions, over, now);
                     }
                 })
                 .await?;
-                self.event(&stored, EventType::Normal, "Started", &format!("started with pid {pid}")).await;
+                self.event(&agent, EventType::Normal, "Started", &format!("started with pid {pid}")).await;
             }
             Change::Swapped(generation) => {
-                self.write_status(&event.agent, |status| {
-                    status["appliedRev"] = serde_json::json!(generation.rev);
-                })
-                .await?;
+                self.write_status(&event.agent, |status| status.applied_rev = Some(generation.rev.clone()))
+                    .await?;
                 let message = format!("now on generation {} (rev {})", generation.id, generation.rev);
-                self.event(&stored, EventType::Normal, "Rebuilt", &message).await;
+                self.event(&agent, EventType::Normal, "Rebuilt", &message).await;
             }
-            Change::Exited(exit) => self.exited(&stored, &agent, &exit, now).await?,
+            Change::Exited(exit) => self.exited(&agent, &exit, now).await?,
             Change::Destroyed => {
                 self.history.remove(&event.agent);
             }
@@ -168,7 +167,7 @@ impl CrashWatch {
         Ok(())
     }
 
-    async fn exited(&mut self, stored: &Value, agent: &Agent, exit: &Exit, now: Time) -> store::Result<()> {
+    async fn exited(&mut self, agent: &Agent, exit: &Exit, now: Time) -> client::Result<()> {
         let name = agent.metadata.name.clone();
         let crashed = !exit.requested && agent.spec.wanted == Wanted::Up && !self.leases.is_leased(&name);
         let history = self.history.entry(name.clone()).or_default();
@@ -177,8 +176,8 @@ impl CrashWatch {
         }
         history.started = None;
         if !crashed {
-            self.write_status(&name, |status| status["power"] = serde_json::json!(Power::Stopped)).await?;
-            self.event(stored, EventType::Normal, "Stopped", &format!("stopped ({exit})")).await;
+            self.write_status(&name, |status| status.power = Some(Power::Stopped)).await?;
+            self.event(agent, EventType::Normal, "Stopped", &format!("stopped ({exit})")).await;
             return Ok(());
         }
         history.crashes += 1;
@@ -187,41 +186,38 @@ impl CrashWatch {
         let message =
             format!("exited on its own ({exit}); crash {crashes} in a row, restarting in {}", human(delay));
         self.write_status(&name, |status| {
-            status["power"] = serde_json::json!(Power::Stopped);
-            let mut conditions: Vec<Condition> =
-                serde_json::from_value(status["conditions"].take()).unwrap_or_default();
-            set_condition(
-                &mut conditions,
-                Condition {
-                    type_: CONDITION_CRASHED.into(),
-                    status: ConditionStatus::True,
-                    reason: "ExitedWhileWantedUp".into(),
-                    message: message.clone(),
-                    ..Default::default()
-                },
-                now,
-            );
-            status["conditions"] = serde_json::to_value(conditions).unwrap_or_default();
+            status.power = Some(Power::Stopped);
+            let crashed = Condition {
+                type_: CONDITION_CRASHED.into(),
+                status: ConditionStatus::True,
+                reason: "ExitedWhileWantedUp".into(),
+                message: message.clone(),
+                observed_generation: agent.metadata.generation,
+                ..Default::default()
+            };
+            set_condition(&mut status.conditions, crashed, now);
         })
         .await?;
-        self.event(stored, EventType::Warning, "Crashed", &format!("exited on its own ({exit})")).await;
-        self.event(stored, EventType::Warning, "BackOff", &format!("restarting in {}", human(delay))).await;
+        self.event(agent, EventType::Warning, "Crashed", &format!("exited on its own ({exit})")).await;
+        self.event(agent, EventType::Warning, "BackOff", &format!("restarting in {}", human(delay))).await;
         schedule_restart(self.restart.clone(), name, delay);
         Ok(())
     }
 
-    async fn event(&self, object: &Value, type_: EventType, reason: &str, message: &str) {
-        if let Err(err) = self.recorder.record(object, type_, reason, message).await {
+    async fn event(&self, agent: &Agent, type_: EventType, reason: &str, message: &str) {
+        if let Err(err) = self.recorder.record(agent, type_, reason, message).await {
             tracing::warn!(error = %err, reason, "event not recorded");
         }
     }
 
     /// Applies `change` to the agent's status through the status subresource,
-    /// re-reading on a concurrent write.
-    async fn write_status(&self, agent: &str, change: impl Fn(&mut Value)) -> store::Result<()> {
-        update(&self.store, "agents", agent, Subresource::Status, |object| change(&mut object["status"]))
-            .await?;
-        Ok(())
+    /// re-reading on a concurrent write; an agent deleted meanwhile is no error.
+    async fn write_status(&self, agent: &str, change: impl FnMut(&mut AgentStatus)) -> client::Result<()> {
+        match self.agents.patch_status(agent, change).await {
+            Ok(_) => Ok(()),
+            Err(err) if err.is_not_found() => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -230,7 +226,7 @@ mod tests {
     use std::sync::Mutex;
 
     use chrono::Utc;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
     use crate::store::{Mutation, StoreConfig};

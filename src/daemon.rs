@@ -8,11 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hive_api::agent::{Agent, Wanted};
-use hive_api::job::{JobSource, JobTemplate};
-use serde_json::Value;
+use hive_api::job::{Job, JobSource, JobTemplate};
 use tokio::sync::mpsc;
 
 use crate::applied::Markers;
+use crate::client::Api;
 use crate::crashwatch::{Backoff, CrashWatch, Leases, Restart};
 use crate::executor::{Deploy, RuntimeExecutor};
 use crate::runtime::nixos::{NixosConfig, NixosRuntime};
@@ -168,35 +168,14 @@ impl Sweep {
     }
 }
 
-/// Agent names ordered parents before children (`spec.parent`), otherwise by name. A
-/// parent outside the set is ignored; a cycle (which validation should prevent) is
-/// broken at the first name reached.
-pub fn parents_first(agents: &[Agent]) -> Vec<String> {
-    use std::collections::{BTreeMap, BTreeSet};
-    let parent: BTreeMap<&str, Option<&str>> =
-        agents.iter().map(|a| (a.metadata.name.as_str(), a.spec.parent.as_deref())).collect();
-    let mut done = BTreeSet::new();
-    let mut order = Vec::with_capacity(agents.len());
-    for &name in parent.keys() {
-        // Walk up to the highest unplaced ancestor in the set, then place downwards.
-        let mut chain = vec![name];
-        let mut seen: BTreeSet<&str> = [name].into();
-        while let Some(Some(up)) = parent.get(chain.last().unwrap()) {
-            if done.contains(up) || !parent.contains_key(up) || !seen.insert(up) {
-                break;
-            }
-            chain.push(up);
-        }
-        for n in chain.into_iter().rev() {
-            if done.insert(n) {
-                order.push(n.to_string());
-            }
-        }
-    }
-    order
-}
+pub use hive_api::agent::parents_first;
 
 impl Engine {
+    /// The typed client of Agents over the engine's store.
+    pub fn agents(&self) -> Api<Agent> {
+        Api::new(&self.store)
+    }
+
     /// Starts the engine on `state_dir/agents`: kills processes a crashed daemon left,
     /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
     /// crash-watch, and submits the boot reconcile.
@@ -300,7 +279,7 @@ impl Engine {
     }
 
     /// Creates a new agent with its Spawn Job (one transaction) and schedules the Job.
-    pub async fn spawn_new(&self, agent: Value, request: &Request) -> Result<crate::store::Obj, SubmitError> {
+    pub async fn spawn_new(&self, agent: &Agent, request: &Request) -> Result<Job, SubmitError> {
         let job = submit::spawn_new(&self.store, agent, request).await?;
         self.schedule(&job).await?;
         Ok(job)
@@ -335,9 +314,7 @@ impl Engine {
                 }
             }
         });
-        let (_, stored) = self.store.list("agents");
-        for object in stored {
-            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(object.as_ref()) else { continue };
+        for agent in self.agents().list().1 {
             match self.runtime.is_running(&agent).await {
                 Ok(running) => {
                     self.view
@@ -364,9 +341,7 @@ impl Engine {
     /// other, without touching the running containers, so their closures are in the
     /// store before anything needs them. Failures are logged, never fatal.
     pub async fn prebuild_templates(&self) {
-        let (_, stored) = self.store.list("agents");
-        for object in stored {
-            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(object.as_ref()) else { continue };
+        for agent in self.agents().list().1 {
             let name = agent.metadata.name.clone();
             let Some(locked) = self.deploy.meta.locked(&name).await else { continue };
             let mut pinned = agent.clone();
@@ -382,7 +357,7 @@ impl Engine {
     }
 
     /// Builds a shaped DAG's Job and hands it to the scheduler.
-    pub async fn submit_dag(&self, request: &DagRequest) -> Result<crate::store::Obj, SubmitError> {
+    pub async fn submit_dag(&self, request: &DagRequest) -> Result<Job, SubmitError> {
         let job = submit::submit_dag(&self.store, request).await?;
         self.schedule(&job).await?;
         Ok(job)
@@ -391,9 +366,7 @@ impl Engine {
     /// Classifies every installed agent by rev freshness (its applied-rev marker against
     /// the current lock and hive base) and wanted power.
     pub async fn classify(&self) -> Sweep {
-        let (_, stored) = self.store.list("agents");
-        let agents: Vec<Agent> =
-            stored.iter().filter_map(|o| serde::Deserialize::deserialize(o.as_ref()).ok()).collect();
+        let agents = self.agents().list().1;
         let mut sweep = Sweep::default();
         let mut stale_up = Vec::new();
         for agent in &agents {
@@ -435,11 +408,9 @@ impl Engine {
             ..Default::default()
         };
         match self.submit_dag(&request).await {
-            Ok(job) => tracing::info!(
-                job = job["metadata"]["name"].as_str(),
-                reason = sweep.reason(),
-                "boot sweep submitted"
-            ),
+            Ok(job) => {
+                tracing::info!(job = job.metadata.name, reason = sweep.reason(), "boot sweep submitted")
+            }
             Err(err) => tracing::warn!(error = %err, "boot sweep not submitted"),
         }
         sweep
@@ -452,12 +423,12 @@ impl Engine {
         agents: Vec<String>,
         source: JobSource,
         reason: Option<String>,
-    ) -> Result<crate::store::Obj, SubmitError> {
+    ) -> Result<Job, SubmitError> {
         self.submit_request(&Request { template, agents, source, reason, name: None }).await
     }
 
     /// [`Engine::submit`] with every field of the request, e.g. a chosen Job name.
-    pub async fn submit_request(&self, request: &Request) -> Result<crate::store::Obj, SubmitError> {
+    pub async fn submit_request(&self, request: &Request) -> Result<Job, SubmitError> {
         let request = request.clone();
         let job = submit::submit(&self.store, self, &request).await?;
         self.schedule(&job).await?;
@@ -465,18 +436,8 @@ impl Engine {
     }
 
     /// Hands a stored Job to the scheduler.
-    pub async fn schedule(&self, job: &Value) -> Result<(), crate::scheduler::Error> {
-        let name = job["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        let spec =
-            serde_json::from_value(job["spec"].clone()).map_err(|e| crate::scheduler::Error::Invalid {
-                name: name.clone(),
-                errors: vec![hive_api::validation::ValidationError::new(
-                    "spec",
-                    hive_api::validation::Reason::Invalid,
-                    e.to_string(),
-                )],
-            })?;
-        self.scheduler.submit(name, spec).await
+    pub async fn schedule(&self, job: &Job) -> Result<(), crate::scheduler::Error> {
+        self.scheduler.submit(job.metadata.name.clone(), job.spec.clone()).await
     }
 
     /// Stops the scheduler and every agent process (a process cannot be adopted by the
@@ -487,9 +448,7 @@ impl Engine {
         if !matches!(self.driver, Driver::Process(_)) {
             return;
         }
-        let (_, agents) = self.store.list("agents");
-        for stored in agents {
-            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(stored.as_ref()) else { continue };
+        for agent in self.agents().list().1 {
             if self.is_running(&agent.metadata.name) {
                 if let Err(err) = self.runtime.stop(&agent).await {
                     tracing::warn!(agent = agent.metadata.name, error = %err, "could not stop the agent at shutdown");
@@ -502,9 +461,7 @@ impl Engine {
     /// its wanted power gets a plain Reconcile Job (source `Boot`), except those the
     /// sweep rebuilds (their rebuild's tail Reconcile brings them up).
     async fn boot_reconcile(&self, swept: &Sweep) {
-        let (_, agents) = self.store.list("agents");
-        for stored in agents {
-            let Ok(agent) = <Agent as serde::Deserialize>::deserialize(stored.as_ref()) else { continue };
+        for agent in self.agents().list().1 {
             let name = agent.metadata.name.clone();
             if swept.rebuild.contains(&name) {
                 continue;
@@ -530,26 +487,6 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn agent(name: &str, parent: Option<&str>) -> Agent {
-        let mut agent = Agent::new(name, Default::default());
-        agent.spec.parent = parent.map(str::to_string);
-        agent
-    }
-
-    #[test]
-    fn parents_come_first() {
-        let cases: Vec<(Vec<Agent>, &str)> = vec![
-            (vec![agent("b", None), agent("a", None)], "a b"),
-            (vec![agent("child", Some("root")), agent("root", None)], "root child"),
-            (vec![agent("a", Some("m")), agent("m", Some("z")), agent("z", None)], "z m a"),
-            (vec![agent("a", Some("gone"))], "a"),
-            (vec![agent("a", Some("b")), agent("b", Some("a"))], "b a"),
-        ];
-        for (agents, want) in cases {
-            assert_eq!(parents_first(&agents).join(" "), want);
-        }
-    }
 
     #[test]
     fn the_sweep_reason_counts() {

@@ -5,18 +5,12 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
-use hive_api::event::Event;
+use hive_api::event::{Event, EventSource, ObjectReference};
 use hive_api::meta::Time;
-use serde_json::{json, Value};
+use hive_api::Object;
 
-use crate::store::{self, Mutation, Store, Subresource};
-
-/// Where events are stored (the `events` resource).
-const KIND: &str = "events";
-
-/// How many times a fold is retried when the event changed under it.
-const RETRIES: usize = 8;
+use crate::client::{self, Api};
+use crate::store::{self, Store};
 
 /// Normal or Warning, as Kubernetes types events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,71 +33,64 @@ impl EventType {
 /// Records events into the store on behalf of one component.
 #[derive(Clone)]
 pub struct Recorder {
-    store: Store,
+    events: Api<Event>,
     component: String,
 }
 
 impl Recorder {
     /// A recorder writing as `component` (e.g. `hive-scheduler`).
     pub fn new(store: Store, component: impl Into<String>) -> Recorder {
-        Recorder { store, component: component.into() }
+        Recorder { events: Api::new(&store), component: component.into() }
     }
 
     /// Records that `reason` happened to `object` (a stored object), folding repeats.
-    pub async fn record(
+    pub async fn record<K: Object>(
         &self,
-        object: &Value,
+        object: &K,
         type_: EventType,
         reason: &str,
         message: &str,
-    ) -> store::Result<()> {
-        let meta = &object["metadata"];
-        let kind = object["kind"].as_str().unwrap_or("");
-        let name = meta["name"].as_str().unwrap_or("");
-        let uid = meta["uid"].as_str().unwrap_or("");
-        let event_name = event_name(kind, name, uid, reason, message);
-        let now = Time(Utc::now());
-        for _ in 0..RETRIES {
-            let mutation = match self.store.get(KIND, &event_name) {
-                Some(existing) => {
-                    let mut folded = (*existing).clone();
-                    let count = folded["count"].as_i64().unwrap_or(1) + 1;
-                    folded["count"] = json!(count);
-                    folded["lastTimestamp"] = json!(now);
-                    Mutation::Update { kind: KIND, object: folded, subresource: Subresource::Main }
-                }
-                None => {
-                    let event = json!({
-                        "apiVersion": "v1",
-                        "kind": Event::KIND_NAME,
-                        "metadata": {"name": event_name},
-                        "involvedObject": {
-                            "apiVersion": object["apiVersion"],
-                            "kind": kind,
-                            "name": name,
-                            "uid": uid,
-                            "resourceVersion": meta["resourceVersion"],
-                        },
-                        "reason": reason,
-                        "message": message,
-                        "type": type_.as_str(),
-                        "count": 1,
-                        "firstTimestamp": now,
-                        "lastTimestamp": now,
-                        "source": {"component": self.component},
-                        "reportingComponent": self.component,
-                    });
-                    Mutation::Create { kind: KIND, object: event }
-                }
-            };
-            match self.store.commit(mutation, false).await {
+    ) -> client::Result<()> {
+        let meta = object.metadata();
+        let uid = meta.uid.clone().unwrap_or_default();
+        let event_name = event_name(K::KIND, &meta.name, &uid, reason, message);
+        let now = Time(self.events.store().now());
+        let event = Event {
+            api_version: Event::API_VERSION.into(),
+            kind: Event::KIND.into(),
+            metadata: hive_api::ObjectMeta { name: event_name.clone(), ..Default::default() },
+            involved_object: ObjectReference {
+                api_version: K::API_VERSION.into(),
+                kind: K::KIND.into(),
+                name: meta.name.clone(),
+                uid,
+                resource_version: meta.resource_version.clone().unwrap_or_default(),
+                ..Default::default()
+            },
+            reason: reason.into(),
+            message: message.into(),
+            type_: type_.as_str().into(),
+            count: Some(1),
+            first_timestamp: Some(now),
+            last_timestamp: Some(now),
+            source: Some(EventSource { component: self.component.clone(), ..Default::default() }),
+            reporting_component: self.component.clone(),
+            reporting_instance: String::new(),
+        };
+        let fold = |e: &mut Event| {
+            e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+            e.last_timestamp = Some(now);
+        };
+        for _ in 0..2 {
+            match self.events.patch(&event_name, fold).await {
                 Ok(_) => return Ok(()),
-                // Someone folded or created the same event meanwhile: fold again.
-                Err(
-                    store::Error::Conflict { .. }
-                    | store::Error::AlreadyExists { .. }
-                    | store::Error::NotFound { .. },
-                ) => continue,
+                Err(err) if err.is_not_found() => {}
+                Err(err) => return Err(err),
+            }
+            match self.events.create(&event).await {
+                Ok(_) => return Ok(()),
+                // Someone created the same event meanwhile: fold into theirs.
+                Err(client::Error::Store(store::Error::AlreadyExists { .. })) => continue,
                 Err(err) => return Err(err),
             }
         }
@@ -112,23 +99,16 @@ impl Recorder {
     }
 
     /// Deletes events whose `lastTimestamp` is older than `ttl`. Returns how many.
-    pub async fn expire(&self, ttl: Duration) -> store::Result<usize> {
-        let cutoff = Utc::now() - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
-        let (_, events) = self.store.list(KIND);
+    pub async fn expire(&self, ttl: Duration) -> client::Result<usize> {
+        let cutoff =
+            self.events.store().now() - chrono::Duration::from_std(ttl).unwrap_or(chrono::Duration::MAX);
         let mut removed = 0;
-        for event in events {
-            let last = event["lastTimestamp"]
-                .as_str()
-                .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-                .map(|t| t.with_timezone(&Utc));
-            if last.is_some_and(|t| t < cutoff) {
-                let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
-                let rv = event["metadata"]["resourceVersion"].as_str().map(str::to_string);
-                let delete = Mutation::Delete { kind: KIND, name, uid: None, resource_version: rv };
-                match self.store.commit(delete, false).await {
-                    Ok(_) => removed += 1,
-                    // Folded (so no longer expired) or already gone.
-                    Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => {}
+        for event in self.events.list().1 {
+            if event.last_timestamp.is_some_and(|t| t.0 < cutoff) {
+                // Only this very version: one folded meanwhile is no longer expired.
+                match self.events.delete_version(&event).await {
+                    Ok(true) => removed += 1,
+                    Ok(false) => {}
                     Err(err) => return Err(err),
                 }
             }
@@ -157,13 +137,15 @@ mod tests {
     async fn repeats_fold_into_a_count_and_old_events_expire() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent",
-                           "metadata": {"name": "a1", "uid": "u-1", "resourceVersion": "3"}});
+        let agent: hive_api::Agent =
+            serde_json::from_value(serde_json::json!({"apiVersion": "hive.dev/v1", "kind": "Agent",
+                           "metadata": {"name": "a1", "uid": "u-1", "resourceVersion": "3"}}))
+            .unwrap();
         let recorder = Recorder::new(store.clone(), "hive-test");
         recorder.record(&agent, EventType::Warning, "Crashed", "exited with status 1").await.unwrap();
         recorder.record(&agent, EventType::Warning, "Crashed", "exited with status 1").await.unwrap();
         recorder.record(&agent, EventType::Normal, "Started", "started generation 2").await.unwrap();
-        let (_, events) = store.list(KIND);
+        let (_, events) = store.list("events");
         assert_eq!(events.len(), 2);
         let crashed = events.iter().find(|e| e["reason"] == "Crashed").unwrap();
         assert_eq!(crashed["count"], 2);
@@ -174,7 +156,7 @@ mod tests {
 
         assert_eq!(recorder.expire(Duration::from_secs(3600)).await.unwrap(), 0);
         assert_eq!(recorder.expire(Duration::ZERO).await.unwrap(), 2);
-        assert!(store.list(KIND).1.is_empty());
+        assert!(store.list("events").1.is_empty());
     }
 
     #[test]

@@ -7,15 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use hive_api::job::{Job, JobPhase, JobStatus};
-use serde_json::json;
+use hive_api::job::{Job, JobPhase};
 use tokio::sync::mpsc;
 
+use crate::client::{self, Api};
 use crate::scheduler::{JobSnapshot, JobUpdate};
-use crate::store::{self, Mutation, Store, Subresource};
-use crate::update::update;
-
-const KIND: &str = "jobs";
+use crate::store::{self, Store};
 
 /// Applies batches of scheduler updates until the scheduler drops its sender.
 pub async fn run(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
@@ -28,82 +25,78 @@ pub async fn run(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdat
 
 /// Writes one batch: creations first, then one coalesced status write per Job, then
 /// removals.
-pub async fn apply(store: &Store, batch: Vec<JobUpdate>) -> store::Result<()> {
+pub async fn apply(store: &Store, batch: Vec<JobUpdate>) -> client::Result<()> {
+    let jobs = Api::<Job>::new(store);
     let mut changed: BTreeMap<String, Vec<JobSnapshot>> = BTreeMap::new();
     let mut removed = Vec::new();
     for update in batch {
         match update {
-            JobUpdate::Created { name, spec } => {
-                let mut job = Job::new(name, (*spec).clone());
-                job.kind = "Job".into();
-                let mut object = serde_json::to_value(&job).expect("a Job serializes");
-                object["status"] = json!({});
-                match store.commit(Mutation::Create { kind: KIND, object }, false).await {
-                    Ok(_) | Err(store::Error::AlreadyExists { .. }) => {}
-                    Err(err) => return Err(err),
-                }
-            }
+            JobUpdate::Created { name, spec } => match jobs.create(&Job::new(name, (*spec).clone())).await {
+                Ok(_) | Err(client::Error::Store(store::Error::AlreadyExists { .. })) => {}
+                Err(err) => return Err(err),
+            },
             JobUpdate::Changed(snapshot) => changed.entry(snapshot.name.clone()).or_default().push(snapshot),
             JobUpdate::Removed { name } => removed.push(name),
         }
     }
     for (name, snapshots) in changed {
-        write_status(store, &name, |status| snapshots.iter().for_each(|s| s.apply_to(status))).await?;
-    }
-    for name in removed {
-        let delete = Mutation::Delete { kind: KIND, name, uid: None, resource_version: None };
-        match store.commit(delete, false).await {
-            Ok(_) | Err(store::Error::NotFound { .. }) => {}
+        match jobs.patch_status(&name, |status| snapshots.iter().for_each(|s| s.apply_to(status))).await {
+            Ok(_) => {}
+            Err(err) if err.is_not_found() => {}
             Err(err) => return Err(err),
         }
+    }
+    for name in removed {
+        jobs.delete(&name).await?;
     }
     Ok(())
 }
 
 /// Marks every Job a previous run left Queued or Running as `Interrupted`, naming why.
 /// Returns the names marked.
-pub async fn mark_interrupted(store: &Store) -> store::Result<Vec<String>> {
-    let (_, jobs) = store.list(KIND);
+pub async fn mark_interrupted(store: &Store) -> client::Result<Vec<String>> {
+    let jobs = Api::<Job>::new(store);
+    let now = hive_api::Time(store.now());
     let mut marked = Vec::new();
-    for job in jobs {
-        let phase: Option<JobPhase> = serde_json::from_value(job["status"]["phase"].clone()).ok();
-        if phase.is_some_and(JobPhase::is_terminal) {
+    for job in jobs.list().1 {
+        if job.status.phase.is_some_and(JobPhase::is_terminal) {
             continue;
         }
-        let name = job["metadata"]["name"].as_str().unwrap_or("").to_string();
-        write_status(store, &name, |status| {
-            status.phase = Some(JobPhase::Interrupted);
-            status.message = Some(
-                "the daemon stopped before this Job finished; the boot reconcile re-derives its work".into(),
-            );
-            status.finished_at = Some(hive_api::Time(chrono::Utc::now()));
-        })
-        .await?;
-        marked.push(name);
+        let name = job.metadata.name;
+        let result = jobs
+            .patch_status(&name, |status| {
+                status.phase = Some(JobPhase::Interrupted);
+                status.message = Some(
+                    "the daemon stopped before this Job finished; the boot reconcile re-derives its work"
+                        .into(),
+                );
+                status.finished_at = Some(now);
+            })
+            .await;
+        match result {
+            Ok(_) => marked.push(name),
+            Err(err) if err.is_not_found() => {}
+            Err(err) => return Err(err),
+        }
     }
     Ok(marked)
 }
 
-async fn write_status(store: &Store, name: &str, change: impl Fn(&mut JobStatus)) -> store::Result<()> {
-    update(store, KIND, name, Subresource::Status, |object| {
-        let mut status: JobStatus = serde_json::from_value(object["status"].clone()).unwrap_or_default();
-        change(&mut status);
-        object["status"] = serde_json::to_value(&status).expect("a JobStatus serializes");
-    })
-    .await?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
+    const KIND: &str = "jobs";
+
     use std::collections::HashSet;
     use std::time::Duration;
 
     use hive_api::job::{JobSource, JobTemplate};
     use serde_json::Value;
 
+    use serde_json::json;
+
     use super::*;
     use crate::scheduler::{Executor, NodeError, NodeOutcome, NodeRun, Scheduler, SchedulerConfig};
+    use crate::store::Mutation;
     use crate::store::StoreConfig;
     use crate::submit::{self, LiveState, Request};
 
@@ -168,9 +161,8 @@ mod tests {
                 name: None,
             };
             let job = submit::submit(&store, &NothingRuns, &request).await.unwrap();
-            let name = job["metadata"]["name"].as_str().unwrap().to_string();
-            let spec = serde_json::from_value(job["spec"].clone()).unwrap();
-            scheduler.submit(name.clone(), spec).await.unwrap();
+            let name = job.metadata.name.clone();
+            scheduler.submit(name.clone(), job.spec).await.unwrap();
             names.push(name);
         }
         assert_eq!(phase_of(&store, &names[0]).await.as_deref(), Some("Done"));
@@ -194,7 +186,7 @@ mod tests {
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
         for (name, phase) in [("a", Some("Running")), ("b", Some("Done")), ("c", None)] {
             let mut job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
-                                 "spec": {"template": "Reconcile", "nodes": []}, "status": {}});
+                                 "spec": {"template": "Reconcile", "nodes": [{"id": "a/reconcile", "kind": "Reconcile", "agent": "a"}]}, "status": {}});
             if let Some(phase) = phase {
                 job["status"]["phase"] = json!(phase);
             }

@@ -288,6 +288,46 @@ impl AgentStatus {
     }
 }
 
+/// Agent names ordered parents before children (`spec.parent`), otherwise by name. A
+/// parent outside the set is ignored; a cycle (which validation should prevent) is
+/// broken at the first name reached.
+pub fn parents_first(agents: &[Agent]) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let parent: BTreeMap<&str, Option<&str>> =
+        agents.iter().map(|a| (a.metadata.name.as_str(), a.spec.parent.as_deref())).collect();
+    let mut done = BTreeSet::new();
+    let mut order = Vec::with_capacity(agents.len());
+    for &name in parent.keys() {
+        // Walk up to the highest unplaced ancestor in the set, then place downwards.
+        let mut chain = vec![name];
+        let mut seen: BTreeSet<&str> = [name].into();
+        while let Some(Some(up)) = parent.get(chain.last().unwrap()) {
+            if done.contains(up) || !parent.contains_key(up) || !seen.insert(up) {
+                break;
+            }
+            chain.push(up);
+        }
+        for n in chain.into_iter().rev() {
+            if done.insert(n) {
+                order.push(n.to_string());
+            }
+        }
+    }
+    order
+}
+
+/// A stable fingerprint of what a build depends on: `spec.config`, `spec.runtime`,
+/// `spec.resources` (the drop-in a swap rewrites) and `spec.permissions` (a change is
+/// the perm-change shape: WritePermFile, then a rebuild). Stored in
+/// `status.configFingerprint`, so it must not change between releases.
+pub fn fingerprint(agent: &Agent) -> String {
+    let text = serde_json::json!({"config": agent.spec.config, "runtime": agent.spec.runtime,
+                                  "resources": agent.spec.resources, "permissions": agent.spec.permissions})
+    .to_string();
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..12].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl Resource for Agent {
     fn validate(&self, errors: &mut Errors) {
         let spec = &self.spec;
@@ -437,6 +477,41 @@ fn validate_runtime(errors: &mut Errors, runtime: &AgentRuntime) {
 
 #[cfg(test)]
 mod tests {
+    fn family(name: &str, parent: Option<&str>) -> Agent {
+        let mut agent = Agent::new(name, Default::default());
+        agent.spec.parent = parent.map(str::to_string);
+        agent
+    }
+
+    #[test]
+    fn parents_come_first() {
+        let cases: Vec<(Vec<Agent>, &str)> = vec![
+            (vec![family("b", None), family("a", None)], "a b"),
+            (vec![family("child", Some("root")), family("root", None)], "root child"),
+            (vec![family("a", Some("m")), family("m", Some("z")), family("z", None)], "z m a"),
+            (vec![family("a", Some("gone"))], "a"),
+            (vec![family("a", Some("b")), family("b", Some("a"))], "b a"),
+        ];
+        for (agents, want) in cases {
+            assert_eq!(parents_first(&agents).join(" "), want);
+        }
+    }
+
+    /// The fingerprint is stored in status: a release that changed it would rebuild
+    /// every agent once. Pinned, and moved by what a build depends on only.
+    #[test]
+    fn the_fingerprint_is_stable_and_follows_build_inputs() {
+        let agent = family("a", None);
+        assert_eq!(fingerprint(&agent), "c6cbe51151906c966e95d532");
+        let mut labelled = agent.clone();
+        labelled.metadata.labels.insert("k".into(), "v".into());
+        labelled.spec.wanted = Wanted::Offline;
+        assert_eq!(fingerprint(&labelled), fingerprint(&agent));
+        let mut moved = agent.clone();
+        moved.spec.config.rev = Some("v2".into());
+        assert_ne!(fingerprint(&moved), fingerprint(&agent));
+    }
+
     use serde_json::json;
 
     use super::*;

@@ -12,8 +12,7 @@ use crate::validation::{Errors, Reason};
 
 /// The registry entry of core events: served at `/api/v1/events`, cluster-scoped like
 /// every hive object, selectable on the `involvedObject` fields kubectl uses.
-pub static EVENT_KIND: KindInfo =
-    KindInfo { api_version: "v1", field_selectors: EVENT_FIELDS, ..KindInfo::of::<Event>() };
+pub static EVENT_KIND: KindInfo = KindInfo { field_selectors: EVENT_FIELDS, ..KindInfo::of::<Event>() };
 
 /// The fields `/api/v1/events` can be selected on, as kubectl uses them.
 pub const EVENT_FIELDS: &[&str] = &[
@@ -143,6 +142,7 @@ pub struct EventList {
 }
 
 impl Object for Event {
+    const API_VERSION: &'static str = "v1";
     const KIND: &'static str = "Event";
     const LIST_KIND: &'static str = "EventList";
     const PLURAL: &'static str = "events";

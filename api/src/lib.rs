@@ -5,7 +5,9 @@
 // cannot take `$crate`); this makes that path resolve inside the crate too.
 extern crate self as hive_api;
 
+pub mod admit;
 pub mod meta;
+pub mod names;
 pub mod resource;
 pub mod selector;
 pub mod validation;
@@ -18,6 +20,7 @@ pub mod job;
 pub mod node;
 pub mod provider;
 
+pub use admit::{admit, AdmitError, Admitted, FieldValidation};
 pub use agent::{Agent, AgentList, AgentSpec, AgentStatus};
 pub use approval::{Approval, ApprovalList, ApprovalSpec, ApprovalStatus};
 pub use fleet_command::{FleetCommand, FleetCommandList, FleetCommandSpec, FleetCommandStatus};
@@ -25,7 +28,7 @@ pub use job::{Job, JobList, JobSpec, JobStatus};
 pub use meta::{Condition, ConditionStatus, ListMeta, ObjectMeta, Status, Time, WatchEvent};
 pub use node::{Node, NodeList, NodeSpec, NodeStatus};
 pub use provider::{Provider, ProviderList, ProviderSpec, ProviderStatus};
-pub use resource::{Column, KindInfo, Object, Resource};
+pub use resource::{Column, HasSpec, HasStatus, KindInfo, Object, Resource};
 
 static KINDS: [KindInfo; 6] = [
     KindInfo::of::<Agent>(),

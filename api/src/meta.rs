@@ -210,6 +210,17 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+/// `metadata.name` of a JSON object, or `""` when the object has none or the value is not
+/// shaped like an object at all; never panics, whatever the shape.
+pub fn name_of(object: &serde_json::Value) -> &str {
+    object.get("metadata").and_then(|m| m.get("name")).and_then(serde_json::Value::as_str).unwrap_or("")
+}
+
+/// The condition of type `type_`, if `conditions` has one.
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
 /// Sets `cond` in `conditions` (keyed by type), keeping `lastTransitionTime` when the
 /// status did not change. Returns true when anything changed.
 pub fn set_condition(conditions: &mut Vec<Condition>, mut cond: Condition, now: Time) -> bool {

@@ -35,7 +35,11 @@ impl Column {
 }
 
 /// The object-level surface every kind shares; implemented by [`resource!`].
-pub trait Object: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send + Sync + 'static {
+pub trait Object:
+    Serialize + DeserializeOwned + Clone + PartialEq + std::fmt::Debug + Send + Sync + 'static
+{
+    /// `apiVersion` of the kind's objects: `hive.dev/v1`, or `v1` for core events.
+    const API_VERSION: &'static str = crate::meta::API_VERSION;
     /// Kind name, e.g. `Agent`.
     const KIND: &'static str;
     /// List kind name, e.g. `AgentList`.
@@ -51,6 +55,26 @@ pub trait Object: Serialize + DeserializeOwned + Clone + std::fmt::Debug + Send 
     fn metadata(&self) -> &ObjectMeta;
     /// The object's metadata, mutably.
     fn metadata_mut(&mut self) -> &mut ObjectMeta;
+}
+
+/// A kind with a `spec`: what is wanted.
+pub trait HasSpec: Object {
+    /// The spec type.
+    type Spec: Clone + Default + PartialEq + std::fmt::Debug + Send + Sync;
+    /// The object's spec.
+    fn spec(&self) -> &Self::Spec;
+    /// The object's spec, mutably.
+    fn spec_mut(&mut self) -> &mut Self::Spec;
+}
+
+/// A kind with a `status`: what is observed, written through the `/status` subresource.
+pub trait HasStatus: Object {
+    /// The status type.
+    type Status: Clone + Default + PartialEq + std::fmt::Debug + Send + Sync;
+    /// The object's status.
+    fn status(&self) -> &Self::Status;
+    /// The object's status, mutably.
+    fn status_mut(&mut self) -> &mut Self::Status;
 }
 
 /// Kind-specific behaviour: validation and table printing.
@@ -207,7 +231,7 @@ impl KindInfo {
     /// The registry entry for `K`.
     pub const fn of<K: Resource>() -> KindInfo {
         KindInfo {
-            api_version: crate::meta::API_VERSION,
+            api_version: K::API_VERSION,
             kind: K::KIND,
             list_kind: K::LIST_KIND,
             plural: K::PLURAL,
@@ -305,6 +329,30 @@ macro_rules! resource {
 
             fn metadata_mut(&mut self) -> &mut $crate::meta::ObjectMeta {
                 &mut self.metadata
+            }
+        }
+
+        impl $crate::resource::HasSpec for $kind {
+            type Spec = $spec;
+
+            fn spec(&self) -> &$spec {
+                &self.spec
+            }
+
+            fn spec_mut(&mut self) -> &mut $spec {
+                &mut self.spec
+            }
+        }
+
+        impl $crate::resource::HasStatus for $kind {
+            type Status = $status;
+
+            fn status(&self) -> &$status {
+                &self.status
+            }
+
+            fn status_mut(&mut self) -> &mut $status {
+                &mut self.status
             }
         }
     };

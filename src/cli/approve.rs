@@ -93,7 +93,7 @@ async fn decide(ctx: &Context, name: &str, state: &str, reason: Option<&str>) ->
 }
 
 fn by(approval: &Value) -> String {
-    match approval["metadata"]["annotations"]["hive.dev/decided-by"].as_str() {
+    match approval["metadata"]["annotations"][hive_api::names::DECIDED_BY].as_str() {
         Some(who) => format!(" by {who}"),
         None => String::new(),
     }

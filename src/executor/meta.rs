@@ -7,16 +7,16 @@
 use hive_api::agent::{Agent, Wanted};
 use hive_api::approval::{Approval, ApprovalKind};
 use hive_api::job::{JobSource, JobSpec, JobTemplate};
-use serde_json::{json, Value};
+use hive_api::names::DECIDED_BY;
+use serde_json::Value;
 
 use super::{failed, NodeLines, RuntimeExecutor};
 use crate::applied::Marker;
+use crate::client::Api;
 use crate::meta::{AgentInput, Gate};
 use crate::resolve::source_url;
 use crate::runtime::BuildLog;
 use crate::scheduler::{NodeError, NodeRun};
-use crate::store::Subresource;
-use crate::update::update;
 
 impl RuntimeExecutor {
     /// The commit a build of `agent` uses: with `relock`, its wanted rev resolved now and
@@ -137,14 +137,15 @@ impl RuntimeExecutor {
             return Vec::new();
         }
         let all = changed.iter().any(|c| c == "hive");
-        let (_, stored) = self.store.list("agents");
-        let agents: Vec<Agent> = stored
-            .iter()
-            .filter_map(|o| serde::Deserialize::deserialize(o.as_ref()).ok())
-            .filter(|a: &Agent| all || changed.contains(&a.metadata.name))
-            .filter(|a: &Agent| self.deploy.markers.read(&a.metadata.name).is_some())
+        let agents: Vec<Agent> = self
+            .agents
+            .list()
+            .1
+            .into_iter()
+            .filter(|a| all || changed.contains(&a.metadata.name))
+            .filter(|a| self.deploy.markers.read(&a.metadata.name).is_some())
             .collect();
-        crate::daemon::parents_first(&agents)
+        hive_api::agent::parents_first(&agents)
     }
 
     /// WritePermFile: commits the agent's tool groups and capabilities to the meta repo
@@ -166,16 +167,14 @@ impl RuntimeExecutor {
             permissions.tool_groups.join(", "),
             permissions.capabilities.join(", ")
         );
-        if let Some(stored) = self.store.get("agents", name) {
-            let message = match &commit {
-                Some(c) => format!("permissions committed to meta ({c}): {snapshot}"),
-                None => format!("permissions unchanged: {snapshot}"),
-            };
-            if let Err(err) =
-                self.recorder.record(&stored, crate::events::EventType::Normal, "Permissions", &message).await
-            {
-                tracing::warn!(error = %err, "permissions event not recorded");
-            }
+        let message = match &commit {
+            Some(c) => format!("permissions committed to meta ({c}): {snapshot}"),
+            None => format!("permissions unchanged: {snapshot}"),
+        };
+        if let Err(err) =
+            self.recorder.record(&agent, crate::events::EventType::Normal, "Permissions", &message).await
+        {
+            tracing::warn!(error = %err, "permissions event not recorded");
         }
         Ok(match commit {
             Some(c) => format!("permissions committed ({c})"),
@@ -196,12 +195,7 @@ impl RuntimeExecutor {
             .and_then(Value::as_str)
             .ok_or_else(|| failed("ApprovalDeploy names no approval"))?
             .to_string();
-        let stored = self
-            .store
-            .get("approvals", &approval_name)
-            .ok_or_else(|| failed(format!("approvals.hive.dev {approval_name:?} not found")))?;
-        let approval: Approval = serde::Deserialize::deserialize(stored.as_ref())
-            .map_err(|e| failed(format!("approval {approval_name:?} does not decode: {e}")))?;
+        let approval = Api::<Approval>::new(&self.store).get_existing(&approval_name).map_err(failed)?;
         let agent = self.agent(name)?;
         let gate = self.deploy.meta.gate().await;
         ctx.set_step("resolving the change");
@@ -210,9 +204,11 @@ impl RuntimeExecutor {
         log.line(&format!("meta: lock for {name} staged at {sha} (uncommitted)"));
         match self.deploy_live(node, &agent, &sha).await {
             Ok(step) => {
-                let decided_by = stored["metadata"]["annotations"][crate::server::admission::DECIDED_BY]
-                    .as_str()
-                    .unwrap_or("unknown")
+                let decided_by = approval
+                    .metadata
+                    .annotations
+                    .get(DECIDED_BY)
+                    .map_or("unknown", String::as_str)
                     .to_string();
                 let message = format!(
                     "deploy {name} {short} (approval {approval_name}, {kind}, approved by {decided_by})",
@@ -340,17 +336,20 @@ impl RuntimeExecutor {
     /// commit, and the build fingerprint covers it, so the Agent controller does not
     /// rebuild what was just deployed.
     async fn adopt_rev(&self, name: &str, sha: &str) -> Result<(), NodeError> {
-        update(&self.store, "agents", name, Subresource::Main, |o| o["spec"]["config"]["rev"] = json!(sha))
+        let agent = self
+            .agents
+            .patch(name, |a| a.spec.config.rev = Some(sha.to_string()))
+            .await
+            .map_err(failed)?
+            .into_inner();
+        let fingerprint = hive_api::agent::fingerprint(&agent);
+        self.agents
+            .patch_status(name, |status| {
+                status.applied_rev = Some(sha.to_string());
+                status.config_fingerprint = Some(fingerprint.clone());
+            })
             .await
             .map_err(failed)?;
-        let agent = self.agent(name)?;
-        let fingerprint = crate::agent_controller::fingerprint(&agent);
-        update(&self.store, "agents", name, Subresource::Status, |o| {
-            o["status"]["appliedRev"] = json!(sha);
-            o["status"]["configFingerprint"] = json!(fingerprint);
-        })
-        .await
-        .map_err(failed)?;
         Ok(())
     }
 }
@@ -363,15 +362,14 @@ pub(crate) async fn locked_inputs(
     meta: &crate::meta::Meta,
     except: &str,
 ) -> Vec<AgentInput> {
-    let (_, stored) = store.list("agents");
     let mut inputs = Vec::new();
-    for other in stored {
-        let Some(other) = other["metadata"]["name"].as_str() else { continue };
+    for other in Api::<Agent>::new(store).list().1 {
+        let other = other.metadata.name;
         if other == except {
             continue;
         }
-        if let Some(locked) = meta.locked(other).await {
-            inputs.push(AgentInput { name: other.to_string(), url: locked.url, rev: None });
+        if let Some(locked) = meta.locked(&other).await {
+            inputs.push(AgentInput { name: other, url: locked.url, rev: None });
         }
     }
     inputs

@@ -10,13 +10,12 @@ pub(crate) use meta::locked_inputs;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hive_api::agent::{Agent, Wanted};
-use hive_api::job::JobNodeKind;
-use serde_json::json;
-
+use crate::client::Api;
 use crate::runtime::{BuildLog, Drain, Generation, Limits, Runtime};
 use crate::scheduler::{Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
-use crate::store::{Store, Subresource};
+use crate::store::Store;
+use hive_api::agent::{Agent, Wanted};
+use hive_api::job::JobNodeKind;
 
 /// What the executor deploys through: the meta repo, the rev resolver, the applied-rev
 /// markers, and the hive base rev this daemon locks.
@@ -35,6 +34,7 @@ pub struct Deploy {
 /// Runs nodes against a runtime driver, reading agents from the store.
 pub struct RuntimeExecutor {
     store: Store,
+    agents: Api<Agent>,
     recorder: crate::events::Recorder,
     runtime: Arc<dyn Runtime>,
     deploy: Deploy,
@@ -46,7 +46,14 @@ impl RuntimeExecutor {
     /// An executor over `runtime`, deploying through `deploy`.
     pub fn new(store: Store, runtime: Arc<dyn Runtime>, deploy: Deploy) -> RuntimeExecutor {
         let recorder = crate::events::Recorder::new(store.clone(), "hive-scheduler");
-        RuntimeExecutor { store, recorder, runtime, deploy, prebuilt: Mutex::new(HashMap::new()) }
+        RuntimeExecutor {
+            agents: Api::new(&store),
+            store,
+            recorder,
+            runtime,
+            deploy,
+            prebuilt: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Applies the agent's limits and records whether the host enforces them in its
@@ -68,49 +75,32 @@ impl RuntimeExecutor {
             ..Default::default()
         };
         let name = agent.metadata.name.as_str();
-        let result = crate::update::update(&self.store, "agents", name, Subresource::Status, |o| {
-            let mut list: Vec<Condition> =
-                serde_json::from_value(o["status"]["conditions"].take()).unwrap_or_default();
-            set_condition(&mut list, condition.clone(), Time(chrono::Utc::now()));
-            o["status"]["conditions"] = serde_json::to_value(list).unwrap_or_default();
-        })
-        .await;
-        if let Err(err) = result {
+        let now = Time(self.store.now());
+        let result = self.agents.patch_status(name, |status| {
+            set_condition(&mut status.conditions, condition.clone(), now);
+        });
+        if let Err(err) = result.await {
             tracing::warn!(agent = name, error = %err, "LimitsEnforced condition not written");
         }
         if !limits.enforced {
-            if let Some(stored) = self.store.get("agents", name) {
-                let message = format!("limits not enforced: {}", limits.message);
-                let _ = self
-                    .recorder
-                    .record(&stored, crate::events::EventType::Warning, "LimitsNotEnforced", &message)
-                    .await;
-            }
+            let message = format!("limits not enforced: {}", limits.message);
+            let _ = self
+                .recorder
+                .record(agent, crate::events::EventType::Warning, "LimitsNotEnforced", &message)
+                .await;
         }
         Ok(limits)
     }
 
     fn agent(&self, name: &str) -> Result<Agent, NodeError> {
-        let stored = self
-            .store
-            .get("agents", name)
-            .ok_or_else(|| NodeError::Failed(format!("agents.hive.dev \"{name}\" not found")))?;
-        serde::Deserialize::deserialize(stored.as_ref())
-            .map_err(|e| NodeError::Failed(format!("stored agent {name:?} does not decode: {e}")))
+        self.agents.get_existing(name).map_err(failed)
     }
 
     /// Writes `wanted` unless it is already the intent (the submit layer normally
     /// wrote it with the Job; this keeps a replayed or hand-made DAG honest).
     async fn set_wanted(&self, name: &str, wanted: Wanted) -> Result<String, NodeError> {
-        use crate::update::{update, Updated};
-        match update(&self.store, "agents", name, Subresource::Main, |o| o["spec"]["wanted"] = json!(wanted))
-            .await
-        {
-            Ok(Updated::Stored(_) | Updated::Unchanged(_)) => Ok(format!("wanted {wanted:?}")),
-            Ok(Updated::Missing) => Err(NodeError::Failed(format!("agents.hive.dev \"{name}\" not found"))),
-            Ok(Updated::Contended) => {
-                Err(NodeError::Failed(format!("agent {name:?} kept changing while its intent was written")))
-            }
+        match self.agents.patch(name, |a| a.spec.wanted = wanted).await {
+            Ok(_) => Ok(format!("wanted {wanted:?}")),
             Err(err) => Err(failed(err)),
         }
     }
@@ -137,7 +127,7 @@ impl Executor for RuntimeExecutor {
         let job = node.job.clone();
         let result = self.execute(node).await;
         // Lifecycle outcomes become Events on the agent, as kubectl describe shows them.
-        if let Some(stored) = agent.as_deref().and_then(|a| self.store.get("agents", a)) {
+        if let Some(stored) = agent.as_deref().and_then(|a| self.agents.get(a).ok().flatten()) {
             use crate::events::EventType::{Normal, Warning};
             let outcome = match (&result, kind) {
                 (Ok(_), JobNodeKind::Create) => {
@@ -303,13 +293,13 @@ mod tests {
     use std::time::Duration;
 
     use hive_api::job::{JobSource, JobTemplate};
-    use serde_json::Value;
+    use serde_json::{json, Value};
     use tokio::sync::mpsc;
 
     use super::*;
     use crate::runtime::process::{ProcessConfig, ProcessRuntime};
     use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
-    use crate::store::{Mutation, StoreConfig};
+    use crate::store::{Mutation, StoreConfig, Subresource};
     use crate::submit::{self, LiveState, Request};
 
     const RUN_SH: &str = r#"trap 'rm -f "$HIVE_FENCE"' USR1
@@ -342,11 +332,8 @@ while true; do sleep 0.1; done
                 name: None,
             };
             let job = submit::submit(&self.store, &Live(self.runtime.clone()), &request).await.unwrap();
-            let name = job["metadata"]["name"].as_str().unwrap().to_string();
-            self.scheduler
-                .submit(name.clone(), serde_json::from_value(job["spec"].clone()).unwrap())
-                .await
-                .unwrap();
+            let name = job.metadata.name.clone();
+            self.scheduler.submit(name.clone(), job.spec).await.unwrap();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {
                 let job = self.store.get("jobs", &name).unwrap();

@@ -33,8 +33,7 @@ pub const COUNTER_KIND: &str = "fleetcounters";
 pub const COUNTER_NAME: &str = "logical-ids";
 /// The control generation of the latest daemon run, an object of [`COUNTER_KIND`].
 pub const GENERATION_NAME: &str = "control-generation";
-/// The annotation a Kill command leaves on its node: the command id.
-pub const KILLED_BY: &str = "hive.dev/killed-by";
+pub use hive_api::names::KILLED_BY;
 /// The provider name that needs no Provider object: local worker processes.
 pub const DEFAULT_PROVIDER: &str = "process";
 
@@ -215,7 +214,8 @@ fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<M
                     labels: provision.labels.clone(),
                 },
             );
-            node.metadata.labels = BTreeMap::from([("hive.dev/fleet-command".to_string(), id.clone())]);
+            node.metadata.labels =
+                BTreeMap::from([(hive_api::names::FLEET_COMMAND_LABEL.to_string(), id.clone())]);
             node.status.phase = Some(NodePhase::Pending);
             let node = serde_json::to_value(node).map_err(|e| ApiError::Internal(e.into()))?;
             mutations.push(Mutation::Create { kind: "nodes", object: node });

@@ -53,7 +53,7 @@ use futures_util::StreamExt as _;
 use hive_controllers::watcher::Config as WatchConfig;
 use hive_controllers::{watcher, Event};
 
-use crate::local_client::LocalClient;
+use crate::client::Api;
 use crate::store::{Mutation, Store, Subresource};
 use crate::update::update;
 use providers::process::{Exit, ProcessProvider};
@@ -269,7 +269,7 @@ impl Fleet {
     /// Runs every newly recorded command, once, following FleetCommands with the shared
     /// watcher (list, watch, resume, relist after a 410).
     async fn follow(self: Arc<Self>) {
-        let client = LocalClient::<FleetCommand>::new(self.store.clone());
+        let client = Api::<FleetCommand>::new(&self.store);
         let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
         while let Some(event) = events.next().await {
             let commands = match event {
@@ -379,7 +379,7 @@ impl Fleet {
     /// nothing could see or adopt any more). A container or instance is never destroyed
     /// by a delete: only a Kill command does that.
     async fn follow_deletions(&self) {
-        let client = LocalClient::<hive_api::Node>::new(self.store.clone());
+        let client = Api::<hive_api::Node>::new(&self.store);
         let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
         while let Some(event) = events.next().await {
             let gone: Vec<String> = match event {

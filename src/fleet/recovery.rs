@@ -238,7 +238,7 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
             ..Default::default()
         },
     );
-    node.metadata.labels = BTreeMap::from([("hive.dev/orphan".to_string(), "true".to_string())]);
+    node.metadata.labels = BTreeMap::from([(hive_api::names::ORPHAN_LABEL.to_string(), "true".to_string())]);
     let mut object = serde_json::to_value(node).unwrap_or_default();
     object["status"] = status;
     match fleet.store.commit(Mutation::Create { kind: "nodes", object }, false).await {

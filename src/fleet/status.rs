@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::providers::{Entry, Providers};
 use hive_controllers::{Action, Config, Controller, Target};
 
-use crate::local_client::LocalClient;
+use crate::client::Api;
 use crate::store::{Mutation, Store, Subresource};
 use crate::update::update;
 
@@ -95,7 +95,7 @@ struct Context {
 /// not Ready again every [`RECHECK`]; `on_ready` is called with the name of each
 /// provider found ready (recovery adopts its resources).
 pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(String) + Send + Sync + 'static) {
-    let client = LocalClient::<Provider>::new(store.clone());
+    let client = Api::<Provider>::new(&store);
     let controller = Controller::new(client, Config::default());
     let ctx = Arc::new(Context { store, providers, on_ready: Box::new(on_ready) });
     controller

@@ -8,10 +8,7 @@ use serde_json::{json, Value};
 use super::error::{ApiError, ApiResult};
 use crate::auth::{Principal, Role};
 
-/// Annotation holding the token name that decided an approval (server-set).
-pub const DECIDED_BY: &str = "hive.dev/decided-by";
-/// Annotation holding when an approval was decided, RFC 3339 (server-set).
-pub const DECIDED_AT: &str = "hive.dev/decided-at";
+pub use hive_api::names::{DECIDED_AT, DECIDED_BY};
 
 /// Checks and completes a write of `kind` by `principal`: `old` is the stored object
 /// (`None` on create), `new` the admitted object about to be stored; `subresource` is

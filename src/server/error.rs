@@ -98,6 +98,29 @@ fn summary(errors: &[ValidationError]) -> String {
     }
 }
 
+impl From<hive_api::AdmitError> for ApiError {
+    fn from(err: hive_api::AdmitError) -> ApiError {
+        match err {
+            hive_api::AdmitError::Invalid { kind, name, errors } => {
+                ApiError::Invalid { kind: kind.into(), name, errors }
+            }
+            other => ApiError::BadRequest(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::client::Error> for ApiError {
+    fn from(err: crate::client::Error) -> ApiError {
+        use crate::client::Error as E;
+        match err {
+            E::NotFound { kind, name } => ApiError::NotFound { plural: kind.into(), name },
+            E::Invalid { kind, name, errors } => ApiError::Invalid { kind: kind.into(), name, errors },
+            E::Store(err) => err.into(),
+            other @ (E::Decode { .. } | E::Contended { .. }) => ApiError::Internal(anyhow::Error::new(other)),
+        }
+    }
+}
+
 /// Result of a handler.
 pub type ApiResult<T> = Result<T, ApiError>;
 

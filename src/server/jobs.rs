@@ -15,8 +15,9 @@ use axum::Router;
 use bytes::Bytes;
 use hive_api::agent::Wanted;
 use hive_api::validation::{Reason, ValidationError};
+use hive_api::Job;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -25,9 +26,9 @@ use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
 use super::AppState;
+use crate::client::Api;
 use crate::daemon::{Engine, SubmitError};
 use crate::scheduler;
-use crate::store::{Mutation, Subresource};
 
 /// The routes.
 pub fn router() -> Router<AppState> {
@@ -78,6 +79,7 @@ fn submit_error(err: SubmitError) -> ApiError {
             invalid("", "spec.template", format!("{t:?} is not built from agents; give spec.nodes instead"))
         }
         SubmitError::Submit(E::Store(err)) => err.into(),
+        SubmitError::Submit(E::Client(err)) => err.into(),
         SubmitError::Submit(other) => ApiError::Internal(anyhow::Error::new(other)),
         SubmitError::Scheduler(err) => scheduler_error(err),
     }
@@ -120,25 +122,22 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
         return Ok(created(&job));
     }
     // A custom DAG: validated like any Job, stored, then scheduled.
-    let (mut object, _warnings) = super::resources::admit(
-        hive_api::kind_by_plural("jobs").expect("jobs are registered"),
-        value,
-        params.field_validation()?,
-    )?;
-    object["status"] = json!({});
-    if object["metadata"]["name"].as_str().is_none_or(str::is_empty) {
+    let admitted = hive_api::admit(&hive_api::KindInfo::of::<Job>(), value, params.field_validation()?)?;
+    let mut job: Job = crate::client::decode(&admitted.object)?;
+    job.status = Default::default();
+    if job.metadata.name.is_empty() {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
-        object["metadata"]["name"] = json!(format!("custom-{}", &suffix[..8]));
+        job.metadata.name = format!("custom-{}", &suffix[..8]);
     }
-    let outcome = state.store.commit(Mutation::Create { kind: "jobs", object }, params.dry_run()?).await?;
-    let job = outcome.into_object();
-    if !params.dry_run()? {
+    let dry_run = params.dry_run()?;
+    let job = Api::<Job>::new(&state.store).create_opts(&job, dry_run).await?;
+    if !dry_run {
         engine.schedule(&job).await.map_err(scheduler_error)?;
     }
     Ok(created(&job))
 }
 
-fn created(job: &Value) -> Response {
+fn created(job: &Job) -> Response {
     let mut response = (StatusCode::CREATED, serde_json::to_vec(job).unwrap_or_default()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
@@ -192,11 +191,11 @@ async fn cancel(
 async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {
     use crate::submit::LiveState;
     let observed = if engine.is_running(agent) { Wanted::Up } else { Wanted::Offline };
-    crate::update::update(&engine.store, "agents", agent, Subresource::Main, |o| {
-        o["spec"]["wanted"] = json!(observed)
-    })
-    .await?;
-    Ok(())
+    match engine.agents().patch(agent, |a| a.spec.wanted = observed).await {
+        Ok(_) => Ok(()),
+        Err(err) if err.is_not_found() => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 #[derive(Default, Deserialize)]

@@ -53,16 +53,7 @@ fn flag(name: &str, value: &Option<String>) -> ApiResult<bool> {
     }
 }
 
-/// How unknown fields are handled.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FieldValidation {
-    /// Reject the request naming every unknown field (400).
-    Strict,
-    /// Drop unknown fields and say so in `Warning` headers (the default).
-    Warn,
-    /// Drop unknown fields silently.
-    Ignore,
-}
+pub use hive_api::FieldValidation;
 
 impl Params {
     /// Parses the query string of `uri`.

@@ -81,63 +81,11 @@ fn manager(params: &Params, headers: &HeaderMap) -> String {
         .to_string()
 }
 
-/// Decodes, defaults and validates a whole object of `kind`. Returns the normalized
-/// object and the warnings to send.
-pub fn admit(
-    kind: &KindInfo,
-    mut value: Value,
-    validation: FieldValidation,
-) -> ApiResult<(Value, Vec<String>)> {
-    let handled_as = format!("{} in version \"v1\" cannot be handled as a {}", kind.kind, kind.kind);
-    if let Some(api_version) = value.get("apiVersion").and_then(Value::as_str) {
-        if api_version != kind.api_version {
-            return Err(ApiError::BadRequest(format!(
-                "the API version in the data ({api_version}) does not match the expected API version ({})",
-                kind.api_version
-            )));
-        }
-    }
-    if let Some(k) = value.get("kind").and_then(Value::as_str) {
-        if k != kind.kind {
-            return Err(ApiError::BadRequest(format!(
-                "the kind in the data ({k}) does not match the expected kind ({})",
-                kind.kind
-            )));
-        }
-    }
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        // Cluster-scoped: kubectl and other clients may send a namespace; drop it.
-        meta.remove("namespace");
-    }
-    let decoded = (kind.decode)(&value).map_err(|e| {
-        let at = if e.field.is_empty() { String::new() } else { format!("{}: ", e.field) };
-        ApiError::BadRequest(format!("{handled_as}: {at}{}", e.message))
-    })?;
-    let mut warnings = Vec::new();
-    if !decoded.unknown_fields.is_empty() {
-        let listed: Vec<String> =
-            decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-        match validation {
-            FieldValidation::Strict => {
-                return Err(ApiError::BadRequest(format!(
-                    "{handled_as}: strict decoding error: {}",
-                    listed.join(", ")
-                )))
-            }
-            FieldValidation::Warn => warnings = listed,
-            FieldValidation::Ignore => {}
-        }
-    }
-    let mut object = decoded.object;
-    // Validated on the typed object while decoding (neither check reads apiVersion or
-    // kind, which are set here).
-    if !decoded.errors.is_empty() {
-        let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
-        return Err(ApiError::Invalid { kind: kind.kind.into(), name, errors: decoded.errors });
-    }
-    object["apiVersion"] = json!(kind.api_version);
-    object["kind"] = json!(kind.kind);
-    Ok((object, warnings))
+/// Decodes, defaults and validates a whole object of `kind` ([`hive_api::admit`]).
+/// Returns the normalized object and the warnings to send.
+pub fn admit(kind: &KindInfo, value: Value, validation: FieldValidation) -> ApiResult<(Value, Vec<String>)> {
+    let admitted = hive_api::admit(kind, value, validation)?;
+    Ok((admitted.object, admitted.warnings))
 }
 
 /// Equal once `metadata.managedFields` is set aside.

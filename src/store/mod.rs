@@ -165,6 +165,12 @@ impl Store {
         Arc::ptr_eq(&entry.object, object).then(|| entry.encoded.clone())
     }
 
+    /// The current time on the store's clock: what every in-daemon writer stamps
+    /// conditions, timestamps and events with, so tests can move it.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.inner.shared.config.clock.now()
+    }
+
     /// The revision of the last committed write.
     pub fn revision(&self) -> u64 {
         self.inner.shared.read().revision

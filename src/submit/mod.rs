@@ -9,12 +9,11 @@ pub mod shapes;
 
 use std::collections::BTreeSet;
 
-use hive_api::agent::{Agent, Wanted};
+use hive_api::agent::Agent;
 use hive_api::job::{Job, JobSource, JobSpec, JobTemplate};
-use hive_api::validation::ValidationError;
-use serde_json::json;
 
-use crate::store::{self, Mutation, Obj, Outcome, Store, Subresource};
+use crate::client::{self, Api};
+use crate::store::{self, Outcome, Store};
 use shapes::AgentState;
 
 /// How often a submit is retried when an agent changed between read and commit.
@@ -61,17 +60,10 @@ pub enum Error {
     /// The template is not built from agent state (e.g. `MetaUpdate`).
     #[error("template {0:?} is not an agent operation; submit it as a custom DAG")]
     NotAgentTemplate(JobTemplate),
-    /// A stored agent does not decode (a bug: the API validates what it stores).
-    #[error("stored agent {name:?} does not decode: {message}")]
-    Corrupt {
-        /// The agent.
-        name: String,
-        /// The decode error.
-        message: String,
-    },
-    /// The built Job failed validation (a bug in a shape).
-    #[error("the built Job is invalid: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
-    Invalid(Vec<ValidationError>),
+    /// A write was refused (the built Job or the new agent is invalid, or a stored
+    /// agent does not decode); nothing was written.
+    #[error(transparent)]
+    Client(#[from] client::Error),
     /// The agents kept changing under the submit.
     #[error("the agents changed during the submit {RETRIES} times in a row; try again")]
     Contended,
@@ -85,7 +77,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Builds and stores the Job for `request`, with the intent change of every agent it
 /// names, atomically. Returns the stored Job.
-pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> Result<Obj> {
+pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> Result<Job> {
     if !shapes::is_agent_template(request.template) {
         return Err(Error::NotAgentTemplate(request.template));
     }
@@ -94,13 +86,12 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
     if names.is_empty() {
         return Err(Error::NoAgents);
     }
+    let (agents, jobs) = (Api::<Agent>::new(store), Api::<Job>::new(store));
     for _ in 0..RETRIES {
         let mut states = Vec::with_capacity(names.len());
         let mut mutations = Vec::new();
         for name in &names {
-            let stored = store.get("agents", name).ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
-            let agent = <Agent as serde::Deserialize>::deserialize(stored.as_ref())
-                .map_err(|e| Error::Corrupt { name: name.to_string(), message: e.to_string() })?;
+            let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
             states.push(AgentState {
                 name: name.to_string(),
                 running: live.is_running(name),
@@ -109,29 +100,28 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
             });
             if let Some(wanted) = shapes::intent(request.template) {
                 if agent.spec.wanted != wanted {
-                    let mut object = (*stored).clone();
-                    object["spec"]["wanted"] = json!(wanted_str(wanted));
-                    mutations.push(Mutation::Update {
-                        kind: "agents",
-                        object,
-                        subresource: Subresource::Main,
-                    });
+                    let mut changed = agent.clone();
+                    changed.spec.wanted = wanted;
+                    mutations.push(agents.replace_mutation(&changed, &agent)?);
                 }
             }
         }
-        let job = job_object(request, &states)?;
-        mutations.push(Mutation::Create { kind: "jobs", object: job });
+        let job = job_object(request, &states);
+        mutations.push(jobs.create_mutation(&job)?);
         match store.commit_all(mutations, false).await {
-            Ok(outcomes) => {
-                let job = outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written");
-                return Ok(job);
-            }
+            Ok(outcomes) => return stored_job(outcomes),
             // An agent changed between the read and the commit: read again.
             Err(store::Error::Conflict { .. }) => continue,
             Err(err) => return Err(err.into()),
         }
     }
     Err(Error::Contended)
+}
+
+/// The Job a transaction wrote last.
+fn stored_job(outcomes: Vec<Outcome>) -> Result<Job> {
+    let job = outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written");
+    Ok(client::decode(&job)?)
 }
 
 /// A DAG the caller shaped itself (with [`shapes`]): an approval deploy, a
@@ -158,10 +148,11 @@ pub struct DagRequest {
 
 /// Validates and stores a shaped DAG (a cycle or a bad node is refused with nothing
 /// written). Every agent a node names must exist.
-pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Obj> {
+pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Job> {
+    let agents = Api::<Agent>::new(store);
     for node in &request.nodes {
         if let Some(agent) = &node.agent {
-            if store.get("agents", agent).is_none() {
+            if agents.get(agent)?.is_none() {
                 return Err(Error::UnknownAgent(agent.clone()));
             }
         }
@@ -176,47 +167,26 @@ pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Obj> {
         nodes: request.nodes.clone(),
         ..Default::default()
     };
-    let value = job_value(request.template, request.name.as_deref(), spec)?;
-    let outcome = store.commit(Mutation::Create { kind: "jobs", object: value }, false).await?;
-    Ok(outcome.into_object())
+    let job = named_job(request.template, request.name.as_deref(), spec);
+    Ok(Api::<Job>::new(store).create(&job).await?)
 }
 
 /// Creates a new agent and its Spawn Job in ONE transaction (an approved `Spawn`
 /// approval), so the Agent controller never sees the agent without the Job that spawns
 /// it and submits a second one. An existing agent of that name is an error.
-pub async fn spawn_new(store: &Store, agent: serde_json::Value, request: &Request) -> Result<Obj> {
-    let name = agent["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let decoded = <Agent as serde::Deserialize>::deserialize(&agent)
-        .map_err(|e| Error::Corrupt { name: name.clone(), message: e.to_string() })?;
-    let errors = hive_api::resource::validate(&decoded);
-    if !errors.is_empty() {
-        return Err(Error::Invalid(errors));
-    }
+pub async fn spawn_new(store: &Store, agent: &Agent, request: &Request) -> Result<Job> {
+    let name = agent.metadata.name.clone();
     let state = AgentState {
         name: name.clone(),
         running: false,
         stale: false,
-        graceful: decoded.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+        graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
     };
     let request = Request { template: JobTemplate::Spawn, agents: vec![name], ..request.clone() };
-    let job = job_object(&request, std::slice::from_ref(&state))?;
-    let outcomes = store
-        .commit_all(
-            vec![
-                Mutation::Create { kind: "agents", object: agent },
-                Mutation::Create { kind: "jobs", object: job },
-            ],
-            false,
-        )
-        .await?;
-    Ok(outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written"))
-}
-
-fn wanted_str(wanted: Wanted) -> &'static str {
-    match wanted {
-        Wanted::Up => "Up",
-        Wanted::Offline => "Offline",
-    }
+    let job = job_object(&request, std::slice::from_ref(&state));
+    let mutations =
+        vec![Api::<Agent>::new(store).create_mutation(agent)?, Api::<Job>::new(store).create_mutation(&job)?];
+    stored_job(store.commit_all(mutations, false).await?)
 }
 
 /// An agent is stale when the rev it asks for is not the one it runs.
@@ -228,7 +198,7 @@ fn is_stale(agent: &Agent) -> bool {
     }
 }
 
-fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Value> {
+fn job_object(request: &Request, states: &[AgentState]) -> Job {
     let spec = JobSpec {
         template: request.template,
         reason: request.reason.clone(),
@@ -237,34 +207,27 @@ fn job_object(request: &Request, states: &[AgentState]) -> Result<serde_json::Va
         nodes: shapes::build(request.template, states),
         ..Default::default()
     };
-    job_value(request.template, request.name.as_deref(), spec)
+    named_job(request.template, request.name.as_deref(), spec)
 }
 
-fn job_value(template: JobTemplate, name: Option<&str>, spec: JobSpec) -> Result<serde_json::Value> {
+/// A Job of `spec` called `name`, or `<template>-<random>`.
+fn named_job(template: JobTemplate, name: Option<&str>, spec: JobSpec) -> Job {
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     let name = match name {
         Some(name) => name.to_string(),
         None => format!("{}-{}", template.as_str().to_lowercase(), &suffix[..8]),
     };
-    let mut job = Job::new(name, spec);
-    job.kind = "Job".into();
-    let errors = hive_api::resource::validate(&job);
-    if !errors.is_empty() {
-        return Err(Error::Invalid(errors));
-    }
-    let mut value = serde_json::to_value(&job).map_err(|e| {
-        Error::Invalid(vec![ValidationError::new("", hive_api::validation::Reason::Invalid, e.to_string())])
-    })?;
-    value["status"] = json!({});
-    Ok(value)
+    Job::new(name, spec)
 }
 
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
 
+    use serde_json::json;
+
     use super::*;
-    use crate::store::StoreConfig;
+    use crate::store::{Mutation, StoreConfig, Subresource};
 
     struct Running(HashSet<&'static str>);
 
@@ -303,9 +266,8 @@ mod tests {
             name: None,
         };
         let job = submit(&store, &live, &request).await.unwrap();
-        assert!(job["metadata"]["name"].as_str().unwrap().starts_with("stop-"));
-        let ids: Vec<&str> =
-            job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap()).collect();
+        assert!(job.metadata.name.starts_with("stop-"));
+        let ids: Vec<&str> = job.spec.nodes.iter().map(|n| n.id.as_str()).collect();
         assert_eq!(
             ids,
             ["a/set-wanted", "a/signal", "a/drain", "a/reconcile", "b/set-wanted", "b/reconcile"]
@@ -340,8 +302,7 @@ mod tests {
         let before = store.revision();
         let job = submit(&store, &live, &request).await.unwrap();
         assert_eq!(store.revision(), before + 1, "wanted was already Up: only the Job is written");
-        let kinds: Vec<&str> =
-            job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
+        let kinds: Vec<&str> = job.spec.nodes.iter().map(|n| n.kind.as_str()).collect();
         assert_eq!(kinds, ["SetWanted", "Prebuild", "StopForUpdate", "Swap", "Reconcile"]);
     }
 

@@ -1,0 +1,195 @@
+//! Admission of a whole object: decode a JSON body as a kind, fill in its defaults,
+//! drop (or refuse) unknown fields and validate it — the one pure step every write takes,
+//! over HTTP or from inside the daemon.
+
+use serde_json::Value;
+
+use crate::resource::KindInfo;
+use crate::validation::ValidationError;
+
+/// What to do with fields the kind does not define (`fieldValidation`, as upstream).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Reject the object, naming every unknown field.
+    Strict,
+    /// Drop unknown fields and report them as warnings (the default).
+    #[default]
+    Warn,
+    /// Drop unknown fields silently.
+    Ignore,
+}
+
+/// An admitted object.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The normalized object: `apiVersion` and `kind` set, defaults filled in, unknown
+    /// fields dropped, fields in canonical order.
+    pub object: Value,
+    /// One `unknown field "…"` warning per dropped field (with [`FieldValidation::Warn`]).
+    pub warnings: Vec<String>,
+}
+
+/// Why an object was not admitted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AdmitError {
+    /// The body names another `apiVersion`.
+    #[error("the API version in the data ({found}) does not match the expected API version ({expected})")]
+    ApiVersion {
+        /// What the body says.
+        found: String,
+        /// The kind's `apiVersion`.
+        expected: &'static str,
+    },
+    /// The body names another `kind`.
+    #[error("the kind in the data ({found}) does not match the expected kind ({expected})")]
+    Kind {
+        /// What the body says.
+        found: String,
+        /// The kind's name.
+        expected: &'static str,
+    },
+    /// The body does not have the kind's shape (a wrong type, a bad enum value …).
+    #[error("{kind} in version \"v1\" cannot be handled as a {kind}: {at}{message}", at = at(field))]
+    Decode {
+        /// The kind's name.
+        kind: &'static str,
+        /// Path of the offending field (empty for the root).
+        field: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// Unknown fields under [`FieldValidation::Strict`].
+    #[error(
+        "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
+        unknown_list(fields)
+    )]
+    Strict {
+        /// The kind's name.
+        kind: &'static str,
+        /// Paths of the unknown fields.
+        fields: Vec<String>,
+    },
+    /// The object decodes but breaks the kind's rules.
+    #[error("{kind} \"{name}\" is invalid: {}", summary(errors))]
+    Invalid {
+        /// The kind's name.
+        kind: &'static str,
+        /// The object's name (may be empty).
+        name: String,
+        /// Every problem, each naming its field.
+        errors: Vec<ValidationError>,
+    },
+}
+
+fn at(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
+}
+
+fn summary(errors: &[ValidationError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn unknown_list(fields: &[String]) -> String {
+    fields.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ")
+}
+
+/// Decodes, defaults and validates a whole object of `kind`.
+pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> Result<Admitted, AdmitError> {
+    if let Some(found) = value.get("apiVersion").and_then(Value::as_str) {
+        if found != kind.api_version {
+            return Err(AdmitError::ApiVersion { found: found.into(), expected: kind.api_version });
+        }
+    }
+    if let Some(found) = value.get("kind").and_then(Value::as_str) {
+        if found != kind.kind {
+            return Err(AdmitError::Kind { found: found.into(), expected: kind.kind });
+        }
+    }
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        // Cluster-scoped: kubectl and other clients may send a namespace; drop it.
+        meta.remove("namespace");
+    }
+    let decoded = (kind.decode)(&value).map_err(|e| AdmitError::Decode {
+        kind: kind.kind,
+        field: e.field,
+        message: e.message,
+    })?;
+    let mut warnings = Vec::new();
+    if !decoded.unknown_fields.is_empty() {
+        match validation {
+            FieldValidation::Strict => {
+                return Err(AdmitError::Strict { kind: kind.kind, fields: decoded.unknown_fields })
+            }
+            FieldValidation::Warn => {
+                warnings = decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect()
+            }
+            FieldValidation::Ignore => {}
+        }
+    }
+    let name = crate::meta::name_of(&decoded.object).to_string();
+    let Value::Object(mut object) = decoded.object else {
+        // Every kind is a struct, so its serialized form is a JSON object.
+        return Err(AdmitError::Decode {
+            kind: kind.kind,
+            field: String::new(),
+            message: "expected an object".into(),
+        });
+    };
+    // Validated on the typed object while decoding (neither check reads apiVersion or
+    // kind, which are set here).
+    if !decoded.errors.is_empty() {
+        return Err(AdmitError::Invalid { kind: kind.kind, name, errors: decoded.errors });
+    }
+    object.insert("apiVersion".into(), Value::String(kind.api_version.into()));
+    object.insert("kind".into(), Value::String(kind.kind.into()));
+    Ok(Admitted { object: Value::Object(object), warnings })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn agents() -> &'static KindInfo {
+        crate::kind_by_plural("agents").expect("agents is a kind")
+    }
+
+    #[test]
+    fn admitted_objects_are_normalized() {
+        let body = json!({"metadata": {"name": "a", "namespace": "default"},
+                          "spec": {"config": {"repo": "r"}, "bogus": 1,
+                                   "runtime": {"type": "process", "process": {"command": ["x"]}}}});
+        let admitted = admit(agents(), body, FieldValidation::Warn).unwrap();
+        assert_eq!(admitted.object["apiVersion"], "hive.dev/v1");
+        assert_eq!(admitted.object["kind"], "Agent");
+        assert!(admitted.object["metadata"].get("namespace").is_none());
+        assert_eq!(admitted.warnings, ["unknown field \"spec.bogus\""]);
+    }
+
+    #[test]
+    fn refusals_name_what_is_wrong() {
+        let cases = [
+            (json!({"apiVersion": "v2"}), "the API version in the data (v2) does not match the expected API version (hive.dev/v1)"),
+            (json!({"kind": "Job"}), "the kind in the data (Job) does not match the expected kind (Agent)"),
+            (json!({"metadata": [null, null]}), "Agent in version \"v1\" cannot be handled as a Agent: metadata[0]: invalid type: null, expected a string"),
+            (json!([1]), "Agent in version \"v1\" cannot be handled as a Agent: [0]: invalid type: integer `1`, expected a string"),
+            (json!({"metadata": {"name": "a"}, "bogus": 1}), "Agent in version \"v1\" cannot be handled as a Agent: strict decoding error: unknown field \"bogus\""),
+        ];
+        for (body, want) in cases {
+            let err = admit(agents(), body.clone(), FieldValidation::Strict).unwrap_err();
+            assert_eq!(err.to_string(), want, "{body}");
+        }
+        let invalid = admit(agents(), json!({"metadata": {"name": "Not_A_Name"}}), FieldValidation::Strict);
+        let Err(AdmitError::Invalid { name, errors, .. }) = invalid else { panic!("{invalid:?}") };
+        assert_eq!(name, "Not_A_Name");
+        assert!(errors.iter().any(|e| e.field == "metadata.name"), "{errors:?}");
+    }
+}

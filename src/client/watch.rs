@@ -1,0 +1,52 @@
+//! [`Api`] as the controller runtime's [`Client`]: it reads exactly what the API serves —
+//! the cache for lists, the event log for watches, with the same 410 on a compacted
+//! revision — so a controller behaves the same in-process as over HTTP.
+
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use hive_api::Resource;
+use hive_controllers::{Client, ClientError, ObjectList, WatchEvent};
+
+use super::{decode, Api};
+use crate::store::{self, EventType, Obj};
+
+fn typed<K: Resource>(object: &Obj) -> Result<K, ClientError> {
+    decode::<K>(object).map_err(|e| ClientError::transport(e.to_string()))
+}
+
+impl<K: Resource> Client<K> for Api<K> {
+    async fn list(&self) -> Result<ObjectList<K>, ClientError> {
+        let (revision, objects) = self.store.list(K::PLURAL);
+        let items = objects.iter().map(typed::<K>).collect::<Result<_, _>>()?;
+        Ok(ObjectList { items, resource_version: revision.to_string() })
+    }
+
+    async fn watch(
+        &self,
+        resource_version: &str,
+    ) -> Result<BoxStream<'static, Result<WatchEvent<K>, ClientError>>, ClientError> {
+        let after: u64 = resource_version
+            .parse()
+            .map_err(|_| ClientError::transport(format!("invalid resourceVersion {resource_version:?}")))?;
+        let watch = self.store.watch(K::PLURAL, after).map_err(|e| match e {
+            store::Error::Expired { requested, oldest } => {
+                ClientError::Expired(format!("too old resource version: {requested} ({oldest})"))
+            }
+            other => ClientError::transport(other.to_string()),
+        })?;
+        Ok(watch
+            .map(|event| match event {
+                Ok(event) => Ok(match event.type_ {
+                    EventType::Added => WatchEvent::Added(typed(&event.object)?),
+                    EventType::Modified => WatchEvent::Modified(typed(&event.object)?),
+                    EventType::Deleted => WatchEvent::Deleted(typed(&event.object)?),
+                }),
+                // A watcher that fell behind must re-list, exactly as after a 410.
+                Err(store::Error::WatchOverflow) => {
+                    Ok(WatchEvent::Error(ClientError::Expired("the watch fell behind".into())))
+                }
+                Err(other) => Err(ClientError::transport(other.to_string())),
+            })
+            .boxed())
+    }
+}
