@@ -6,6 +6,7 @@
 extern crate self as hive_api;
 
 pub mod admit;
+pub mod age;
 pub mod meta;
 pub mod names;
 pub mod resource;

@@ -8,6 +8,7 @@
 //! Architecture Invariant: no token and no token hash is ever logged, returned by a read,
 //! or printed by `Debug`. Log lines that might quote a credential go through [`redact`].
 
+pub mod kubeconfig;
 mod redact;
 pub(crate) mod secret_file;
 mod tokens;

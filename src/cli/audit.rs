@@ -66,7 +66,7 @@ pub fn render(body: &Value, now: DateTime<Utc>) -> String {
     let mut lines = vec![["AGE", "COMMIT", "OP", "AGENTS", "TAGS", "SUBJECT"].map(String::from).to_vec()];
     for item in &items {
         lines.push(vec![
-            crate::age::age(item["time"].as_str(), now),
+            hive_api::age::age(item["time"].as_str(), now),
             item["commit"].as_str().unwrap_or("").chars().take(12).collect(),
             item["op"].as_str().filter(|s| !s.is_empty()).unwrap_or("-").to_string(),
             list(&item["agents"]),

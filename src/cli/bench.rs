@@ -409,8 +409,8 @@ impl Daemon {
         };
         // The daemon prints to stdout now and then; keep the pipe open and drained.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let kubeconfig = state.join(crate::kubeconfig::FILE_NAME);
-        let resolved = crate::kubeconfig::load(&kubeconfig)
+        let kubeconfig = state.join(crate::auth::kubeconfig::FILE_NAME);
+        let resolved = crate::auth::kubeconfig::load(&kubeconfig)
             .and_then(|k| k.current())
             .with_context(|| format!("reading the daemon's kubeconfig {}", kubeconfig.display()))?;
         let ca_pem = resolved.ca_pem.context("the daemon's kubeconfig has no CA")?;

@@ -278,14 +278,14 @@ impl Client {
     /// Reads the kubeconfig (flag, then `$HIVE_KUBECONFIG`, then the default path) and
     /// builds a client for its current context.
     pub fn from_kubeconfig(flag: Option<&Path>) -> Result<Client> {
-        let path = crate::kubeconfig::resolve_path(flag).ok_or_else(|| {
+        let path = crate::auth::kubeconfig::resolve_path(flag).ok_or_else(|| {
             anyhow!(
                 "no kubeconfig found: pass --kubeconfig PATH, set HIVE_KUBECONFIG, \
                  or start a server with `hive serve` (it writes one)"
             )
         })?;
         // Both name the file in their errors.
-        let resolved = crate::kubeconfig::load(&path)?.current()?;
+        let resolved = crate::auth::kubeconfig::load(&path)?.current()?;
         Client::new(&resolved.server, resolved.ca_pem.as_deref(), resolved.token.clone(), resolved.insecure)
     }
 

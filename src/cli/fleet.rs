@@ -306,7 +306,7 @@ pub fn render_commands(commands: &[Value], limit: usize, now: DateTime<Utc>) -> 
             action,
             c["status"]["phase"].as_str().unwrap_or("-").to_string(),
             cut(&nodes.join(","), 40),
-            crate::age::age(c["metadata"]["creationTimestamp"].as_str(), now),
+            hive_api::age::age(c["metadata"]["creationTimestamp"].as_str(), now),
             cut(&text(&c["status"]["error"]), 70),
         ]);
     }
@@ -348,7 +348,7 @@ pub fn render_nodes(nodes: &[Value], now: DateTime<Utc>) -> String {
             cpu,
             mem,
             disk,
-            crate::age::age(node["metadata"]["creationTimestamp"].as_str(), now),
+            hive_api::age::age(node["metadata"]["creationTimestamp"].as_str(), now),
             cut(&text(&node["status"]["error"]), 70),
         ]);
     }

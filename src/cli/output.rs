@@ -62,7 +62,7 @@ pub fn print(text: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-pub use crate::age::{age, human_duration};
+pub use hive_api::age::{age, human_duration};
 
 /// A `meta.k8s.io/v1` `Table`.
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -3,22 +3,14 @@
 //! start (as k3s does).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _};
-use tokio::net::TcpListener;
+use anyhow::bail;
 
 use super::Context;
-use crate::auth::TokenStore;
-use crate::server::{self, tls, AppState, ServerConfig};
-use crate::store::{Store, StoreConfig};
-
-/// The default listen address. 7443 is hive's fixed port (README documents it).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
-
-/// The database file inside the state directory.
-pub const DB_FILE: &str = "hive.redb";
+use crate::daemon::DaemonConfig;
+pub use crate::daemon::{DB_FILE, DEFAULT_LISTEN};
 
 /// Arguments of `hive serve`.
 #[derive(clap::Args, Debug)]
@@ -165,150 +157,34 @@ pub enum RuntimeChoice {
 pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     check(&args)?;
     init_tracing(&args.log);
-    let state_dir = args.state_dir.clone().unwrap_or_else(crate::kubeconfig::default_state_dir);
-    crate::auth::secret_file::create_private_dir(&state_dir)
-        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
-    // Absolute from here on: agents, mirrors and git commands run in other working
-    // directories, where a relative `./.hive` would point somewhere else.
-    let state_dir = std::fs::canonicalize(&state_dir)
-        .with_context(|| format!("resolving state directory {}", state_dir.display()))?;
-    let db_path = state_dir.join(DB_FILE);
-    if args.reset_state {
-        Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;
-        tracing::warn!(path = %db_path.display(), "state reset: the database was deleted");
-    }
-    let mut store_config = StoreConfig::new(&db_path);
-    store_config.retention_events = args.retention_events;
-    store_config.retention_age = args.retention_age;
-    store_config.watch_buffer = args.watch_buffer;
-    let store = Store::open(store_config).map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
-        )
-    })?;
-    let tokens = TokenStore::open(&state_dir)?;
-    let identity = crate::fleet::open_identity(&state_dir, args.reset_state)?;
-    let fleet_config = crate::fleet::FleetConfig {
-        default_provider: args.provider,
-        net: crate::fleet::net::NetConfig { bind: args.fleet_listen, relay: args.fleet_relay },
-        advertise: args.fleet_advertise,
-        docker_image: args.docker_image.clone(),
-        docker_network: args.docker_network.clone(),
-        vastai_base_url: args.vastai_base_url.clone(),
-    };
-    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, fleet_config).await?;
-
-    let listener =
-        TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-    let local = listener.local_addr()?;
-    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
-    let material = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => tls::load_custom(cert, key)?,
-        _ => tls::ensure(&state_dir, &[host.clone(), "localhost".into(), "127.0.0.1".into()])?,
-    };
-    let tls_config = tls::server_config(&material)?;
-    let url_host = if host.contains(':') { format!("[{host}]") } else { host };
-    let url = format!("https://{url_host}:{}", local.port());
-    let kubeconfig = state_dir.join("kubeconfig.yaml");
-    write_kubeconfig(&kubeconfig, &url, material.ca_pem(), &tokens)?;
-
-    let state =
-        AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: args.bookmark_interval });
-    spawn_event_expiry(store.clone(), args.event_ttl);
-    let engine = crate::daemon::Engine::start(
-        store.clone(),
-        &state_dir,
-        crate::daemon::EngineConfig {
-            build_slots: args.build_slots,
-            hive_rev: args.hive_rev.clone(),
-            hive_url: crate::daemon::DEFAULT_HIVE_URL.into(),
-            process: Some({
-                let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
-                process.default_cpu_quota = args.agent_cpu_quota.clone();
-                process.default_memory_max = args.agent_memory_max.clone();
-                process
-            }),
-            nixos: (args.runtime == RuntimeChoice::NixosContainer).then(|| {
-                let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
-                nixos.default_cpu_quota = args.agent_cpu_quota.clone();
-                nixos.default_memory_max = args.agent_memory_max.clone();
-                nixos
-            }),
+    let config = DaemonConfig {
+        listen: args.listen,
+        state_dir: args.state_dir.clone().unwrap_or_else(crate::auth::kubeconfig::default_state_dir),
+        reset_state: args.reset_state,
+        tls: args.tls_cert.clone().zip(args.tls_key.clone()),
+        retention_events: args.retention_events,
+        retention_age: args.retention_age,
+        watch_buffer: args.watch_buffer,
+        bookmark_interval: args.bookmark_interval,
+        event_ttl: args.event_ttl,
+        agent_controller: args.agent_controller,
+        build_slots: args.build_slots,
+        nixos_containers: args.runtime == RuntimeChoice::NixosContainer,
+        prebuild_agent_templates: args.prebuild_agent_templates,
+        agent_cpu_quota: args.agent_cpu_quota.clone(),
+        agent_memory_max: args.agent_memory_max.clone(),
+        hive_rev: args.hive_rev.clone(),
+        fleet: crate::fleet::FleetConfig {
+            default_provider: args.provider,
+            net: crate::fleet::net::NetConfig { bind: args.fleet_listen, relay: args.fleet_relay },
+            advertise: args.fleet_advertise,
+            docker_image: args.docker_image.clone(),
+            docker_network: args.docker_network.clone(),
+            vastai_base_url: args.vastai_base_url.clone(),
         },
-    )
-    .await
-    .context("starting the scheduler and the process runtime")?;
-    if args.prebuild_agent_templates {
-        if args.runtime == RuntimeChoice::NixosContainer {
-            let engine = engine.clone();
-            tokio::spawn(async move { engine.prebuild_templates().await });
-        } else {
-            tracing::warn!("--prebuild-agent-templates has no effect with the process runtime");
-        }
-    }
-    if args.agent_controller {
-        crate::agent_controller::spawn(engine.clone());
-    }
-    crate::approval_controller::spawn(engine.clone());
-    let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
-    let app = server::app(state);
-    let dashboard =
-        crate::dashboard::serve_extra(args.dashboard_listen, tls_config.clone(), app.clone()).await?;
-    let shutdown = shutdown_signal();
-    tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
-    println!("hive: serving {url}");
-    println!("hive: kubeconfig {}", kubeconfig.display());
-    server::serve::serve_tls(listener, tls_config, app, shutdown).await?;
-    if let Some(dashboard) = dashboard {
-        dashboard.abort();
-    }
-    tracing::info!("shutting down: stopping agents and draining pending commits");
-    fleet.shutdown().await;
-    engine.shutdown().await;
-    store.shutdown().await;
-    Ok(())
-}
-
-/// Writes the kubeconfig with the current URL and CA. The first start mints the admin
-/// token; later starts keep the token already in the file. If the file is gone, a new
-/// admin token is minted (the old ones stay valid until revoked).
-fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &TokenStore) -> anyhow::Result<()> {
-    let existing = path
-        .exists()
-        .then(|| crate::kubeconfig::load(path).and_then(|k| k.current()))
-        .transpose()
-        .unwrap_or(None)
-        .and_then(|r| r.token)
-        .filter(|t| tokens.authenticate(t).is_some());
-    let token = match existing {
-        Some(token) => token,
-        None => match tokens.ensure_admin()? {
-            Some(token) => token,
-            None => {
-                let name = format!("admin-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
-                tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
-                tokens.create(&name, crate::auth::Role::Admin)?
-            }
-        },
+        dashboard_listen: args.dashboard_listen,
     };
-    crate::kubeconfig::write(path, url, ca_pem, &token)
-}
-
-/// Deletes expired events every few minutes (and once at start).
-fn spawn_event_expiry(store: Store, ttl: Duration) {
-    let recorder = crate::events::Recorder::new(store, "hive");
-    let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(300));
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        loop {
-            tick.tick().await;
-            match recorder.expire(ttl).await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(expired = n, "old events deleted"),
-                Err(err) => tracing::warn!(error = %err, "expiring events failed"),
-            }
-        }
-    });
+    crate::daemon::run(config, shutdown_signal()).await
 }
 
 fn init_tracing(filter: &str) {

@@ -8,6 +8,7 @@
 //! Architecture Invariant: every in-daemon reader and writer of a kind goes through
 //! [`Api`]; nothing outside the server's patch machinery edits an object's JSON by hand.
 
+pub mod events;
 mod watch;
 
 use std::marker::PhantomData;

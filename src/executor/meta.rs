@@ -11,10 +11,10 @@ use hive_api::names::DECIDED_BY;
 use serde_json::Value;
 
 use super::{failed, NodeLines, RuntimeExecutor};
-use crate::applied::Marker;
 use crate::client::Api;
+use crate::meta::applied::Marker;
+use crate::meta::resolve::source_url;
 use crate::meta::{AgentInput, Gate};
-use crate::resolve::source_url;
 use crate::runtime::BuildLog;
 use crate::scheduler::{NodeError, NodeRun};
 
@@ -171,8 +171,10 @@ impl RuntimeExecutor {
             Some(c) => format!("permissions committed to meta ({c}): {snapshot}"),
             None => format!("permissions unchanged: {snapshot}"),
         };
-        if let Err(err) =
-            self.recorder.record(&agent, crate::events::EventType::Normal, "Permissions", &message).await
+        if let Err(err) = self
+            .recorder
+            .record(&agent, crate::client::events::EventType::Normal, "Permissions", &message)
+            .await
         {
             tracing::warn!(error = %err, "permissions event not recorded");
         }

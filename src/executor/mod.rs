@@ -24,9 +24,9 @@ pub struct Deploy {
     /// The meta repo.
     pub meta: crate::meta::Meta,
     /// Resolves config revs to commits.
-    pub resolver: crate::resolve::Resolver,
+    pub resolver: crate::meta::resolve::Resolver,
     /// Applied-rev markers.
-    pub markers: crate::applied::Markers,
+    pub markers: crate::meta::applied::Markers,
     /// The hive base input's current rev (what a boot sweep bumps the lock to).
     pub hive_rev: String,
 }
@@ -35,7 +35,7 @@ pub struct Deploy {
 pub struct RuntimeExecutor {
     store: Store,
     agents: Api<Agent>,
-    recorder: crate::events::Recorder,
+    recorder: crate::client::events::Recorder,
     runtime: Arc<dyn Runtime>,
     deploy: Deploy,
     /// The generation each agent's last Prebuild produced, for its Swap.
@@ -45,7 +45,7 @@ pub struct RuntimeExecutor {
 impl RuntimeExecutor {
     /// An executor over `runtime`, deploying through `deploy`.
     pub fn new(store: Store, runtime: Arc<dyn Runtime>, deploy: Deploy) -> RuntimeExecutor {
-        let recorder = crate::events::Recorder::new(store.clone(), "hive-scheduler");
+        let recorder = crate::client::events::Recorder::new(store.clone(), "hive-scheduler");
         RuntimeExecutor {
             agents: Api::new(&store),
             store,
@@ -86,7 +86,7 @@ impl RuntimeExecutor {
             let message = format!("limits not enforced: {}", limits.message);
             let _ = self
                 .recorder
-                .record(agent, crate::events::EventType::Warning, "LimitsNotEnforced", &message)
+                .record(agent, crate::client::events::EventType::Warning, "LimitsNotEnforced", &message)
                 .await;
         }
         Ok(limits)
@@ -128,7 +128,7 @@ impl Executor for RuntimeExecutor {
         let result = self.execute(node).await;
         // Lifecycle outcomes become Events on the agent, as kubectl describe shows them.
         if let Some(stored) = agent.as_deref().and_then(|a| self.agents.get(a).ok().flatten()) {
-            use crate::events::EventType::{Normal, Warning};
+            use crate::client::events::EventType::{Normal, Warning};
             let outcome = match (&result, kind) {
                 (Ok(_), JobNodeKind::Create) => {
                     Some((Normal, "Spawned", format!("first generation created by Job {job}")))
@@ -383,7 +383,7 @@ while true; do sleep 0.1; done
             config.cgroup_root = tmp.path().join("no-cgroupfs");
             let runtime = Arc::new(ProcessRuntime::new(config));
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(crate::jobs_mirror::run(store.clone(), rx));
+            tokio::spawn(crate::daemon::jobs_mirror::run(store.clone(), rx));
             let deploy = Deploy {
                 meta: crate::meta::Meta::open(crate::meta::MetaConfig {
                     dir: tmp.path().join("meta"),
@@ -392,8 +392,8 @@ while true; do sleep 0.1; done
                 })
                 .await
                 .unwrap(),
-                resolver: crate::resolve::Resolver::new(tmp.path().join("mirrors")),
-                markers: crate::applied::Markers::new(tmp.path().join("applied")),
+                resolver: crate::meta::resolve::Resolver::new(tmp.path().join("mirrors")),
+                markers: crate::meta::applied::Markers::new(tmp.path().join("applied")),
                 hive_rev: "test".into(),
             };
             let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());

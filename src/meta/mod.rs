@@ -10,6 +10,7 @@
 //! - a mutation needs a [`Gate`], the deploy-window guard, so no commit can land inside
 //!   a two-phase deploy's uncommitted window (prepare → finalize or abort).
 
+pub mod applied;
 mod audit;
 mod deploy;
 mod error;
@@ -17,6 +18,7 @@ mod files;
 mod git;
 mod lock;
 mod render;
+pub mod resolve;
 #[cfg(test)]
 mod tests;
 

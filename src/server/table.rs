@@ -123,7 +123,7 @@ pub fn table(
 
 /// Age of an RFC 3339 timestamp as kubectl prints it (`5s`, `3m20s`, `4h`, `12d`).
 pub fn age(timestamp: Option<&str>) -> String {
-    crate::age::age(timestamp, Utc::now())
+    hive_api::age::age(timestamp, Utc::now())
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ impl Daemon {
         };
         let kubeconfig = dir.join("kubeconfig.yaml");
         let resolved =
-            hive::kubeconfig::load(&kubeconfig).and_then(|k| k.current()).expect("kubeconfig resolves");
+            hive::auth::kubeconfig::load(&kubeconfig).and_then(|k| k.current()).expect("kubeconfig resolves");
         Ok(Daemon {
             child: Some(child),
             dir: dir.to_path_buf(),

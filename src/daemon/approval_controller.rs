@@ -16,9 +16,9 @@ use hive_api::names::{DECIDED_AT, DECIDED_BY};
 use hive_controllers::approval::{decide, Decision, Facts};
 use hive_controllers::{Action, Config, Controller, Target};
 
+use crate::client::events::EventType;
 use crate::client::{self, Api};
 use crate::daemon::Engine;
-use crate::events::EventType;
 use crate::submit::{DagRequest, Request};
 
 /// How often a deploying approval looks at its Job anyway (a Job change wakes it at
@@ -36,7 +36,7 @@ pub enum Error {
 /// Shared by every reconcile.
 pub struct Context {
     engine: Arc<Engine>,
-    recorder: crate::events::Recorder,
+    recorder: crate::client::events::Recorder,
 }
 
 /// Runs the controller until the process ends.
@@ -44,7 +44,7 @@ pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Approval>::new(&engine.store);
     let controller = Controller::new(client, Config::default());
     tokio::spawn(wake_on_jobs(engine.store.clone(), controller.queue()));
-    let recorder = crate::events::Recorder::new(engine.store.clone(), "hive-approvals");
+    let recorder = crate::client::events::Recorder::new(engine.store.clone(), "hive-approvals");
     let ctx = Arc::new(Context { engine, recorder });
     tokio::spawn(controller.run(
         reconcile,

@@ -14,8 +14,8 @@ use hive_api::meta::{find_condition, set_condition, Condition, ConditionStatus, 
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
+use crate::client::events::{EventType, Recorder};
 use crate::client::{self, Api};
-use crate::events::{EventType, Recorder};
 use crate::runtime::{Change, Exit, RuntimeEvent};
 use crate::store::Store;
 

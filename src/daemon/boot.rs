@@ -1,0 +1,125 @@
+//! The boot reconcile, at daemon start: the config path classifies every installed
+//! agent by rev freshness and submits ONE BootSweep Job when any is stale; the power
+//! path gives every agent whose observed power drifted from wanted a plain Reconcile.
+
+use hive_api::agent::{parents_first, Wanted};
+use hive_api::job::{JobSource, JobTemplate};
+
+use super::Engine;
+use crate::submit::{DagRequest, LiveState};
+
+/// What the boot sweep found, per agent (the sweep's reason records the counts).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sweep {
+    /// Stale and wanted Up: rebuilt by the sweep, parents first.
+    pub rebuild: Vec<String>,
+    /// Stale and wanted Offline: no boot-time build; their next start rebuilds.
+    pub deferred: Vec<String>,
+    /// Built from the current config and base.
+    pub up_to_date: Vec<String>,
+}
+
+impl Sweep {
+    /// `boot sweep: 2 rebuild, 1 deferred, 3 up to date`.
+    pub fn reason(&self) -> String {
+        format!(
+            "boot sweep: {} rebuild, {} deferred, {} up to date",
+            self.rebuild.len(),
+            self.deferred.len(),
+            self.up_to_date.len()
+        )
+    }
+}
+
+impl Engine {
+    /// Classifies every installed agent by rev freshness (its applied-rev marker against
+    /// the current lock and hive base) and wanted power.
+    pub async fn classify(&self) -> Sweep {
+        let agents = self.agents().list().1;
+        let mut sweep = Sweep::default();
+        let mut stale_up = Vec::new();
+        for agent in &agents {
+            let name = agent.metadata.name.as_str();
+            if !self.driver.installed(name) {
+                continue; // never built: the Agent controller spawns it
+            }
+            let locked = self.deploy.meta.locked(name).await.map(|l| l.rev);
+            let fresh = self.deploy.markers.read(name).is_some_and(|m| {
+                m.hive == self.deploy.hive_rev && locked.as_deref().is_none_or(|l| l == m.rev)
+            });
+            match (fresh, agent.spec.wanted) {
+                (true, _) => sweep.up_to_date.push(name.to_string()),
+                (false, Wanted::Up) => stale_up.push(agent.clone()),
+                (false, Wanted::Offline) => sweep.deferred.push(name.to_string()),
+            }
+        }
+        sweep.rebuild = parents_first(&stale_up);
+        sweep
+    }
+
+    /// The boot reconcile's config path: when any agent is stale, ONE BootSweep Job — a
+    /// non-fatal MetaLock of the hive input that fans out rebuilds of the stale
+    /// wanted-up agents, parents first. The bump runs even when every stale agent is
+    /// offline, so their later start-upgrades build against it. No stale agent: no Job
+    /// and no meta commit.
+    pub(super) async fn boot_sweep(&self) -> Sweep {
+        let sweep = self.classify().await;
+        if sweep.rebuild.is_empty() && sweep.deferred.is_empty() {
+            return sweep;
+        }
+        let request = DagRequest {
+            template: JobTemplate::BootSweep,
+            nodes: crate::submit::shapes::meta_lock(&["hive".into()], Some(&sweep.rebuild), true),
+            source: JobSource::Boot,
+            reason: Some(sweep.reason()),
+            inputs: vec!["hive".into()],
+            agents: sweep.rebuild.clone(),
+            ..Default::default()
+        };
+        match self.submit_dag(&request).await {
+            Ok(job) => {
+                tracing::info!(job = job.metadata.name, reason = sweep.reason(), "boot sweep submitted")
+            }
+            Err(err) => tracing::warn!(error = %err, "boot sweep not submitted"),
+        }
+        sweep
+    }
+
+    /// The boot reconcile's power path: every agent whose observed power drifted from
+    /// its wanted power gets a plain Reconcile Job (source `Boot`), except those the
+    /// sweep rebuilds (their rebuild's tail Reconcile brings them up).
+    pub(super) async fn boot_reconcile(&self, swept: &Sweep) {
+        for agent in self.agents().list().1 {
+            let name = agent.metadata.name.clone();
+            if swept.rebuild.contains(&name) {
+                continue;
+            }
+            let running = self.is_running(&name);
+            let drifted = match agent.spec.wanted {
+                Wanted::Up => !running,
+                Wanted::Offline => running,
+            };
+            let installed = self.driver.installed(&name);
+            if drifted && installed {
+                let reason = Some("boot: observed power differs from wanted".to_string());
+                if let Err(err) =
+                    self.submit(JobTemplate::Reconcile, vec![name.clone()], JobSource::Boot, reason).await
+                {
+                    tracing::warn!(agent = name, error = %err, "boot reconcile not submitted");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_reason_counts() {
+        let sweep =
+            Sweep { rebuild: vec!["a".into(), "b".into()], deferred: vec!["c".into()], up_to_date: vec![] };
+        assert_eq!(sweep.reason(), "boot sweep: 2 rebuild, 1 deferred, 0 up to date");
+    }
+}

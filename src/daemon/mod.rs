@@ -1,0 +1,217 @@
+//! The daemon behind `hive serve`: its composition root (store, server, engine, fleet
+//! and controllers wired together), the engine (scheduler, runtime, meta repo), the boot
+//! sweep and reconcile, crash-watch, the Jobs mirror, and the IO halves of the Agent and
+//! Approval controllers (their pure decisions live in `hive-controllers`).
+
+pub mod agent_controller;
+pub mod approval_controller;
+mod boot;
+pub mod crashwatch;
+mod engine;
+pub mod jobs_mirror;
+
+pub use boot::Sweep;
+pub use engine::*;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+
+use crate::auth::TokenStore;
+use crate::server::{self, tls, AppState, ServerConfig};
+use crate::store::{Store, StoreConfig};
+
+/// The default listen address. 7443 is hive's fixed port (README documents it).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7443";
+
+/// The database file inside the state directory.
+pub const DB_FILE: &str = "hive.redb";
+
+/// Everything the daemon is started with; `hive serve` maps its flags onto this.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// The API's HTTPS address (port 0 picks one; the kubeconfig records the real one).
+    pub listen: SocketAddr,
+    /// Database, TLS material, tokens, kubeconfig, meta repo, agents, fleet identity.
+    pub state_dir: PathBuf,
+    /// Delete the database and the fleet identity before starting.
+    pub reset_state: bool,
+    /// A certificate chain and key to serve instead of the generated ones.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Watch history: events retained.
+    pub retention_events: usize,
+    /// Watch history: how long events are retained.
+    pub retention_age: Duration,
+    /// Live events a watcher may lag behind before it is dropped.
+    pub watch_buffer: usize,
+    /// How often bookmark-allowing watches get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// How long an Event is kept after it last happened.
+    pub event_ttl: Duration,
+    /// Run the Agent controller.
+    pub agent_controller: bool,
+    /// Heavy Job nodes at once.
+    pub build_slots: usize,
+    /// Run agents as NixOS containers instead of processes.
+    pub nixos_containers: bool,
+    /// nixos-container runtime: build every registered agent's toplevel at start.
+    pub prebuild_agent_templates: bool,
+    /// The hive-wide CPU cap per agent.
+    pub agent_cpu_quota: String,
+    /// The hive-wide memory cap per agent.
+    pub agent_memory_max: String,
+    /// The hive base input's rev.
+    pub hive_rev: String,
+    /// The fleet's settings.
+    pub fleet: crate::fleet::FleetConfig,
+    /// Also serve the dashboard (and the API) here.
+    pub dashboard_listen: Option<SocketAddr>,
+}
+
+/// Runs the daemon until `shutdown` resolves: opens the store, starts the fleet, the
+/// engine and the controllers, serves the API (and the dashboard), then stops them in
+/// order, draining pending commits last.
+pub async fn run(
+    config: DaemonConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let state_dir = config.state_dir.clone();
+    crate::auth::secret_file::create_private_dir(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    // Absolute from here on: agents, mirrors and git commands run in other working
+    // directories, where a relative `./.hive` would point somewhere else.
+    let state_dir = std::fs::canonicalize(&state_dir)
+        .with_context(|| format!("resolving state directory {}", state_dir.display()))?;
+    let db_path = state_dir.join(DB_FILE);
+    if config.reset_state {
+        Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;
+        tracing::warn!(path = %db_path.display(), "state reset: the database was deleted");
+    }
+    let mut store_config = StoreConfig::new(&db_path);
+    store_config.retention_events = config.retention_events;
+    store_config.retention_age = config.retention_age;
+    store_config.watch_buffer = config.watch_buffer;
+    let store = Store::open(store_config).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
+        )
+    })?;
+    let tokens = TokenStore::open(&state_dir)?;
+    let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, config.fleet.clone()).await?;
+
+    let listener =
+        TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
+    let local = listener.local_addr()?;
+    let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
+    let material = match &config.tls {
+        Some((cert, key)) => tls::load_custom(cert, key)?,
+        None => tls::ensure(&state_dir, &[host.clone(), "localhost".into(), "127.0.0.1".into()])?,
+    };
+    let tls_config = tls::server_config(&material)?;
+    let url_host = if host.contains(':') { format!("[{host}]") } else { host };
+    let url = format!("https://{url_host}:{}", local.port());
+    let kubeconfig = state_dir.join("kubeconfig.yaml");
+    write_kubeconfig(&kubeconfig, &url, material.ca_pem(), &tokens)?;
+
+    let state =
+        AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: config.bookmark_interval });
+    spawn_event_expiry(store.clone(), config.event_ttl);
+    let engine = Engine::start(
+        store.clone(),
+        &state_dir,
+        EngineConfig {
+            build_slots: config.build_slots,
+            hive_rev: config.hive_rev.clone(),
+            hive_url: DEFAULT_HIVE_URL.into(),
+            process: Some({
+                let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
+                process.default_cpu_quota = config.agent_cpu_quota.clone();
+                process.default_memory_max = config.agent_memory_max.clone();
+                process
+            }),
+            nixos: config.nixos_containers.then(|| {
+                let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
+                nixos.default_cpu_quota = config.agent_cpu_quota.clone();
+                nixos.default_memory_max = config.agent_memory_max.clone();
+                nixos
+            }),
+        },
+    )
+    .await
+    .context("starting the scheduler and the process runtime")?;
+    if config.prebuild_agent_templates {
+        if config.nixos_containers {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.prebuild_templates().await });
+        } else {
+            tracing::warn!("--prebuild-agent-templates has no effect with the process runtime");
+        }
+    }
+    if config.agent_controller {
+        agent_controller::spawn(engine.clone());
+    }
+    approval_controller::spawn(engine.clone());
+    let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
+    let app = server::app(state);
+    let dashboard =
+        crate::dashboard::serve_extra(config.dashboard_listen, tls_config.clone(), app.clone()).await?;
+    tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
+    println!("hive: serving {url}");
+    println!("hive: kubeconfig {}", kubeconfig.display());
+    server::serve::serve_tls(listener, tls_config, app, shutdown).await?;
+    if let Some(dashboard) = dashboard {
+        dashboard.abort();
+    }
+    tracing::info!("shutting down: stopping agents and draining pending commits");
+    fleet.shutdown().await;
+    engine.shutdown().await;
+    store.shutdown().await;
+    Ok(())
+}
+
+/// Writes the kubeconfig with the current URL and CA. The first start mints the admin
+/// token; later starts keep the token already in the file. If the file is gone, a new
+/// admin token is minted (the old ones stay valid until revoked).
+fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &TokenStore) -> anyhow::Result<()> {
+    let existing = path
+        .exists()
+        .then(|| crate::auth::kubeconfig::load(path).and_then(|k| k.current()))
+        .transpose()
+        .unwrap_or(None)
+        .and_then(|r| r.token)
+        .filter(|t| tokens.authenticate(t).is_some());
+    let token = match existing {
+        Some(token) => token,
+        None => match tokens.ensure_admin()? {
+            Some(token) => token,
+            None => {
+                let name = format!("admin-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+                tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
+                tokens.create(&name, crate::auth::Role::Admin)?
+            }
+        },
+    };
+    crate::auth::kubeconfig::write(path, url, ca_pem, &token)
+}
+
+/// Deletes expired events every few minutes (and once at start).
+fn spawn_event_expiry(store: Store, ttl: Duration) {
+    let recorder = crate::client::events::Recorder::new(store, "hive");
+    let every = (ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(300));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            match recorder.expire(ttl).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(expired = n, "old events deleted"),
+                Err(err) => tracing::warn!(error = %err, "expiring events failed"),
+            }
+        }
+    });
+}
