@@ -113,7 +113,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
     let facts = Facts {
         deleting: agent.metadata.deletion_timestamp.is_some(),
         has_finalizer: agent.metadata.finalizers.iter().any(|f| f == FINALIZER),
-        installed: engine.driver.installed(&name),
+        installed: engine.runtime.installed(&name),
         running: engine.is_running(&name),
         in_flight: !jobs.is_empty(),
         wanted_up: agent.spec.wanted == Wanted::Up,

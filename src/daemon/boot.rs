@@ -40,7 +40,7 @@ impl Engine {
         let mut stale_up = Vec::new();
         for agent in &agents {
             let name = agent.metadata.name.as_str();
-            if !self.driver.installed(name) {
+            if !self.runtime.installed(name) {
                 continue; // never built: the Agent controller spawns it
             }
             let locked = self.deploy.meta.locked(name).await.map(|l| l.rev);
@@ -99,7 +99,7 @@ impl Engine {
                 Wanted::Up => !running,
                 Wanted::Offline => running,
             };
-            let installed = self.driver.installed(&name);
+            let installed = self.runtime.installed(&name);
             if drifted && installed {
                 let reason = Some("boot: observed power differs from wanted".to_string());
                 if let Err(err) =

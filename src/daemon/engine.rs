@@ -3,7 +3,6 @@
 //! reconcile (the config path's sweep, then the power path). The server reaches it
 //! through [`Engine`] to submit, cancel and follow Jobs.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use crate::executor::{Deploy, RuntimeExecutor};
 use crate::meta::applied::Markers;
 use crate::runtime::nixos::{NixosConfig, NixosRuntime};
 use crate::runtime::process::{ProcessConfig, ProcessRuntime};
-use crate::runtime::{Change, Runtime};
+use crate::runtime::Runtime;
 use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::store::Store;
 use crate::submit::{self, DagRequest, LiveState, Request};
@@ -55,60 +54,14 @@ impl Default for EngineConfig {
     }
 }
 
-/// The driver that runs this host's agents (`hive serve --runtime`).
-#[derive(Clone)]
-pub enum Driver {
-    /// Supervised local processes (the embedded default).
-    Process(Arc<ProcessRuntime>),
-    /// NixOS containers.
-    Nixos(Arc<NixosRuntime>),
-}
-
-impl Driver {
-    /// The driver behind the `Runtime` trait.
-    pub fn runtime(&self) -> Arc<dyn Runtime> {
-        match self {
-            Driver::Process(p) => p.clone(),
-            Driver::Nixos(n) => n.clone(),
-        }
-    }
-
-    /// Whether the agent has a built, installed generation (a process agent's `current`
-    /// link; a container's `/etc/nixos-containers/<c>.conf`, which `create` writes).
-    pub fn installed(&self, agent: &str) -> bool {
-        match self {
-            Driver::Process(p) => p.agent_dir(agent).join("current").exists(),
-            Driver::Nixos(n) => crate::runtime::nixos::container_name(agent)
-                .map(|c| n.conf_path(&c).exists())
-                .unwrap_or(false),
-        }
-    }
-
-    /// The agent's output files, oldest first, and the live one (process agents; a
-    /// container's output is in its journal).
-    pub fn log_files(&self, agent: &str) -> (Vec<std::path::PathBuf>, Option<std::path::PathBuf>) {
-        match self {
-            Driver::Process(p) => {
-                (p.log_files(agent), Some(p.agent_dir(agent).join("logs").join("agent.log")))
-            }
-            Driver::Nixos(_) => (Vec::new(), None),
-        }
-    }
-}
-
 /// The running engine.
 pub struct Engine {
     /// The object store.
     pub store: Store,
     /// The scheduler.
     pub scheduler: SchedulerHandle,
-    /// The driver running this host's agents.
-    pub driver: Driver,
-    /// The same driver, as the `Runtime` trait.
+    /// The runtime running this host's agents (`hive serve --runtime`).
     pub runtime: Arc<dyn Runtime>,
-    /// Which agents run, as the driver last reported (the container view; process
-    /// agents are read from the driver directly).
-    view: Arc<std::sync::RwLock<HashMap<String, bool>>>,
     /// The meta repo, resolver and applied-rev markers.
     pub deploy: Deploy,
 }
@@ -121,12 +74,7 @@ impl Leases for SchedulerHandle {
 
 impl LiveState for Engine {
     fn is_running(&self, agent: &str) -> bool {
-        match &self.driver {
-            Driver::Process(p) => p.snapshot().iter().any(|o| o.agent == agent && o.running()),
-            Driver::Nixos(_) => {
-                self.view.read().unwrap_or_else(|e| e.into_inner()).get(agent).copied().unwrap_or(false)
-            }
-        }
+        self.runtime.running_now(agent)
     }
 
     fn built_against_old_base(&self, agent: &str) -> bool {
@@ -155,15 +103,14 @@ impl Engine {
     /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
     /// crash-watch, and submits the boot reconcile.
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
-        let driver = match &config.nixos {
-            Some(nixos) => Driver::Nixos(Arc::new(NixosRuntime::new(nixos.clone()))),
+        let runtime: Arc<dyn Runtime> = match &config.nixos {
+            Some(nixos) => Arc::new(NixosRuntime::new(nixos.clone())),
             None => {
                 let process =
                     config.process.clone().unwrap_or_else(|| ProcessConfig::new(state_dir.join("agents")));
-                Driver::Process(Arc::new(ProcessRuntime::new(process)))
+                Arc::new(ProcessRuntime::new(process))
             }
         };
-        let runtime = driver.runtime();
         let meta = crate::meta::Meta::open(crate::meta::MetaConfig {
             dir: state_dir.join("meta"),
             hive_url: config.hive_url.clone(),
@@ -177,11 +124,7 @@ impl Engine {
             markers: Markers::new(state_dir.join("applied")),
             hive_rev: config.hive_rev.clone(),
         };
-        if let Driver::Process(process) = &driver {
-            for (agent, pid) in process.kill_orphans() {
-                tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
-            }
-        }
+        runtime.attach(&Api::<Agent>::new(&store).list().1).await;
         let interrupted = crate::daemon::jobs_mirror::mark_interrupted(&store).await?;
         if !interrupted.is_empty() {
             tracing::warn!(jobs = ?interrupted, "marked Jobs of a previous run interrupted");
@@ -197,14 +140,9 @@ impl Engine {
         let engine = Arc::new(Engine {
             store: store.clone(),
             scheduler: scheduler.clone(),
-            driver: driver.clone(),
             runtime: runtime.clone(),
-            view: Default::default(),
             deploy,
         });
-        if let Driver::Nixos(nixos) = &driver {
-            engine.watch_containers(nixos.clone()).await;
-        }
 
         let weak = Arc::downgrade(&engine);
         let restart: Restart = Arc::new(move |agent: String| {
@@ -258,58 +196,6 @@ impl Engine {
         let job = submit::spawn_new(&self.store, agent, request).await?;
         self.schedule(&job).await?;
         Ok(job)
-    }
-
-    /// The container view: subscribes to the driver's changes, asks systemd once about
-    /// every agent, then keeps the view current from the events and a periodic rescan
-    /// (which publishes containers that went down unasked, for crash-watch).
-    async fn watch_containers(self: &Arc<Self>, nixos: Arc<NixosRuntime>) {
-        let mut events = self.runtime.subscribe();
-        let view = self.view.clone();
-        tokio::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(event) => {
-                        let mut view = view.write().unwrap_or_else(|e| e.into_inner());
-                        match event.change {
-                            Change::Started { .. } => {
-                                view.insert(event.agent, true);
-                            }
-                            Change::Exited(_) => {
-                                view.insert(event.agent, false);
-                            }
-                            Change::Destroyed => {
-                                view.remove(&event.agent);
-                            }
-                            Change::Swapped(_) => {}
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                }
-            }
-        });
-        for agent in self.agents().list().1 {
-            match self.runtime.is_running(&agent).await {
-                Ok(running) => {
-                    self.view
-                        .write()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .insert(agent.metadata.name.clone(), running);
-                }
-                Err(err) => {
-                    tracing::warn!(agent = agent.metadata.name, error = %err, "container state unknown")
-                }
-            }
-        }
-        let every = nixos.config().rescan_interval.max(std::time::Duration::from_millis(100));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                nixos.rescan().await;
-            }
-        });
     }
 
     /// `preBuildAgentTemplates`: builds every agent the meta flake knows, one after the
@@ -367,7 +253,7 @@ impl Engine {
     /// Containers are systemd units that outlive the daemon: they keep running.
     pub async fn shutdown(&self) {
         self.scheduler.shutdown().await;
-        if !matches!(self.driver, Driver::Process(_)) {
+        if self.runtime.agents_outlive_daemon() {
             return;
         }
         for agent in self.agents().list().1 {

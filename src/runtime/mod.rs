@@ -106,7 +106,41 @@ pub trait Runtime: Send + Sync {
     /// A subscriber that falls behind the channel's buffer gets `Lagged` and should
     /// re-read [`Runtime::observed`] for the agents it tracks.
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent>;
+
+    /// Whether the agent has a built, installed generation (a process agent's `current`
+    /// link; a container's `/etc/nixos-containers/<c>.conf`, which `create` writes).
+    fn installed(&self, agent: &str) -> bool;
+
+    /// Whether the agent runs, as this runtime observes it now: no IO, so the submit
+    /// layer and the controllers can ask on every decision.
+    fn running_now(&self, agent: &str) -> bool;
+
+    /// The agent's output (stdout and stderr): what it printed so far (its last `tail`
+    /// lines, when given), then, with `follow`, what it prints next, until the receiver
+    /// is dropped. A runtime whose output lives elsewhere says where, as an error.
+    fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>>;
+
+    /// Takes over at daemon start, for the stored `agents`: the process runtime kills the
+    /// processes a previous daemon left (they lost their supervisor and log pipe); the
+    /// container runtime asks systemd once about each agent and starts its rescan.
+    fn attach<'a>(&'a self, agents: &'a [Agent]) -> BoxFuture<'a, ()>;
+
+    /// Whether agents keep running when the daemon stops (containers, systemd units) or
+    /// are stopped with it (processes, which a next daemon cannot adopt).
+    fn agents_outlive_daemon(&self) -> bool;
 }
+
+/// What [`Runtime::logs`] returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    /// Keep sending what the agent prints next.
+    pub follow: bool,
+    /// Only the last this many lines of what it printed so far.
+    pub tail: Option<usize>,
+}
+
+/// An agent's output as it arrives, chunk by chunk.
+pub type LogStream = tokio::sync::mpsc::Receiver<bytes::Bytes>;
 
 /// Where a prebuild or create writes its build output, one line at a time (without
 /// the trailing newline). The scheduler hands in the node's build log; any
@@ -268,6 +302,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The runtime keeps no output of the agent itself; `hint` says where it is.
+    #[error("agent {agent:?} {hint}")]
+    LogsElsewhere {
+        /// The agent.
+        agent: String,
+        /// Where its output is, e.g. the container's journal.
+        hint: String,
+    },
     /// A command ran and failed (git, the build command, `nixos-container`, …).
     #[error("agent {agent:?}: `{command}` in {} failed: {status}{}", dir.display(), tail(output))]
     Command {
@@ -398,7 +440,8 @@ impl Error {
             | Error::ColdStart { agent, .. }
             | Error::Signal { agent, .. }
             | Error::Unkillable { agent, .. }
-            | Error::Unsupported { agent, .. } => agent,
+            | Error::Unsupported { agent, .. }
+            | Error::LogsElsewhere { agent, .. } => agent,
         }
     }
 }

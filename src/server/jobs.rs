@@ -4,7 +4,6 @@
 //! agent's process.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -18,7 +17,6 @@ use hive_api::validation::{Reason, ValidationError};
 use hive_api::Job;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -272,55 +270,10 @@ async fn agent_log(State(state): State<AppState>, Path(name): Path<String>, uri:
             Some(n.parse::<usize>().map_err(|_| ApiError::BadRequest(format!("tail: invalid count {n:?}")))?)
         }
     };
-    let follow = query.follow()?;
-    let (files, live) = engine.driver.log_files(&name);
-    let mut text = Vec::new();
-    for file in &files {
-        if let Ok(bytes) = tokio::fs::read(file).await {
-            text.extend_from_slice(&bytes);
-        }
-    }
-    if let Some(n) = tail {
-        let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
-        text = lines[lines.len().saturating_sub(n)..].concat();
-    }
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let Some(current) = live else {
-        return Err(ApiError::BadRequest(format!(
-            "agent {name:?} runs in a NixOS container: its output is in the container's journal \
-             (journalctl -M h-{name})"
-        )));
-    };
-    tokio::spawn(async move {
-        if tx.send(Bytes::from(text)).await.is_err() || !follow {
-            return;
-        }
-        // Follow the live file: read what was appended; start over when it rotates.
-        let mut offset = tokio::fs::metadata(&current).await.map(|m| m.len()).unwrap_or(0);
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
-                _ = tx.closed() => return,
-            }
-            let len = tokio::fs::metadata(&current).await.map(|m| m.len()).unwrap_or(0);
-            if len < offset {
-                offset = 0;
-            }
-            if len == offset {
-                continue;
-            }
-            let Ok(mut file) = tokio::fs::File::open(&current).await else { continue };
-            if file.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
-                continue;
-            }
-            let mut chunk = Vec::new();
-            if file.read_to_end(&mut chunk).await.is_ok() {
-                offset += chunk.len() as u64;
-                if tx.send(Bytes::from(chunk)).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
+    let options = crate::runtime::LogOptions { follow: query.follow()?, tail };
+    let rx = engine.runtime.logs(&name, options).await.map_err(|e| match e {
+        crate::runtime::Error::LogsElsewhere { .. } => ApiError::BadRequest(e.to_string()),
+        other => ApiError::Internal(anyhow::Error::new(other)),
+    })?;
     Ok(text_stream(rx))
 }

@@ -85,8 +85,8 @@ use tokio::sync::broadcast;
 use self::command::CommandLine;
 use self::watch::Slot;
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Limits, Observed, Result, Runtime, RuntimeEvent,
-    Started,
+    BuildLog, Change, Drain, Error, Exit, Generation, Limits, LogOptions, LogStream, Observed, Result,
+    Runtime, RuntimeEvent, Started,
 };
 
 /// The longest container name `nixos-container` accepts.
@@ -620,6 +620,42 @@ impl Runtime for NixosRuntime {
 
     fn destroy<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {
         Box::pin(NixosRuntime::destroy(self, agent))
+    }
+
+    fn installed(&self, agent: &str) -> bool {
+        container_name(agent).map(|c| self.conf_path(&c).exists()).unwrap_or(false)
+    }
+
+    fn running_now(&self, agent: &str) -> bool {
+        self.inner.slots().get(agent).is_some_and(|s| s.watched)
+    }
+
+    fn logs<'a>(&'a self, agent: &'a str, _options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
+        Box::pin(async move {
+            let c = Container::new(agent)?;
+            Err(Error::LogsElsewhere {
+                agent: c.agent,
+                hint: format!(
+                    "runs in a NixOS container: its output is in the container's journal (journalctl -M {})",
+                    c.name
+                ),
+            })
+        })
+    }
+
+    fn attach<'a>(&'a self, agents: &'a [Agent]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for agent in agents {
+                if let Err(err) = NixosRuntime::is_running(self, agent).await {
+                    tracing::warn!(agent = agent.metadata.name, error = %err, "container state unknown");
+                }
+            }
+            self.ensure_rescan();
+        })
+    }
+
+    fn agents_outlive_daemon(&self) -> bool {
+        true
     }
 
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {

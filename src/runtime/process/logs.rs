@@ -102,9 +102,95 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// How often a followed log looks for what was appended.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The agent's output in `dir` as [`Runtime::logs`](crate::runtime::Runtime::logs)
+/// serves it: every file oldest first (the last `tail` lines of them, when given), then
+/// with `follow` what is appended to the live file. The live file is followed through an
+/// open handle, so a rotation loses nothing: the renamed file is read to its end before
+/// the new live file is opened.
+pub async fn stream(dir: &Path, options: crate::runtime::LogOptions) -> crate::runtime::LogStream {
+    use tokio::io::AsyncReadExt;
+    let live = dir.join(LOG_FILE);
+    let mut text = Vec::new();
+    for file in log_files(dir).iter().filter(|f| **f != live) {
+        if let Ok(bytes) = tokio::fs::read(file).await {
+            text.extend_from_slice(&bytes);
+        }
+    }
+    let mut handle = tokio::fs::File::open(&live).await.ok();
+    if let Some(file) = &mut handle {
+        let _ = file.read_to_end(&mut text).await;
+    }
+    if let Some(n) = options.tail {
+        let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
+        text = lines[lines.len().saturating_sub(n)..].concat();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
+    tokio::spawn(async move {
+        if tx.send(bytes::Bytes::from(text)).await.is_err() || !options.follow {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_POLL) => {}
+                _ = tx.closed() => return,
+            }
+            // Drain the file we hold (renamed or not), then move on to a new live file.
+            let mut chunk = Vec::new();
+            if let Some(file) = &mut handle {
+                let _ = file.read_to_end(&mut chunk).await;
+            }
+            if is_rotated(handle.as_ref(), &live).await {
+                handle = tokio::fs::File::open(&live).await.ok();
+                if let Some(file) = &mut handle {
+                    let _ = file.read_to_end(&mut chunk).await;
+                }
+            }
+            if !chunk.is_empty() && tx.send(bytes::Bytes::from(chunk)).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Whether `path` is no longer the file `held` (rotated away, or created since).
+async fn is_rotated(held: Option<&tokio::fs::File>, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(now) = tokio::fs::metadata(path).await else { return false };
+    match held {
+        None => true,
+        Some(file) => file.metadata().await.map_or(true, |m| (m.dev(), m.ino()) != (now.dev(), now.ino())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::LogOptions;
+
+    /// What `hive logs agent/x --tail 2 -f` sees: the last lines across a rotation, then
+    /// what is appended, also after the live file rotates again.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_tails_across_rotations_then_follows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RotatingLog::open(dir.path(), 8, 3).unwrap();
+        log.write(b"one\ntwo\n").unwrap();
+        log.write(b"three\n").unwrap();
+        let mut rx = stream(dir.path(), LogOptions { follow: true, tail: Some(2) }).await;
+        assert_eq!(rx.recv().await.unwrap(), "two\nthree\n");
+        log.write(b"four\n").unwrap();
+        assert_eq!(rx.recv().await.unwrap(), "four\n");
+        log.write(b"fives\n").unwrap(); // past the bound: the live file starts over
+        assert_eq!(rx.recv().await.unwrap(), "fives\n");
+
+        let mut all = stream(dir.path(), LogOptions::default()).await;
+        // Three files of at most 8 bytes: the oldest lines are gone.
+        assert_eq!(all.recv().await.unwrap(), "three\nfour\nfives\n");
+        assert!(all.recv().await.is_none(), "without follow the stream ends");
+    }
 
     #[test]
     fn rotation_keeps_the_bound_and_the_newest_bytes() {

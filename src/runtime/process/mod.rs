@@ -54,8 +54,8 @@ use self::generation::{generation_id, AgentDir, REV_FILE};
 use self::limits::Cgroups;
 use self::supervisor::{signal_error, signal_group, signal_process, Running, SpawnRequest};
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Limits, Observed, Result, Runtime, RuntimeEvent,
-    Started,
+    BuildLog, Change, Drain, Error, Exit, Generation, Limits, LogOptions, LogStream, Observed, Result,
+    Runtime, RuntimeEvent, Started,
 };
 
 /// The signal that kicks an agent's harness after the fence is set.
@@ -640,5 +640,30 @@ impl Runtime for ProcessRuntime {
 
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.inner.events.subscribe()
+    }
+
+    fn installed(&self, agent: &str) -> bool {
+        self.agent_dir(agent).join("current").exists()
+    }
+
+    fn running_now(&self, agent: &str) -> bool {
+        self.snapshot().iter().any(|o| o.agent == agent && o.running())
+    }
+
+    fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
+        let dir = self.agent_dir(agent).join("logs");
+        Box::pin(async move { Ok(logs::stream(&dir, options).await) })
+    }
+
+    fn attach<'a>(&'a self, _agents: &'a [Agent]) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for (agent, pid) in self.kill_orphans() {
+                tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
+            }
+        })
+    }
+
+    fn agents_outlive_daemon(&self) -> bool {
+        false
     }
 }
