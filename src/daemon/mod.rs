@@ -7,7 +7,7 @@ pub mod agent_controller;
 pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
-mod engine;
+pub mod engine;
 pub mod jobs_mirror;
 
 pub use boot::Sweep;

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 
 use super::dag::{Dag, Ending};
 use super::error::{Error, NodeError, Result};
-use super::executor::{Executor, NodeContext, NodeOutcome, NodeRun};
+use super::executor::{Executor, NodeContext, NodeOutcome, NodeRun, StepSink};
 use super::history::History;
 use super::log::NodeLog;
 use super::resources::{would_deadlock, Resources};
@@ -379,12 +379,14 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         let dag = &self.dags[&seq];
         let kind = dag.spec.nodes[i as usize].kind;
         let fan_out = Arc::new(Mutex::new(Vec::new()));
+        let steps = tx.clone();
         let ctx = NodeContext {
             job: dag.name.clone(),
-            seq,
-            index: i,
             log,
-            tx: tx.clone(),
+            // The scheduler only goes away at shutdown, when nobody reads the label anyway.
+            steps: StepSink(Arc::new(move |label| {
+                let _ = steps.send(Msg::Step { seq, index: i, label });
+            })),
             fan_out: fan_out.clone(),
         };
         let run = NodeRun { job: dag.name.clone(), spec: dag.spec.clone(), index: i as usize, ctx };

@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use hive_api::job::{JobNode, JobNodeKind, JobSource, JobTemplate};
 use hive_api::{Job, JobSpec};
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use super::engine::Msg;
 use super::error::{Error, NodeError, Result};
 use super::log::NodeLog;
 
@@ -85,11 +83,20 @@ impl NodeRun {
 #[derive(Debug, Clone)]
 pub struct NodeContext {
     pub(super) job: Arc<str>,
-    pub(super) seq: u64,
-    pub(super) index: u32,
     pub(super) log: Arc<NodeLog>,
-    pub(super) tx: mpsc::UnboundedSender<Msg>,
+    pub(super) steps: StepSink,
     pub(super) fan_out: Arc<Mutex<Vec<JobSpec>>>,
+}
+
+/// Where a node's step labels go: the scheduler hands each node one that reports to it,
+/// so an executor never needs to know the scheduler's inbox.
+#[derive(Clone)]
+pub(super) struct StepSink(pub(super) Arc<dyn Fn(String) + Send + Sync>);
+
+impl std::fmt::Debug for StepSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepSink")
+    }
 }
 
 impl NodeContext {
@@ -98,8 +105,7 @@ impl NodeContext {
     pub fn set_step(&self, label: impl Into<String>) {
         let mut label = label.into();
         truncate(&mut label, MAX_STEP_LEN);
-        // The scheduler only goes away at shutdown, when nobody reads the label anyway.
-        let _ = self.tx.send(Msg::Step { seq: self.seq, index: self.index, label });
+        (self.steps.0)(label);
     }
 
     /// Appends to the node's build log (bounded; the oldest bytes are dropped first).

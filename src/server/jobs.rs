@@ -25,7 +25,7 @@ use super::error::{ApiError, ApiResult};
 use super::params::Params;
 use super::AppState;
 use crate::client::Api;
-use crate::daemon::{Engine, SubmitError};
+use crate::daemon::engine::{Engine, SubmitError};
 use crate::scheduler;
 
 /// The routes.

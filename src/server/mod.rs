@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod openapi;
 pub mod params;
 pub mod resources;
+pub mod selectors;
 pub mod serve;
 pub mod streams;
 pub mod table;
@@ -63,7 +64,7 @@ pub struct AppState {
     /// Its content hash, for the discovery URL.
     pub openapi_hash: Arc<str>,
     /// The scheduler and runtime behind Jobs, when the daemon runs them.
-    pub engine: Option<Arc<crate::daemon::Engine>>,
+    pub engine: Option<Arc<crate::daemon::engine::Engine>>,
     /// The fleet (providers, offers, telemetry), when the daemon runs it.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
@@ -84,7 +85,7 @@ impl AppState {
     }
 
     /// The same state with the engine that runs Jobs.
-    pub fn with_engine(mut self, engine: Arc<crate::daemon::Engine>) -> AppState {
+    pub fn with_engine(mut self, engine: Arc<crate::daemon::engine::Engine>) -> AppState {
         self.engine = Some(engine);
         self
     }

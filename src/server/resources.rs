@@ -8,13 +8,13 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
 use hive_api::meta::Time;
-use hive_api::selector::{FieldSelector, LabelSelector};
 use hive_api::KindInfo;
 use serde_json::{json, Value};
 
 use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
 use super::params::{FieldValidation, Params};
+use super::selectors::Selectors;
 use super::table::{self, IncludeObject};
 use super::{admission, apply};
 use super::{watch, AppState};
@@ -181,52 +181,6 @@ pub async fn get(
 
 fn not_found(kind: &KindInfo, name: &str) -> ApiError {
     ApiError::NotFound { plural: kind.plural.into(), name: name.into() }
-}
-
-/// Parsed selectors of a list or watch.
-pub struct Selectors {
-    labels: Option<LabelSelector>,
-    fields: Option<FieldSelector>,
-}
-
-impl Selectors {
-    /// Parses `labelSelector` and `fieldSelector`.
-    pub fn parse(kind: &KindInfo, params: &Params) -> ApiResult<Selectors> {
-        let labels = match params.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(
-                s.parse::<LabelSelector>()
-                    .map_err(|e| ApiError::BadRequest(format!("labelSelector: {e}")))?,
-            ),
-            None => None,
-        };
-        let fields = match params.field_selector.as_deref().filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(
-                FieldSelector::parse_with(s, kind.field_selectors)
-                    .map_err(|e| ApiError::BadRequest(format!("fieldSelector: {e}")))?,
-            ),
-            None => None,
-        };
-        Ok(Selectors { labels, fields })
-    }
-
-    /// Whether an object passes both selectors.
-    pub fn matches(&self, object: &Value) -> bool {
-        if let Some(fields) = &self.fields {
-            if !fields.matches_object(object) {
-                return false;
-            }
-        }
-        if let Some(labels) = &self.labels {
-            let map: std::collections::BTreeMap<String, String> = object["metadata"]["labels"]
-                .as_object()
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
-                .unwrap_or_default();
-            if !labels.matches(&map) {
-                return false;
-            }
-        }
-        true
-    }
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -16,7 +16,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
-use super::resources::Selectors;
+use super::selectors::Selectors;
 use super::table::{self, IncludeObject};
 use super::AppState;
 use crate::store::{self, EventType, Obj};

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::StoreConfig;
 use super::disk::{self, BatchWrite};
 use super::error::{Error, Result};
-use super::mutation::{plan, Change, Mutation, Outcome};
+use super::mutation::{encode, plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
 use super::watch::EventType;
@@ -152,11 +152,6 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
         // A writer that gave up waiting still had its write applied; nobody to tell.
         let _ = reply.send(result);
     }
-}
-
-/// The JSON of a stored object, exactly as `serde_json::to_vec` writes it.
-pub(super) fn encode(object: &Obj) -> bytes::Bytes {
-    bytes::Bytes::from(serde_json::to_vec(&**object).expect("a serde_json::Value always serializes"))
 }
 
 /// The batch's transaction; tests can make it fail.

@@ -144,7 +144,7 @@ fn load(db: &Database, path: &Path) -> Result<State> {
             revision,
             kind: state.intern(&record.kind),
             type_,
-            object_json: super::commit::encode(&object),
+            object_json: super::mutation::encode(&object),
             object,
             encoded: Default::default(),
         };
@@ -183,7 +183,7 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
         let mut meta = txn.open_table(META).map_err(shared)?;
         for change in batch.changes {
             let key = object_key(change.kind, &change.name);
-            // Encoded by the commit thread before the write (`commit::encode`).
+            // Encoded by the commit thread before the write (`mutation::encode`).
             let object: &[u8] = &change.encoded;
             if change.type_ == EventType::Deleted {
                 objects.remove(key.as_str()).map_err(shared)?;

@@ -123,6 +123,11 @@ impl Outcome {
     }
 }
 
+/// The JSON of a stored object, exactly as `serde_json::to_vec` writes it.
+pub(super) fn encode(object: &Obj) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(&**object).expect("a serde_json::Value always serializes"))
+}
+
 /// A planned write: the new state of one object at one revision.
 #[derive(Clone, Debug)]
 pub(super) struct Change {

@@ -11,25 +11,10 @@ use std::time::Duration;
 use super::control::{GpuFact, RuntimeFacts};
 use super::telemetry::ChannelDescriptor;
 
-/// CPU use, in percent of one core (so up to 100 × cores).
-pub const CPU_PERCENT: &str = "cpu.percent";
-/// Memory in use (total − available), in bytes.
-pub const MEMORY_USED: &str = "memory.used_bytes";
-/// Memory installed, in bytes.
-pub const MEMORY_TOTAL: &str = "memory.total_bytes";
-/// Mean utilization over all GPUs, in percent.
-pub const GPU_UTILIZATION: &str = "gpu.utilization_percent";
-/// GPU memory in use summed over all GPUs, in bytes.
-pub const GPU_MEMORY_USED: &str = "gpu.memory_used_bytes";
-/// GPU memory installed summed over all GPUs, in bytes.
-pub const GPU_MEMORY_TOTAL: &str = "gpu.memory_total_bytes";
-
-/// Space in use on the root filesystem, in bytes.
-pub const DISK_USED: &str = "disk.used_bytes";
-/// Size of the root filesystem, in bytes.
-pub const DISK_TOTAL: &str = "disk.total_bytes";
-/// Seconds since the machine booted.
-pub const UPTIME: &str = "uptime.seconds";
+pub use super::telemetry::{
+    CPU_PERCENT, DISK_TOTAL, DISK_USED, GPU_MEMORY_TOTAL, GPU_MEMORY_USED, GPU_UTILIZATION, MEMORY_TOTAL,
+    MEMORY_USED, UPTIME,
+};
 
 /// How long one `nvidia-smi` call may take.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(5);

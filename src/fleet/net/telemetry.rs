@@ -17,7 +17,6 @@ use iroh::{Endpoint, EndpointAddr, EndpointId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, oneshot};
 
-use super::sampler;
 use super::wire::{self, WireError};
 use super::{Backoff, TELEMETRY_ALPN};
 
@@ -43,6 +42,27 @@ pub enum TelemetryRequest {
         channels: Channels,
     },
 }
+
+/// The channels every worker serves (and the GPU ones where `nvidia-smi` answers).
+/// CPU use, in percent of one core (so up to 100 × cores).
+pub const CPU_PERCENT: &str = "cpu.percent";
+/// Memory in use (total − available), in bytes.
+pub const MEMORY_USED: &str = "memory.used_bytes";
+/// Memory installed, in bytes.
+pub const MEMORY_TOTAL: &str = "memory.total_bytes";
+/// Mean utilization over all GPUs, in percent.
+pub const GPU_UTILIZATION: &str = "gpu.utilization_percent";
+/// GPU memory in use summed over all GPUs, in bytes.
+pub const GPU_MEMORY_USED: &str = "gpu.memory_used_bytes";
+/// GPU memory installed summed over all GPUs, in bytes.
+pub const GPU_MEMORY_TOTAL: &str = "gpu.memory_total_bytes";
+
+/// Space in use on the root filesystem, in bytes.
+pub const DISK_USED: &str = "disk.used_bytes";
+/// Size of the root filesystem, in bytes.
+pub const DISK_TOTAL: &str = "disk.total_bytes";
+/// Seconds since the machine booted.
+pub const UPTIME: &str = "uptime.seconds";
 
 /// One telemetry channel of a node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,14 +175,14 @@ impl TelemetryHub {
         let bytes = |channel: &str| value(channel).map(|v| v.max(0.0).round() as u64);
         Some(TelemetrySummary {
             updated_at: Some(Time(updated_at)),
-            cpu_percent: value(sampler::CPU_PERCENT),
-            memory_used_bytes: bytes(sampler::MEMORY_USED),
-            memory_total_bytes: bytes(sampler::MEMORY_TOTAL),
-            gpu_utilization_percent: value(sampler::GPU_UTILIZATION),
-            gpu_memory_used_bytes: bytes(sampler::GPU_MEMORY_USED),
-            disk_used_bytes: bytes(sampler::DISK_USED),
-            disk_total_bytes: bytes(sampler::DISK_TOTAL),
-            uptime_seconds: bytes(sampler::UPTIME),
+            cpu_percent: value(CPU_PERCENT),
+            memory_used_bytes: bytes(MEMORY_USED),
+            memory_total_bytes: bytes(MEMORY_TOTAL),
+            gpu_utilization_percent: value(GPU_UTILIZATION),
+            gpu_memory_used_bytes: bytes(GPU_MEMORY_USED),
+            disk_used_bytes: bytes(DISK_USED),
+            disk_total_bytes: bytes(DISK_TOTAL),
+            uptime_seconds: bytes(UPTIME),
         })
     }
 
