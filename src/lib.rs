@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod dashboard;
 pub mod executor;
 pub mod fleet;
+pub mod host;
 pub mod meta;
 pub mod runtime;
 pub mod scheduler;

@@ -314,7 +314,7 @@ impl Kubeconfig {
 
 /// The state directory: `$HIVE_STATE_DIR`, or `./.hive`.
 pub fn default_state_dir() -> PathBuf {
-    default_state_dir_from(&|key| std::env::var_os(key))
+    default_state_dir_from(&|key| crate::host::env::var_os(key))
 }
 
 /// Which kubeconfig a client uses, in this order: the `--kubeconfig` flag,
@@ -322,7 +322,7 @@ pub fn default_state_dir() -> PathBuf {
 /// default state directory if it exists. `None` when none applies: the caller should ask
 /// for `--kubeconfig` or for `hive serve` to be started first.
 pub fn resolve_path(flag: Option<&Path>) -> Option<PathBuf> {
-    resolve_path_from(flag, &|key| std::env::var_os(key), &|path| path.exists())
+    resolve_path_from(flag, &|key| crate::host::env::var_os(key), &|path| path.exists())
 }
 
 fn default_state_dir_from(env: &dyn Fn(&str) -> Option<OsString>) -> PathBuf {

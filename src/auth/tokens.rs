@@ -304,7 +304,7 @@ impl TokenStore {
             role,
             agent: agent.map(str::to_owned),
             sha256: hex(&hash),
-            created_at: Utc::now(),
+            created_at: crate::host::now(),
         };
         let mut file = tokens.to_file();
         file.tokens.push(record.clone());

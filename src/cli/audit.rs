@@ -36,7 +36,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         Query::default().push("limit", args.limit.to_string()).push_opt("agent", args.agent.as_deref());
     let body = client.get(&format!("/hive/v1/audit{query}")).await?;
     let text = match args.output.as_str() {
-        "table" => render(&body, Utc::now()),
+        "table" => render(&body, crate::host::now()),
         "json" => output::json(&body)?,
         "yaml" => output::yaml(&body)?,
         other => anyhow::bail!("unknown output format {other:?}: expected table, json or yaml"),

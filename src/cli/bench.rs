@@ -14,7 +14,7 @@ mod power;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 use bytes::Bytes;
@@ -656,7 +656,7 @@ fn agent(name: &str, sent_ns: Option<u128>) -> Vec<u8> {
 /// Wall-clock Unix nanoseconds: the watch measurement compares times taken in two
 /// tasks, so it needs a clock both read (the daemon's clock plays no part).
 fn wall_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    crate::host::now().timestamp_nanos_opt().map_or(0, |n| u128::try_from(n).unwrap_or(0))
 }
 
 // ----- creates --------------------------------------------------------------------------
@@ -1250,7 +1250,7 @@ impl Machine {
         let memory = status_kib(&read("/proc/meminfo"), "MemTotal")
             .map(|kib| format!("{:.1} GiB memory", kib as f64 / 1024.0 / 1024.0));
         Machine {
-            date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
+            date: crate::host::now().format("%Y-%m-%d %H:%M UTC").to_string(),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu: cpu.unwrap_or_else(|| "unknown CPU".into()),
             memory: memory.unwrap_or_else(|| "unknown memory".into()),

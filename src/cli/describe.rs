@@ -65,7 +65,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                 true => Some(events_for(&client, &target.kind, &object).await.unwrap_or_default()),
                 false => None,
             };
-            let text = render(&object, events.as_deref(), Utc::now());
+            let text = render(&object, events.as_deref(), crate::host::now());
             output::print(&if printed > 0 { format!("\n{text}") } else { text })?;
             printed += 1;
         }

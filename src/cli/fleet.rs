@@ -209,7 +209,7 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
 }
 
 async fn status(client: &super::client::Client, recent: usize) -> anyhow::Result<()> {
-    let now = Utc::now();
+    let now = crate::host::now();
     let providers = client.get(PROVIDERS).await?;
     let commands = client.get(COMMANDS).await?;
     let nodes = client.get(NODES).await?;
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn node_table_sorts_by_logical_id() {
-        let now = Utc::now();
+        let now = crate::host::now();
         let created = (now - chrono::Duration::seconds(90)).to_rfc3339();
         let node = |name: &str, id: u64, phase: &str| {
             json!({"metadata": {"name": name, "creationTimestamp": created},

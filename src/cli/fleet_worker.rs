@@ -42,7 +42,7 @@ pub struct Args {
     pub control: ControlTarget,
     /// The node's join token, which the daemon gave it when it created the node. Read
     /// from the environment only (`HIVE_JOIN_TOKEN`), so it never shows in a process list.
-    #[arg(skip = std::env::var("HIVE_JOIN_TOKEN").ok())]
+    #[arg(skip = crate::host::env::var("HIVE_JOIN_TOKEN"))]
     pub join_token: Option<String>,
     /// The UDP address the worker's endpoint binds.
     #[arg(long, value_name = "ADDR", env = "HIVE_FLEET_BIND", default_value = "0.0.0.0:0")]

@@ -2,7 +2,6 @@
 //! YAML, JSON, names or a JSONPath template; `-w` keeps printing changes.
 
 use anyhow::{bail, Result};
-use chrono::Utc;
 use hive_api::KindInfo;
 use serde_json::{Map, Value};
 
@@ -193,7 +192,7 @@ async fn fetch_table(
     args: &Args,
     failures: &mut Vec<String>,
 ) -> Result<Table> {
-    let now = Utc::now();
+    let now = crate::host::now();
     let mut table: Option<Table> = None;
     let mut add = |next: Table| match &mut table {
         Some(t) => t.rows.extend(next.rows),
@@ -336,7 +335,7 @@ struct WatchPrinter {
 impl WatchPrinter {
     fn render(&mut self, kind: &KindInfo, body: Value, show_managed_fields: bool) -> Result<String> {
         if self.format.is_table() {
-            let mut table = Table::from_response(body, Utc::now());
+            let mut table = Table::from_response(body, crate::host::now());
             if table.column_definitions.is_empty() {
                 table.column_definitions = self.columns.clone();
             } else {

@@ -114,7 +114,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             eprintln!("No jobs found.");
             return Ok(());
         }
-        output::print(&render(&jobs.items, Utc::now(), headers, &mut widths))?;
+        output::print(&render(&jobs.items, crate::host::now(), headers, &mut widths))?;
         headers = false;
         if !args.watch {
             return Ok(());
@@ -138,7 +138,12 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                     "ADDED" | "MODIFIED" => {
                         let job: Job =
                             serde_json::from_value(event.object).context("malformed Job in watch")?;
-                        output::print(&render(std::slice::from_ref(&job), Utc::now(), false, &mut widths))?;
+                        output::print(&render(
+                            std::slice::from_ref(&job),
+                            crate::host::now(),
+                            false,
+                            &mut widths,
+                        ))?;
                     }
                     "ERROR" => {
                         let err = client::event_error(&event);

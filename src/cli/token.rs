@@ -114,7 +114,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         TokenCommand::List(list) => {
             let body = client.get(TOKENS_PATH).await?;
             let text = match list.output {
-                ListFormat::Table => render_list(&body, Utc::now()),
+                ListFormat::Table => render_list(&body, crate::host::now()),
                 ListFormat::Json => output::json(&body)?,
                 ListFormat::Yaml => output::yaml(&body)?,
             };

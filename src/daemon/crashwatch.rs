@@ -225,7 +225,6 @@ impl CrashWatch {
 mod tests {
     use std::sync::Mutex;
 
-    use chrono::Utc;
     use serde_json::{json, Value};
 
     use super::*;
@@ -245,11 +244,11 @@ mod tests {
     }
 
     fn exit(requested: bool) -> Change {
-        Change::Exited(Exit { code: Some(1), signal: None, at: Utc::now(), requested })
+        Change::Exited(Exit { code: Some(1), signal: None, at: crate::host::now(), requested })
     }
 
     fn event(agent: &str, change: Change) -> RuntimeEvent {
-        RuntimeEvent { agent: agent.into(), change, at: Utc::now() }
+        RuntimeEvent { agent: agent.into(), change, at: crate::host::now() }
     }
 
     #[tokio::test]

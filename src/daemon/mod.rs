@@ -190,7 +190,7 @@ fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &Token
         None => match tokens.ensure_admin()? {
             Some(token) => token,
             None => {
-                let name = format!("admin-{}", chrono::Utc::now().format("%Y%m%d%H%M%S"));
+                let name = format!("admin-{}", crate::host::now().format("%Y%m%d%H%M%S"));
                 tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
                 tokens.create(&name, crate::auth::Role::Admin)?
             }

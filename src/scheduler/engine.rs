@@ -93,7 +93,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     /// The task loop; returns at shutdown or when every sender is gone.
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
         while let Some(first) = rx.recv().await {
-            let now = Time(chrono::Utc::now());
+            let now = Time(crate::host::now());
             let mut stop = None;
             let mut next = Some(first);
             let mut handled = 0;

@@ -69,7 +69,7 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiR
     let (by, at) = if decided_now {
         (
             Some(principal.name.clone()),
-            Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
+            Some(crate::host::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         )
     } else {
         (kept(DECIDED_BY), kept(DECIDED_AT))

@@ -135,7 +135,7 @@ fn ensure_body_name(kind: &KindInfo, object: &mut Value, path_name: &str) -> Api
 }
 
 fn now() -> Time {
-    Time(chrono::Utc::now())
+    Time(crate::host::now())
 }
 
 /// Keeps server-owned `managedFields` and records what this write changed.
@@ -501,10 +501,7 @@ pub async fn patch(
 /// A short, jittered pause before re-applying a patch: up to `attempt` × 200 µs,
 /// capped at 5 ms.
 fn retry_delay(attempt: usize) -> std::time::Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
+    let nanos = crate::host::now().timestamp_subsec_nanos();
     let max_us = (attempt as u64 * 200).min(5_000);
     std::time::Duration::from_micros(u64::from(nanos) % max_us.max(1))
 }

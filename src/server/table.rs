@@ -2,7 +2,6 @@
 //! `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`.
 
 use axum::http::{header, HeaderMap};
-use chrono::Utc;
 use hive_api::KindInfo;
 use serde_json::{json, Map, Value};
 
@@ -123,7 +122,7 @@ pub fn table(
 
 /// Age of an RFC 3339 timestamp as kubectl prints it (`5s`, `3m20s`, `4h`, `12d`).
 pub fn age(timestamp: Option<&str>) -> String {
-    hive_api::age::age(timestamp, Utc::now())
+    hive_api::age::age(timestamp, crate::host::now())
 }
 
 #[cfg(test)]

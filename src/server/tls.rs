@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
-use chrono::{Datelike, NaiveDate, Utc};
+use chrono::{Datelike, NaiveDate};
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose, SerialNumber,
@@ -315,7 +315,7 @@ fn distinguished_name(common_name: &str) -> DistinguishedName {
 
 /// Validity from yesterday (tolerating clients whose clock is a little behind) for `days`.
 fn set_validity(params: &mut CertificateParams, days: u64) {
-    let today = Utc::now().date_naive();
+    let today = crate::host::now().date_naive();
     let at = |date: NaiveDate| rcgen::date_time_ymd(date.year(), date.month() as u8, date.day() as u8);
     params.not_before = at(today - chrono::Days::new(1));
     params.not_after = at(today + chrono::Days::new(days));

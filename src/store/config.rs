@@ -1,12 +1,10 @@
 //! How a store is opened: file, retention, watch buffers, batch size, and the clock it
 //! stamps objects and events with.
 
-use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+pub use crate::host::Clock;
 
 /// Settings for [`Store::open`](super::Store::open).
 #[derive(Clone, Debug)]
@@ -38,33 +36,5 @@ impl StoreConfig {
             max_batch: 256,
             clock: Clock::system(),
         }
-    }
-}
-
-/// A source of wall-clock time. The system clock in production; tests substitute one
-/// they can move so retention by age is checked without sleeping.
-#[derive(Clone)]
-pub struct Clock(Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>);
-
-impl Clock {
-    /// The system's wall clock.
-    pub fn system() -> Clock {
-        Clock(Arc::new(Utc::now))
-    }
-
-    /// A clock that reads the time from `now`.
-    pub fn from_fn(now: impl Fn() -> DateTime<Utc> + Send + Sync + 'static) -> Clock {
-        Clock(Arc::new(now))
-    }
-
-    /// The current time.
-    pub fn now(&self) -> DateTime<Utc> {
-        (self.0)()
-    }
-}
-
-impl fmt::Debug for Clock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Clock")
     }
 }

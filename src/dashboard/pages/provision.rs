@@ -21,7 +21,7 @@ pub fn command_id(verb: &str) -> String {
     let mut bytes = [0u8; 5];
     if SystemRandom::new().fill(&mut bytes).is_err() {
         // Never expected; the time still makes a distinct id.
-        let nanos = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        let nanos = crate::host::now().timestamp_nanos_opt().unwrap_or_default();
         bytes.copy_from_slice(&nanos.to_le_bytes()[..5]);
     }
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();

@@ -76,7 +76,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
 use futures_util::future::BoxFuture;
 use hive_api::agent::Agent;
 use hive_api::validation;
@@ -254,7 +253,7 @@ impl NixosRuntime {
     }
 
     fn publish(&self, agent: &str, change: Change) {
-        self.inner.publish(agent, change, Utc::now());
+        self.inner.publish(agent, change, crate::host::now());
     }
 
     /// See [`Runtime::prebuild`].
@@ -285,7 +284,7 @@ impl NixosRuntime {
         }
         let busy = self.inner.begin(&c);
         self.systemctl(&c, &["stop"]).await?;
-        let exit = Exit { code: None, signal: None, at: Utc::now(), requested: true };
+        let exit = Exit { code: None, signal: None, at: crate::host::now(), requested: true };
         busy.stopped(&exit);
         drop(busy);
         tracing::info!(agent = %c.agent, container = %c.name, "container stopped");
@@ -303,7 +302,7 @@ impl NixosRuntime {
         self.systemctl(&c, &["kill", "--signal=KILL"]).await?;
         // Cancels the restart `Restart=on-failure` schedules for a killed nspawn.
         self.systemctl(&c, &["stop"]).await?;
-        let exit = Exit { code: None, signal: Some(9), at: Utc::now(), requested: true };
+        let exit = Exit { code: None, signal: Some(9), at: crate::host::now(), requested: true };
         busy.stopped(&exit);
         drop(busy);
         tracing::info!(agent = %c.agent, container = %c.name, "container killed");
@@ -375,7 +374,7 @@ impl NixosRuntime {
                 Some(Box::new(first))
             }
         };
-        let at = Utc::now();
+        let at = crate::host::now();
         busy.running(at);
         drop(busy);
         self.ensure_rescan();

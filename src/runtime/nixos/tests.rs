@@ -168,7 +168,7 @@ impl World {
         config.containers_conf_dir = tmp.path().join("conf");
         config.containers_root = tmp.path().join("roots");
         config.profiles_dir = tmp.path().join("profiles");
-        let path = std::env::var_os("PATH").unwrap_or_default();
+        let path = crate::host::env::var_os("PATH").unwrap_or_default();
         config.path =
             Some(std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path))).unwrap());
         config.graceful_stop = Duration::from_secs(5);

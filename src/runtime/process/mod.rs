@@ -163,7 +163,7 @@ impl ProcessRuntime {
     }
 
     fn publish(&self, agent: &str, change: Change) {
-        let _ = self.inner.events.send(RuntimeEvent { agent: agent.into(), change, at: Utc::now() });
+        let _ = self.inner.events.send(RuntimeEvent { agent: agent.into(), change, at: crate::host::now() });
     }
 
     /// Prebuild under the agent's build lock; see [`Runtime::prebuild`].

@@ -162,11 +162,11 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
             Ok(status) => (status.code(), status.signal()),
             Err(_) => (None, None),
         };
-        let exit = Exit { code, signal, at: Utc::now(), requested: requested.load(Ordering::SeqCst) };
+        let exit = Exit { code, signal, at: crate::host::now(), requested: requested.load(Ordering::SeqCst) };
         on_exit(exit.clone());
         let _ = tx.send(Some(exit));
     });
-    Ok(Running { pid, since: Utc::now(), generation, stop_requested, exited })
+    Ok(Running { pid, since: crate::host::now(), generation, stop_requested, exited })
 }
 
 /// Copies everything `reader` yields into the log until end of file.

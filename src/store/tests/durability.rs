@@ -190,7 +190,7 @@ const CRASH_DIR: &str = "HIVE_STORE_CRASH_TEST_DIR";
 #[test]
 #[ignore = "child process of acknowledged_writes_survive_kill_9"]
 fn crash_child_writer() {
-    let Ok(dir) = std::env::var(CRASH_DIR) else { return };
+    let Some(dir) = crate::host::env::var(CRASH_DIR) else { return };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     runtime.block_on(async {
         let store = Store::open(config(std::path::Path::new(&dir), &TestClock::new())).unwrap();
