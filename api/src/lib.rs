@@ -10,6 +10,7 @@ pub mod age;
 pub mod meta;
 pub mod names;
 pub mod resource;
+pub mod role;
 pub mod selector;
 pub mod validation;
 
@@ -30,6 +31,7 @@ pub use meta::{Condition, ConditionStatus, ListMeta, ObjectMeta, Status, Time, W
 pub use node::{Node, NodeList, NodeSpec, NodeStatus};
 pub use provider::{Provider, ProviderList, ProviderSpec, ProviderStatus};
 pub use resource::{Column, HasSpec, HasStatus, KindInfo, Object, Resource};
+pub use role::{Role, Verb};
 
 static KINDS: [KindInfo; 6] = [
     KindInfo::of::<Agent>(),

@@ -4,6 +4,7 @@
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use clap::Subcommand;
+use hive_api::Role;
 use serde_json::{json, Value};
 
 use super::{output, Context};
@@ -39,7 +40,7 @@ pub struct CreateArgs {
 
     /// What the token may do: viewer (read), agent (read, and request approvals for
     /// its own agent), operator (read and write), admin (everything, including tokens).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = role_values())]
     pub role: Role,
 
     /// The agent an `agent`-role token is bound to (required with `--role agent`).
@@ -55,28 +56,18 @@ pub struct ListArgs {
     pub output: ListFormat,
 }
 
-/// Token roles.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Read-only access.
-    Viewer,
-    /// An agent's own token: read, and request approvals for itself.
-    Agent,
-    /// Read and write access to resources.
-    Operator,
-    /// Full access, including token management.
-    Admin,
-}
-
-impl Role {
-    fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Agent => "agent",
-            Role::Operator => "operator",
-            Role::Admin => "admin",
-        }
-    }
+/// `--role`: the role names of [`Role`], each with its one-line help (what clap's
+/// `ValueEnum` derive would show, which the foreign type cannot derive here).
+fn role_values() -> impl clap::builder::TypedValueParser<Value = Role> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    let help = |role: Role| match role {
+        Role::Viewer => "Read-only access",
+        Role::Agent => "An agent's own token: read, and request approvals for itself",
+        Role::Operator => "Read and write access to resources",
+        Role::Admin => "Full access, including token management",
+    };
+    PossibleValuesParser::new(Role::ALL.map(|role| PossibleValue::new(role.as_str()).help(help(role))))
+        .map(|name| name.parse::<Role>().expect("every possible value is a role name"))
 }
 
 /// `token list` formats.
@@ -148,6 +139,25 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn role_flag_takes_the_role_names() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            create: CreateArgs,
+        }
+        for role in Role::ALL {
+            let cli = Cli::try_parse_from(["create", "--name", "n", "--role", role.as_str(), "--agent", "a"])
+                .unwrap();
+            assert_eq!(cli.create.role, role);
+        }
+        let err = Cli::try_parse_from(["create", "--name", "n", "--role", "root"]).err().unwrap();
+        assert!(err.to_string().contains("[possible values: viewer, agent, operator, admin]"), "{err}");
+        let err = Cli::try_parse_from(["create", "--name", "n", "--role", "agent"]).err().unwrap();
+        assert!(err.to_string().contains("--agent <AGENT>"), "an agent token names its agent: {err}");
+    }
 
     #[test]
     fn token_table() {
