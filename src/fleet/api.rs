@@ -15,8 +15,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
 use hive_api::provider::{OfferFilter, Provider, ProviderType};
 use hive_api::validation::{Reason, ValidationError};
 use serde::Deserialize;
@@ -24,16 +23,20 @@ use serde_json::{json, Value};
 
 use super::providers::vastai::{self, ApiKey};
 use super::Fleet;
+use crate::auth::Verb;
 use crate::server::error::{ApiError, ApiResult};
+use crate::server::routes::{self, ApiRouter};
 use crate::server::AppState;
 use crate::store::{Mutation, Subresource};
 
-/// The fleet routes.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/hive/v1/fleet/offers", get(offers))
-        .route("/hive/v1/fleet/providers/{name}/configure", post(configure))
-        .route("/hive/v1/fleet/nodes/{name}/telemetry", get(super::telemetry_api::stream))
+/// The fleet routes. Searching offers is a write: it spends the admin-configured Vast.ai
+/// key and its quota. Configuring a provider sets its credentials, which, like every
+/// Provider write, are admin's.
+pub fn router() -> ApiRouter {
+    ApiRouter::new()
+        .route("/hive/v1/fleet/offers", routes::get(Verb::Write, offers))
+        .route("/hive/v1/fleet/providers/{name}/configure", routes::post(Verb::Admin, configure))
+        .route("/hive/v1/fleet/nodes/{name}/telemetry", routes::get(Verb::Read, super::telemetry_api::stream))
 }
 
 pub(super) fn fleet(state: &AppState) -> ApiResult<&std::sync::Arc<Fleet>> {

@@ -6,18 +6,19 @@
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use hive_api::agent::Agent;
 use hive_api::approval::{Approval, ApprovalKind};
 use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
+use super::routes::{self, ApiRouter};
 use super::AppState;
+use crate::auth::Verb;
 
 /// The routes.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/hive/v1/approvals/{name}/diff", get(diff))
+pub fn router() -> ApiRouter {
+    ApiRouter::new().route("/hive/v1/approvals/{name}/diff", routes::get(Verb::Read, diff))
 }
 
 fn decode<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> ApiResult<T> {

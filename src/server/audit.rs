@@ -4,17 +4,18 @@
 
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::error::{ApiError, ApiResult};
+use super::routes::{self, ApiRouter};
 use super::AppState;
+use crate::auth::Verb;
 
 /// The routes.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/hive/v1/audit", get(audit))
+pub fn router() -> ApiRouter {
+    ApiRouter::new().route("/hive/v1/audit", routes::get(Verb::Read, audit))
 }
 
 #[derive(Deserialize)]

@@ -3,29 +3,35 @@
 //! selectors). Events are cluster-scoped like every hive object; the namespaced path
 //! that namespaced clients use serves the same events.
 
-use crate::auth::Principal;
+use crate::auth::{Principal, Verb};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
-use axum::routing::get;
 use axum::Extension;
-use axum::{Json, Router};
+use axum::Json;
 use hive_api::event::EVENT_KIND;
 use serde_json::{json, Value};
 
 use super::error::ApiResult;
+use super::routes::{self, ApiRouter};
 use super::{resources, AppState};
 use crate::store::Subresource;
 
-/// The routes of `/api` and `/api/v1`.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api", get(versions))
-        .route("/api/v1", get(resource_list))
-        .route("/api/v1/events", get(list).post(create))
-        .route("/api/v1/events/{name}", get(read).put(replace).patch(patch).delete(delete))
-        .route("/api/v1/namespaces/{namespace}/events", get(list_namespaced))
+/// The routes of `/api` and `/api/v1`: reads for any role, changes for operators.
+pub fn router() -> ApiRouter {
+    ApiRouter::new()
+        .route("/api", routes::get(Verb::Read, versions))
+        .route("/api/v1", routes::get(Verb::Read, resource_list))
+        .route("/api/v1/events", routes::get(Verb::Read, list).post(Verb::Write, create))
+        .route(
+            "/api/v1/events/{name}",
+            routes::get(Verb::Read, read)
+                .put(Verb::Write, replace)
+                .patch(Verb::Write, patch)
+                .delete(Verb::Write, delete),
+        )
+        .route("/api/v1/namespaces/{namespace}/events", routes::get(Verb::Read, list_namespaced))
 }
 
 async fn versions() -> Json<Value> {

@@ -9,8 +9,6 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use bytes::Bytes;
 use hive_api::agent::Wanted;
 use hive_api::validation::{Reason, ValidationError};
@@ -23,17 +21,19 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
+use super::routes::{self, ApiRouter};
 use super::AppState;
+use crate::auth::Verb;
 use crate::client::Api;
 use crate::daemon::engine::{Engine, SubmitError};
 use crate::scheduler;
 
 /// The routes.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/apis/hive.dev/v1/jobs/{name}/cancel", post(cancel))
-        .route("/apis/hive.dev/v1/jobs/{name}/log", get(job_log))
-        .route("/apis/hive.dev/v1/agents/{name}/log", get(agent_log))
+pub fn router() -> ApiRouter {
+    ApiRouter::new()
+        .route("/apis/hive.dev/v1/jobs/{name}/cancel", routes::post(Verb::Write, cancel))
+        .route("/apis/hive.dev/v1/jobs/{name}/log", routes::get(Verb::Read, job_log))
+        .route("/apis/hive.dev/v1/agents/{name}/log", routes::get(Verb::Read, agent_log))
 }
 
 fn engine(state: &AppState) -> ApiResult<Arc<Engine>> {

@@ -2,11 +2,10 @@
 //! carry the `#[utoipa::path]` documentation the OpenAPI document is built from and
 //! delegate to the generic handlers in `resources.rs`.
 
-use axum::Router;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use super::AppState;
+use super::routes::ApiRouter;
 
 /// Query parameters of list and watch.
 #[derive(Deserialize, IntoParams)]
@@ -85,8 +84,13 @@ pub struct DeleteQuery {
 }
 
 /// Generates the route module of one kind.
+///
+/// `create` is the verb POST on the collection needs, `write` the verb of every other
+/// change (PUT, PATCH and DELETE of the object, PUT and PATCH of its status); reads are
+/// [`Verb::Read`](crate::auth::Verb::Read).
 macro_rules! kind_routes {
-    ($module:ident, $kind:ident, $list:ident, $collection:literal, $item:literal, $status:literal) => {
+    ($module:ident, $kind:ident, $list:ident, $collection:literal, $item:literal, $status:literal,
+     create: $create:ident, write: $write:ident) => {
         /// Routes of one kind.
         pub mod $module {
             use axum::body::Body;
@@ -199,13 +203,16 @@ macro_rules! kind_routes {
                 resources::patch(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
 
-            /// The router of this kind.
-            pub fn router() -> axum::Router<AppState> {
-                use axum::routing::get;
-                axum::Router::new()
-                    .route(&crate::server::kinds::axum_path($collection), get(list).post(create))
-                    .route(&crate::server::kinds::axum_path($item), get(read).put(replace).patch(patch).delete(delete))
-                    .route(&crate::server::kinds::axum_path($status), get(read_status).put(replace_status).patch(patch_status))
+            /// The routes of this kind, each method with its verb.
+            pub fn router() -> crate::server::routes::ApiRouter {
+                use crate::auth::Verb;
+                use crate::server::routes::{self, ApiRouter};
+                ApiRouter::new()
+                    .route($collection, routes::get(Verb::Read, list).post(Verb::$create, create))
+                    .route($item, routes::get(Verb::Read, read)
+                        .put(Verb::$write, replace).patch(Verb::$write, patch).delete(Verb::$write, delete))
+                    .route($status, routes::get(Verb::Read, read_status)
+                        .put(Verb::$write, replace_status).patch(Verb::$write, patch_status))
             }
 
             /// The OpenAPI paths of this kind.
@@ -226,18 +233,15 @@ macro_rules! kind_routes {
     };
 }
 
-/// axum 0.8 and OpenAPI both write path parameters as `{name}`.
-pub fn axum_path(path: &str) -> String {
-    path.to_string()
-}
-
 kind_routes!(
     agents,
     Agent,
     AgentList,
     "/apis/hive.dev/v1/agents",
     "/apis/hive.dev/v1/agents/{name}",
-    "/apis/hive.dev/v1/agents/{name}/status"
+    "/apis/hive.dev/v1/agents/{name}/status",
+    create: Write,
+    write: Write
 );
 kind_routes!(
     jobs,
@@ -245,7 +249,9 @@ kind_routes!(
     JobList,
     "/apis/hive.dev/v1/jobs",
     "/apis/hive.dev/v1/jobs/{name}",
-    "/apis/hive.dev/v1/jobs/{name}/status"
+    "/apis/hive.dev/v1/jobs/{name}/status",
+    create: Write,
+    write: Write
 );
 kind_routes!(
     approvals,
@@ -253,7 +259,9 @@ kind_routes!(
     ApprovalList,
     "/apis/hive.dev/v1/approvals",
     "/apis/hive.dev/v1/approvals/{name}",
-    "/apis/hive.dev/v1/approvals/{name}/status"
+    "/apis/hive.dev/v1/approvals/{name}/status",
+    create: Request,
+    write: Write
 );
 kind_routes!(
     nodes,
@@ -261,7 +269,9 @@ kind_routes!(
     NodeList,
     "/apis/hive.dev/v1/nodes",
     "/apis/hive.dev/v1/nodes/{name}",
-    "/apis/hive.dev/v1/nodes/{name}/status"
+    "/apis/hive.dev/v1/nodes/{name}/status",
+    create: Write,
+    write: Write
 );
 kind_routes!(
     fleetcommands,
@@ -269,7 +279,9 @@ kind_routes!(
     FleetCommandList,
     "/apis/hive.dev/v1/fleetcommands",
     "/apis/hive.dev/v1/fleetcommands/{name}",
-    "/apis/hive.dev/v1/fleetcommands/{name}/status"
+    "/apis/hive.dev/v1/fleetcommands/{name}/status",
+    create: Write,
+    write: Write
 );
 kind_routes!(
     providers,
@@ -277,12 +289,14 @@ kind_routes!(
     ProviderList,
     "/apis/hive.dev/v1/providers",
     "/apis/hive.dev/v1/providers/{name}",
-    "/apis/hive.dev/v1/providers/{name}/status"
+    "/apis/hive.dev/v1/providers/{name}/status",
+    create: Admin,
+    write: Admin
 );
 
 /// Routes of every kind.
-pub fn router() -> Router<AppState> {
-    Router::new()
+pub fn router() -> ApiRouter {
+    ApiRouter::new()
         .merge(agents::router())
         .merge(jobs::router())
         .merge(approvals::router())

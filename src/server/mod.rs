@@ -15,6 +15,7 @@ pub mod kinds;
 pub mod openapi;
 pub mod params;
 pub mod resources;
+pub mod routes;
 pub mod selectors;
 pub mod serve;
 pub mod streams;
@@ -27,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{header, Method};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -36,6 +37,7 @@ use axum::Router;
 use crate::auth::{Principal, TokenStore, Verb};
 use crate::store::Store;
 use error::ApiError;
+use routes::ApiRouter;
 
 /// Tunables of the HTTP layer.
 #[derive(Clone, Debug)]
@@ -97,14 +99,14 @@ impl AppState {
     }
 }
 
-/// The whole API as one router.
-pub fn app(state: AppState) -> Router {
-    let authenticated = Router::new()
-        .route("/apis", get(discovery::api_groups))
-        .route("/apis/hive.dev", get(discovery::api_group))
-        .route("/apis/hive.dev/v1", get(discovery::api_resources))
-        .route("/openapi/v3", get(openapi::index))
-        .route("/openapi/v3/apis/hive.dev/v1", get(openapi::group_version))
+/// Every authenticated route, each method with the verb it needs.
+pub fn api_routes() -> ApiRouter {
+    ApiRouter::new()
+        .route("/apis", routes::get(Verb::Read, discovery::api_groups))
+        .route("/apis/hive.dev", routes::get(Verb::Read, discovery::api_group))
+        .route("/apis/hive.dev/v1", routes::get(Verb::Read, discovery::api_resources))
+        .route("/openapi/v3", routes::get(Verb::Read, openapi::index))
+        .route("/openapi/v3/apis/hive.dev/v1", routes::get(Verb::Read, openapi::group_version))
         .merge(kinds::router())
         .merge(events::router())
         .merge(jobs::router())
@@ -112,8 +114,15 @@ pub fn app(state: AppState) -> Router {
         .merge(audit::router())
         .merge(approval_diff::router())
         .merge(crate::fleet::api::router())
+}
+
+/// The whole API as one router.
+pub fn app(state: AppState) -> Router {
+    // Everything here is behind `authenticate`, including the fallback, so an
+    // unauthenticated request gets 401 whatever its path; each route authorizes itself.
+    let authenticated = api_routes()
+        .into_router()
         .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/version", get(discovery::version))
@@ -137,50 +146,8 @@ async fn not_found() -> ApiError {
     ApiError::BadRoute
 }
 
-async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
-}
-
-/// The verb a request needs, and the resource it names (for the 403 message).
-fn required(method: &Method, path: &str) -> (Verb, String) {
-    let rest =
-        path.strip_prefix("/apis/hive.dev/v1/").or_else(|| path.strip_prefix("/api/v1/")).unwrap_or("");
-    let resource = rest.split('/').next().unwrap_or("").to_string();
-    if path.starts_with("/hive/v1/tokens") {
-        return (Verb::Admin, "tokens".into());
-    }
-    if path == "/hive/v1/fleet/offers" {
-        // Searching offers spends the admin-configured Vast.ai key and its quota.
-        return (Verb::Write, "offers".into());
-    }
-    if matches!(*method, Method::GET | Method::HEAD) {
-        return (Verb::Read, resource);
-    }
-    if *method == Method::POST && path == "/apis/hive.dev/v1/approvals" {
-        // An agent token may ask; admission checks it asks only for itself.
-        return (Verb::Request, resource);
-    }
-    if resource == "providers" {
-        return (Verb::Admin, resource);
-    }
-    if let Some(rest) = path.strip_prefix("/hive/v1/fleet/providers/") {
-        // ConfigureProvider: credentials, like every Provider write, are admin's.
-        return (Verb::Admin, format!("providers/{rest}"));
-    }
-    (Verb::Write, resource)
-}
-
-fn verb_word(method: &Method) -> &'static str {
-    match *method {
-        Method::GET | Method::HEAD => "get",
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE => "delete",
-        _ => "access",
-    }
-}
-
+/// Establishes who is calling and inserts the [`Principal`]; what the caller may do is
+/// each route's own check (`routes.rs`).
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
     let bearer = request
         .headers()
@@ -212,16 +179,6 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let Some(principal) = principal else {
         return ApiError::Unauthorized.into_response();
     };
-    let (verb, resource) = required(request.method(), request.uri().path());
-    if !principal.allows(verb) {
-        let message = format!(
-            "{resource}.hive.dev is forbidden: User \"{}\" (role {}) cannot {} resource \"{resource}\" in API group \"hive.dev\"",
-            principal.name,
-            principal.role,
-            verb_word(request.method()),
-        );
-        return ApiError::Forbidden(message).into_response();
-    }
     request.extensions_mut().insert::<Principal>(principal);
     let response = next.run(request).await;
     if streams::is_sized(&response) {
@@ -251,34 +208,250 @@ async fn log_request(request: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
-    use axum::http::{Request, StatusCode};
+    use axum::http::{Method, Request, StatusCode};
     use tower::ServiceExt;
 
     use super::*;
     use crate::auth::Role;
     use crate::store::StoreConfig;
 
-    #[test]
-    fn required_verbs() {
-        let cases = [
-            (Method::GET, "/apis/hive.dev/v1/agents", Verb::Read),
-            (Method::GET, "/apis/hive.dev/v1/providers/p", Verb::Read),
-            (Method::POST, "/apis/hive.dev/v1/agents", Verb::Write),
-            (Method::POST, "/apis/hive.dev/v1/approvals", Verb::Request),
-            (Method::PATCH, "/apis/hive.dev/v1/approvals/a", Verb::Write),
-            (Method::GET, "/hive/v1/whoami", Verb::Read),
-            (Method::PATCH, "/apis/hive.dev/v1/agents/a/status", Verb::Write),
-            (Method::DELETE, "/apis/hive.dev/v1/fleetcommands/c", Verb::Write),
-            (Method::POST, "/apis/hive.dev/v1/providers", Verb::Admin),
-            (Method::PUT, "/apis/hive.dev/v1/providers/p/status", Verb::Admin),
-            (Method::GET, "/hive/v1/tokens", Verb::Admin),
-            (Method::GET, "/hive/v1/fleet/offers", Verb::Write),
-            (Method::GET, "/hive/v1/fleet/nodes/n/telemetry", Verb::Read),
-            (Method::POST, "/hive/v1/tokens", Verb::Admin),
-        ];
-        for (method, path, want) in cases {
-            assert_eq!(required(&method, path).0, want, "{method} {path}");
+    /// The app with one token of each role (the agent's bound to `alpha`), sending
+    /// requests through `oneshot`.
+    struct Fixture {
+        app: Router,
+        tokens: TokenStore,
+        /// Each role's token, lowest role first.
+        roles: Vec<(Role, String)>,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+            let tokens = TokenStore::open(dir.path()).unwrap();
+            let roles = Role::ALL
+                .into_iter()
+                .map(|role| {
+                    let agent = (role == Role::Agent).then_some("alpha");
+                    (role, tokens.create_bound(&format!("t-{role}"), role, agent).unwrap())
+                })
+                .collect();
+            let app = app(AppState::new(store, tokens.clone(), ServerConfig::default()));
+            Fixture { app, tokens, roles, _dir: dir }
         }
+
+        async fn send(
+            &self,
+            method: &Method,
+            path: &str,
+            token: Option<&str>,
+        ) -> (StatusCode, serde_json::Value) {
+            let mut req = Request::builder().method(method).uri(path);
+            if let Some(t) = token {
+                req = req.header("authorization", format!("Bearer {t}"));
+            }
+            let response = self.app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            (status, serde_json::from_slice(&body).unwrap_or_default())
+        }
+
+        /// Whether the route's authorization refused `token`: a 403 with exactly the
+        /// message the check sends (a handler's own 403, say admission's, is not it).
+        async fn refused(&self, method: &Method, path: &str, token: &str) -> bool {
+            let (status, body) = self.send(method, path, Some(token)).await;
+            if status != StatusCode::FORBIDDEN {
+                return false;
+            }
+            if *method == Method::HEAD {
+                return true; // no body to read the message from
+            }
+            let principal = self.tokens.authenticate(token).unwrap();
+            body["message"] == routes::forbidden_message(&principal, method, path)
+        }
+    }
+
+    /// A request path for a route's path: every `{param}` becomes `sample`.
+    fn sample(path: &str) -> String {
+        path.split('/')
+            .map(|seg| if seg.starts_with('{') { "sample" } else { seg })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    /// What every route declares, and that exactly the roles its verb allows get past
+    /// its check (by sending each method with each role's token through `app()`). A new
+    /// route shows up here with its verb.
+    #[tokio::test]
+    async fn required_verbs() {
+        let table = api_routes().table();
+        let rendered: Vec<String> =
+            table.iter().map(|d| format!("{:<6} {:<46} {}", d.method.as_str(), d.path, d.verb)).collect();
+        insta::assert_snapshot!(rendered.join("\n"), @r"
+        GET    /api                                           read
+        GET    /api/v1                                        read
+        GET    /api/v1/events                                 read
+        POST   /api/v1/events                                 write
+        GET    /api/v1/events/{name}                          read
+        PUT    /api/v1/events/{name}                          write
+        PATCH  /api/v1/events/{name}                          write
+        DELETE /api/v1/events/{name}                          write
+        GET    /api/v1/namespaces/{namespace}/events          read
+        GET    /apis                                          read
+        GET    /apis/hive.dev                                 read
+        GET    /apis/hive.dev/v1                              read
+        GET    /apis/hive.dev/v1/agents                       read
+        POST   /apis/hive.dev/v1/agents                       write
+        GET    /apis/hive.dev/v1/agents/{name}                read
+        PUT    /apis/hive.dev/v1/agents/{name}                write
+        PATCH  /apis/hive.dev/v1/agents/{name}                write
+        DELETE /apis/hive.dev/v1/agents/{name}                write
+        GET    /apis/hive.dev/v1/agents/{name}/log            read
+        GET    /apis/hive.dev/v1/agents/{name}/status         read
+        PUT    /apis/hive.dev/v1/agents/{name}/status         write
+        PATCH  /apis/hive.dev/v1/agents/{name}/status         write
+        GET    /apis/hive.dev/v1/approvals                    read
+        POST   /apis/hive.dev/v1/approvals                    request
+        GET    /apis/hive.dev/v1/approvals/{name}             read
+        PUT    /apis/hive.dev/v1/approvals/{name}             write
+        PATCH  /apis/hive.dev/v1/approvals/{name}             write
+        DELETE /apis/hive.dev/v1/approvals/{name}             write
+        GET    /apis/hive.dev/v1/approvals/{name}/status      read
+        PUT    /apis/hive.dev/v1/approvals/{name}/status      write
+        PATCH  /apis/hive.dev/v1/approvals/{name}/status      write
+        GET    /apis/hive.dev/v1/fleetcommands                read
+        POST   /apis/hive.dev/v1/fleetcommands                write
+        GET    /apis/hive.dev/v1/fleetcommands/{name}         read
+        PUT    /apis/hive.dev/v1/fleetcommands/{name}         write
+        PATCH  /apis/hive.dev/v1/fleetcommands/{name}         write
+        DELETE /apis/hive.dev/v1/fleetcommands/{name}         write
+        GET    /apis/hive.dev/v1/fleetcommands/{name}/status  read
+        PUT    /apis/hive.dev/v1/fleetcommands/{name}/status  write
+        PATCH  /apis/hive.dev/v1/fleetcommands/{name}/status  write
+        GET    /apis/hive.dev/v1/jobs                         read
+        POST   /apis/hive.dev/v1/jobs                         write
+        GET    /apis/hive.dev/v1/jobs/{name}                  read
+        PUT    /apis/hive.dev/v1/jobs/{name}                  write
+        PATCH  /apis/hive.dev/v1/jobs/{name}                  write
+        DELETE /apis/hive.dev/v1/jobs/{name}                  write
+        POST   /apis/hive.dev/v1/jobs/{name}/cancel           write
+        GET    /apis/hive.dev/v1/jobs/{name}/log              read
+        GET    /apis/hive.dev/v1/jobs/{name}/status           read
+        PUT    /apis/hive.dev/v1/jobs/{name}/status           write
+        PATCH  /apis/hive.dev/v1/jobs/{name}/status           write
+        GET    /apis/hive.dev/v1/nodes                        read
+        POST   /apis/hive.dev/v1/nodes                        write
+        GET    /apis/hive.dev/v1/nodes/{name}                 read
+        PUT    /apis/hive.dev/v1/nodes/{name}                 write
+        PATCH  /apis/hive.dev/v1/nodes/{name}                 write
+        DELETE /apis/hive.dev/v1/nodes/{name}                 write
+        GET    /apis/hive.dev/v1/nodes/{name}/status          read
+        PUT    /apis/hive.dev/v1/nodes/{name}/status          write
+        PATCH  /apis/hive.dev/v1/nodes/{name}/status          write
+        GET    /apis/hive.dev/v1/providers                    read
+        POST   /apis/hive.dev/v1/providers                    admin
+        GET    /apis/hive.dev/v1/providers/{name}             read
+        PUT    /apis/hive.dev/v1/providers/{name}             admin
+        PATCH  /apis/hive.dev/v1/providers/{name}             admin
+        DELETE /apis/hive.dev/v1/providers/{name}             admin
+        GET    /apis/hive.dev/v1/providers/{name}/status      read
+        PUT    /apis/hive.dev/v1/providers/{name}/status      admin
+        PATCH  /apis/hive.dev/v1/providers/{name}/status      admin
+        GET    /hive/v1/approvals/{name}/diff                 read
+        GET    /hive/v1/audit                                 read
+        GET    /hive/v1/fleet/nodes/{name}/telemetry          read
+        GET    /hive/v1/fleet/offers                          write
+        POST   /hive/v1/fleet/providers/{name}/configure      admin
+        GET    /hive/v1/tokens                                admin
+        POST   /hive/v1/tokens                                admin
+        DELETE /hive/v1/tokens/{name}                         admin
+        GET    /hive/v1/whoami                                read
+        GET    /openapi/v3                                    read
+        GET    /openapi/v3/apis/hive.dev/v1                   read
+        ");
+        let f = Fixture::new();
+        for declared in &table {
+            let path = sample(declared.path);
+            let mut allowed = Vec::new();
+            for (role, token) in &f.roles {
+                if !f.refused(&declared.method, &path, token).await {
+                    allowed.push(*role);
+                }
+            }
+            let want: Vec<Role> =
+                Role::ALL.into_iter().filter(|role| *role >= declared.verb.required_role()).collect();
+            assert_eq!(allowed, want, "{} {} needs {}", declared.method, declared.path, declared.verb);
+        }
+    }
+
+    /// Walks every route of `app()` with every method: unauthenticated it is 401; with a
+    /// token, a declared method is served only to roles its verb allows, and an
+    /// undeclared one is 405 only to roles that may use the whole path, 403 otherwise.
+    /// Unknown paths are 401 too without a token, 404 with one.
+    #[tokio::test]
+    async fn every_route_authenticates_then_authorizes_every_method() {
+        let routes = api_routes();
+        let table = routes.table();
+        let paths: std::collections::BTreeSet<&str> = table.iter().map(|d| d.path).collect();
+        let f = Fixture::new();
+        let methods = [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ];
+        for path in paths {
+            let concrete = sample(path);
+            for method in &methods {
+                let declared = table.iter().find(|d| {
+                    d.path == path
+                        && (d.method == *method || (*method == Method::HEAD && d.method == Method::GET))
+                });
+                let (status, _) = f.send(method, &concrete, None).await;
+                assert_eq!(status, StatusCode::UNAUTHORIZED, "anonymous {method} {path}");
+                let needed = declared.map_or_else(|| routes.unserved_verb(path).unwrap(), |d| d.verb);
+                for (role, token) in &f.roles {
+                    let refused = f.refused(method, &concrete, token).await;
+                    assert_eq!(refused, !role.allows(needed), "{role} {method} {path} (needs {needed})");
+                    if declared.is_none() && !refused {
+                        let (status, _) = f.send(method, &concrete, Some(token)).await;
+                        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{role} {method} {path}");
+                    }
+                }
+            }
+        }
+        for path in ["/apis/hive.dev/v1/bogus", "/hive/v1/nothing", "/api/v1/pods"] {
+            assert_eq!(f.send(&Method::GET, path, None).await.0, StatusCode::UNAUTHORIZED, "{path}");
+            let viewer = &f.roles[0].1;
+            assert_eq!(f.send(&Method::DELETE, path, Some(viewer)).await.0, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+
+    /// Every operation the OpenAPI document describes is a declared route, so none can
+    /// be served beside the table (on the unauthenticated router, say).
+    #[test]
+    fn documented_operations_are_declared_routes() {
+        let table = api_routes().table();
+        let (json, _) = openapi::rendered();
+        let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut documented = 0;
+        for (path, operations) in doc["paths"].as_object().unwrap() {
+            let methods = operations.as_object().unwrap().keys();
+            let methods = methods.filter(|key| {
+                ["get", "put", "post", "delete", "patch", "head", "options"].contains(&key.as_str())
+            });
+            for method in methods {
+                let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+                let found = table.iter().any(|d| d.path == path && d.method == method);
+                assert!(found, "{method} {path} is documented but declares no verb");
+                documented += 1;
+            }
+        }
+        assert!(documented >= 54, "the kinds alone document 54 operations, found {documented}");
     }
 
     #[tokio::test]
@@ -287,6 +460,7 @@ mod tests {
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
         let tokens = TokenStore::open(dir.path()).unwrap();
         let viewer = tokens.create("v", Role::Viewer).unwrap();
+        let operator = tokens.create("o", Role::Operator).unwrap();
         let app = app(AppState::new(store, tokens, ServerConfig::default()));
         let send = |method: &str, path: &str, token: Option<&str>| {
             let mut req = Request::builder().method(method).uri(path);
@@ -314,5 +488,8 @@ mod tests {
         assert_eq!(status["reason"], "Forbidden");
         let not_allowed = send("DELETE", "/apis/hive.dev/v1/agents", Some(&viewer)).await.unwrap();
         assert_eq!(not_allowed.status(), StatusCode::FORBIDDEN, "role checks come before routing");
+        let not_allowed = send("DELETE", "/apis/hive.dev/v1/agents", Some(&operator)).await.unwrap();
+        assert_eq!(not_allowed.status(), StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(not_allowed.headers()["allow"], "GET,HEAD,POST");
     }
 }

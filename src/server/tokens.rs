@@ -5,22 +5,22 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
+use super::routes::{self, ApiRouter};
 use super::AppState;
-use crate::auth::{self, Role};
+use crate::auth::{self, Role, Verb};
 
-/// The routes.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/hive/v1/tokens", get(list).post(create))
-        .route("/hive/v1/tokens/{name}", delete(revoke))
-        .route("/hive/v1/whoami", get(whoami))
+/// The routes: tokens are admin's, listing them too; whoami is anyone's.
+pub fn router() -> ApiRouter {
+    ApiRouter::new()
+        .route("/hive/v1/tokens", routes::get(Verb::Admin, list).post(Verb::Admin, create))
+        .route("/hive/v1/tokens/{name}", routes::delete(Verb::Admin, revoke))
+        .route("/hive/v1/whoami", routes::get(Verb::Read, whoami))
 }
 
 /// `GET /hive/v1/whoami`: the caller's token name, role, and bound agent (any role).
