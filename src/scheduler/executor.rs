@@ -1,6 +1,5 @@
-//! The seam between the scheduler and whatever runs a node: the [`Executor`] trait, what
-//! a node run carries ([`NodeRun`], [`NodeContext`]), and the stand-in behaviour for
-//! primitives whose executors land in later steps ([`UnavailableExecutor`]).
+//! The seam between the scheduler and whatever runs a node: the [`Executor`] trait and
+//! what a node run carries ([`NodeRun`], [`NodeContext`]).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -144,52 +143,9 @@ fn truncate(text: &mut String, max: usize) {
     }
 }
 
-/// The primitives whose executors belong to later steps: the meta repo (`MetaLock`,
-/// `WritePermFile`), approvals (`ApprovalDeploy`) and resource limits (`WriteDropin`).
-pub const UNAVAILABLE_KINDS: [JobNodeKind; 4] = [
-    JobNodeKind::MetaLock,
-    JobNodeKind::ApprovalDeploy,
-    JobNodeKind::WriteDropin,
-    JobNodeKind::WritePermFile,
-];
-
-/// `Err(NodeError::Unavailable)` for a primitive in [`UNAVAILABLE_KINDS`]; the real
-/// executor calls this first so such nodes fail loudly, never as silent no-ops.
-pub fn check_available(kind: JobNodeKind) -> Result<(), NodeError> {
-    if UNAVAILABLE_KINDS.contains(&kind) {
-        Err(NodeError::Unavailable(kind))
-    } else {
-        Ok(())
-    }
-}
-
-/// An executor with no runtime behind it: fails every node, with
-/// [`NodeError::Unavailable`] naming the primitive. The stand-in until a runtime
-/// executor is wired in, and the shape of the "not available yet" arm for the real one.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct UnavailableExecutor;
-
-impl Executor for UnavailableExecutor {
-    async fn run(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {
-        node.ctx.set_step("not available");
-        Err(NodeError::Unavailable(node.kind()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn later_primitives_are_unavailable() {
-        for kind in UNAVAILABLE_KINDS {
-            let err = check_available(kind).unwrap_err();
-            assert!(err.to_string().contains("not available yet"), "{err}");
-            assert!(err.to_string().contains(kind.as_str()), "{err}");
-        }
-        assert_eq!(check_available(JobNodeKind::Reconcile), Ok(()));
-        assert_eq!(check_available(JobNodeKind::Prebuild), Ok(()));
-    }
 
     #[test]
     fn step_labels_are_cut_on_a_char_boundary() {

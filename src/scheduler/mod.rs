@@ -63,9 +63,7 @@ pub mod bench;
 mod tests;
 
 pub use error::{Error, NodeError, Result};
-pub use executor::{
-    check_available, Executor, NodeContext, NodeOutcome, NodeRun, UnavailableExecutor, UNAVAILABLE_KINDS,
-};
+pub use executor::{Executor, NodeContext, NodeOutcome, NodeRun};
 pub use log::{LogFollower, NodeLog};
 pub use resources::LeasedAgents;
 pub use snapshot::{JobSink, JobSnapshot, JobUpdate, NullSink};

@@ -4,7 +4,7 @@ use hive_api::job::{Edge, JobNode, JobNodeKind, JobNodeState, JobPhase, JobTempl
 use hive_api::validation::Reason;
 
 use super::*;
-use crate::scheduler::{Error, UnavailableExecutor};
+use crate::scheduler::Error;
 use JobNodeKind::*;
 
 #[tokio::test]
@@ -338,26 +338,8 @@ async fn a_panicking_executor_fails_its_node() {
 }
 
 #[tokio::test]
-async fn later_primitives_fail_loudly_with_the_stand_in_executor() {
-    let (sink, mut updates) = mpsc::unbounded_channel();
-    let sched = Scheduler::start(UnavailableExecutor, sink, SchedulerConfig::default());
-    sched
-        .submit("m", job(JobTemplate::MetaUpdate, vec![JobNode::new("lock", MetaLock, None)]))
-        .await
-        .unwrap();
-    loop {
-        let batch = updates.recv().await.unwrap();
-        let done = batch.iter().any(|u| matches!(u, JobUpdate::Changed(s) if s.phase.is_terminal()));
-        if done {
-            break;
-        }
-    }
-    let snap = sched.snapshot("m").await.unwrap();
-    assert_eq!(snap.phase, JobPhase::Failed);
-    assert_eq!(
-        snap.nodes[0].error.as_deref(),
-        Some("MetaLock nodes are not available yet in this version of hive")
-    );
-    sched.shutdown().await;
-    assert!(matches!(sched.list().await, Err(Error::Stopped)));
+async fn a_shut_down_scheduler_answers_stopped() {
+    let h = Harness::slots(1);
+    h.sched.shutdown().await;
+    assert!(matches!(h.sched.list().await, Err(Error::Stopped)));
 }
