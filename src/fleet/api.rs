@@ -24,10 +24,10 @@ use serde_json::{json, Value};
 use super::providers::vastai::{self, ApiKey};
 use super::Fleet;
 use crate::auth::Verb;
+use crate::client::Api;
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::routes::{self, ApiRouter};
 use crate::server::AppState;
-use crate::store::{Mutation, Subresource};
 
 /// The fleet routes. Searching offers is a write: it spends the admin-configured Vast.ai
 /// key and its quota. Configuring a provider sets its credentials, which, like every
@@ -87,11 +87,7 @@ impl OfferQuery {
 }
 
 fn provider_object(state: &AppState, name: &str) -> ApiResult<Provider> {
-    let object = state
-        .store
-        .get("providers", name)
-        .ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name: name.into() })?;
-    serde_json::from_value((*object).clone()).map_err(|e| ApiError::Internal(e.into()))
+    Ok(Api::<Provider>::new(&state.store).get_existing(name)?)
 }
 
 /// The Vast.ai provider a request means: the one named, else the daemon's default when it
@@ -196,12 +192,9 @@ async fn configure(
     let fleet = fleet(&state)?;
     // The Provider `vastai` may be configured before it exists: it is created only once
     // its settings check out.
-    let (current, exists) = match state.store.get("providers", &name) {
-        Some(object) => (
-            serde_json::from_value::<Provider>((*object).clone())
-                .map_err(|e| ApiError::Internal(e.into()))?,
-            true,
-        ),
+    let providers = Api::<Provider>::new(&state.store);
+    let (current, exists) = match providers.get(&name)? {
+        Some(provider) => (provider, true),
         None if name == "vastai" => {
             let mut provider = Provider::new(
                 name.clone(),
@@ -261,24 +254,13 @@ async fn configure(
         .map_err(|why| invalid("Provider", &name, "apiKey", format!("{why}; nothing was changed")))?;
     let ready = entry.readiness.state == hive_api::provider::ProviderState::Ready;
     if !exists || wanted.spec != current.spec {
-        let mut object = serde_json::to_value(&wanted).map_err(|e| ApiError::Internal(e.into()))?;
-        if let Some(meta) = object["metadata"].as_object_mut() {
-            meta.remove("resourceVersion");
-        }
-        let mutation = if exists {
-            Mutation::Update { kind: "providers", object, subresource: Subresource::Main }
-        } else {
-            let (object, _) = crate::server::resources::admit(
-                hive_api::kind_by_kind("Provider").expect("Provider is registered"),
-                object,
-                crate::server::params::FieldValidation::Strict,
-            )?;
-            Mutation::Create { kind: "providers", object }
-        };
-        let stored = state.store.commit(mutation, false).await?.into_object();
+        // No resourceVersion precondition: the settings just checked are what is stored.
+        wanted.metadata.resource_version = None;
+        let stored =
+            if exists { providers.replace(&wanted).await? } else { providers.create(&wanted).await? };
         // The check ran against the new spec; record it against the new generation.
         let mut entry = entry;
-        entry.generation = stored["metadata"]["generation"].as_i64().unwrap_or(entry.generation);
+        entry.generation = stored.metadata.generation.unwrap_or(entry.generation);
         fleet.providers.record(&name, entry.clone());
         super::status::write(&state.store, &name, &entry).await;
         tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
@@ -289,9 +271,7 @@ async fn configure(
     if ready {
         fleet.provider_ready(&name);
     }
-    let object = state
-        .store
-        .get("providers", &name)
-        .ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
+    let object =
+        providers.get_raw(&name).ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
     Ok((StatusCode::OK, Json((*object).clone())).into_response())
 }

@@ -14,12 +14,14 @@ use std::collections::BTreeMap;
 use axum::body::Body;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
-use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
+use hive_api::fleet_command::{FleetCommand, FleetCommandPhase, FleetCommandStatus};
 use hive_api::node::{Node, NodePhase, NodeSpec};
-use hive_api::provider::ProviderType;
+use hive_api::provider::{Provider, ProviderType};
 use hive_api::validation::{Errors, Reason, ValidationError};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::client::{self, Api};
 use crate::server::body::{self, MediaType};
 use crate::server::error::{ApiError, ApiResult};
 use crate::server::params::Params;
@@ -40,6 +42,61 @@ pub const DEFAULT_PROVIDER: &str = "process";
 /// Serializes command creation in this daemon: the replay check, the id allocation and
 /// the commit happen as one step, so concurrent identical POSTs create one command.
 static CREATE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// One of the fleet's counters, an object of [`COUNTER_KIND`]: the logical-id high-water
+/// mark (`highWater`) or the control generation (`generation`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counter {
+    metadata: CounterMeta,
+    /// The highest logical id ever allocated ([`COUNTER_NAME`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    high_water: Option<u64>,
+    /// The latest daemon run's control generation ([`GENERATION_NAME`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    generation: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CounterMeta {
+    name: String,
+    /// Kept from the read, so an update is conditional on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    resource_version: Option<String>,
+}
+
+impl Counter {
+    /// The counter `name` as stored, if it is and decodes.
+    fn get(store: &Store, name: &str) -> Option<Counter> {
+        let object = store.get(COUNTER_KIND, name)?;
+        match Counter::deserialize(&*object) {
+            Ok(counter) => Some(counter),
+            Err(err) => {
+                tracing::warn!(counter = name, %err, "fleet counter does not decode; starting it afresh");
+                None
+            }
+        }
+    }
+
+    /// The write that stores `self`: an update conditional on the revision it was read
+    /// at, or a create when it was not stored.
+    fn mutation(&self) -> Mutation {
+        let object = serde_json::to_value(self).expect("a counter encodes");
+        if self.metadata.resource_version.is_some() {
+            Mutation::Update { kind: COUNTER_KIND, object, subresource: Subresource::Main }
+        } else {
+            Mutation::Create { kind: COUNTER_KIND, object }
+        }
+    }
+
+    fn named(name: &str) -> Counter {
+        Counter {
+            metadata: CounterMeta { name: name.to_string(), resource_version: None },
+            ..Default::default()
+        }
+    }
+}
 
 /// The name of the node with logical id `id`.
 pub fn node_name(id: u64) -> String {
@@ -63,55 +120,54 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let (mut object, warnings) = admit(kind_info(), value, params.field_validation()?)?;
-    if object["spec"]["provision"]["provider"].as_str() == Some("") {
+    let (object, warnings) = admit(kind_info(), value, params.field_validation()?)?;
+    let mut command: FleetCommand = serde_json::from_value(object)
+        .map_err(|e| ApiError::BadRequest(format!("FleetCommand cannot be decoded: {e}")))?;
+    if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
         let default = state.fleet.as_ref().map_or(DEFAULT_PROVIDER, |f| f.default_provider());
-        object["spec"]["provision"]["provider"] = json!(default);
+        provision.provider = default.to_string();
     }
     let dry_run = params.dry_run()?;
-    let (code, stored) = submit(&state.store, object, dry_run).await?;
+    let (code, stored) = submit(&state.store, command, dry_run).await?;
     Ok(crate::server::resources::json_response(code, &stored, &warnings))
 }
 
-/// Records the admitted command `object` (and its node intent); see the module docs.
-/// Returns 201 and the new command, or 200 and the stored one for a replay.
-pub async fn submit(store: &Store, object: Value, dry_run: bool) -> ApiResult<(StatusCode, Value)> {
-    let command: FleetCommand = serde_json::from_value(object.clone())
-        .map_err(|e| ApiError::BadRequest(format!("FleetCommand cannot be decoded: {e}")))?;
+/// Records the admitted `command` (and its node intent); see the module docs. Returns
+/// 201 and the new command, or 200 and the stored one for a replay, as the API serves
+/// them.
+pub async fn submit(store: &Store, command: FleetCommand, dry_run: bool) -> ApiResult<(StatusCode, Value)> {
+    let commands = Api::<FleetCommand>::new(store);
     let id = command.metadata.name.clone();
     if id.is_empty() {
         return Err(invalid("", "metadata.name", Reason::Required, "the command id is required"));
     }
     let _serial = CREATE.lock().await;
-    if let Some(stored) = store.get("fleetcommands", &id) {
-        return replay(&id, &stored, &object);
+    if let Some(stored) = commands.get_raw(&id) {
+        return replay(&id, &stored, &command);
     }
-    let mutations = plan(store, command, &object)?;
+    let mutations = plan(store, command.clone())?;
     match store.commit_all(mutations, dry_run).await {
+        // The command is the first of the writes.
         Ok(outcomes) => {
-            let created = outcomes
-                .into_iter()
-                .map(store::Outcome::into_object)
-                .find(|o| o["kind"] == "FleetCommand")
-                .expect("the command is one of the writes");
-            Ok((StatusCode::CREATED, (*created).clone()))
+            let created = outcomes.into_iter().next().expect("the command is one of the writes");
+            Ok((StatusCode::CREATED, (*created.into_object()).clone()))
         }
         // Created meanwhile by another path (e.g. another writer than this handler).
         Err(store::Error::AlreadyExists { kind, .. }) if kind == "fleetcommands" => {
-            let stored = store.get("fleetcommands", &id).ok_or_else(|| ApiError::Conflict {
+            let stored = commands.get_raw(&id).ok_or_else(|| ApiError::Conflict {
                 plural: "fleetcommands".into(),
                 name: id.clone(),
                 message: format!("fleet command {id:?} is being created concurrently; retry"),
             })?;
-            replay(&id, &stored, &object)
+            replay(&id, &stored, &command)
         }
         Err(err) => Err(err.into()),
     }
 }
 
 /// A command id seen before: the stored record when the spec matches, else a conflict.
-fn replay(id: &str, stored: &Value, incoming: &Value) -> ApiResult<(StatusCode, Value)> {
-    if stored["spec"] == incoming["spec"] {
+fn replay(id: &str, stored: &Value, incoming: &FleetCommand) -> ApiResult<(StatusCode, Value)> {
+    if client::decode::<FleetCommand>(stored)?.spec == incoming.spec {
         return Ok((StatusCode::OK, stored.clone()));
     }
     Err(ApiError::Conflict {
@@ -127,9 +183,13 @@ fn replay(id: &str, stored: &Value, incoming: &Value) -> ApiResult<(StatusCode, 
 /// The provider type a Provision names: the Provider object's, or `process` for the
 /// built-in default.
 pub fn provider_type(store: &Store, name: &str) -> Option<ProviderType> {
-    match store.get("providers", name) {
-        Some(provider) => serde_json::from_value(provider["spec"]["type"].clone()).ok(),
-        None => (name == DEFAULT_PROVIDER).then_some(ProviderType::Process),
+    match Api::<Provider>::new(store).get(name) {
+        Ok(Some(provider)) => Some(provider.spec.type_),
+        Ok(None) => (name == DEFAULT_PROVIDER).then_some(ProviderType::Process),
+        Err(err) => {
+            tracing::warn!(provider = name, %err, "a Provider that does not decode has no type");
+            None
+        }
     }
 }
 
@@ -137,41 +197,31 @@ pub fn provider_type(store: &Store, name: &str) -> Option<ProviderType> {
 /// run's, durable before the control endpoint binds, so a surviving worker always sees
 /// a changed `myelin.manual-control` binding after a restart.
 pub async fn next_control_generation(store: &Store) -> store::Result<u64> {
-    let current = store.get(COUNTER_KIND, GENERATION_NAME).map(|c| (*c).clone());
-    let next = current.as_ref().and_then(|c| c["generation"].as_u64()).unwrap_or(0) + 1;
-    let mutation = match current {
-        Some(mut counter) => {
-            counter["generation"] = json!(next);
-            Mutation::Update { kind: COUNTER_KIND, object: counter, subresource: Subresource::Main }
-        }
-        None => Mutation::Create {
-            kind: COUNTER_KIND,
-            object: json!({"metadata": {"name": GENERATION_NAME}, "generation": next}),
-        },
-    };
-    store.commit(mutation, false).await?;
+    let mut counter = Counter::get(store, GENERATION_NAME).unwrap_or_else(|| Counter::named(GENERATION_NAME));
+    let next = counter.generation.unwrap_or(0) + 1;
+    counter.generation = Some(next);
+    store.commit(counter.mutation(), false).await?;
     Ok(next)
 }
 
 /// The next unused logical id: above the persisted high-water mark and above every
-/// existing node's id. Returns it with the counter object as currently stored.
-pub fn next_logical_id(store: &Store) -> (u64, Option<Value>) {
-    let counter = store.get(COUNTER_KIND, COUNTER_NAME).map(|c| (*c).clone());
-    let high_water = counter.as_ref().and_then(|c| c["highWater"].as_u64()).unwrap_or(0);
-    let (_, nodes) = store.list("nodes");
-    let max_node = nodes.iter().filter_map(|n| n["spec"]["logicalId"].as_u64()).max().unwrap_or(0);
+/// existing node's id. Returns it with the counter as currently stored.
+pub fn next_logical_id(store: &Store) -> (u64, Counter) {
+    let counter = Counter::get(store, COUNTER_NAME).unwrap_or_else(|| Counter::named(COUNTER_NAME));
+    let high_water = counter.high_water.unwrap_or(0);
+    let (_, nodes) = Api::<Node>::new(store).list();
+    let max_node = nodes.iter().map(|n| n.spec.logical_id).max().unwrap_or(0);
     (high_water.max(max_node) + 1, counter)
 }
 
-/// The writes that record `command`: the command, and for a Provision the high-water
-/// mark and every node's intent; for a Kill, the mark on the target node.
-fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<Mutation>> {
+/// The writes that record `command`: the command first, and for a Provision the
+/// high-water mark and every node's intent; for a Kill, the mark on the target node.
+/// Each is admitted as the API admits it.
+fn plan(store: &Store, command: FleetCommand) -> ApiResult<Vec<Mutation>> {
+    let nodes = Api::<Node>::new(store);
     let id = command.metadata.name.clone();
-    let mut record = object.clone();
-    if let Some(meta) = record["metadata"].as_object_mut() {
-        meta.remove("managedFields");
-        meta.remove("resourceVersion");
-    }
+    let mut record = command.clone();
+    record.metadata.resource_version = None;
     let mut mutations = Vec::new();
     let mut touched = Vec::new();
     if let Some(provision) = &command.spec.provision {
@@ -188,18 +238,10 @@ fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<M
         if !errors.is_empty() {
             return Err(ApiError::Invalid { kind: "FleetCommand".into(), name: id, errors: errors.0 });
         }
-        let (first, counter) = next_logical_id(store);
+        let (first, mut counter) = next_logical_id(store);
         let last = first + u64::from(provision.count) - 1;
-        mutations.push(match counter {
-            Some(mut counter) => {
-                counter["highWater"] = json!(last);
-                Mutation::Update { kind: COUNTER_KIND, object: counter, subresource: Subresource::Main }
-            }
-            None => Mutation::Create {
-                kind: COUNTER_KIND,
-                object: json!({"metadata": {"name": COUNTER_NAME}, "highWater": last}),
-            },
-        });
+        counter.high_water = Some(last);
+        mutations.push(counter.mutation());
         for (i, logical_id) in (first..=last).enumerate() {
             let name = node_name(logical_id);
             let mut node = Node::new(
@@ -217,13 +259,12 @@ fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<M
             node.metadata.labels =
                 BTreeMap::from([(hive_api::names::FLEET_COMMAND_LABEL.to_string(), id.clone())]);
             node.status.phase = Some(NodePhase::Pending);
-            let node = serde_json::to_value(node).map_err(|e| ApiError::Internal(e.into()))?;
-            mutations.push(Mutation::Create { kind: "nodes", object: node });
+            mutations.push(nodes.create_mutation(&node)?);
             touched.push(name);
         }
     }
     if let Some(kill) = &command.spec.kill {
-        let Some(node) = store.get("nodes", &kill.node) else {
+        let Some(node) = nodes.get(&kill.node)? else {
             return Err(invalid(
                 &id,
                 "spec.kill.node",
@@ -231,18 +272,17 @@ fn plan(store: &Store, command: FleetCommand, object: &Value) -> ApiResult<Vec<M
                 format!("{:?}: no such Node", kill.node),
             ));
         };
-        let mut marked = (*node).clone();
-        marked["metadata"]["annotations"][KILLED_BY] = json!(id);
+        let mut marked = node.clone();
+        marked.metadata.annotations.insert(KILLED_BY.to_string(), id.clone());
         // No resourceVersion precondition: status writes racing this one must not fail
         // the command (a Main update keeps the stored status).
-        if let Some(meta) = marked["metadata"].as_object_mut() {
-            meta.remove("resourceVersion");
-        }
-        mutations.push(Mutation::Update { kind: "nodes", object: marked, subresource: Subresource::Main });
+        marked.metadata.resource_version = None;
+        mutations.push(nodes.replace_mutation(&marked, &node)?);
         touched.push(kill.node.clone());
     }
-    record["status"] = json!({"phase": FleetCommandPhase::Pending, "nodes": touched});
-    mutations.insert(0, Mutation::Create { kind: "fleetcommands", object: record });
+    record.status =
+        FleetCommandStatus { phase: Some(FleetCommandPhase::Pending), nodes: touched, ..Default::default() };
+    mutations.insert(0, Api::<FleetCommand>::new(store).create_mutation(&record)?);
     Ok(mutations)
 }
 
@@ -251,9 +291,15 @@ mod tests {
     use super::*;
     use crate::store::StoreConfig;
 
-    fn provision(id: &str, count: u32) -> Value {
-        json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
-               "spec": {"provision": {"provider": "process", "count": count}}, "status": {}})
+    use serde_json::json;
+
+    fn command(value: Value) -> FleetCommand {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn provision(id: &str, count: u32) -> FleetCommand {
+        command(json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+               "spec": {"provision": {"provider": "process", "count": count}}, "status": {}}))
     }
 
     fn ids(store: &Store) -> Vec<u64> {
@@ -307,7 +353,7 @@ mod tests {
             &store,
             {
                 let mut c = provision("c", 1);
-                c["spec"]["provision"]["provider"] = json!("nope");
+                c.spec.provision.as_mut().unwrap().provider = "nope".into();
                 c
             },
             false,
@@ -318,7 +364,7 @@ mod tests {
         assert!(err.contains("spec.provision.provider"), "{err}");
         let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
                           "spec": {"kill": {"node": "node-1"}}, "status": {}});
-        submit(&store, kill, false).await.unwrap();
+        submit(&store, command(kill), false).await.unwrap();
         assert_eq!(store.get("nodes", "node-1").unwrap()["metadata"]["annotations"][KILLED_BY], "k");
     }
 }

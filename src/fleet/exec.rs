@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
-use hive_api::node::{Node, NodePhase};
-use hive_api::provider::ProviderType;
-use serde_json::{json, Value};
+use hive_api::node::{Node, NodePhase, ProviderRef};
+use hive_api::provider::{Provider, ProviderSpec, ProviderType};
+
+use crate::client::Api;
 
 use super::providers::docker::NodeRequest;
 use super::providers::vastai::{instance_label, CreateRequest, InstanceId, DEFAULT_DISK_GB};
-use super::{command_result, commands, is_terminal, now, phase_of, Fleet};
+use super::{command_result, commands, is_terminal, Fleet};
 use super::{DOCKER_READY_TIMEOUT, PROCESS_READY_TIMEOUT, VASTAI_READY_TIMEOUT};
 
 /// The environment variable that gives a worker its node's join token.
@@ -32,39 +33,35 @@ pub const DEFAULT_ONSTART: &str = "exec hive fleet-worker --supervise none";
 static NETWORKS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the provider work of a newly recorded command, once.
-pub(super) async fn execute(fleet: Arc<Fleet>, object: Value) {
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    let command: FleetCommand = match serde_json::from_value(object.clone()) {
-        Ok(c) => c,
-        Err(err) => {
-            tracing::warn!(command = name, %err, "undecodable fleet command");
-            return;
-        }
-    };
+pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
+    let name = command.metadata.name.clone();
     match command.status.phase {
         Some(FleetCommandPhase::Pending) => {}
         // Created by a write that bypassed POST (apply, PUT): it recorded no node
         // intent, so it is left as it is, inert.
         None => {
             tracing::warn!(command = name, "fleet command not created by POST: not run");
+            let now = fleet.now();
             fleet
                 .command_status(&name, |s| {
-                    s["phase"] = json!(FleetCommandPhase::Failed);
-                    s["error"] = json!(
+                    s.phase = Some(FleetCommandPhase::Failed);
+                    s.error = Some(
                         "not run: a fleet command runs only when created with POST (hive fleet, the API's \
                          create), which records its node intents first; this one was written by apply or PUT"
+                            .into(),
                     );
-                    s["finishedAt"] = now();
+                    s.finished_at = Some(now);
                 })
                 .await;
             return;
         }
         Some(_) => return,
     }
+    let now = fleet.now();
     fleet
         .command_status(&name, |s| {
-            s["phase"] = json!(FleetCommandPhase::Running);
-            s["startedAt"] = now();
+            s.phase = Some(FleetCommandPhase::Running);
+            s.started_at = Some(now);
         })
         .await;
     let result = if command.spec.provision.is_some() {
@@ -81,13 +78,14 @@ pub(super) async fn execute(fleet: Arc<Fleet>, object: Value) {
     } else {
         Err("neither provision nor kill is set".to_string())
     };
+    let now = fleet.now();
     fleet
         .command_status(&name, |s| {
-            s["phase"] = json!(command_result(&result));
+            s.phase = Some(command_result(&result));
             if let Err(err) = &result {
-                s["error"] = json!(err);
+                s.error = Some(err.to_string());
             }
-            s["finishedAt"] = now();
+            s.finished_at = Some(now);
         })
         .await;
     tracing::info!(command = name, action = command.action(), ok = result.is_ok(), "fleet command done");
@@ -101,52 +99,53 @@ pub(super) async fn fail_interrupted_commands(fleet: &Fleet) {
 
 /// Every non-terminal command becomes Failed with `why`.
 pub(super) async fn fail_unfinished_commands(fleet: &Fleet, why: &str) {
-    let (_, commands) = fleet.store.list("fleetcommands");
+    let (_, commands) = fleet.commands.list();
+    let now = fleet.now();
     for command in commands {
-        let phase: Option<FleetCommandPhase> =
-            serde_json::from_value(command["status"]["phase"].clone()).ok();
-        if phase.is_none_or(FleetCommandPhase::is_terminal) {
+        if command.status.phase.is_none_or(FleetCommandPhase::is_terminal) {
             continue;
         }
-        let name = command["metadata"]["name"].as_str().unwrap_or_default().to_string();
         fleet
-            .command_status(&name, |s| {
-                s["phase"] = json!(FleetCommandPhase::Failed);
-                s["error"] = json!(format!("interrupted: {why}; its nodes keep their own phases"));
-                s["finishedAt"] = now();
+            .command_status(&command.metadata.name, |s| {
+                s.phase = Some(FleetCommandPhase::Failed);
+                s.error = Some(format!("interrupted: {why}; its nodes keep their own phases"));
+                s.finished_at = Some(now);
             })
             .await;
     }
 }
 
+/// Whether a Kill names `node` (or its record is gone).
 fn kill_requested(fleet: &Fleet, node: &str) -> bool {
-    fleet
-        .store
-        .get("nodes", node)
-        .is_none_or(|n| n["metadata"]["annotations"][commands::KILLED_BY].is_string())
+    match fleet.nodes.get(node) {
+        Ok(node) => node.is_none_or(|n| n.metadata.annotations.contains_key(commands::KILLED_BY)),
+        // Not decodable as a Node: nothing is known to say it was not killed.
+        Err(_) => fleet.nodes.get_raw(node).is_none(),
+    }
 }
 
 /// Marks `node` Failed with `error`, unless a Kill got there first (Killing, Killed):
 /// a kill's outcome is never overwritten by the create it interrupted.
 async fn fail_node(fleet: &Fleet, node: &str, error: &str) {
+    let now = fleet.now();
     fleet
         .node_status(node, |s| {
-            if matches!(
-                serde_json::from_value(s["phase"].clone()),
-                Ok(NodePhase::Killing | NodePhase::Killed)
-            ) {
+            if matches!(s.phase, Some(NodePhase::Killing | NodePhase::Killed)) {
                 return;
             }
-            s["phase"] = json!(NodePhase::Failed);
-            s["error"] = json!(error);
-            s["finishedAt"] = now();
+            s.phase = Some(NodePhase::Failed);
+            s.error = Some(error.to_string());
+            s.finished_at = Some(now);
         })
         .await;
 }
 
 fn load_node(fleet: &Fleet, name: &str) -> Result<Node, String> {
-    let object = fleet.store.get("nodes", name).ok_or_else(|| format!("{name}: no such node"))?;
-    serde_json::from_value((*object).clone()).map_err(|e| format!("{name}: undecodable node: {e}"))
+    match fleet.nodes.get(name) {
+        Ok(Some(node)) => Ok(node),
+        Ok(None) => Err(format!("{name}: no such node")),
+        Err(e) => Err(format!("{name}: undecodable node: {e}")),
+    }
 }
 
 /// Creates one node at its provider, waits until its worker joined and its telemetry
@@ -164,8 +163,8 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
     let joined = fleet.await_join(&name);
     fleet
         .node_status(&name, |s| {
-            if s["phase"] == json!(NodePhase::Pending) {
-                s["phase"] = json!(NodePhase::Provisioning);
+            if s.phase == Some(NodePhase::Pending) {
+                s.phase = Some(NodePhase::Provisioning);
             }
         })
         .await;
@@ -187,10 +186,11 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
             return Err(error);
         }
     };
+    let now = fleet.now();
     fleet
         .node_status(&name, |s| {
-            s["providerRef"] = reference.clone();
-            s["provisionedAt"] = now();
+            s.provider_ref = Some(reference.clone());
+            s.provisioned_at = Some(now);
         })
         .await;
     if kill_requested(&fleet, &name) {
@@ -248,18 +248,14 @@ async fn killed(fleet: &Fleet, name: &str) {
 /// Pulls `name`'s telemetry from the endpoint its worker joined with; once the first
 /// descriptors arrived the node is Running.
 pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), String> {
-    let node = fleet.store.get("nodes", name).ok_or_else(|| format!("{name}: no such node"))?;
-    let endpoint = node["status"]["endpointId"].as_str().unwrap_or_default().to_string();
-    let addresses = node["status"]["addresses"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.as_str()?.parse().ok())
-        .collect();
+    let node = load_node(fleet, name)?;
+    let endpoint = node.status.endpoint_id.clone().unwrap_or_default();
+    let addresses = node.status.addresses.iter().filter_map(|a| a.parse().ok()).collect();
     let followed = fleet.net.follow_telemetry(name, &endpoint, addresses, TELEMETRY_TIMEOUT).await;
     // A Kill (or a delete) may have come while the pull was being set up: its forget ran
     // before this follower existed, so stop the follower here.
-    let gone = fleet.store.get("nodes", name).is_none_or(|n| !is_live(&n) || kill_requested(fleet, name));
+    let gone =
+        fleet.nodes.get(name).ok().flatten().is_none_or(|n| !is_live(&n) || kill_requested(fleet, name));
     if gone {
         fleet.net.forget(name);
         return Err(format!("{name}: killed or stopped while its telemetry pull started"));
@@ -267,20 +263,18 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), Str
     if let Err(error) = followed {
         fleet.net.forget(name);
         let error = format!("{name}: the worker joined but serves no telemetry: {error}");
-        fleet.node_status(name, |s| s["error"] = json!(error)).await;
+        fleet.node_status(name, |s| s.error = Some(error.clone())).await;
         return Err(error);
     }
+    let now = fleet.now();
     fleet
         .node_status(name, |s| {
-            let phase = serde_json::from_value(s["phase"].clone()).ok();
-            if matches!(phase, Some(NodePhase::Provisioning | NodePhase::Running)) {
-                if phase == Some(NodePhase::Provisioning) {
-                    s["readyAt"] = now();
+            if matches!(s.phase, Some(NodePhase::Provisioning | NodePhase::Running)) {
+                if s.phase == Some(NodePhase::Provisioning) {
+                    s.ready_at = Some(now);
                 }
-                s["phase"] = json!(NodePhase::Running);
-                if let Some(status) = s.as_object_mut() {
-                    status.remove("error");
-                }
+                s.phase = Some(NodePhase::Running);
+                s.error = None;
             }
         })
         .await;
@@ -288,7 +282,7 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), Str
     Ok(())
 }
 
-type Created = (Value, Option<tokio::sync::oneshot::Receiver<()>>, Duration);
+type Created = (ProviderRef, Option<tokio::sync::oneshot::Receiver<()>>, Duration);
 
 fn worker_args(node: &Node, control: String) -> Vec<String> {
     vec!["--logical-id".into(), node.spec.logical_id.to_string(), "--control".into(), control]
@@ -309,7 +303,11 @@ async fn create_process(fleet: &Fleet, node: &Node, token: &str) -> Result<Creat
         .process
         .spawn(&node.metadata.name, &args, &settings)
         .map_err(|e| format!("starting the worker failed: {e}"))?;
-    Ok((json!({"pid": spawned.pid}), Some(spawned.ready), PROCESS_READY_TIMEOUT))
+    Ok((
+        ProviderRef { pid: Some(spawned.pid), ..Default::default() },
+        Some(spawned.ready),
+        PROCESS_READY_TIMEOUT,
+    ))
 }
 
 /// The image of a node: the command's, else the provider's.
@@ -324,10 +322,12 @@ fn image_of(node: &Node, provider_default: Option<&str>) -> Result<String, Strin
         })
 }
 
-fn provider_spec(fleet: &Fleet, name: &str) -> Result<hive_api::provider::ProviderSpec, String> {
-    let object =
-        fleet.store.get("providers", name).ok_or_else(|| format!("the Provider {name:?} is gone"))?;
-    serde_json::from_value(object["spec"].clone()).map_err(|e| format!("Provider {name:?}: {e}"))
+fn provider_spec(fleet: &Fleet, name: &str) -> Result<ProviderSpec, String> {
+    match Api::<Provider>::new(&fleet.store).get(name) {
+        Ok(Some(provider)) => Ok(provider.spec),
+        Ok(None) => Err(format!("the Provider {name:?} is gone")),
+        Err(e) => Err(format!("Provider {name:?}: {e}")),
+    }
 }
 
 /// Waits (boundedly) until the provider controller checked `provider` once: a command
@@ -378,7 +378,7 @@ async fn create_container(fleet: &Fleet, node: &Node, token: &str) -> Result<Cre
         keep_stdin_open: false,
     };
     let id = docker.create_node(&request).await.map_err(|e| e.to_string())?;
-    Ok((json!({"containerId": id}), None, DOCKER_READY_TIMEOUT))
+    Ok((ProviderRef { container_id: Some(id), ..Default::default() }, None, DOCKER_READY_TIMEOUT))
 }
 
 async fn create_instance(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
@@ -416,7 +416,7 @@ async fn create_instance(fleet: &Fleet, node: &Node, token: &str) -> Result<Crea
     if !created.duplicates.is_empty() {
         tracing::warn!(node = node.metadata.name, duplicates = ?created.duplicates, "vast.ai: other instances carry this node's label; left alone");
     }
-    Ok((json!({"instanceId": created.id.0}), None, VASTAI_READY_TIMEOUT))
+    Ok((ProviderRef { instance_id: Some(created.id.0), ..Default::default() }, None, VASTAI_READY_TIMEOUT))
 }
 
 /// Destroys one node's resource (if it still has one) and marks it Killed, keeping its
@@ -425,7 +425,7 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
     let node = load_node(fleet, name)?;
     let was = node.status.phase;
     if was != Some(NodePhase::Killed) {
-        fleet.node_status(name, |s| s["phase"] = json!(NodePhase::Killing)).await;
+        fleet.node_status(name, |s| s.phase = Some(NodePhase::Killing)).await;
     }
     fleet.net.forget(name);
     let reference = node.status.provider_ref.clone().unwrap_or_default();
@@ -467,11 +467,12 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
     };
     match destroyed {
         Ok(what) => {
+            let now = fleet.now();
             fleet
                 .node_status(name, |s| {
-                    s["phase"] = json!(NodePhase::Killed);
-                    if !is_terminal(was) || s["finishedAt"].is_null() {
-                        s["finishedAt"] = now();
+                    s.phase = Some(NodePhase::Killed);
+                    if !is_terminal(was) || s.finished_at.is_none() {
+                        s.finished_at = Some(now);
                     }
                 })
                 .await;
@@ -482,10 +483,10 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
             let error = format!("{name}: destroying its resource failed: {why}");
             fleet
                 .node_status(name, |s| {
-                    if s["phase"] == json!(NodePhase::Killing) {
-                        s["phase"] = json!(was.unwrap_or(NodePhase::Failed));
+                    if s.phase == Some(NodePhase::Killing) {
+                        s.phase = Some(was.unwrap_or(NodePhase::Failed));
                     }
-                    s["error"] = json!(error);
+                    s.error = Some(error.clone());
                 })
                 .await;
             Err(error)
@@ -493,7 +494,7 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
     }
 }
 
-/// Whether `node` (a stored object) is still live: not in a terminal phase.
-pub(super) fn is_live(node: &Value) -> bool {
-    phase_of(node).is_some() && !is_terminal(phase_of(node))
+/// Whether `node` is still live: not in a terminal phase.
+pub(super) fn is_live(node: &Node) -> bool {
+    node.status.phase.is_some() && !is_terminal(node.status.phase)
 }

@@ -8,18 +8,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use hive_api::meta::Time;
-use hive_api::node::{Gpu, NodePhase, RuntimeFacts};
-use serde_json::json;
+use hive_api::node::{Gpu, Node, NodePhase, RuntimeFacts};
+use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::net::control::AdmitFuture;
 use super::net::{Hello, HelloKind, Members};
-use super::{phase_of, Fleet};
-use crate::store::Store;
+use super::Fleet;
+use crate::client::Api;
+use crate::store::{Mutation, Store, Subresource};
 
 /// Persists joins; see the module docs.
 pub(super) struct Membership {
     store: Store,
+    nodes: Api<Node>,
     waiters: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
     fleet: OnceLock<Weak<Fleet>>,
     /// This run's control generation, which a welcomed worker binds to.
@@ -28,7 +30,13 @@ pub(super) struct Membership {
 
 impl Membership {
     pub(super) fn new(store: Store, generation: u64) -> Arc<Membership> {
-        Arc::new(Membership { store, waiters: Arc::default(), fleet: OnceLock::new(), generation })
+        Arc::new(Membership {
+            nodes: Api::new(&store),
+            store,
+            waiters: Arc::default(),
+            fleet: OnceLock::new(),
+            generation,
+        })
     }
 
     /// Lets admitted Rejoins restart telemetry through `fleet`.
@@ -56,6 +64,19 @@ impl Membership {
 /// The internal (unserved) store kind holding each node's join-token hash.
 pub(super) const TOKEN_KIND: &str = "fleetjointokens";
 
+/// One node's join-token record, an object of [`TOKEN_KIND`].
+#[derive(Debug, Serialize, Deserialize)]
+struct TokenRecord {
+    metadata: TokenMeta,
+    /// The hex SHA-256 of the token.
+    sha256: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TokenMeta {
+    name: String,
+}
+
 fn digest(token: &str) -> String {
     ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
         .as_ref()
@@ -73,14 +94,12 @@ pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String, Str
         .fill(&mut bytes)
         .map_err(|_| "the system random generator failed".to_string())?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let object = json!({"metadata": {"name": node}, "sha256": digest(&token)});
+    let record = TokenRecord { metadata: TokenMeta { name: node.to_string() }, sha256: digest(&token) };
+    let object = serde_json::to_value(&record).expect("a token record encodes");
+    // No resourceVersion: a newer token replaces whatever was recorded.
     let mutation = match store.get(TOKEN_KIND, node) {
-        Some(_) => crate::store::Mutation::Update {
-            kind: TOKEN_KIND,
-            object,
-            subresource: crate::store::Subresource::Main,
-        },
-        None => crate::store::Mutation::Create { kind: TOKEN_KIND, object },
+        Some(_) => Mutation::Update { kind: TOKEN_KIND, object, subresource: Subresource::Main },
+        None => Mutation::Create { kind: TOKEN_KIND, object },
     };
     store.commit(mutation, false).await.map_err(|e| format!("recording the join token failed: {e}"))?;
     Ok(token)
@@ -89,24 +108,25 @@ pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String, Str
 /// Whether `hello` carries the join token recorded for its node.
 fn token_matches(store: &Store, hello: &Hello) -> bool {
     let Some(recorded) = store.get(TOKEN_KIND, &hello.node) else { return false };
+    let Ok(recorded) = TokenRecord::deserialize(&*recorded) else { return false };
     let Some(token) = &hello.join_token else { return false };
-    let (want, got) = (recorded["sha256"].as_str().unwrap_or_default(), digest(&token.0));
+    let (want, got) = (recorded.sha256.as_str(), digest(&token.0));
     // Digests of a 256-bit secret: compared without an early exit all the same.
     want.len() == got.len() && want.bytes().zip(got.bytes()).fold(0, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 /// Why a Hello for `node` (as stored) is refused, if it is.
-fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
+fn refusal(hello: &Hello, node: Option<&Node>) -> Option<String> {
     let Some(node) = node else {
         return Some(format!("{}: no such node in this fleet", hello.node));
     };
-    if node["spec"]["logicalId"].as_u64() != Some(hello.logical_id) {
+    if node.spec.logical_id != hello.logical_id {
         return Some(format!(
             "{}: logical id {} does not match the record ({})",
-            hello.node, hello.logical_id, node["spec"]["logicalId"]
+            hello.node, hello.logical_id, node.spec.logical_id
         ));
     }
-    let recorded = node["status"]["endpointId"].as_str();
+    let recorded = node.status.endpoint_id.as_deref();
     if hello.kind == HelloKind::Rejoin && recorded.is_some_and(|e| e != hello.endpoint_id) {
         return Some(format!(
             "{}: a rejoin must come from the endpoint that joined ({}), not {}",
@@ -115,7 +135,7 @@ fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
             hello.endpoint_id
         ));
     }
-    match phase_of(node) {
+    match node.status.phase {
         Some(NodePhase::Pending | NodePhase::Provisioning | NodePhase::Running | NodePhase::Failed) => None,
         Some(phase) => Some(format!("{}: the node is {} and takes no worker", hello.node, phase.as_str())),
         None => Some(format!("{}: the node was not created by a command", hello.node)),
@@ -125,12 +145,14 @@ fn refusal(hello: &Hello, node: Option<&serde_json::Value>) -> Option<String> {
 impl Members for Membership {
     fn admit(&self, hello: Hello) -> AdmitFuture {
         let store = self.store.clone();
+        let nodes = self.nodes.clone();
         let fleet = self.fleet();
         let generation = self.generation;
         let waiters = self.waiters.clone();
         Box::pin(async move {
-            let stored = store.get("nodes", &hello.node);
-            let why = refusal(&hello, stored.as_deref()).or_else(|| {
+            // A record that does not decode is no node this fleet can admit a worker for.
+            let stored = nodes.get(&hello.node).ok().flatten();
+            let why = refusal(&hello, stored.as_ref()).or_else(|| {
                 (!token_matches(&store, &hello)).then(|| {
                     format!(
                         "{}: the join token is missing or wrong (it is given to the node's worker only)",
@@ -150,24 +172,31 @@ impl Members for Membership {
                 agent_only: hello.facts.agent_only,
                 started_at: Some(Time(hello.facts.started_at)),
                 joined_by: format!("{:?}", hello.kind),
-                joined_at: Some(Time(chrono::Utc::now())),
+                joined_at: Some(Time(store.now())),
                 control_generation: generation,
             };
             let gpus: Vec<Gpu> = hello
                 .facts
                 .gpus
                 .iter()
-                .map(|g| Gpu { name: g.name.clone(), memory_mib: Some(g.memory_mib) })
+                // A Node's GPUs must have names: one the worker could not name is recorded as
+                // such rather than refusing the worker.
+                .map(|g| Gpu {
+                    name: if g.name.trim().is_empty() { "unknown".into() } else { g.name.clone() },
+                    memory_mib: Some(g.memory_mib),
+                })
                 .collect();
             let addresses: Vec<String> = hello.addresses.iter().map(ToString::to_string).collect();
-            let written = super::write_status(&store, "nodes", &hello.node, |s| {
-                s["endpointId"] = json!(hello.endpoint_id);
-                s["addresses"] = json!(addresses);
-                s["gpus"] = json!(gpus);
-                s["runtime"] = json!(facts);
-            })
-            .await;
-            if written.is_none() {
+            let written = nodes
+                .patch_status(&hello.node, |s| {
+                    s.endpoint_id = Some(hello.endpoint_id.clone());
+                    s.addresses = addresses.clone();
+                    s.gpus = gpus.clone();
+                    s.runtime = Some(facts.clone());
+                })
+                .await;
+            if let Err(err) = written {
+                tracing::warn!(node = hello.node, %err, "fleet: persisting a worker's facts failed");
                 return Err(format!("{}: persisting the worker's facts failed; retry", hello.node));
             }
             tracing::info!(node = hello.node, kind = ?hello.kind, generation, "fleet: worker admitted");

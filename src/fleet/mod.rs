@@ -41,11 +41,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
+use hive_api::fleet_command::{FleetCommand, FleetCommandPhase, FleetCommandStatus};
 use hive_api::meta::Time;
-use hive_api::node::NodePhase;
-use hive_api::provider::ProviderType;
-use serde_json::{json, Value};
+use hive_api::node::{Node, NodePhase, NodeStatus};
+use hive_api::provider::{DockerProvider, ProviderSpec, ProviderType, VastaiProvider};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
@@ -53,9 +52,8 @@ use futures_util::StreamExt as _;
 use hive_controllers::watcher::Config as WatchConfig;
 use hive_controllers::{watcher, Event};
 
-use crate::client::Api;
-use crate::store::{Mutation, Store, Subresource};
-use crate::update::update;
+use crate::client::{self, Api, Patched};
+use crate::store::{Mutation, Store};
 use providers::process::{Exit, ProcessProvider};
 use providers::Providers;
 
@@ -111,14 +109,6 @@ pub struct FleetConfig {
     pub vastai_base_url: Option<String>,
 }
 
-fn now() -> Value {
-    json!(Time(chrono::Utc::now()))
-}
-
-fn phase_of(node: &Value) -> Option<NodePhase> {
-    serde_json::from_value(node["status"]["phase"].clone()).ok()
-}
-
 fn is_terminal(phase: Option<NodePhase>) -> bool {
     matches!(phase, Some(NodePhase::Stopped | NodePhase::Killed | NodePhase::Failed | NodePhase::Orphaned))
 }
@@ -137,6 +127,10 @@ pub fn open_identity(state_dir: &Path, reset: bool) -> anyhow::Result<Identity> 
 /// The running fleet.
 pub struct Fleet {
     store: Store,
+    /// Every Node read and write.
+    nodes: Api<Node>,
+    /// Every FleetCommand read and write.
+    commands: Api<FleetCommand>,
     /// Readiness and clients of every Provider.
     pub providers: Arc<Providers>,
     process: Arc<ProcessProvider>,
@@ -173,6 +167,8 @@ impl Fleet {
         tracing::info!(endpoint = %net.endpoint_id(), addrs = ?net.bound_addrs(), generation, "fleet endpoint bound");
         let fleet = Arc::new(Fleet {
             store: store.clone(),
+            nodes: Api::new(&store),
+            commands: Api::new(&store),
             providers: Providers::new(),
             process: ProcessProvider::new(exe, exits_tx),
             net,
@@ -234,24 +230,35 @@ impl Fleet {
         self.net.endpoint_id().to_string()
     }
 
+    /// The store's clock, as a status timestamp.
+    fn now(&self) -> Time {
+        Time(self.store.now())
+    }
+
     async fn ensure_builtin_providers(&self) {
-        status::ensure(&self.store, "process", ProviderType::Process, Value::Null).await;
+        let process = ProviderSpec { type_: ProviderType::Process, ..Default::default() };
+        status::ensure(&self.store, "process", process).await;
         match self.config.default_provider {
             ProviderChoice::Process => {}
             ProviderChoice::Docker => {
-                let settings =
-                    json!({"image": self.config.docker_image, "network": self.config.docker_network});
-                status::ensure(&self.store, "docker", ProviderType::Docker, settings).await;
+                let docker = DockerProvider {
+                    image: self.config.docker_image.clone(),
+                    network: Some(self.config.docker_network.clone()),
+                    ..Default::default()
+                };
+                let spec =
+                    ProviderSpec { type_: ProviderType::Docker, docker: Some(docker), ..Default::default() };
+                status::ensure(&self.store, "docker", spec).await;
             }
             ProviderChoice::Vastai => {
-                let mut settings = json!({});
-                if let Some(base) = &self.config.vastai_base_url {
-                    settings["baseUrl"] = json!(base);
-                }
-                if std::env::var_os("VASTAI_API_KEY").is_some() {
-                    settings["apiKeyEnv"] = json!("VASTAI_API_KEY");
-                }
-                status::ensure(&self.store, "vastai", ProviderType::Vastai, settings).await;
+                let vastai = VastaiProvider {
+                    base_url: self.config.vastai_base_url.clone(),
+                    api_key_env: std::env::var_os("VASTAI_API_KEY").map(|_| "VASTAI_API_KEY".to_string()),
+                    ..Default::default()
+                };
+                let spec =
+                    ProviderSpec { type_: ProviderType::Vastai, vastai: Some(vastai), ..Default::default() };
+                status::ensure(&self.store, "vastai", spec).await;
             }
         }
     }
@@ -282,10 +289,7 @@ impl Fleet {
                 }
             };
             for command in commands {
-                match serde_json::to_value(&command) {
-                    Ok(value) => self.run_once(value),
-                    Err(err) => tracing::warn!(%err, "fleet: a command does not encode"),
-                }
+                self.run_once(command);
             }
         }
     }
@@ -293,13 +297,11 @@ impl Fleet {
     /// Starts executing `command` unless it was started before in this run. Only a
     /// command still to run counts (Pending, or unmarked from apply): the `started` set is
     /// how recovery tells this run's commands from an earlier run's.
-    fn run_once(self: &Arc<Self>, command: Value) {
-        let phase: Option<FleetCommandPhase> =
-            serde_json::from_value(command["status"]["phase"].clone()).ok();
-        if !matches!(phase, None | Some(FleetCommandPhase::Pending)) {
+    fn run_once(self: &Arc<Self>, command: FleetCommand) {
+        if !matches!(command.status.phase, None | Some(FleetCommandPhase::Pending)) {
             return;
         }
-        let name = command["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = command.metadata.name.clone();
         if !self.started.lock().unwrap_or_else(PoisonError::into_inner).insert(name) {
             return;
         }
@@ -321,18 +323,17 @@ impl Fleet {
         while tasks.join_next().await.is_some() {}
         let stopped = self.process.stop_all().await;
         tracing::info!(workers = stopped.len(), "fleet: local workers stopped");
-        let (_, nodes) = self.store.list("nodes");
+        let (_, nodes) = self.nodes.list();
         let mut cleared = 0;
         for node in nodes {
             // Only live records: a kill's (or a failure's) terminal record is kept.
             if !self.is_local(&node) || !exec::is_live(&node) {
                 continue;
             }
-            let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            let delete =
-                Mutation::Delete { kind: "nodes", name: name.clone(), uid: None, resource_version: None };
-            match self.store.commit(delete, false).await {
-                Ok(_) => cleared += 1,
+            let name = &node.metadata.name;
+            match self.nodes.delete(name).await {
+                Ok(Some(_)) => cleared += 1,
+                Ok(None) => {}
                 Err(err) => tracing::warn!(node = name, %err, "clearing a local node's record failed"),
             }
         }
@@ -342,20 +343,24 @@ impl Fleet {
     }
 
     /// Whether `node` is a local worker process (of a `process` provider).
-    fn is_local(&self, node: &Value) -> bool {
-        self.node_provider_type(node) == Some(ProviderType::Process)
+    fn is_local(&self, node: &Node) -> bool {
+        commands::provider_type(&self.store, &node.spec.provider) == Some(ProviderType::Process)
     }
 
-    fn node_provider_type(&self, node: &Value) -> Option<ProviderType> {
-        node["spec"]["provider"].as_str().and_then(|p| commands::provider_type(&self.store, p))
+    /// Writes `change` into the status of Node `name`; logs (and returns `None`) when it
+    /// does not land.
+    async fn node_status(&self, name: &str, change: impl FnMut(&mut NodeStatus) + Send) -> Option<Node> {
+        landed(self.nodes.patch_status(name, change).await, name)
     }
 
-    async fn node_status(&self, name: &str, change: impl FnMut(&mut Value) + Send) -> Option<Value> {
-        write_status(&self.store, "nodes", name, change).await
-    }
-
-    async fn command_status(&self, name: &str, change: impl FnMut(&mut Value) + Send) -> Option<Value> {
-        write_status(&self.store, "fleetcommands", name, change).await
+    /// Writes `change` into the status of FleetCommand `name`; logs (and returns `None`)
+    /// when it does not land.
+    async fn command_status(
+        &self,
+        name: &str,
+        change: impl FnMut(&mut FleetCommandStatus) + Send,
+    ) -> Option<FleetCommand> {
+        landed(self.commands.patch_status(name, change).await, name)
     }
 
     /// Marks the node of a worker that exited by itself Failed.
@@ -364,11 +369,12 @@ impl Fleet {
             tracing::warn!(node = exit.node, status = exit.status, "fleet worker exited unexpectedly");
             self.net.forget(&exit.node);
             let error = format!("the worker exited unexpectedly ({})", exit.status);
+            let now = self.now();
             self.node_status(&exit.node, |s| {
-                if !is_terminal(serde_json::from_value(s["phase"].clone()).ok()) {
-                    s["phase"] = json!(NodePhase::Failed);
-                    s["error"] = json!(error);
-                    s["finishedAt"] = now();
+                if !is_terminal(s.phase) {
+                    s.phase = Some(NodePhase::Failed);
+                    s.error = Some(error.clone());
+                    s.finished_at = Some(now);
                 }
             })
             .await;
@@ -427,11 +433,11 @@ impl Fleet {
             };
             let error = format!(
                 "the worker's control connection was lost at {}; waiting for it to rejoin",
-                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                self.store.now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             );
             self.node_status(&node, |s| {
-                if s["phase"] == json!(NodePhase::Running) {
-                    s["error"] = json!(error);
+                if s.phase == Some(NodePhase::Running) {
+                    s.error = Some(error.clone());
                 }
             })
             .await;
@@ -450,11 +456,10 @@ impl Fleet {
                 if seen == Some(summary.updated_at) {
                     continue;
                 }
-                let value = serde_json::to_value(&summary).unwrap_or_default();
                 let written = self
                     .node_status(&node, |s| {
-                        if !is_terminal(serde_json::from_value(s["phase"].clone()).ok()) {
-                            s["telemetry"] = value.clone();
+                        if !is_terminal(s.phase) {
+                            s.telemetry = Some(summary.clone());
                         }
                     })
                     .await;
@@ -474,21 +479,16 @@ impl Fleet {
     }
 }
 
-/// Writes `change` into the status of `kind/name`; logs (and returns `None`) on failure.
-async fn write_status(
-    store: &Store,
-    kind: &'static str,
-    name: &str,
-    mut change: impl FnMut(&mut Value) + Send,
-) -> Option<Value> {
-    match update(store, kind, name, Subresource::Status, |o| change(&mut o["status"])).await {
-        Ok(crate::update::Updated::Stored(o) | crate::update::Updated::Unchanged(o)) => Some((*o).clone()),
-        Ok(other) => {
-            tracing::warn!(kind, name, ?other, "fleet status write did not land");
+/// The object a typed status write left, or `None` (logged) when it did not land.
+fn landed<K>(result: client::Result<Patched<K>>, name: &str) -> Option<K> {
+    match result {
+        Ok(patched) => Some(patched.into_inner()),
+        Err(err) if err.is_not_found() => {
+            tracing::warn!(name, %err, "fleet status write did not land");
             None
         }
         Err(err) => {
-            tracing::warn!(kind, name, %err, "fleet status write failed");
+            tracing::warn!(name, %err, "fleet status write failed");
             None
         }
     }

@@ -11,13 +11,12 @@
 
 use std::collections::BTreeMap;
 
-use hive_api::node::{Node, NodePhase, NodeSpec, ProviderRef};
+use hive_api::fleet_command::FleetCommandPhase;
+use hive_api::node::{Node, NodePhase, NodeSpec, NodeStatus, ProviderRef};
 use hive_api::provider::ProviderType;
-use serde_json::json;
 
 use super::providers::vastai::LABEL_PREFIX;
-use super::{commands, exec, now, Fleet};
-use crate::store::Mutation;
+use super::{commands, exec, Fleet};
 
 /// What recovery found of one node at its provider.
 struct Found {
@@ -34,23 +33,24 @@ struct Found {
 
 /// Live records of local workers → Stopped.
 pub(super) async fn process_nodes(fleet: &Fleet) {
-    let (_, nodes) = fleet.store.list("nodes");
+    let (_, nodes) = fleet.nodes.list();
     for node in nodes {
         if !fleet.is_local(&node) || !exec::is_live(&node) {
             continue;
         }
-        let name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        mark_stopped(fleet, &name, "the daemon restarted; a local worker process cannot be adopted").await;
+        let name = &node.metadata.name;
+        mark_stopped(fleet, name, "the daemon restarted; a local worker process cannot be adopted").await;
     }
 }
 
 async fn mark_stopped(fleet: &Fleet, name: &str, why: &str) {
     tracing::info!(node = name, why, "fleet recovery: node stopped");
+    let now = fleet.now();
     fleet
         .node_status(name, |s| {
-            s["phase"] = json!(NodePhase::Stopped);
-            s["error"] = json!(why);
-            s["finishedAt"] = now();
+            s.phase = Some(NodePhase::Stopped);
+            s.error = Some(why.to_string());
+            s.finished_at = Some(now);
         })
         .await;
 }
@@ -124,25 +124,25 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
     // Nodes of commands this run has begun are its own, in flight: not recovered.
     // (Every command of an earlier run was made terminal at start, so a command that is
     // not terminal is this run's even before its execution began.)
-    let this_run = |node: &serde_json::Value| {
-        let Some(command) = node["spec"]["command"].as_str() else { return false };
+    let this_run = |node: &Node| {
+        let Some(command) = node.spec.command.as_deref() else { return false };
         let started = fleet.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         started.contains(command)
-            || fleet.store.get("fleetcommands", command).is_some_and(|c| {
-                serde_json::from_value::<hive_api::fleet_command::FleetCommandPhase>(
-                    c["status"]["phase"].clone(),
-                )
-                .is_ok_and(|p| !p.is_terminal())
-            })
+            || fleet
+                .commands
+                .get(command)
+                .ok()
+                .flatten()
+                .is_some_and(|c| c.status.phase.is_some_and(|p: FleetCommandPhase| !p.is_terminal()))
     };
     let mut by_node: BTreeMap<String, Found> = BTreeMap::new();
     let mut orphans = Vec::new();
     for f in found {
-        let record = f.node.as_deref().and_then(|n| fleet.store.get("nodes", n));
-        if record.as_deref().is_some_and(this_run) {
+        let record = f.node.as_deref().and_then(|n| fleet.nodes.get(n).ok().flatten());
+        if record.as_ref().is_some_and(this_run) {
             continue;
         }
-        match f.node.clone().filter(|_| record.is_some_and(|o| o["spec"]["provider"] == name)) {
+        match f.node.clone().filter(|_| record.is_some_and(|o| o.spec.provider == name)) {
             Some(node) => {
                 by_node.insert(node, f);
             }
@@ -150,16 +150,16 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
         }
     }
     let (mut adopted, mut stopped) = (0, 0);
-    let (_, nodes) = fleet.store.list("nodes");
-    for node in nodes.iter().filter(|n| n["spec"]["provider"] == name && !this_run(n)) {
-        let node_name = node["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let (_, nodes) = fleet.nodes.list();
+    for node in nodes.iter().filter(|n| n.spec.provider == name && !this_run(n)) {
+        let node_name = node.metadata.name.clone();
         let live = exec::is_live(node);
         match by_node.remove(&node_name) {
             Some(f) if live => {
                 adopted += 1;
                 adopt(fleet, &node_name, &f).await;
             }
-            Some(f) if node["status"]["phase"] == json!(NodePhase::Killed) => {
+            Some(f) if node.status.phase == Some(NodePhase::Killed) => {
                 // A Kill whose destroy did not finish: the resource is reported, not touched.
                 orphans.push(f);
             }
@@ -181,22 +181,22 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
 async fn adopt(fleet: &Fleet, name: &str, found: &Found) {
     let running = found.running;
     let state = found.state.clone();
-    let reference = serde_json::to_value(&found.reference).unwrap_or_default();
     let generation = fleet.net.generation();
+    let now = fleet.now();
     fleet
         .node_status(name, |s| {
-            s["providerRef"] = reference.clone();
-            let rejoined = s["runtime"]["controlGeneration"].as_u64() == Some(generation);
+            s.provider_ref = Some(found.reference.clone());
+            let rejoined = s.runtime.as_ref().and_then(|r| r.control_generation) == Some(generation);
             if running && rejoined {
                 // Its worker rejoined this run before recovery got here: nothing to say.
             } else if running {
-                s["error"] = json!(format!(
+                s.error = Some(format!(
                     "adopted after a daemon restart ({state}); waiting for its worker to rejoin"
                 ));
             } else {
-                s["phase"] = json!(NodePhase::Stopped);
-                s["error"] = json!(format!("the resource was found {state} at start; left as it is"));
-                s["finishedAt"] = now();
+                s.phase = Some(NodePhase::Stopped);
+                s.error = Some(format!("the resource was found {state} at start; left as it is"));
+                s.finished_at = Some(now);
             }
         })
         .await;
@@ -224,8 +224,13 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
             found.command.as_deref().map(|c| format!(" of command {c}")).unwrap_or_default()
         )),
     );
-    let status = json!({"phase": NodePhase::Orphaned, "providerRef": found.reference, "error": error});
-    if fleet.store.get("nodes", &name).is_some() {
+    let status = NodeStatus {
+        phase: Some(NodePhase::Orphaned),
+        provider_ref: Some(found.reference.clone()),
+        error: Some(error),
+        ..Default::default()
+    };
+    if fleet.nodes.get_raw(&name).is_some() {
         fleet.node_status(&name, |s| *s = status.clone()).await;
         return;
     }
@@ -239,9 +244,8 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
         },
     );
     node.metadata.labels = BTreeMap::from([(hive_api::names::ORPHAN_LABEL.to_string(), "true".to_string())]);
-    let mut object = serde_json::to_value(node).unwrap_or_default();
-    object["status"] = status;
-    match fleet.store.commit(Mutation::Create { kind: "nodes", object }, false).await {
+    node.status = status;
+    match fleet.nodes.create(&node).await {
         Ok(_) => tracing::warn!(node = name, provider, "fleet recovery: orphan reported"),
         Err(err) => tracing::warn!(node = name, %err, "fleet recovery: reporting an orphan failed"),
     }

@@ -8,42 +8,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
-use hive_api::provider::{Provider, ProviderState, ProviderType};
-use serde_json::{json, Value};
+use hive_api::provider::{Provider, ProviderSpec, ProviderState};
 
 use super::providers::{Entry, Providers};
 use hive_controllers::{Action, Config, Controller, Target};
 
-use crate::client::Api;
-use crate::store::{Mutation, Store, Subresource};
-use crate::update::update;
+use crate::client::{self, Api};
+use crate::store::Store;
 
-/// Creates the Provider `name` of `type_` with `spec` unless it exists (an operator's
-/// edits are never overwritten).
-pub async fn ensure(store: &Store, name: &str, type_: ProviderType, settings: Value) {
-    if store.get("providers", name).is_some() {
+/// Creates the Provider `name` with `spec` unless it exists (an operator's edits are
+/// never overwritten).
+pub async fn ensure(store: &Store, name: &str, spec: ProviderSpec) {
+    let providers = Api::<Provider>::new(store);
+    if providers.get_raw(name).is_some() {
         return;
     }
-    let mut spec = json!({"type": type_.as_str()});
-    if !settings.is_null() {
-        spec[type_.as_str()] = settings;
-    }
-    let object =
-        json!({"apiVersion": "hive.dev/v1", "kind": "Provider", "metadata": {"name": name}, "spec": spec});
-    let object = match crate::server::resources::admit(
-        hive_api::kind_by_kind("Provider").expect("Provider is registered"),
-        object,
-        crate::server::params::FieldValidation::Strict,
-    ) {
-        Ok((object, _)) => object,
-        Err(err) => {
-            tracing::warn!(provider = name, %err, "built-in provider settings are invalid; not created");
-            return;
-        }
-    };
-    match store.commit(Mutation::Create { kind: "providers", object }, false).await {
+    let type_ = spec.type_;
+    match providers.create(&Provider::new(name.to_string(), spec)).await {
         Ok(_) => tracing::info!(provider = name, type_ = type_.as_str(), "built-in provider created"),
-        Err(crate::store::Error::AlreadyExists { .. }) => {}
+        Err(client::Error::Store(crate::store::Error::AlreadyExists { .. })) => {}
+        Err(err @ client::Error::Invalid { .. }) => {
+            tracing::warn!(provider = name, %err, "built-in provider settings are invalid; not created");
+        }
         Err(err) => tracing::warn!(provider = name, %err, "creating the built-in provider failed"),
     }
 }
@@ -53,30 +39,33 @@ pub async fn write(store: &Store, name: &str, entry: &Entry) {
     let state = entry.readiness.state;
     let message = entry.readiness.message.clone();
     let generation = entry.generation;
-    let result = update(store, "providers", name, Subresource::Status, |object| {
-        let mut status: hive_api::provider::ProviderStatus =
-            serde_json::from_value(object["status"].clone()).unwrap_or_default();
-        status.state = Some(state);
-        status.message = (!message.is_empty()).then(|| message.clone());
-        status.observed_generation = Some(generation);
-        let ready = state == ProviderState::Ready;
-        set_condition(
-            &mut status.conditions,
-            Condition {
-                type_: "Ready".into(),
-                status: if ready { ConditionStatus::True } else { ConditionStatus::False },
-                reason: state.as_str().into(),
-                message: message.clone(),
-                last_transition_time: None,
-                observed_generation: Some(generation),
-            },
-            Time(chrono::Utc::now()),
-        );
-        object["status"] = serde_json::to_value(status).unwrap_or_default();
-    })
-    .await;
-    if let Err(err) = result {
-        tracing::warn!(provider = name, %err, "writing the provider status failed");
+    let now = Time(store.now());
+    let result = Api::<Provider>::new(store)
+        .patch_status(name, |status| {
+            status.state = Some(state);
+            status.message = (!message.is_empty()).then(|| message.clone());
+            status.observed_generation = Some(generation);
+            let ready = state == ProviderState::Ready;
+            set_condition(
+                &mut status.conditions,
+                Condition {
+                    type_: "Ready".into(),
+                    status: if ready { ConditionStatus::True } else { ConditionStatus::False },
+                    reason: state.as_str().into(),
+                    message: message.clone(),
+                    last_transition_time: None,
+                    observed_generation: Some(generation),
+                },
+                now,
+            );
+        })
+        .await;
+    // A Provider deleted meanwhile has no status to write.
+    match result {
+        Err(err) if !err.is_not_found() => {
+            tracing::warn!(provider = name, %err, "writing the provider status failed");
+        }
+        _ => {}
     }
 }
 

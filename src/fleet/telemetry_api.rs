@@ -46,7 +46,7 @@ pub(super) async fn stream(
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("telemetry: {}", e.body_text())))?;
     let fleet = super::api::fleet(&state)?;
-    let Some(node) = state.store.get("nodes", &name) else {
+    let Some(node) = crate::client::Api::<hive_api::Node>::new(&state.store).get(&name)? else {
         return Err(ApiError::NotFound { plural: "nodes".into(), name });
     };
     // A node that is over (killed, stopped, failed) has nothing live to follow.
