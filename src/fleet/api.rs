@@ -125,7 +125,7 @@ async fn offers(
     let client = fleet.providers.vast(&name).map_err(|why| ApiError::Conflict {
         plural: "providers".into(),
         name: name.clone(),
-        message: why,
+        message: why.to_string(),
     })?;
     let filter = query.filter(provider.spec.vastai.and_then(|v| v.search));
     let offers = client.search_offers(&filter).await.map_err(|err| ApiError::Conflict {

@@ -1,36 +1,22 @@
 //! Executing a recorded command, once: Provision creates each node at its provider,
 //! waits for its worker to join and for its telemetry to flow (Running); Kill destroys
-//! the node's resource and keeps its record (Killed).
+//! the node's resource and keeps its record (Killed). What a create or destroy does is
+//! the node's [`Provider`]'s business; this file only sequences it.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
 use hive_api::node::{Node, NodePhase, ProviderRef};
-use hive_api::provider::{Provider, ProviderSpec, ProviderType};
+use hive_api::provider::{Provider as ProviderObject, ProviderSpec};
 
-use crate::client::Api;
-
-use super::providers::docker::NodeRequest;
-use super::providers::vastai::{instance_label, CreateRequest, InstanceId, DEFAULT_DISK_GB};
+use super::error::{Error, Result};
+use super::providers::{Launch, Lifetime, Provider};
 use super::{command_result, commands, is_terminal, Fleet};
-use super::{DOCKER_READY_TIMEOUT, PROCESS_READY_TIMEOUT, VASTAI_READY_TIMEOUT};
-
-/// The environment variable that gives a worker its node's join token.
-pub const JOIN_TOKEN_ENV: &str = "HIVE_JOIN_TOKEN";
-
-/// How long a command waits for its provider's first check after the daemon started.
-pub const PROVIDER_CHECK_WAIT: Duration = Duration::from_secs(30);
+use crate::client::Api;
 
 /// How long the first telemetry descriptors may take after a worker joined.
 pub const TELEMETRY_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// The on-start script of Vast.ai nodes when neither the command nor the Provider gives
-/// one: the image's `hive` runs the worker, configured by the instance's environment.
-pub const DEFAULT_ONSTART: &str = "exec hive fleet-worker --supervise none";
-
-/// Serializes creating Docker networks in this daemon.
-static NETWORKS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs the provider work of a newly recorded command, once.
 pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
@@ -66,17 +52,17 @@ pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
         .await;
     let result = if command.spec.provision.is_some() {
         let runs = command.status.nodes.iter().map(|node| provision(fleet.clone(), node.clone()));
-        let errors: Vec<String> =
+        let errors: Vec<Error> =
             futures_util::future::join_all(runs).await.into_iter().filter_map(Result::err).collect();
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(errors.join("; "))
+            Err(Error::Nodes(errors))
         }
     } else if let Some(kill) = &command.spec.kill {
         kill_node(&fleet, &kill.node).await
     } else {
-        Err("neither provision nor kill is set".to_string())
+        Err(Error::EmptyCommand)
     };
     let now = fleet.now();
     fleet
@@ -125,8 +111,10 @@ fn kill_requested(fleet: &Fleet, node: &str) -> bool {
 }
 
 /// Marks `node` Failed with `error`, unless a Kill got there first (Killing, Killed):
-/// a kill's outcome is never overwritten by the create it interrupted.
-async fn fail_node(fleet: &Fleet, node: &str, error: &str) {
+/// a kill's outcome is never overwritten by the create it interrupted. Returns `error`.
+async fn fail_node(fleet: &Fleet, node: &str, error: Error) -> Error {
+    let error = Error::node(node, error);
+    let text = error.to_string();
     let now = fleet.now();
     fleet
         .node_status(node, |s| {
@@ -134,31 +122,62 @@ async fn fail_node(fleet: &Fleet, node: &str, error: &str) {
                 return;
             }
             s.phase = Some(NodePhase::Failed);
-            s.error = Some(error.to_string());
+            s.error = Some(text.clone());
             s.finished_at = Some(now);
         })
         .await;
+    error
 }
 
-fn load_node(fleet: &Fleet, name: &str) -> Result<Node, String> {
+/// The node `name` as stored; a missing or undecodable one is an error naming it.
+fn load_node(fleet: &Fleet, name: &str) -> Result<Node> {
     match fleet.nodes.get(name) {
         Ok(Some(node)) => Ok(node),
-        Ok(None) => Err(format!("{name}: no such node")),
-        Err(e) => Err(format!("{name}: undecodable node: {e}")),
+        Ok(None) => Err(Error::node(name, Error::NoSuchNode)),
+        Err(err) => Err(Error::node(name, err.into())),
     }
+}
+
+/// The spec of Provider `name` as stored now, if it exists (and decodes).
+fn provider_spec(fleet: &Fleet, name: &str) -> Option<ProviderSpec> {
+    match Api::<ProviderObject>::new(&fleet.store).get(name) {
+        Ok(provider) => provider.map(|p| p.spec),
+        Err(err) => {
+            tracing::warn!(provider = name, %err, "a Provider that does not decode has no settings");
+            None
+        }
+    }
+}
+
+/// Issues the node's join token and creates its resource at `provider`.
+async fn create(fleet: &Fleet, node: &Node, provider: &dyn Provider) -> Result<super::providers::Created> {
+    // The worker proves it is this node's with a token only it is given; the hash is
+    // durable before the resource exists, so a rejoin after a restart is checked too.
+    let token = super::members::issue_token(&fleet.store, &node.metadata.name).await?;
+    let spec = provider_spec(fleet, &node.spec.provider);
+    let launch = Launch {
+        node,
+        token: &token,
+        spec: spec.as_ref(),
+        net: &fleet.net,
+        fleet_label: &fleet.fleet_label,
+        run_id: &fleet.run_id,
+        advertise: fleet.config.advertise,
+        docker_network: &fleet.config.docker_network,
+    };
+    provider.create(&launch).await
 }
 
 /// Creates one node at its provider, waits until its worker joined and its telemetry
 /// flows, and marks it Running.
-async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
+async fn provision(fleet: Arc<Fleet>, name: String) -> Result<()> {
     if kill_requested(&fleet, &name) {
-        return Err(format!("{name}: killed before it was created"));
+        return Err(Error::node(&name, Error::KilledBeforeCreate));
     }
     let node = load_node(&fleet, &name)?;
     let Some(type_) = commands::provider_type(&fleet.store, &node.spec.provider) else {
-        let error = format!("{name}: the provider {:?} no longer exists", node.spec.provider);
-        fail_node(&fleet, &name, &error).await;
-        return Err(error);
+        let error = Error::ProviderMissing { provider: node.spec.provider.clone() };
+        return Err(fail_node(&fleet, &name, error).await);
     };
     let joined = fleet.await_join(&name);
     fleet
@@ -168,24 +187,15 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
             }
         })
         .await;
-    // The worker proves it is this node's with a token only it is given; the hash is
-    // durable before the resource exists, so a rejoin after a restart is checked too.
-    let created = match super::members::issue_token(&fleet.store, &name).await {
-        Err(error) => Err(error),
-        Ok(token) => match type_ {
-            ProviderType::Process => create_process(&fleet, &node, &token).await,
-            ProviderType::Docker => create_container(&fleet, &node, &token).await,
-            ProviderType::Vastai => create_instance(&fleet, &node, &token).await,
-        },
+    let provider = match fleet.providers.checked(&node.spec.provider, type_).await {
+        Ok(provider) => provider,
+        Err(error) => return Err(fail_node(&fleet, &name, error).await),
     };
-    let (reference, exited, timeout) = match created {
+    let created = match create(&fleet, &node, provider.as_ref()).await {
         Ok(created) => created,
-        Err(error) => {
-            let error = format!("{name}: {error}");
-            fail_node(&fleet, &name, &error).await;
-            return Err(error);
-        }
+        Err(error) => return Err(fail_node(&fleet, &name, error).await),
     };
+    let reference = created.reference;
     let now = fleet.now();
     fleet
         .node_status(&name, |s| {
@@ -200,24 +210,26 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
     }
     // A local worker that dies before it joins ends the wait at once. (Its ready line
     // comes after the Welcome, so a printed one is no exit.)
+    let ready = created.ready;
     let exited = async move {
-        if let Some(ready) = exited {
+        if let Some(ready) = ready {
             if ready.await.is_err() {
                 return;
             }
         }
         std::future::pending::<()>().await
     };
+    let lifetime = provider.lifetime();
+    let timeout = created.join_timeout;
     let outcome = tokio::select! {
         biased;
-        joined = joined => joined.map_err(|_| format!("{name}: the join waiter was dropped")),
-        () = exited => Err(format!("{name}: the worker exited before it joined")),
-        () = killed(&fleet, &name) => Err(format!("{name}: killed while waiting for its worker")),
-        () = tokio::time::sleep(timeout) => Err(format!(
-            "{name}: the worker did not join within {}s{}",
-            timeout.as_secs(),
-            if type_ == ProviderType::Process { "" } else { "; its resource is left as it is: kill the node to remove it" }
-        )),
+        joined = joined => joined.map_err(|_| Error::JoinWaiterDropped),
+        () = exited => Err(Error::ExitedBeforeJoin),
+        () = killed(&fleet, &name) => Err(Error::KilledWhileJoining),
+        () = tokio::time::sleep(timeout) => Err(Error::JoinTimeout {
+            after: timeout,
+            left_running: lifetime == Lifetime::Detached,
+        }),
     };
     fleet.members.forget_waiter(&name);
     if kill_requested(&fleet, &name) {
@@ -225,15 +237,16 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<(), String> {
         return kill_node(&fleet, &name).await;
     }
     if let Err(error) = outcome {
-        if type_ == ProviderType::Process {
-            fleet.process.stop(&name).await;
+        if lifetime == Lifetime::Supervised {
+            // Nothing could reach or adopt a worker that never joined: stop it.
+            if let Err(err) = provider.destroy(&name, &reference).await {
+                tracing::warn!(node = name, %err, "stopping a worker that did not join failed");
+            }
         }
-        fail_node(&fleet, &name, &error).await;
-        return Err(error);
+        return Err(fail_node(&fleet, &name, error).await);
     }
     if let Err(error) = start_telemetry(&fleet, &name).await {
-        fail_node(&fleet, &name, &error).await;
-        return Err(error);
+        return Err(fail_node(&fleet, &name, error).await);
     }
     Ok(())
 }
@@ -247,7 +260,7 @@ async fn killed(fleet: &Fleet, name: &str) {
 
 /// Pulls `name`'s telemetry from the endpoint its worker joined with; once the first
 /// descriptors arrived the node is Running.
-pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), String> {
+pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<()> {
     let node = load_node(fleet, name)?;
     let endpoint = node.status.endpoint_id.clone().unwrap_or_default();
     let addresses = node.status.addresses.iter().filter_map(|a| a.parse().ok()).collect();
@@ -258,12 +271,13 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), Str
         fleet.nodes.get(name).ok().flatten().is_none_or(|n| !is_live(&n) || kill_requested(fleet, name));
     if gone {
         fleet.net.forget(name);
-        return Err(format!("{name}: killed or stopped while its telemetry pull started"));
+        return Err(Error::node(name, Error::KilledWhileFollowing));
     }
     if let Err(error) = followed {
         fleet.net.forget(name);
-        let error = format!("{name}: the worker joined but serves no telemetry: {error}");
-        fleet.node_status(name, |s| s.error = Some(error.clone())).await;
+        let error = Error::node(name, Error::NoTelemetry(error));
+        let text = error.to_string();
+        fleet.node_status(name, |s| s.error = Some(text.clone())).await;
         return Err(error);
     }
     let now = fleet.now();
@@ -282,146 +296,34 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<(), Str
     Ok(())
 }
 
-type Created = (ProviderRef, Option<tokio::sync::oneshot::Receiver<()>>, Duration);
-
-fn worker_args(node: &Node, control: String) -> Vec<String> {
-    vec!["--logical-id".into(), node.spec.logical_id.to_string(), "--control".into(), control]
+/// The resource a node's record names at a provider that outlives the daemon: a
+/// container id or `instance N`.
+fn detached_resource(reference: &ProviderRef) -> Option<String> {
+    reference.container_id.clone().or_else(|| reference.instance_id.map(|id| format!("instance {id}")))
 }
 
-async fn create_process(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
-    let control = fleet.net.control_target(None);
-    let mut args = worker_args(node, control);
-    if fleet.net.bound_addrs().iter().all(|a| a.ip().is_loopback()) {
-        // A daemon on loopback keeps its local workers there too.
-        args.extend(["--bind".into(), "127.0.0.1:0".into()]);
-    }
-    let mut settings = provider_spec(fleet, &node.spec.provider)
-        .map(|spec| spec.process.unwrap_or_default())
-        .unwrap_or_default();
-    settings.env.insert(JOIN_TOKEN_ENV.into(), token.into());
-    let spawned = fleet
-        .process
-        .spawn(&node.metadata.name, &args, &settings)
-        .map_err(|e| format!("starting the worker failed: {e}"))?;
-    Ok((
-        ProviderRef { pid: Some(spawned.pid), ..Default::default() },
-        Some(spawned.ready),
-        PROCESS_READY_TIMEOUT,
-    ))
-}
-
-/// The image of a node: the command's, else the provider's.
-fn image_of(node: &Node, provider_default: Option<&str>) -> Result<String, String> {
-    node.spec
-        .image
-        .clone()
-        .or_else(|| provider_default.map(str::to_string))
-        .filter(|i| !i.trim().is_empty())
-        .ok_or_else(|| {
-            format!("no image: neither the command nor Provider {:?} names one", node.spec.provider)
-        })
-}
-
-fn provider_spec(fleet: &Fleet, name: &str) -> Result<ProviderSpec, String> {
-    match Api::<Provider>::new(&fleet.store).get(name) {
-        Ok(Some(provider)) => Ok(provider.spec),
-        Ok(None) => Err(format!("the Provider {name:?} is gone")),
-        Err(e) => Err(format!("Provider {name:?}: {e}")),
-    }
-}
-
-/// Waits (boundedly) until the provider controller checked `provider` once: a command
-/// that arrives right after the daemon started must not fail for being early.
-async fn checked(fleet: &Fleet, provider: &str) {
-    let deadline = tokio::time::Instant::now() + PROVIDER_CHECK_WAIT;
-    while fleet.providers.get(provider).is_none() && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn create_container(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
+/// Destroys `node`'s resource `reference` at its provider; says what was done.
+async fn destroy(fleet: &Fleet, node: &Node, reference: &ProviderRef) -> Result<String> {
+    let name = &node.metadata.name;
     let provider = &node.spec.provider;
-    checked(fleet, provider).await;
-    let docker = fleet.providers.docker(provider)?;
-    let settings = provider_spec(fleet, provider)?.docker.unwrap_or_default();
-    let network_name = settings.network.clone().unwrap_or_else(|| fleet.config.docker_network.clone());
-    // The engine allows two networks of one name: concurrent creates must not race.
-    let network = {
-        let _serial = NETWORKS.lock().await;
-        docker.ensure_network(&network_name).await.map_err(|e| e.to_string())?
-    };
-    if fleet.net.bound_addrs().iter().all(|a| a.ip().is_loopback()) {
-        return Err("the fleet endpoint listens on loopback only, where containers cannot reach it: start \
-                    hive serve with --fleet-listen 0.0.0.0:PORT"
-            .into());
+    match commands::provider_type(&fleet.store, provider) {
+        None => match detached_resource(reference) {
+            Some(resource) => Err(Error::ProviderGoneWithResource { provider: provider.clone(), resource }),
+            // Only a local worker can be left of a node whose Provider is gone.
+            None => fleet.providers.local().destroy(name, reference).await,
+        },
+        Some(type_) => match fleet.providers.ready(provider, type_) {
+            Ok(implementation) => implementation.destroy(name, reference).await,
+            // Nothing was created there, so there is nothing to destroy, ready or not.
+            Err(_) if detached_resource(reference).is_none() => Ok("no resource was created".into()),
+            Err(err) => Err(err),
+        },
     }
-    let Some(gateway) = network.gateway else {
-        return Err(format!(
-            "the Docker network {network_name:?} has no gateway for nodes to reach the daemon at"
-        ));
-    };
-    let mut cmd =
-        vec!["hive".to_string(), "fleet-worker".into(), "--node".into(), node.metadata.name.clone()];
-    cmd.extend(worker_args(node, fleet.net.control_target(Some(gateway))));
-    cmd.extend(["--supervise".into(), "none".into()]);
-    let request = NodeRequest {
-        fleet: fleet.fleet_label.clone(),
-        run_id: fleet.run_id.clone(),
-        node: node.metadata.name.clone(),
-        logical_id: node.spec.logical_id,
-        command: node.spec.command.clone().unwrap_or_default(),
-        image: image_of(node, Some(&settings.image))?,
-        cmd,
-        env: vec![("MYELIN_AGENT_ONLY".into(), "1".into()), (JOIN_TOKEN_ENV.into(), token.into())],
-        network: Some(network_name),
-        gpus: settings.gpus.clone(),
-        keep_stdin_open: false,
-    };
-    let id = docker.create_node(&request).await.map_err(|e| e.to_string())?;
-    Ok((ProviderRef { container_id: Some(id), ..Default::default() }, None, DOCKER_READY_TIMEOUT))
-}
-
-async fn create_instance(fleet: &Fleet, node: &Node, token: &str) -> Result<Created, String> {
-    let provider = &node.spec.provider;
-    checked(fleet, provider).await;
-    let client = fleet.providers.vast(provider)?;
-    let settings = provider_spec(fleet, provider)?.vastai.unwrap_or_default();
-    let Some(offer) = node.spec.offer_id else {
-        return Err("no selected offer recorded for this node".into());
-    };
-    let control = match fleet.config.advertise {
-        Some(addr) => format!("{}@{addr}", fleet.net.endpoint_id()),
-        None => fleet.net.control_target(None),
-    };
-    // hive:<fleet>:<command>:<node>: the fleet label keeps two daemons sharing one Vast.ai
-    // account out of each other's recovery.
-    let scoped = format!("{}:{}", fleet.fleet_label, node.spec.command.as_deref().unwrap_or_default());
-    let label = instance_label(&scoped, &node.metadata.name);
-    let onstart =
-        node.spec.bootstrap.clone().or(settings.onstart.clone()).unwrap_or_else(|| DEFAULT_ONSTART.into());
-    let mut request =
-        CreateRequest::new(offer, label, image_of(node, settings.image.as_deref())?, Some(onstart));
-    request.disk_gb = settings.disk_gb.unwrap_or(DEFAULT_DISK_GB);
-    request.env = [
-        ("MYELIN_AGENT_ONLY", "1".to_string()),
-        ("HIVE_NODE", node.metadata.name.clone()),
-        ("HIVE_LOGICAL_ID", node.spec.logical_id.to_string()),
-        ("HIVE_CONTROL", control),
-        (JOIN_TOKEN_ENV, token.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let created = client.create_instance(&request).await.map_err(|e| e.to_string())?;
-    if !created.duplicates.is_empty() {
-        tracing::warn!(node = node.metadata.name, duplicates = ?created.duplicates, "vast.ai: other instances carry this node's label; left alone");
-    }
-    Ok((ProviderRef { instance_id: Some(created.id.0), ..Default::default() }, None, VASTAI_READY_TIMEOUT))
 }
 
 /// Destroys one node's resource (if it still has one) and marks it Killed, keeping its
 /// record.
-pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
+pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<()> {
     let node = load_node(fleet, name)?;
     let was = node.status.phase;
     if was != Some(NodePhase::Killed) {
@@ -429,43 +331,7 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
     }
     fleet.net.forget(name);
     let reference = node.status.provider_ref.clone().unwrap_or_default();
-    let destroyed: Result<String, String> = match commands::provider_type(&fleet.store, &node.spec.provider) {
-        None if reference.container_id.is_some() || reference.instance_id.is_some() => Err(format!(
-            "the Provider {:?} no longer exists, so its resource ({}) cannot be destroyed; recreate the \
-             Provider and kill the node again",
-            node.spec.provider,
-            reference
-                .container_id
-                .clone()
-                .unwrap_or_else(|| format!("instance {}", reference.instance_id.unwrap_or(0)))
-        )),
-        Some(ProviderType::Process) | None => {
-            Ok(format!("worker stopped: {}", fleet.process.stop(name).await))
-        }
-        Some(ProviderType::Docker) => match &reference.container_id {
-            None => Ok("no container".into()),
-            Some(id) => match fleet.providers.docker(&node.spec.provider) {
-                Ok(docker) => docker
-                    .destroy(id)
-                    .await
-                    .map(|()| format!("container {id} removed"))
-                    .map_err(|e| e.to_string()),
-                Err(why) => Err(why),
-            },
-        },
-        Some(ProviderType::Vastai) => match reference.instance_id {
-            None => Ok("no instance".into()),
-            Some(id) => match fleet.providers.vast(&node.spec.provider) {
-                Ok(client) => client
-                    .destroy(InstanceId(id))
-                    .await
-                    .map(|outcome| format!("instance {id}: {outcome:?}"))
-                    .map_err(|e| e.to_string()),
-                Err(why) => Err(why),
-            },
-        },
-    };
-    match destroyed {
+    match destroy(fleet, &node, &reference).await {
         Ok(what) => {
             let now = fleet.now();
             fleet
@@ -480,13 +346,14 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<(), String> {
             Ok(())
         }
         Err(why) => {
-            let error = format!("{name}: destroying its resource failed: {why}");
+            let error = Error::node(name, Error::Destroy(Box::new(why)));
+            let text = error.to_string();
             fleet
                 .node_status(name, |s| {
                     if s.phase == Some(NodePhase::Killing) {
                         s.phase = Some(was.unwrap_or(NodePhase::Failed));
                     }
-                    s.error = Some(error.clone());
+                    s.error = Some(text.clone());
                 })
                 .await;
             Err(error)

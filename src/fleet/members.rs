@@ -12,6 +12,7 @@ use hive_api::node::{Gpu, Node, NodePhase, RuntimeFacts};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use super::error::{Error, Result};
 use super::net::control::AdmitFuture;
 use super::net::{Hello, HelloKind, Members};
 use super::Fleet;
@@ -87,12 +88,10 @@ fn digest(token: &str) -> String {
 
 /// Makes `node` a new join token and records its hash durably (before the node's
 /// resource exists); returns the token, which only the worker is given.
-pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String, String> {
+pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String> {
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| "the system random generator failed".to_string())?;
+    ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| Error::Random)?;
     let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let record = TokenRecord { metadata: TokenMeta { name: node.to_string() }, sha256: digest(&token) };
     let object = serde_json::to_value(&record).expect("a token record encodes");
@@ -101,7 +100,7 @@ pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String, Str
         Some(_) => Mutation::Update { kind: TOKEN_KIND, object, subresource: Subresource::Main },
         None => Mutation::Create { kind: TOKEN_KIND, object },
     };
-    store.commit(mutation, false).await.map_err(|e| format!("recording the join token failed: {e}"))?;
+    store.commit(mutation, false).await.map_err(Error::JoinToken)?;
     Ok(token)
 }
 
@@ -215,7 +214,7 @@ impl Members for Membership {
                     owner.spawn(async move {
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                         if let Err(err) = super::exec::start_telemetry(&fleet, &node).await {
-                            tracing::warn!(node, err, "fleet: telemetry after rejoin failed");
+                            tracing::warn!(node, %err, "fleet: telemetry after rejoin failed");
                         }
                     });
                 }

@@ -25,6 +25,7 @@
 
 pub mod api;
 pub mod commands;
+pub mod error;
 mod exec;
 pub mod identity;
 mod members;
@@ -57,6 +58,7 @@ use crate::store::{Mutation, Store};
 use providers::process::{Exit, ProcessProvider};
 use providers::Providers;
 
+pub use error::{Error, Result};
 pub use identity::Identity;
 
 /// How long a new local worker may take to join.
@@ -160,6 +162,7 @@ impl Fleet {
         let generation =
             commands::next_control_generation(&store).await.context("recording the control generation")?;
         let members = members::Membership::new(store.clone(), generation);
+        let process = ProcessProvider::new(exe, exits_tx);
         let net =
             net::FleetNet::start(*identity.secret_bytes(), config.net.clone(), generation, members.clone())
                 .await
@@ -169,8 +172,8 @@ impl Fleet {
             store: store.clone(),
             nodes: Api::new(&store),
             commands: Api::new(&store),
-            providers: Providers::new(),
-            process: ProcessProvider::new(exe, exits_tx),
+            providers: Providers::new(process.clone()),
+            process,
             net,
             members,
             fleet_label: identity.fingerprint(),
@@ -495,7 +498,7 @@ fn landed<K>(result: client::Result<Patched<K>>, name: &str) -> Option<K> {
 }
 
 /// The phase of a terminal command, from its result.
-fn command_result(result: &Result<(), String>) -> FleetCommandPhase {
+fn command_result(result: &Result<()>) -> FleetCommandPhase {
     if result.is_ok() {
         FleetCommandPhase::Succeeded
     } else {

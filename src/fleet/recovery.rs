@@ -11,25 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use hive_api::fleet_command::FleetCommandPhase;
-use hive_api::node::{Node, NodePhase, NodeSpec, NodeStatus, ProviderRef};
-use hive_api::provider::ProviderType;
-
-use super::providers::vastai::LABEL_PREFIX;
+use super::providers::{Found, Lifetime};
 use super::{commands, exec, Fleet};
-
-/// What recovery found of one node at its provider.
-struct Found {
-    /// The node its labels name, if any.
-    node: Option<String>,
-    logical_id: Option<u64>,
-    command: Option<String>,
-    reference: ProviderRef,
-    /// Whether the resource runs.
-    running: bool,
-    /// The provider's word for its state.
-    state: String,
-}
+use hive_api::fleet_command::FleetCommandPhase;
+use hive_api::node::{Node, NodePhase, NodeSpec, NodeStatus};
 
 /// Live records of local workers → Stopped.
 pub(super) async fn process_nodes(fleet: &Fleet) {
@@ -55,65 +40,21 @@ async fn mark_stopped(fleet: &Fleet, name: &str, why: &str) {
         .await;
 }
 
-/// Lists what provider `name` holds for this fleet.
-async fn list(fleet: &Fleet, name: &str, type_: ProviderType) -> Result<Vec<Found>, String> {
-    match type_ {
-        ProviderType::Process => Ok(Vec::new()),
-        ProviderType::Docker => {
-            let docker = fleet.providers.docker(name)?;
-            let containers = docker.list_managed(&fleet.fleet_label).await.map_err(|e| e.to_string())?;
-            Ok(containers
-                .into_iter()
-                .map(|c| Found {
-                    node: c.node().map(str::to_string),
-                    logical_id: c.logical_id(),
-                    command: c.command().map(str::to_string),
-                    reference: ProviderRef { container_id: Some(c.id.clone()), ..Default::default() },
-                    running: c.running,
-                    state: c.status.clone(),
-                })
-                .collect())
-        }
-        ProviderType::Vastai => {
-            let client = fleet.providers.vast(name)?;
-            // Only this fleet's instances: hive:<fleet>:<command>:<node>.
-            let prefix = format!("{LABEL_PREFIX}{}:", fleet.fleet_label);
-            let instances = client.list_by_label(&prefix).await.map_err(|e| e.to_string())?;
-            Ok(instances
-                .into_iter()
-                .map(|i| {
-                    // hive:<command>:<node>
-                    let label = i.label.clone().unwrap_or_default();
-                    let mut parts = label.strip_prefix(&prefix).unwrap_or_default().rsplitn(2, ':');
-                    let node = parts.next().map(str::to_string);
-                    let command = parts.next().map(str::to_string);
-                    let state = i.actual_status.clone().unwrap_or_else(|| "provisioning".into());
-                    Found {
-                        logical_id: node.as_deref().and_then(|n| n.strip_prefix("node-")?.parse().ok()),
-                        node,
-                        command,
-                        reference: ProviderRef { instance_id: Some(i.id.0), ..Default::default() },
-                        running: !matches!(state.as_str(), "stopped" | "exited" | "offline"),
-                        state,
-                    }
-                })
-                .collect())
-        }
-    }
-}
-
 /// Recovers the resources of provider `name` (once it is ready).
 pub(super) async fn recover(fleet: &Fleet, name: &str) {
     let Some(type_) = commands::provider_type(&fleet.store, name) else { return };
-    if type_ == ProviderType::Process {
-        return;
-    }
-    let found = match list(fleet, name, type_).await {
+    let listed = match fleet.providers.ready(name, type_) {
+        // Resources that end with the daemon leave nothing to recover.
+        Ok(provider) if provider.lifetime() == Lifetime::Supervised => return,
+        Ok(provider) => provider.list(&fleet.fleet_label).await,
+        Err(err) => Err(err),
+    };
+    let found = match listed {
         Ok(found) => found,
         Err(err) => {
             tracing::warn!(
                 provider = name,
-                err,
+                %err,
                 "fleet recovery: listing the provider's resources failed; \
                  it runs again when the provider is next found ready"
             );
@@ -254,6 +195,7 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hive_api::node::ProviderRef;
 
     #[test]
     fn orphan_names_are_stable_and_short() {

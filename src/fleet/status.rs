@@ -10,6 +10,7 @@ use std::time::Duration;
 use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
 use hive_api::provider::{Provider, ProviderSpec, ProviderState};
 
+use super::error::Error;
 use super::providers::{Entry, Providers};
 use hive_controllers::{Action, Config, Controller, Target};
 
@@ -90,8 +91,8 @@ pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(Stri
     controller
         .run(
             reconcile,
-            |target: &Target<Provider>, err: &String, _: &Context| {
-                tracing::warn!(provider = target.name(), err, "provider check failed; backing off");
+            |target: &Target<Provider>, err: &Error, _: &Context| {
+                tracing::warn!(provider = target.name(), %err, "provider check failed; backing off");
                 Action::backoff()
             },
             ctx,
@@ -100,7 +101,7 @@ pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(Stri
         .await;
 }
 
-async fn reconcile(target: Target<Provider>, ctx: Arc<Context>) -> Result<Action, String> {
+async fn reconcile(target: Target<Provider>, ctx: Arc<Context>) -> Result<Action, Error> {
     let provider = match target {
         Target::Absent(name) => {
             ctx.providers.remove(&name);

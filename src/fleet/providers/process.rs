@@ -14,9 +14,16 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+use hive_api::node::ProviderRef;
+use hive_api::provider::ProviderState;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot};
+
+use super::{worker_args, Created, Found, Launch, Lifetime, Provider, Readiness, JOIN_TOKEN_ENV};
+use crate::fleet::error::{Error, Result};
+use crate::fleet::PROCESS_READY_TIMEOUT;
 
 /// How long a stopped worker may take to exit after its stdin closes before it is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -154,5 +161,49 @@ impl ProcessProvider {
         let stops = nodes.iter().map(|n| self.stop(n));
         futures_util::future::join_all(stops).await;
         nodes
+    }
+}
+
+/// The `process` provider as the fleet uses it: this daemon's local workers, shared by
+/// every Provider of type `process` (each create reads its Provider's settings).
+pub struct LocalWorkers(pub Arc<ProcessProvider>);
+
+impl Provider for LocalWorkers {
+    fn check(&self) -> BoxFuture<'_, Readiness> {
+        Box::pin(async {
+            Readiness { state: ProviderState::Ready, message: "local worker processes of this daemon".into() }
+        })
+    }
+
+    fn create<'a>(&'a self, launch: &'a Launch<'a>) -> BoxFuture<'a, Result<Created>> {
+        Box::pin(async move {
+            let node = launch.node;
+            let mut args = worker_args(node, launch.net.control_target(None));
+            if launch.net.bound_addrs().iter().all(|a| a.ip().is_loopback()) {
+                // A daemon on loopback keeps its local workers there too.
+                args.extend(["--bind".into(), "127.0.0.1:0".into()]);
+            }
+            let mut settings = launch.spec.and_then(|spec| spec.process.clone()).unwrap_or_default();
+            settings.env.insert(JOIN_TOKEN_ENV.into(), launch.token.into());
+            let spawned = self.0.spawn(&node.metadata.name, &args, &settings).map_err(Error::Spawn)?;
+            Ok(Created {
+                reference: ProviderRef { pid: Some(spawned.pid), ..Default::default() },
+                ready: Some(spawned.ready),
+                join_timeout: PROCESS_READY_TIMEOUT,
+            })
+        })
+    }
+
+    fn destroy<'a>(&'a self, node: &'a str, _reference: &'a ProviderRef) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move { Ok(format!("worker stopped: {}", self.0.stop(node).await)) })
+    }
+
+    fn list<'a>(&'a self, _fleet: &'a str) -> BoxFuture<'a, Result<Vec<Found>>> {
+        // A local worker ends with the daemon that supervised it: there is never one to find.
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn lifetime(&self) -> Lifetime {
+        Lifetime::Supervised
     }
 }

@@ -14,8 +14,11 @@
 //!   else is an error, never a silent takeover.
 //! - **Gone is success.** Destroying a container that no longer exists (404 on stop or
 //!   remove) is `Ok`: the wanted outcome already holds.
+//!
+//! `provider.rs` wires it into the fleet as a [`crate::fleet::providers::Provider`].
 
 mod mapping;
+pub mod provider;
 #[cfg(test)]
 mod tests;
 

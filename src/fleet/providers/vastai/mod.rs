@@ -21,6 +21,7 @@
 //!   query parameter, and transport errors are rendered without their URL.
 
 mod client;
+pub mod provider;
 mod retry;
 #[cfg(test)]
 mod tests;
