@@ -226,11 +226,18 @@ impl Resource for Node {
         validation::name(errors, "spec.provider", &spec.provider);
         match &spec.command {
             Some(command) => validation::name(errors, "spec.command", command),
-            None if self.status.phase != Some(NodePhase::Orphaned) => errors.push(
-                "spec.command",
-                Reason::Required,
-                "the FleetCommand that created the node is required",
-            ),
+            // An orphan was found at the provider without a record: no command made it,
+            // and it stays commandless after a Kill (Killing, Killed) too.
+            None if self.status.phase != Some(NodePhase::Orphaned)
+                && self.metadata.labels.get(crate::names::ORPHAN_LABEL).map(String::as_str)
+                    != Some("true") =>
+            {
+                errors.push(
+                    "spec.command",
+                    Reason::Required,
+                    "the FleetCommand that created the node is required",
+                )
+            }
             None => {}
         }
         if let Some(image) = &spec.image {
@@ -349,6 +356,13 @@ mod tests {
             (json!({"spec": {"command": "Not A Name"}}), &["spec.command"]),
             (json!({"spec": {"command": null}}), &["spec.command"]),
             (json!({"spec": {"command": null}, "status": {"phase": "Orphaned"}}), &[]),
+            // A killed orphan keeps its label: its status writes stay valid.
+            (
+                json!({"metadata": {"labels": {"hive.dev/orphan": "true"}}, "spec": {"command": null},
+                       "status": {"phase": "Killed"}}),
+                &[],
+            ),
+            (json!({"spec": {"command": null}, "status": {"phase": "Killed"}}), &["spec.command"]),
             (json!({"spec": {"image": "-v"}}), &["spec.image"]),
             (json!({"spec": {"labels": {"pool": "-gpu"}}}), &["spec.labels.pool"]),
             (json!({"status": {"gpus": [{"name": ""}]}}), &["status.gpus[0].name"]),
