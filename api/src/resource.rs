@@ -9,6 +9,8 @@ use serde_json::Value;
 use crate::meta::ObjectMeta;
 use crate::validation::{self, Errors, ValidationError};
 
+mod strict;
+
 /// A server-side printing column (`kubectl get` table output).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Column {
@@ -113,11 +115,13 @@ pub struct DecodeError {
     pub message: String,
 }
 
-/// Decodes a JSON value as `K`, collecting unknown fields instead of failing on them.
-pub fn decode<K: Object>(value: &Value) -> Result<(K, Vec<String>), DecodeError> {
+/// Decodes a JSON value as `K` (a kind, or any request body), collecting unknown fields
+/// instead of failing on them. Stricter than `serde_json` about shapes: a struct is
+/// decoded from a JSON object only, never from an array of its fields.
+pub fn decode<K: DeserializeOwned>(value: &Value) -> Result<(K, Vec<String>), DecodeError> {
     let mut unknown = Vec::new();
     let mut record = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
-    let de = serde_ignored::Deserializer::new(value, &mut record);
+    let de = serde_ignored::Deserializer::new(strict::Strict(value), &mut record);
     let typed: K = serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
         DecodeError {
