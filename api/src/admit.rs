@@ -113,8 +113,11 @@ pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> 
         }
     }
     if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        // Cluster-scoped: kubectl and other clients may send a namespace; drop it.
-        meta.remove("namespace");
+        // Cluster-scoped: kubectl and other clients may send a namespace; drop it (one
+        // that is not a string is left for decoding to refuse).
+        if meta.get("namespace").is_none_or(|n| n.is_string() || n.is_null()) {
+            meta.remove("namespace");
+        }
     }
     let decoded = (kind.decode)(&value).map_err(|e| AdmitError::Decode {
         kind: kind.kind,

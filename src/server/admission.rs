@@ -3,7 +3,7 @@
 //! only request its own config changes.
 
 use hive_api::KindInfo;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
 use crate::auth::{Principal, Role};
@@ -28,6 +28,15 @@ pub fn check(
 
 fn decision(object: &Value) -> &str {
     object["spec"]["decision"]["state"].as_str().unwrap_or("Pending")
+}
+
+/// The object's `field` (`spec`, `metadata`) as a map to write into. Admitted objects
+/// always have both as maps; checking keeps a misshapen one a 400 instead of a panic.
+fn map_of<'a>(object: &'a mut Value, field: &str) -> ApiResult<&'a mut Map<String, Value>> {
+    object
+        .get_mut(field)
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| ApiError::BadRequest(format!("{field}: must be an object")))
 }
 
 fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiResult<()> {
@@ -57,9 +66,9 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiR
         if decision(new) != "Pending" {
             return Err(forbidden("cannot decide an approval".into()));
         }
-        new["spec"]["requestedBy"] = json!(agent);
+        map_of(new, "spec")?.insert("requestedBy".into(), json!(agent));
     } else if old.is_none() && new["spec"]["requestedBy"].as_str().is_none_or(str::is_empty) {
-        new["spec"]["requestedBy"] = json!(principal.name);
+        map_of(new, "spec")?.insert("requestedBy".into(), json!(principal.name));
     }
 
     // Who decided and when are the server's record: a client cannot set or move them.
@@ -74,7 +83,7 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiR
     } else {
         (kept(DECIDED_BY), kept(DECIDED_AT))
     };
-    let metadata = new["metadata"].as_object_mut().expect("admitted objects have metadata");
+    let metadata = map_of(new, "metadata")?;
     let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
     if !annotations.is_object() {
         *annotations = json!({});
@@ -132,6 +141,20 @@ mod tests {
         let mut change = old.clone();
         let err = check(kind(), &alpha, Some(&old), &mut change, None).unwrap_err();
         assert!(matches!(err, ApiError::Forbidden(_)));
+    }
+
+    #[test]
+    fn a_misshapen_spec_or_metadata_is_a_400_not_a_panic() {
+        let op = principal(Role::Operator, None);
+        for bad in [json!({"metadata": {"name": "a1"}, "spec": [1]}), json!({"metadata": [null], "spec": {}})]
+        {
+            let mut object = bad.clone();
+            let err = check(kind(), &op, None, &mut object, None).unwrap_err();
+            assert!(
+                matches!(&err, ApiError::BadRequest(m) if m.ends_with("must be an object")),
+                "{bad}: {err:?}"
+            );
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ pub fn admit(kind: &KindInfo, value: Value, validation: FieldValidation) -> ApiR
 fn same_apart_from_managed_fields(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
-        if let Some(meta) = v["metadata"].as_object_mut() {
+        if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("managedFields");
         }
         v
@@ -120,18 +120,45 @@ fn resource_version_of(value: &Value) -> Option<&str> {
     value["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty())
 }
 
+/// Fills in the body's `metadata.name` from the URL when it has none, and refuses one
+/// that differs. The body is as the client sent it, so its shape is checked before any
+/// field is touched: a `metadata` that is not an object, or a name that is not a string,
+/// is refused naming the field.
 fn ensure_body_name(kind: &KindInfo, object: &mut Value, path_name: &str) -> ApiResult<()> {
-    match object["metadata"]["name"].as_str() {
-        None | Some("") => {
-            object["metadata"]["name"] = json!(path_name);
-            Ok(())
-        }
-        Some(n) if n == path_name => Ok(()),
-        Some(n) => Err(ApiError::BadRequest(format!(
-            "the name of the object ({n}) does not match the name on the URL ({path_name}) for {}",
-            kind.plural
-        ))),
+    let misshapen = |field: &str, value: &Value, expected: &str| {
+        ApiError::BadRequest(format!(
+            "{} in version \"v1\" cannot be handled as a {}: {field}: invalid type: {}, expected {expected}",
+            kind.kind,
+            kind.kind,
+            body::json_type(value)
+        ))
+    };
+    let Some(body) = object.as_object_mut() else {
+        return Err(ApiError::BadRequest(format!(
+            "the request body must be a JSON object, not {}",
+            body::json_type(object)
+        )));
+    };
+    let metadata = body.entry("metadata").or_insert_with(|| json!({}));
+    let Some(metadata) = metadata.as_object_mut() else {
+        return Err(misshapen("metadata", metadata, "an object"));
+    };
+    match metadata.get("name") {
+        None => {}
+        Some(Value::String(n)) if n.is_empty() => {}
+        Some(Value::String(n)) if n == path_name => return Ok(()),
+        Some(Value::String(n)) => return Err(name_mismatch(kind, n, path_name)),
+        Some(other) => return Err(misshapen("metadata.name", other, "a string")),
     }
+    metadata.insert("name".into(), json!(path_name));
+    Ok(())
+}
+
+fn name_mismatch(kind: &KindInfo, body_name: &str, path_name: &str) -> ApiError {
+    ApiError::BadRequest(format!(
+        "the name of the object ({body_name}) does not match the name on the URL ({path_name}) for {}",
+        kind.plural
+    ))
 }
 
 fn now() -> Time {
