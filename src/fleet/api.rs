@@ -170,25 +170,34 @@ impl std::fmt::Debug for Configure {
     }
 }
 
+/// Parses a ConfigureProvider body. An error never echoes the body, which may hold the
+/// key: a misshapen field is named, its value is not.
+fn configure_request(bytes: &[u8]) -> ApiResult<Configure> {
+    let fail = |what: String| {
+        ApiError::BadRequest(format!(
+            "ConfigureProvider body: {what}; expected a JSON object with apiKey, baseUrl, image, onstart, diskGb"
+        ))
+    };
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| fail(format!("not a valid body at line {} column {}", e.line(), e.column())))?;
+    hive_api::resource::decode::<Configure>(&value).map(|(request, _)| request).map_err(|e| {
+        // serde quotes wrongly typed values, which may be the key: say only where.
+        let what = if e.message.starts_with("unknown field") || e.message.starts_with("missing field") {
+            e.message
+        } else {
+            "not a valid value".to_string()
+        };
+        fail(if e.field.is_empty() { what } else { format!("{}: {what}", e.field) })
+    })
+}
+
 async fn configure(
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Body,
 ) -> ApiResult<Response> {
     let bytes = crate::server::body::read(body).await?;
-    // Never echo the body back in an error: it may hold the key.
-    let request: Configure = serde_json::from_slice(&bytes).map_err(|e| {
-        let text = e.to_string();
-        // serde quotes wrongly typed values, which may be the key: say only where.
-        let what = if text.starts_with("unknown field") || text.starts_with("missing field") {
-            text
-        } else {
-            format!("not a valid body at line {} column {}", e.line(), e.column())
-        };
-        ApiError::BadRequest(format!(
-            "ConfigureProvider body: {what}; expected a JSON object with apiKey, baseUrl, image, onstart, diskGb"
-        ))
-    })?;
+    let request = configure_request(&bytes)?;
     let fleet = fleet(&state)?;
     // The Provider `vastai` may be configured before it exists: it is created only once
     // its settings check out.

@@ -126,6 +126,16 @@ pub fn parse_object(media: MediaType, bytes: &[u8]) -> ApiResult<Value> {
     Ok(value)
 }
 
+/// Decodes a parsed body as `T`, refusing a value of the wrong shape with a 400 that
+/// names the field: `{what}: spec.children: invalid type: …`. Fields `T` does not define
+/// are ignored unless `T` denies them.
+pub fn decode<T: serde::de::DeserializeOwned>(value: &Value, what: &str) -> ApiResult<T> {
+    hive_api::resource::decode::<T>(value).map(|(decoded, _unknown)| decoded).map_err(|e| {
+        let at = if e.field.is_empty() { String::new() } else { format!("{}: ", e.field) };
+        ApiError::BadRequest(format!("{what}: {at}{}", e.message))
+    })
+}
+
 /// The JSON type name of a value, for messages.
 pub fn json_type(value: &Value) -> &'static str {
     match value {
@@ -152,6 +162,31 @@ mod tests {
     fn yaml_errors_name_the_position() {
         let err = parse_yaml(b"a: b\n  c: : d\n").unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn decode_names_the_misshapen_field() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Options {
+            preconditions: Option<Preconditions>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Preconditions {
+            uid: Option<String>,
+        }
+        let cases = [
+            (
+                serde_json::json!({"preconditions": {"uid": 5}}),
+                "opts: preconditions.uid: invalid type: integer `5`",
+            ),
+            (serde_json::json!({"preconditions": ["u"]}), "opts: preconditions: invalid type: sequence"),
+        ];
+        for (value, want) in cases {
+            let err = decode::<Options>(&value, "opts").unwrap_err().to_string();
+            assert!(err.starts_with(want), "{value}: {err}");
+        }
     }
 
     #[test]

@@ -162,9 +162,9 @@ async fn cancel(
     let options: CancelOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         CancelOptions::default()
     } else {
-        serde_json::from_value(body::parse_object(MediaType::of(&headers), &bytes)?).map_err(|e| {
-            ApiError::BadRequest(format!("invalid cancel options: {e}; expected {{\"children\": BOOL}}"))
-        })?
+        let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+        body::decode(&value, "invalid cancel options")
+            .map_err(|e| ApiError::BadRequest(format!("{e}; expected {{\"children\": BOOL}}")))?
     };
     let cancelled = if options.children {
         engine.scheduler.cancel_children(&name).await.map_err(scheduler_error)?

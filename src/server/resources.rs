@@ -574,8 +574,7 @@ pub async fn delete(
         DeleteOptions::default()
     } else {
         let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-        serde_json::from_value(value)
-            .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        body::decode(&value, "invalid DeleteOptions")?
     };
     let dry_run = params.dry_run()? || options.dry_run.iter().any(|d| d == "All");
     let pre = options.preconditions.unwrap_or_default();

@@ -45,9 +45,9 @@ struct CreateToken {
 async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let request: CreateToken = serde_json::from_value(value).map_err(|e| {
+    let request: CreateToken = body::decode(&value, "invalid token request").map_err(|e| {
         ApiError::BadRequest(format!(
-            "invalid token request: {e}; expected {{\"name\": NAME, \"role\": ROLE, \"agent\": AGENT (role agent only)}}"
+            "{e}; expected {{\"name\": NAME, \"role\": ROLE, \"agent\": AGENT (role agent only)}}"
         ))
     })?;
     let role: Role =

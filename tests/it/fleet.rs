@@ -332,7 +332,7 @@ async fn bad_fleet_requests_name_the_field_and_change_nothing() {
         ),
         ("POST", "/hive/v1/fleet/providers/nope/configure", Some(json!({})), 404, "nope"),
         ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"apiKee": "k"})), 400, "apiKee"),
-        ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"apiKey": 5})), 400, "line 1"),
+        ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"apiKey": 5})), 400, "apiKey"),
         ("POST", "/hive/v1/fleet/providers/vastai/configure", Some(json!({"diskGb": 2})), 422, "diskGb"),
         (
             "POST",
