@@ -470,6 +470,10 @@ pub async fn patch(
                             Patch::Apply(_) => unreachable!("matched above"),
                         }
                         let (mut object, warnings) = admit(kind, doc, validation)?;
+                        // A patch cannot move the write to another object.
+                        if name_of(&object) != name {
+                            return Err(name_mismatch(kind, name_of(&object), &name));
+                        }
                         track_update(Some(&current), &mut object, &manager, sub);
                         (object, warnings)
                     }
