@@ -24,6 +24,9 @@ pub mod tls;
 pub mod tokens;
 pub mod watch;
 
+#[cfg(test)]
+mod misshapen_input_tests;
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
