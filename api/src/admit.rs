@@ -182,8 +182,8 @@ mod tests {
         let cases = [
             (json!({"apiVersion": "v2"}), "the API version in the data (v2) does not match the expected API version (hive.dev/v1)"),
             (json!({"kind": "Job"}), "the kind in the data (Job) does not match the expected kind (Agent)"),
-            (json!({"metadata": [null, null]}), "Agent in version \"v1\" cannot be handled as a Agent: metadata[0]: invalid type: null, expected a string"),
-            (json!([1]), "Agent in version \"v1\" cannot be handled as a Agent: [0]: invalid type: integer `1`, expected a string"),
+            (json!({"metadata": [null, null]}), "Agent in version \"v1\" cannot be handled as a Agent: metadata: invalid type: sequence, expected struct ObjectMeta"),
+            (json!([1]), "Agent in version \"v1\" cannot be handled as a Agent: invalid type: sequence, expected struct Agent"),
             (json!({"metadata": {"name": "a"}, "bogus": 1}), "Agent in version \"v1\" cannot be handled as a Agent: strict decoding error: unknown field \"bogus\""),
         ];
         for (body, want) in cases {
