@@ -256,7 +256,8 @@ impl Fleet {
             ProviderChoice::Vastai => {
                 let vastai = VastaiProvider {
                     base_url: self.config.vastai_base_url.clone(),
-                    api_key_env: std::env::var_os("VASTAI_API_KEY").map(|_| "VASTAI_API_KEY".to_string()),
+                    api_key_env: crate::host::env::var_os("VASTAI_API_KEY")
+                        .map(|_| "VASTAI_API_KEY".to_string()),
                     ..Default::default()
                 };
                 let spec =

@@ -254,7 +254,7 @@ pub async fn runtime_facts(started_at: chrono::DateTime<chrono::Utc>) -> Runtime
         .into_iter()
         .map(|g| GpuFact { name: g.name, memory_mib: g.memory_total_mib })
         .collect();
-    let agent_only = std::env::var("MYELIN_AGENT_ONLY").is_ok_and(|v| v == "1");
+    let agent_only = crate::host::env::var("MYELIN_AGENT_ONLY").is_some_and(|v| v == "1");
     RuntimeFacts { hostname, cpus, memory_total_bytes, gpus, agent_only, started_at }
 }
 

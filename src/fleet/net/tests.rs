@@ -310,7 +310,7 @@ async fn resolve_names_the_current_binding_only() {
     assert_eq!(other, ControlReply::NotFound { name: "other".into() });
     assert_eq!(ask(ControlRequest::Heartbeat).await, ControlReply::Ack);
     // A hello claiming another endpoint id is refused before the sink sees it.
-    let facts = sampler::runtime_facts(chrono::Utc::now()).await;
+    let facts = sampler::runtime_facts(crate::host::now()).await;
     let forged = Hello {
         kind: HelloKind::Join,
         node: "n1".into(),
@@ -337,7 +337,7 @@ async fn resolve_names_the_current_binding_only() {
 async fn the_worker_process_prints_ready_after_the_welcome_and_exits_on_stdin_eof() {
     use tokio::io::{AsyncBufReadExt, BufReader};
 
-    let exe = std::env::var_os("HIVE_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
+    let exe = crate::host::env::var_os("HIVE_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
         // target/debug/deps/hive-<hash> → target/debug/hive
         std::env::current_exe().unwrap().parent().unwrap().parent().unwrap().join("hive")
     });
@@ -379,7 +379,7 @@ impl iroh::protocol::ProtocolHandler for OneShotTelemetry {
         let _: telemetry::TelemetryRequest = wire::read_message(&mut recv).await.unwrap();
         let descriptors = vec![ChannelDescriptor::new(sampler::CPU_PERCENT, "percent", "cpu")];
         wire::write_message(&mut send, &TelemetryMessage::Descriptors(descriptors)).await.unwrap();
-        let frame = Frame { channel: sampler::CPU_PERCENT.into(), at: chrono::Utc::now(), value: 12.5 };
+        let frame = Frame { channel: sampler::CPU_PERCENT.into(), at: crate::host::now(), value: 12.5 };
         wire::write_message(&mut send, &TelemetryMessage::Frames(vec![frame])).await.unwrap();
         send.finish()?;
         let _ = tokio::time::timeout(Duration::from_secs(1), conn.closed()).await;

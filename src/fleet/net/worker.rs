@@ -95,7 +95,7 @@ impl Worker {
     /// Binds the endpoint, starts serving telemetry and starts joining the daemon (in
     /// the background: watch [`Worker::status`] for the Welcome).
     pub async fn start(config: WorkerConfig) -> anyhow::Result<Worker> {
-        let started_at = chrono::Utc::now();
+        let started_at = crate::host::now();
         let endpoint = endpoint::bind(SecretKey::generate(), &config.net, vec![TELEMETRY_ALPN.to_vec()])
             .await
             .context("starting the fleet worker endpoint")?;
@@ -354,7 +354,7 @@ impl ProtocolHandler for TelemetryService {
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            let at = chrono::Utc::now();
+            let at = crate::host::now();
             let frames = sampler
                 .sample()
                 .await

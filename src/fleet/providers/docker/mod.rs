@@ -214,7 +214,7 @@ impl DockerNodes {
     /// engine must be up. `tcp://` and `http://` need bollard's `http` feature, which
     /// this build does not enable: they are an [`DockerError::Address`] error.
     pub async fn connect(host: Option<&str>) -> Result<DockerNodes> {
-        let env = std::env::var("DOCKER_HOST").ok();
+        let env = crate::host::env::var("DOCKER_HOST");
         let endpoint = engine_endpoint(host, env.as_deref())?;
         let docker = match &endpoint {
             Endpoint::Unix(path) => {

@@ -64,7 +64,7 @@ pub(super) const CA_BUNDLES: &[&str] = &[
 ];
 
 pub(super) fn system_roots() -> Result<Vec<u8>, VastError> {
-    let env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+    let env = crate::host::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
     for path in env.into_iter().chain(CA_BUNDLES.iter().map(std::path::PathBuf::from)) {
         if let Ok(pem) = std::fs::read(&path) {
             return Ok(pem);

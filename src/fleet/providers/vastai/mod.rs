@@ -97,7 +97,7 @@ impl ApiKey {
             return ApiKey::new(text).map(Some).map_err(|why| format!("{path}: {why}"));
         }
         if let Some(name) = &settings.api_key_env {
-            let Ok(text) = std::env::var(name) else {
+            let Some(text) = crate::host::env::var(name) else {
                 return Err(format!("the environment variable {name} (the Vast.ai API key) is not set"));
             };
             return ApiKey::new(text).map(Some).map_err(|why| format!("${name}: {why}"));

@@ -52,7 +52,7 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
         return Some(Duration::from_secs(secs));
     }
     let when = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    Some((when.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO))
+    Some((when.with_timezone(&chrono::Utc) - crate::host::now()).to_std().unwrap_or(Duration::ZERO))
 }
 
 pub(super) fn jitter() -> f64 {
