@@ -15,4 +15,3 @@ pub mod scheduler;
 pub mod server;
 pub mod store;
 pub mod submit;
-pub mod update;
