@@ -12,6 +12,7 @@
 pub mod kubeconfig;
 mod redact;
 pub(crate) mod secret_file;
+pub mod sessions;
 mod tokens;
 
 pub use hive_api::role::{ParseRoleError, Role, Verb};

@@ -157,7 +157,7 @@ pub async fn run(
     }
     approval_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
-    let app = server::app(state);
+    let app = server::app_with_pages(state, crate::dashboard::router());
     let dashboard =
         crate::dashboard::serve_extra(config.dashboard_listen, tls_config.clone(), app.clone()).await?;
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");

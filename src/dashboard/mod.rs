@@ -7,7 +7,6 @@
 mod html;
 mod layout;
 mod pages;
-mod session;
 #[cfg(test)]
 mod tests;
 
@@ -21,7 +20,7 @@ use axum::Router;
 use crate::auth::Verb;
 use crate::server::AppState;
 
-pub use session::{CookieAuth, Sessions, SignedIn, COOKIE, CSRF_HEADER, SESSION_TTL};
+pub use crate::auth::sessions::{CookieAuth, Sessions, SignedIn, COOKIE, CSRF_HEADER, SESSION_TTL};
 
 /// The dashboard's routes: pages, sign-in and sign-out, and the embedded assets. They
 /// sit outside the bearer layer: a page without a session redirects to `/login`.

@@ -7,7 +7,7 @@ use axum::Router;
 use tower::ServiceExt;
 
 use crate::auth::{Role, TokenStore};
-use crate::server::{app, AppState, ServerConfig};
+use crate::server::{app_with_pages, AppState, ServerConfig};
 use crate::store::{Store, StoreConfig};
 
 struct Fixture {
@@ -24,7 +24,7 @@ fn fixture() -> Fixture {
     let tokens = TokenStore::open(dir.path()).unwrap();
     let viewer = tokens.create("vera", Role::Viewer).unwrap();
     let operator = tokens.create("otto", Role::Operator).unwrap();
-    let app = app(AppState::new(store, tokens.clone(), ServerConfig::default()));
+    let app = app_with_pages(AppState::new(store, tokens.clone(), ServerConfig::default()), super::router());
     Fixture { app, tokens, viewer, operator, _dir: dir }
 }
 

@@ -1,5 +1,6 @@
-//! `POST /apis/hive.dev/v1/fleetcommands`: records a command and the Node intent it
-//! causes in one durable store transaction, before any provider call. The object name
+//! The idempotent command record behind `POST /apis/hive.dev/v1/fleetcommands` (its HTTP
+//! half is `server/fleet.rs`): a command and the Node intent it causes are recorded in
+//! one durable store transaction, before any provider call. The object name
 //! is the caller's command id, and creation is idempotent on it: the same id with the
 //! same spec returns the stored record (200) without writing anything; the same id with
 //! a different spec is a 409 Conflict; nothing changes either way.
@@ -11,23 +12,13 @@
 
 use std::collections::BTreeMap;
 
-use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::Response;
+use crate::client::{self, Api};
+use crate::store::{self, Mutation, Store, Subresource};
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase, FleetCommandStatus};
 use hive_api::node::{Node, NodePhase, NodeSpec};
 use hive_api::provider::{Provider, ProviderType};
 use hive_api::validation::{Errors, Reason, ValidationError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::client::{self, Api};
-use crate::server::body::{self, MediaType};
-use crate::server::error::{ApiError, ApiResult};
-use crate::server::params::Params;
-use crate::server::resources::admit;
-use crate::server::AppState;
-use crate::store::{self, Mutation, Store, Subresource};
 
 /// The internal (unserved) store kind holding the fleet's counters.
 pub const COUNTER_KIND: &str = "fleetcounters";
@@ -103,75 +94,83 @@ pub fn node_name(id: u64) -> String {
     format!("node-{id}")
 }
 
-fn kind_info() -> &'static hive_api::KindInfo {
-    hive_api::kind_by_kind("FleetCommand").expect("FleetCommand is registered")
+/// Why a command was not recorded. Nothing was written.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The command breaks a rule that needs the store to check (its Provider, its node).
+    #[error("FleetCommand \"{name}\" is invalid: {}", .errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Invalid {
+        /// The command id.
+        name: String,
+        /// Every problem, each naming its field.
+        errors: Vec<ValidationError>,
+    },
+    /// The id was used before with another body, or is being created concurrently.
+    #[error("{message}")]
+    Conflict {
+        /// The command id.
+        name: String,
+        /// What happened, for the caller.
+        message: String,
+    },
+    /// The typed client refused or failed a read or write.
+    #[error(transparent)]
+    Client(#[from] client::Error),
+    /// The store failed the transaction.
+    #[error(transparent)]
+    Store(#[from] store::Error),
 }
 
-fn invalid(name: &str, field: &str, reason: Reason, message: impl Into<String>) -> ApiError {
-    ApiError::Invalid {
-        kind: "FleetCommand".into(),
-        name: name.into(),
-        errors: vec![ValidationError::new(field, reason, message)],
-    }
+/// What recording a command did.
+#[derive(Debug)]
+pub enum Recorded {
+    /// A new command (and its node intents) was recorded.
+    Created(FleetCommand),
+    /// The id was used before with the same body: the original record, nothing written.
+    Replayed(FleetCommand),
 }
 
-/// The handler `kinds.rs` routes `POST fleetcommands` to.
-pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-    let params = Params::from_uri(&uri)?;
-    let bytes = body::read(body).await?;
-    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let (object, warnings) = admit(kind_info(), value, params.field_validation()?)?;
-    let mut command: FleetCommand = serde_json::from_value(object)
-        .map_err(|e| ApiError::BadRequest(format!("FleetCommand cannot be decoded: {e}")))?;
-    if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
-        let default = state.fleet.as_ref().map_or(DEFAULT_PROVIDER, |f| f.default_provider());
-        provision.provider = default.to_string();
-    }
-    let dry_run = params.dry_run()?;
-    let (code, stored) = submit(&state.store, command, dry_run).await?;
-    Ok(crate::server::resources::json_response(code, &stored, &warnings))
+fn invalid(name: &str, field: &str, reason: Reason, message: impl Into<String>) -> RecordError {
+    RecordError::Invalid { name: name.into(), errors: vec![ValidationError::new(field, reason, message)] }
 }
 
-/// Records the admitted `command` (and its node intent); see the module docs. Returns
-/// 201 and the new command, or 200 and the stored one for a replay, as the API serves
-/// them.
-pub async fn submit(store: &Store, command: FleetCommand, dry_run: bool) -> ApiResult<(StatusCode, Value)> {
+/// Records the admitted `command` (and its node intent); see the module docs. With
+/// `dry_run`, says what it would record and writes nothing.
+pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Result<Recorded, RecordError> {
     let commands = Api::<FleetCommand>::new(store);
     let id = command.metadata.name.clone();
     if id.is_empty() {
         return Err(invalid("", "metadata.name", Reason::Required, "the command id is required"));
     }
     let _serial = CREATE.lock().await;
-    if let Some(stored) = commands.get_raw(&id) {
-        return replay(&id, &stored, &command);
+    if let Some(stored) = commands.get(&id)? {
+        return replay(&id, stored, &command);
     }
     let mutations = plan(store, command.clone())?;
     match store.commit_all(mutations, dry_run).await {
         // The command is the first of the writes.
         Ok(outcomes) => {
             let created = outcomes.into_iter().next().expect("the command is one of the writes");
-            Ok((StatusCode::CREATED, (*created.into_object()).clone()))
+            Ok(Recorded::Created(client::decode(&created.into_object())?))
         }
         // Created meanwhile by another path (e.g. another writer than this handler).
         Err(store::Error::AlreadyExists { kind, .. }) if kind == "fleetcommands" => {
-            let stored = commands.get_raw(&id).ok_or_else(|| ApiError::Conflict {
-                plural: "fleetcommands".into(),
+            let stored = commands.get(&id)?.ok_or_else(|| RecordError::Conflict {
                 name: id.clone(),
                 message: format!("fleet command {id:?} is being created concurrently; retry"),
             })?;
-            replay(&id, &stored, &command)
+            replay(&id, stored, &command)
         }
         Err(err) => Err(err.into()),
     }
 }
 
 /// A command id seen before: the stored record when the spec matches, else a conflict.
-fn replay(id: &str, stored: &Value, incoming: &FleetCommand) -> ApiResult<(StatusCode, Value)> {
-    if client::decode::<FleetCommand>(stored)?.spec == incoming.spec {
-        return Ok((StatusCode::OK, stored.clone()));
+fn replay(id: &str, stored: FleetCommand, incoming: &FleetCommand) -> Result<Recorded, RecordError> {
+    if stored.spec == incoming.spec {
+        return Ok(Recorded::Replayed(stored));
     }
-    Err(ApiError::Conflict {
-        plural: "fleetcommands".into(),
+    Err(RecordError::Conflict {
         name: id.into(),
         message: format!(
             "fleet command id {id:?} was already used with a different body; the stored command is \
@@ -217,7 +216,7 @@ pub fn next_logical_id(store: &Store) -> (u64, Counter) {
 /// The writes that record `command`: the command first, and for a Provision the
 /// high-water mark and every node's intent; for a Kill, the mark on the target node.
 /// Each is admitted as the API admits it.
-fn plan(store: &Store, command: FleetCommand) -> ApiResult<Vec<Mutation>> {
+fn plan(store: &Store, command: FleetCommand) -> Result<Vec<Mutation>, RecordError> {
     let nodes = Api::<Node>::new(store);
     let id = command.metadata.name.clone();
     let mut record = command.clone();
@@ -236,7 +235,7 @@ fn plan(store: &Store, command: FleetCommand) -> ApiResult<Vec<Mutation>> {
         let mut errors = Errors::default();
         provision.validate_for(type_, &mut errors);
         if !errors.is_empty() {
-            return Err(ApiError::Invalid { kind: "FleetCommand".into(), name: id, errors: errors.0 });
+            return Err(RecordError::Invalid { name: id, errors: errors.0 });
         }
         let (first, mut counter) = next_logical_id(store);
         let last = first + u64::from(provision.count) - 1;
@@ -288,6 +287,8 @@ fn plan(store: &Store, command: FleetCommand) -> ApiResult<Vec<Mutation>> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
     use crate::store::StoreConfig;
 
@@ -313,14 +314,14 @@ mod tests {
         let tasks: Vec<_> = (0..50)
             .map(|_| {
                 let store = store.clone();
-                tokio::spawn(async move { submit(&store, provision("c1", 3), false).await.unwrap().0 })
+                tokio::spawn(async move { record(&store, provision("c1", 3), false).await.unwrap() })
             })
             .collect();
         let mut codes = Vec::new();
         for task in tasks {
             codes.push(task.await.unwrap());
         }
-        assert_eq!(codes.iter().filter(|c| **c == StatusCode::CREATED).count(), 1);
+        assert_eq!(codes.iter().filter(|c| matches!(c, Recorded::Created(_))).count(), 1);
         assert_eq!(store.list("fleetcommands").1.len(), 1);
         let mut got = ids(&store);
         got.sort();
@@ -339,17 +340,17 @@ mod tests {
     async fn a_different_body_conflicts_and_ids_are_never_reused() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        submit(&store, provision("a", 2), false).await.unwrap();
+        record(&store, provision("a", 2), false).await.unwrap();
         let before = store.revision();
-        let err = submit(&store, provision("a", 1), false).await.unwrap_err().to_string();
+        let err = record(&store, provision("a", 1), false).await.unwrap_err().to_string();
         assert!(err.contains("\"a\" was already used with a different body"), "{err}");
         assert_eq!(store.revision(), before, "nothing written");
         let delete =
             Mutation::Delete { kind: "nodes", name: "node-2".into(), uid: None, resource_version: None };
         store.commit(delete, false).await.unwrap();
-        submit(&store, provision("b", 1), false).await.unwrap();
+        record(&store, provision("b", 1), false).await.unwrap();
         assert!(store.get("nodes", "node-3").is_some(), "the deleted node's id is not reused");
-        let err = submit(
+        let err = record(
             &store,
             {
                 let mut c = provision("c", 1);
@@ -364,7 +365,7 @@ mod tests {
         assert!(err.contains("spec.provision.provider"), "{err}");
         let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
                           "spec": {"kill": {"node": "node-1"}}, "status": {}});
-        submit(&store, command(kill), false).await.unwrap();
+        record(&store, command(kill), false).await.unwrap();
         assert_eq!(store.get("nodes", "node-1").unwrap()["metadata"]["annotations"][KILLED_BY], "k");
     }
 }

@@ -362,6 +362,6 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<()> {
 }
 
 /// Whether `node` is still live: not in a terminal phase.
-pub(super) fn is_live(node: &Node) -> bool {
+pub fn is_live(node: &Node) -> bool {
     node.status.phase.is_some() && !is_terminal(node.status.phase)
 }

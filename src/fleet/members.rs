@@ -213,7 +213,7 @@ impl Members for Membership {
                     let owner = fleet.clone();
                     owner.spawn(async move {
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        if let Err(err) = super::exec::start_telemetry(&fleet, &node).await {
+                        if let Err(err) = fleet.resume_telemetry(&node).await {
                             tracing::warn!(node, %err, "fleet: telemetry after rejoin failed");
                         }
                     });

@@ -13,7 +13,7 @@
 //!   daemon pulls.
 //! - `exec.rs`: runs each newly recorded command's provider work exactly once.
 //! - `members.rs`: persists a worker's Join / RejoinHello before it is welcomed, and
-//!   starts the node's telemetry pull; `telemetry_api.rs` serves that telemetry.
+//!   starts the node's telemetry pull; `server/telemetry.rs` serves that telemetry.
 //! - `recovery.rs`: at start, provider state is ground truth — a record with its
 //!   resource is adopted, a record without one is marked Stopped, a resource without a
 //!   record is reported as an `Orphaned` node and left alone.
@@ -23,7 +23,6 @@
 //! adopted); Docker containers and Vast.ai instances are left running for the next
 //! daemon to adopt.
 
-pub mod api;
 pub mod commands;
 pub mod error;
 mod exec;
@@ -33,7 +32,6 @@ pub mod net;
 pub mod providers;
 mod recovery;
 pub mod status;
-mod telemetry_api;
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -59,6 +57,7 @@ use providers::process::{Exit, ProcessProvider};
 use providers::Providers;
 
 pub use error::{Error, Result};
+pub use exec::is_live;
 pub use identity::Identity;
 
 /// How long a new local worker may take to join.
@@ -475,6 +474,12 @@ impl Fleet {
                 }
             }
         }
+    }
+
+    /// Pulls a rejoined worker's telemetry again (the membership sink calls this after
+    /// its Welcome went out; the Provision that created a node pulls it itself).
+    async fn resume_telemetry(&self, node: &str) -> Result<()> {
+        exec::start_telemetry(self, node).await
     }
 
     /// Resolves when `node` joined (or rejoined) after this call.

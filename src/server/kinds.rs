@@ -90,7 +90,7 @@ pub struct DeleteQuery {
 /// [`Verb::Read`](crate::auth::Verb::Read).
 macro_rules! kind_routes {
     ($module:ident, $kind:ident, $list:ident, $collection:literal, $item:literal, $status:literal,
-     create: $create:ident, write: $write:ident) => {
+     create: $create:ident, write: $write:ident, intake: $intake:path) => {
         /// Routes of one kind.
         pub mod $module {
             use axum::body::Body;
@@ -128,15 +128,7 @@ macro_rules! kind_routes {
                           (status = 409, description = "Already exists", body = Status),
                           (status = 422, description = "Invalid", body = Status)))]
             pub async fn create(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                if info().plural == "jobs" && state.engine.is_some() {
-                    // Jobs go through the submit layer and the scheduler.
-                    return crate::server::jobs::create(state, headers, uri, body).await;
-                }
-                if info().plural == "fleetcommands" {
-                    // Commands record their node intent atomically and are idempotent on their id.
-                    return crate::fleet::commands::create(state, headers, uri, body).await;
-                }
-                resources::create(state, info(), &principal, headers, uri, body).await
+                $intake(info(), state, &principal, headers, uri, body).await
             }
 
             /// Read an object.
@@ -241,7 +233,8 @@ kind_routes!(
     "/apis/hive.dev/v1/agents/{name}",
     "/apis/hive.dev/v1/agents/{name}/status",
     create: Write,
-    write: Write
+    write: Write,
+    intake: crate::server::kinds::intake::stored
 );
 kind_routes!(
     jobs,
@@ -251,7 +244,8 @@ kind_routes!(
     "/apis/hive.dev/v1/jobs/{name}",
     "/apis/hive.dev/v1/jobs/{name}/status",
     create: Write,
-    write: Write
+    write: Write,
+    intake: crate::server::kinds::intake::job
 );
 kind_routes!(
     approvals,
@@ -261,7 +255,8 @@ kind_routes!(
     "/apis/hive.dev/v1/approvals/{name}",
     "/apis/hive.dev/v1/approvals/{name}/status",
     create: Request,
-    write: Write
+    write: Write,
+    intake: crate::server::kinds::intake::stored
 );
 kind_routes!(
     nodes,
@@ -271,7 +266,8 @@ kind_routes!(
     "/apis/hive.dev/v1/nodes/{name}",
     "/apis/hive.dev/v1/nodes/{name}/status",
     create: Write,
-    write: Write
+    write: Write,
+    intake: crate::server::kinds::intake::stored
 );
 kind_routes!(
     fleetcommands,
@@ -281,7 +277,8 @@ kind_routes!(
     "/apis/hive.dev/v1/fleetcommands/{name}",
     "/apis/hive.dev/v1/fleetcommands/{name}/status",
     create: Write,
-    write: Write
+    write: Write,
+    intake: crate::server::kinds::intake::fleet_command
 );
 kind_routes!(
     providers,
@@ -291,8 +288,62 @@ kind_routes!(
     "/apis/hive.dev/v1/providers/{name}",
     "/apis/hive.dev/v1/providers/{name}/status",
     create: Admin,
-    write: Admin
+    write: Admin,
+    intake: crate::server::kinds::intake::stored
 );
+
+/// How each kind's `POST` is taken in: most kinds are stored as they are; a Job goes
+/// through the submit layer and the scheduler, a FleetCommand through the fleet's
+/// idempotent command record. The kind's hook, instead of a dispatch on its name.
+pub mod intake {
+    use axum::body::Body;
+    use axum::http::{HeaderMap, Uri};
+    use axum::response::Response;
+    use hive_api::KindInfo;
+
+    use crate::auth::Principal;
+    use crate::server::error::ApiResult;
+    use crate::server::{resources, AppState};
+
+    /// Admitted and stored, like any object.
+    pub async fn stored(
+        kind: &'static KindInfo,
+        state: AppState,
+        principal: &Principal,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        resources::create(state, kind, principal, headers, uri, body).await
+    }
+
+    /// Through the submit layer and the scheduler, when the daemon runs one.
+    pub async fn job(
+        kind: &'static KindInfo,
+        state: AppState,
+        principal: &Principal,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        if state.engine.is_some() {
+            return crate::server::jobs::create(state, headers, uri, body).await;
+        }
+        resources::create(state, kind, principal, headers, uri, body).await
+    }
+
+    /// Recorded with its node intents in one transaction, idempotent on its id.
+    pub async fn fleet_command(
+        _kind: &'static KindInfo,
+        state: AppState,
+        _principal: &Principal,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        crate::server::fleet::create_command(state, headers, uri, body).await
+    }
+}
 
 /// Routes of every kind.
 pub fn router() -> ApiRouter {

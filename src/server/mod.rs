@@ -10,6 +10,7 @@ pub mod body;
 pub mod discovery;
 pub mod error;
 pub mod events;
+pub mod fleet;
 pub mod jobs;
 pub mod kinds;
 pub mod openapi;
@@ -20,6 +21,7 @@ pub mod selectors;
 pub mod serve;
 pub mod streams;
 pub mod table;
+pub mod telemetry;
 pub mod tls;
 pub mod tokens;
 pub mod watch;
@@ -97,6 +99,11 @@ impl AppState {
         self
     }
 
+    /// The fleet, or a 400 when this server runs none.
+    pub fn running_fleet(&self) -> error::ApiResult<&Arc<crate::fleet::Fleet>> {
+        self.fleet.as_ref().ok_or_else(|| ApiError::BadRequest("this server runs no fleet".into()))
+    }
+
     /// The same state with the fleet behind `/hive/v1/fleet`.
     pub fn with_fleet(mut self, fleet: Arc<crate::fleet::Fleet>) -> AppState {
         self.fleet = Some(fleet);
@@ -118,11 +125,18 @@ pub fn api_routes() -> ApiRouter {
         .merge(tokens::router())
         .merge(audit::router())
         .merge(approval_diff::router())
-        .merge(crate::fleet::api::router())
+        .merge(fleet::router())
 }
 
 /// The whole API as one router.
 pub fn app(state: AppState) -> Router {
+    app_with_pages(state, Router::new())
+}
+
+/// The whole API plus `pages`, routes served beside it without API authentication (the
+/// dashboard: its pages do their own sign-in). The composition root passes the
+/// dashboard's router here, so the server never depends on the dashboard.
+pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     // Everything here is behind `authenticate`, including the fallback, so an
     // unauthenticated request gets 401 whatever its path; each route authorizes itself.
     let authenticated = api_routes()
@@ -134,8 +148,8 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .merge(authenticated)
-        .merge(crate::dashboard::router())
-        .layer(axum::Extension(crate::dashboard::Sessions::default()))
+        .merge(pages)
+        .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
         .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(log_request))
         // No response is ever sniffed into another type (a JSON error as HTML, say).
@@ -164,7 +178,7 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let bearer = bearer.as_deref();
     // Without a bearer token, the dashboard's session cookie stands in for it (same
     // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
-    let sessions = request.extensions().get::<crate::dashboard::Sessions>().cloned();
+    let sessions = request.extensions().get::<crate::auth::sessions::Sessions>().cloned();
     let mut by_cookie = None;
     let principal = match bearer {
         Some(bearer) => state.tokens.authenticate(bearer),
@@ -172,14 +186,14 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
             .as_ref()
             .map(|sessions| sessions.authenticate(&state.tokens, request.method(), request.headers()))
         {
-            Some(crate::dashboard::CookieAuth::Allowed { principal, session }) => {
+            Some(crate::auth::sessions::CookieAuth::Allowed { principal, session }) => {
                 by_cookie = Some(session);
                 Some(principal)
             }
-            Some(crate::dashboard::CookieAuth::CsrfRefused(why)) => {
+            Some(crate::auth::sessions::CookieAuth::CsrfRefused(why)) => {
                 return ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response();
             }
-            Some(crate::dashboard::CookieAuth::None) | None => None,
+            Some(crate::auth::sessions::CookieAuth::None) | None => None,
         },
     };
     let Some(principal) = principal else {
@@ -193,7 +207,10 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     // A stream ends when what opened it does: the session (sign-out, revocation, expiry)
     // or the bearer token (revocation).
     match (sessions, by_cookie, bearer) {
-        (Some(sessions), Some(id), _) => sessions.end_with_session(response, id, state.tokens.clone()),
+        (Some(sessions), Some(id), _) => {
+            let tokens = state.tokens.clone();
+            streams::end_when_dead(response, move || sessions.is_session_live(&id, &tokens))
+        }
         (_, _, Some(bearer)) => {
             let (tokens, bearer) = (state.tokens.clone(), bearer.to_string());
             streams::end_when_dead(response, move || tokens.authenticate(&bearer).is_some())

@@ -7,9 +7,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 
 use super::form_field;
+use crate::auth::sessions::{clear_cookie, cookie, set_cookie, COOKIE};
 use crate::dashboard::html::Markup;
 use crate::dashboard::layout::{head, html_response};
-use crate::dashboard::session::{clear_cookie, cookie, set_cookie, COOKIE};
 use crate::dashboard::Sessions;
 use crate::server::AppState;
 

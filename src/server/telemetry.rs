@@ -18,9 +18,9 @@ use serde_json::{json, Value};
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
-use super::net::Frame;
-use crate::server::error::{ApiError, ApiResult};
-use crate::server::AppState;
+use super::error::{ApiError, ApiResult};
+use super::AppState;
+use crate::fleet::net::Frame;
 
 /// The query of the telemetry stream.
 #[derive(Debug, Deserialize)]
@@ -45,12 +45,12 @@ pub(super) async fn stream(
     query: Result<Query<TelemetryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(query) = query.map_err(|e| ApiError::BadRequest(format!("telemetry: {}", e.body_text())))?;
-    let fleet = super::api::fleet(&state)?;
+    let fleet = state.running_fleet()?;
     let Some(node) = crate::client::Api::<hive_api::Node>::new(&state.store).get(&name)? else {
         return Err(ApiError::NotFound { plural: "nodes".into(), name });
     };
     // A node that is over (killed, stopped, failed) has nothing live to follow.
-    let over = !super::exec::is_live(&node);
+    let over = !crate::fleet::is_live(&node);
     let hub = fleet.telemetry();
     // Subscribe first, so no frame falls between the snapshot and the live feed.
     let live = (query.follow.unwrap_or(true) && !over).then(|| hub.subscribe(&name));

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap, Method};
-use axum::response::Response;
 use base64::Engine as _;
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -175,12 +174,10 @@ impl Sessions {
         }
     }
 
-    /// `response` with its body cut off once session `id` is no longer live (see
-    /// [`crate::server::streams`]), so a watch, log or telemetry stream opened with the
-    /// cookie does not outlive sign-out, revocation or expiry.
-    pub fn end_with_session(&self, response: Response, id: String, tokens: TokenStore) -> Response {
-        let sessions = self.clone();
-        crate::server::streams::end_when_dead(response, move || sessions.is_live(&id, &tokens))
+    /// Whether session `id` is still live: signed in, unexpired, its token unrevoked.
+    /// What a stream opened with the cookie checks to end with its session.
+    pub fn is_session_live(&self, id: &str, tokens: &TokenStore) -> bool {
+        self.is_live(id, tokens)
     }
 
     /// How an API request's cookie authenticates it. Reads need only the session; any

@@ -9,25 +9,28 @@
 //!   bootstrap settings and, only when they check out, keeps the key in memory and
 //!   stores the non-secret settings; a key that fails changes nothing (422 naming
 //!   `apiKey`). The key is never stored, returned or logged.
-//! - `GET /hive/v1/fleet/nodes/{name}/telemetry`: see [`super::telemetry_api`].
+//! - `GET /hive/v1/fleet/nodes/{name}/telemetry`: see [`super::telemetry`].
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use hive_api::fleet_command::FleetCommand;
 use hive_api::provider::{OfferFilter, Provider, ProviderType};
 use hive_api::validation::{Reason, ValidationError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::providers::vastai::{self, ApiKey};
-use super::Fleet;
+use super::body::MediaType;
+use super::error::{ApiError, ApiResult};
+use super::params::Params;
+use super::routes::{self, ApiRouter};
+use super::AppState;
 use crate::auth::Verb;
 use crate::client::Api;
-use crate::server::error::{ApiError, ApiResult};
-use crate::server::routes::{self, ApiRouter};
-use crate::server::AppState;
+use crate::fleet::providers::vastai::{self, ApiKey};
+use crate::fleet::Fleet;
 
 /// The fleet routes. Searching offers is a write: it spends the admin-configured Vast.ai
 /// key and its quota. Configuring a provider sets its credentials, which, like every
@@ -36,12 +39,9 @@ pub fn router() -> ApiRouter {
     ApiRouter::new()
         .route("/hive/v1/fleet/offers", routes::get(Verb::Write, offers))
         .route("/hive/v1/fleet/providers/{name}/configure", routes::post(Verb::Admin, configure))
-        .route("/hive/v1/fleet/nodes/{name}/telemetry", routes::get(Verb::Read, super::telemetry_api::stream))
+        .route("/hive/v1/fleet/nodes/{name}/telemetry", routes::get(Verb::Read, super::telemetry::stream))
 }
 
-pub(super) fn fleet(state: &AppState) -> ApiResult<&std::sync::Arc<Fleet>> {
-    state.fleet.as_ref().ok_or_else(|| ApiError::BadRequest("this server runs no fleet".into()))
-}
 
 fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Invalid {
@@ -113,7 +113,7 @@ async fn offers(
     if query.min_reliability.is_some_and(|r| !(0.0..=1.0).contains(&r)) {
         return Err(ApiError::BadRequest("minReliability must be between 0 and 1".into()));
     }
-    let fleet = fleet(&state)?;
+    let fleet = state.running_fleet()?;
     let name = vast_provider_name(fleet, query.provider.as_deref().filter(|p| !p.is_empty()));
     let provider = provider_object(&state, &name)?;
     if provider.spec.type_ != ProviderType::Vastai {
@@ -198,7 +198,7 @@ async fn configure(
 ) -> ApiResult<Response> {
     let bytes = crate::server::body::read(body).await?;
     let request = configure_request(&bytes)?;
-    let fleet = fleet(&state)?;
+    let fleet = state.running_fleet()?;
     // The Provider `vastai` may be configured before it exists: it is created only once
     // its settings check out.
     let providers = Api::<Provider>::new(&state.store);
@@ -271,10 +271,10 @@ async fn configure(
         let mut entry = entry;
         entry.generation = stored.metadata.generation.unwrap_or(entry.generation);
         fleet.providers.record(&name, entry.clone());
-        super::status::write(&state.store, &name, &entry).await;
+        crate::fleet::status::write(&state.store, &name, &entry).await;
         tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
     } else {
-        super::status::write(&state.store, &name, &entry).await;
+        crate::fleet::status::write(&state.store, &name, &entry).await;
         tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
     }
     if ready {
@@ -283,4 +283,41 @@ async fn configure(
     let object =
         providers.get_raw(&name).ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
     Ok((StatusCode::OK, Json((*object).clone())).into_response())
+}
+
+/// `POST /apis/hive.dev/v1/fleetcommands` (routed here by `kinds.rs`): admits the body,
+/// fills in the default provider, and records the command through the fleet's idempotent
+/// [`commands::record`](crate::fleet::commands::record): 201 and the new command, or 200
+/// and the original one for a replayed id.
+pub async fn create_command(
+    state: AppState,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    use crate::fleet::commands::{self, RecordError, Recorded};
+    let params = Params::from_uri(&uri)?;
+    let bytes = super::body::read(body).await?;
+    let value = super::body::parse_object(MediaType::of(&headers), &bytes)?;
+    let admitted =
+        hive_api::admit(&hive_api::KindInfo::of::<FleetCommand>(), value, params.field_validation()?)?;
+    let mut command: FleetCommand = crate::client::decode(&admitted.object)?;
+    if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
+        let default = state.fleet.as_ref().map_or(commands::DEFAULT_PROVIDER, |f| f.default_provider());
+        provision.provider = default.to_string();
+    }
+    let (code, command) = match commands::record(&state.store, command, params.dry_run()?).await {
+        Ok(Recorded::Created(command)) => (StatusCode::CREATED, command),
+        Ok(Recorded::Replayed(command)) => (StatusCode::OK, command),
+        Err(RecordError::Invalid { name, errors }) => {
+            return Err(ApiError::Invalid { kind: "FleetCommand".into(), name, errors })
+        }
+        Err(RecordError::Conflict { name, message }) => {
+            return Err(ApiError::Conflict { plural: "fleetcommands".into(), name, message })
+        }
+        Err(RecordError::Client(err)) => return Err(err.into()),
+        Err(RecordError::Store(err)) => return Err(err.into()),
+    };
+    let value = serde_json::to_value(&command).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(super::resources::json_response(code, &value, &admitted.warnings))
 }
