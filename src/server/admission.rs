@@ -2,6 +2,7 @@
 //! decided them (server-set, never taken from the client), and an agent's own token may
 //! only request its own config changes.
 
+use hive_api::approval::{Approval, ApprovalKind, DecisionState};
 use hive_api::KindInfo;
 use serde_json::{json, Map, Value};
 
@@ -26,8 +27,15 @@ pub fn check(
     approval(principal, old, new)
 }
 
-fn decision(object: &Value) -> &str {
-    object["spec"]["decision"]["state"].as_str().unwrap_or("Pending")
+/// An admitted approval, typed (admission runs after decoding, so it always decodes).
+fn typed(object: &Value) -> ApiResult<Approval> {
+    hive_api::resource::decode::<Approval>(object).map(|(approval, _)| approval).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{}: {}",
+            if e.field.is_empty() { "approval" } else { &e.field },
+            e.message
+        ))
+    })
 }
 
 /// The object's `field` (`spec`, `metadata`) as a map to write into. Admitted objects
@@ -40,7 +48,9 @@ fn map_of<'a>(object: &'a mut Value, field: &str) -> ApiResult<&'a mut Map<Strin
 }
 
 fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiResult<()> {
-    let name = new["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let incoming = typed(new)?;
+    let stored = old.map(typed).transpose()?;
+    let name = incoming.metadata.name.clone();
     if principal.role == Role::Agent {
         // The middleware lets an agent token through only for creates.
         let agent = principal.agent.as_deref().unwrap_or_default();
@@ -53,28 +63,30 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiR
         if old.is_some() {
             return Err(forbidden("cannot change an approval".into()));
         }
-        let target = new["spec"]["target"].as_str().unwrap_or_default();
+        let target = incoming.spec.target.as_deref().unwrap_or_default();
         if target != agent {
             return Err(forbidden(format!("may only request approvals for itself, not for {target:?}")));
         }
-        let kind = new["spec"]["kind"].as_str().unwrap_or("ApplyCommit");
-        if !matches!(kind, "ApplyCommit" | "MergeConfigPr") {
+        let kind = incoming.spec.kind;
+        if !matches!(kind, ApprovalKind::ApplyCommit | ApprovalKind::MergeConfigPr) {
             return Err(forbidden(format!(
-                "may only request its own config changes (ApplyCommit, MergeConfigPr), not {kind}"
+                "may only request its own config changes (ApplyCommit, MergeConfigPr), not {}",
+                kind.as_str()
             )));
         }
-        if decision(new) != "Pending" {
+        if incoming.spec.decision.state != DecisionState::Pending {
             return Err(forbidden("cannot decide an approval".into()));
         }
         map_of(new, "spec")?.insert("requestedBy".into(), json!(agent));
-    } else if old.is_none() && new["spec"]["requestedBy"].as_str().is_none_or(str::is_empty) {
+    } else if old.is_none() && incoming.spec.requested_by.as_deref().is_none_or(str::is_empty) {
         map_of(new, "spec")?.insert("requestedBy".into(), json!(principal.name));
     }
 
     // Who decided and when are the server's record: a client cannot set or move them.
-    let before = old.map(decision).unwrap_or("Pending");
-    let decided_now = before == "Pending" && decision(new) != "Pending";
-    let kept = |key: &str| old.and_then(|o| o["metadata"]["annotations"][key].as_str()).map(str::to_string);
+    let before = stored.as_ref().map_or(DecisionState::Pending, |o| o.spec.decision.state);
+    let decided_now =
+        before == DecisionState::Pending && incoming.spec.decision.state != DecisionState::Pending;
+    let kept = |key: &str| stored.as_ref().and_then(|o| o.metadata.annotations.get(key).cloned());
     let (by, at) = if decided_now {
         (
             Some(principal.name.clone()),
@@ -146,14 +158,13 @@ mod tests {
     #[test]
     fn a_misshapen_spec_or_metadata_is_a_400_not_a_panic() {
         let op = principal(Role::Operator, None);
-        for bad in [json!({"metadata": {"name": "a1"}, "spec": [1]}), json!({"metadata": [null], "spec": {}})]
-        {
+        for (bad, field) in [
+            (json!({"metadata": {"name": "a1"}, "spec": [1]}), "spec"),
+            (json!({"metadata": [null], "spec": {}}), "metadata"),
+        ] {
             let mut object = bad.clone();
             let err = check(kind(), &op, None, &mut object, None).unwrap_err();
-            assert!(
-                matches!(&err, ApiError::BadRequest(m) if m.ends_with("must be an object")),
-                "{bad}: {err:?}"
-            );
+            assert!(matches!(&err, ApiError::BadRequest(m) if m.starts_with(field)), "{bad}: {err:?}");
         }
     }
 

@@ -42,7 +42,6 @@ pub fn router() -> ApiRouter {
         .route("/hive/v1/fleet/nodes/{name}/telemetry", routes::get(Verb::Read, super::telemetry::stream))
 }
 
-
 fn invalid(kind: &str, name: &str, field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Invalid {
         kind: kind.into(),

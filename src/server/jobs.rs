@@ -89,8 +89,8 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let spec = &value["spec"];
-    let has_nodes = spec["nodes"].as_array().is_some_and(|n| !n.is_empty());
+    let has_nodes =
+        value.pointer("/spec/nodes").and_then(serde_json::Value::as_array).is_some_and(|n| !n.is_empty());
     if !has_nodes {
         if params.dry_run()? {
             return Err(ApiError::BadRequest("dryRun is not supported for template Jobs".into()));

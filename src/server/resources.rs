@@ -113,11 +113,23 @@ fn check_update(kind: &KindInfo, new: &Value, old: &Value, subresource: Option<&
 }
 
 fn name_of(value: &Value) -> &str {
-    value["metadata"]["name"].as_str().unwrap_or("")
+    hive_api::meta::name_of(value)
 }
 
 fn resource_version_of(value: &Value) -> Option<&str> {
-    value["metadata"]["resourceVersion"].as_str().filter(|s| !s.is_empty())
+    value.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+/// The metadata map of an admitted object (always an object).
+fn metadata_mut(object: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+    object.get_mut("metadata").and_then(Value::as_object_mut)
+}
+
+/// Clears an admitted object's status: observed state is written only through /status.
+fn clear_status(object: &mut Value) {
+    if let Some(map) = object.as_object_mut() {
+        map.insert("status".into(), json!({}));
+    }
 }
 
 /// Fills in the body's `metadata.name` from the URL when it has none, and refuses one
@@ -317,12 +329,12 @@ pub async fn create(
     let bytes = body::read(body).await?;
     let value = body::parse_object(MediaType::of(&headers), &bytes)?;
     let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
-    if let Some(meta) = object["metadata"].as_object_mut() {
+    if let Some(meta) = metadata_mut(&mut object) {
         meta.remove("managedFields");
         meta.remove("resourceVersion");
     }
     // Status is observed state: only controllers write it, through /status.
-    object["status"] = json!({});
+    clear_status(&mut object);
     admission::check(kind, principal, None, &mut object, None)?;
     track_update(None, &mut object, &manager(&params, &headers), None);
     let outcome =
@@ -441,10 +453,10 @@ pub async fn patch(
                 let merged = apply::apply(None, applied, &manager, params.force()?, now())
                     .map_err(|c| conflict(kind, &name, &c))?;
                 let (mut object, _) = admit(kind, merged, FieldValidation::Ignore)?;
-                if let Some(meta) = object["metadata"].as_object_mut() {
+                if let Some(meta) = metadata_mut(&mut object) {
                     meta.remove("resourceVersion");
                 }
-                object["status"] = json!({});
+                clear_status(&mut object);
                 admission::check(kind, principal, None, &mut object, None)?;
                 (Mutation::Create { kind: kind.plural, object }, warnings, false)
             }
@@ -498,8 +510,8 @@ pub async fn patch(
                 let client_rv = resource_version_of(&object).map(str::to_string);
                 let client_precondition = client_rv.is_some() && client_rv != current_rv;
                 let mut object = object;
-                if !client_precondition {
-                    object["metadata"]["resourceVersion"] = json!(current_rv);
+                if let (false, Some(meta)) = (client_precondition, metadata_mut(&mut object)) {
+                    meta.insert("resourceVersion".into(), json!(current_rv));
                 }
                 (Mutation::Update { kind: kind.plural, object, subresource }, warnings, client_precondition)
             }

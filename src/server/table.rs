@@ -67,8 +67,8 @@ pub fn column_definitions(kind: &KindInfo) -> Vec<Value> {
 pub fn row(kind: &KindInfo, object: &Value, include: IncludeObject) -> Value {
     let columns = (kind.columns)();
     let cells = (kind.cells)(object);
-    let meta = &object["metadata"];
-    let mut row_cells = vec![meta["name"].clone()];
+    let meta = object.get("metadata").unwrap_or(&Value::Null);
+    let mut row_cells = vec![meta.get("name").cloned().unwrap_or(Value::Null)];
     let mut wide = Vec::new();
     for (column, cell) in columns.iter().zip(cells) {
         if column.priority == 0 {
@@ -77,7 +77,7 @@ pub fn row(kind: &KindInfo, object: &Value, include: IncludeObject) -> Value {
             wide.push(cell);
         }
     }
-    row_cells.push(Value::String(age(meta["creationTimestamp"].as_str())));
+    row_cells.push(Value::String(age(meta.get("creationTimestamp").and_then(Value::as_str))));
     row_cells.extend(wide);
     let mut row = Map::new();
     row.insert("cells".into(), Value::Array(row_cells));
@@ -95,7 +95,7 @@ pub fn row(kind: &KindInfo, object: &Value, include: IncludeObject) -> Value {
 
 /// The `PartialObjectMetadata` of an object.
 pub fn partial_metadata(object: &Value) -> Value {
-    let mut meta = object["metadata"].clone();
+    let mut meta = object.get("metadata").cloned().unwrap_or(Value::Null);
     if let Some(m) = meta.as_object_mut() {
         m.remove("managedFields");
     }

@@ -35,7 +35,7 @@ impl Encoder {
     /// One event line; `encoded` is the object's JSON as committed, when known.
     fn object_event(&mut self, type_: &str, object: &Obj, encoded: Option<&Bytes>) -> Bytes {
         let rendered = if self.as_table {
-            let rv = object["metadata"]["resourceVersion"].clone();
+            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
             let t = table::table(
                 self.kind,
                 std::slice::from_ref(object),

@@ -9,6 +9,7 @@
 mod agents;
 mod api;
 mod approvals;
+mod architecture;
 mod auth;
 mod browser;
 mod cli;
