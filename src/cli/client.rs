@@ -11,6 +11,7 @@ use hive_api::{Status, WatchEvent};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// `Accept` for server-side printing (kubectl's table negotiation), falling back to JSON.
@@ -174,6 +175,16 @@ pub fn with_operation(err: anyhow::Error, operation: impl Into<String>) -> anyho
         }
         Err(other) => other.context(operation.into()),
     }
+}
+
+/// Reads a server answer as `T` (a kind or its list), naming what did not decode and
+/// where: `the server sent a malformed NodeList at items[0].spec.logicalId: …`. Fields
+/// the CLI does not know are ignored, so an answer from a newer server still reads.
+pub fn decode<T: DeserializeOwned>(body: &Value, what: &str) -> Result<T> {
+    hive_api::resource::decode::<T>(body).map(|(typed, _unknown)| typed).map_err(|e| {
+        let at = if e.field.is_empty() { String::new() } else { format!(" at {}", e.field) };
+        anyhow!("the server sent a malformed {what}{at}: {}", e.message)
+    })
 }
 
 /// Kubernetes' reason for an HTTP code, for errors whose body carried none.
@@ -542,8 +553,26 @@ pub fn event_error(event: &WatchEvent) -> ApiError {
 #[cfg(test)]
 mod tests {
     use hive_api::meta::StatusCause;
+    use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_malformed_answer_names_the_type_and_the_field() {
+        let list = json!({"items": [{"metadata": {"name": "node-1"}, "spec": {"logicalId": "one"}}]});
+        let err = decode::<hive_api::NodeList>(&list, "NodeList").unwrap_err().to_string();
+        assert!(
+            err.starts_with("the server sent a malformed NodeList at items[0].spec.logicalId: "),
+            "{err}"
+        );
+        let err = decode::<hive_api::Node>(&json!({"status": {"phase": "Exploded"}}), "Node").unwrap_err();
+        assert!(err.to_string().contains("at status.phase: unknown variant `Exploded`"), "{err}");
+        // What a newer server adds does not stop an older CLI from reading the rest.
+        let node: hive_api::Node =
+            decode(&json!({"metadata": {"name": "n"}, "spec": {"logicalId": 1, "later": 1}}), "Node")
+                .unwrap();
+        assert_eq!(node.metadata.name, "n");
+    }
 
     #[test]
     fn query_encodes_selectors() {
