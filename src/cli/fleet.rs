@@ -9,9 +9,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use chrono::{DateTime, Utc};
+use hive_api::fleet_command::FleetCommandPhase;
+use hive_api::node::NodePhase;
+use hive_api::provider::ProviderState;
+use hive_api::{FleetCommand, FleetCommandList, Node, NodeList, Provider, ProviderList, Time};
 use serde_json::{json, Value};
 
-use super::client::Query;
+use super::client::{decode, Query};
 use super::Context;
 
 const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
@@ -158,11 +162,11 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
                 body["diskGb"] = json!(disk);
             }
             let path = format!("/hive/v1/fleet/providers/{}/configure", super::client::encode(&provider));
-            let stored = client.post(&path, &body).await?;
+            let stored: Provider = decode(&client.post(&path, &body).await?, "Provider")?;
             println!(
                 "provider {provider}: {} {}",
-                stored["status"]["state"].as_str().unwrap_or("?"),
-                stored["status"]["message"].as_str().unwrap_or("")
+                stored.status.state.map_or("?", ProviderState::as_str),
+                stored.status.message.as_deref().unwrap_or("")
             );
             return Ok(());
         }
@@ -185,62 +189,67 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
     eprintln!("command id: {id} (rerun with --command-id {id} to retry safely)");
     let body =
         json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id}, "spec": spec});
-    let mut command = client.post(COMMANDS, &body).await?;
+    let mut command: FleetCommand = decode(&client.post(COMMANDS, &body).await?, "FleetCommand")?;
     let mut last = String::new();
     loop {
-        let line = progress(&command, &client_nodes(&client, &command).await);
+        let line = progress(&command, &client_nodes(&client, &command).await?);
         if line != last {
             println!("{line}");
             last = line;
         }
-        let phase = command["status"]["phase"].as_str().unwrap_or("");
-        if phase == "Succeeded" || no_wait {
+        let phase = command.status.phase;
+        if phase == Some(FleetCommandPhase::Succeeded) || no_wait {
             return Ok(());
         }
-        if phase == "Failed" {
+        if phase == Some(FleetCommandPhase::Failed) {
             bail!(
                 "fleet command {id} failed: {}",
-                command["status"]["error"].as_str().unwrap_or("unknown error")
+                command.status.error.as_deref().unwrap_or("unknown error")
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-        command = client.get(&format!("{COMMANDS}/{id}")).await?;
+        command = decode(&client.get(&format!("{COMMANDS}/{id}")).await?, "FleetCommand")?;
     }
 }
 
 async fn status(client: &super::client::Client, recent: usize) -> anyhow::Result<()> {
     let now = crate::host::now();
-    let providers = client.get(PROVIDERS).await?;
-    let commands = client.get(COMMANDS).await?;
-    let nodes = client.get(NODES).await?;
-    let items = |list: &Value| list["items"].as_array().cloned().unwrap_or_default();
+    let providers: ProviderList = decode(&client.get(PROVIDERS).await?, "ProviderList")?;
+    let commands: FleetCommandList = decode(&client.get(COMMANDS).await?, "FleetCommandList")?;
+    let nodes: NodeList = decode(&client.get(NODES).await?, "NodeList")?;
     println!("PROVIDERS");
-    print!("{}", render_providers(&items(&providers)));
+    print!("{}", render_providers(&providers.items));
     println!("\nRECENT COMMANDS");
-    print!("{}", render_commands(&items(&commands), recent, now));
+    print!("{}", render_commands(&commands.items, recent, now));
     println!("\nNODES");
-    print!("{}", render_nodes(&items(&nodes), now));
+    print!("{}", render_nodes(&nodes.items, now));
     Ok(())
 }
 
-async fn client_nodes(client: &super::client::Client, command: &Value) -> BTreeMap<String, Value> {
+/// The command's nodes as they are now. A node that cannot be read this time (gone, or
+/// the server briefly unreachable) is left out of this progress line; one that reads but
+/// does not decode is an error.
+async fn client_nodes(
+    client: &super::client::Client,
+    command: &FleetCommand,
+) -> anyhow::Result<BTreeMap<String, Node>> {
     let mut nodes = BTreeMap::new();
-    for name in command["status"]["nodes"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+    for name in &command.status.nodes {
         if let Ok(Some(node)) = client.get_opt(&format!("{NODES}/{name}")).await {
-            nodes.insert(name.to_string(), node);
+            nodes.insert(name.clone(), decode(&node, "Node")?);
         }
     }
-    nodes
+    Ok(nodes)
 }
 
 /// One progress line: the command's phase and each node's phase.
-pub fn progress(command: &Value, nodes: &BTreeMap<String, Value>) -> String {
-    let phase = command["status"]["phase"].as_str().unwrap_or("Pending");
+pub fn progress(command: &FleetCommand, nodes: &BTreeMap<String, Node>) -> String {
+    let phase = command.status.phase.map_or("Pending", FleetCommandPhase::as_str);
     let parts: Vec<String> = nodes
         .iter()
-        .map(|(name, node)| format!("{name} {}", node["status"]["phase"].as_str().unwrap_or("Pending")))
+        .map(|(name, node)| format!("{name} {}", node.status.phase.map_or("Pending", NodePhase::as_str)))
         .collect();
-    format!("{} {phase}: {}", command["metadata"]["name"].as_str().unwrap_or(""), parts.join(", "))
+    format!("{} {phase}: {}", command.metadata.name, parts.join(", "))
 }
 
 /// Rows as aligned columns (the last column is not padded).
@@ -268,88 +277,96 @@ fn cut(s: &str, max: usize) -> String {
     s.chars().take(max - 1).collect::<String>() + "…"
 }
 
-fn bytes(v: &Value) -> Option<String> {
-    let b = v.as_f64()?;
+fn bytes(b: Option<u64>) -> Option<String> {
+    // As f64, as the JSON number was read before the types: the same rounding.
+    let b = b? as f64;
     Some(if b >= 1e9 { format!("{:.1}G", b / 1e9) } else { format!("{:.0}M", b / 1e6) })
 }
 
+/// `3m20s` since `created`, or `<unknown>` (kubectl's AGE column).
+fn age(created: Option<Time>, now: DateTime<Utc>) -> String {
+    match created {
+        Some(t) => hive_api::age::human_duration((now - t.0).num_seconds()),
+        None => "<unknown>".into(),
+    }
+}
+
 /// The provider table: NAME TYPE STATE MESSAGE.
-pub fn render_providers(providers: &[Value]) -> String {
+pub fn render_providers(providers: &[Provider]) -> String {
     let mut rows = vec![["NAME", "TYPE", "STATE", "MESSAGE"].map(String::from).to_vec()];
     for p in providers {
         rows.push(vec![
-            text(&p["metadata"]["name"]),
-            text(&p["spec"]["type"]),
-            p["status"]["state"].as_str().unwrap_or("Unknown").to_string(),
-            cut(&text(&p["status"]["message"]), 90),
+            p.metadata.name.clone(),
+            p.spec.type_.as_str().to_string(),
+            p.status.state.map_or("Unknown", ProviderState::as_str).to_string(),
+            cut(p.status.message.as_deref().unwrap_or(""), 90),
         ]);
     }
     table(rows)
 }
 
 /// The newest `limit` commands: ID ACTION PHASE NODES AGE ERROR.
-pub fn render_commands(commands: &[Value], limit: usize, now: DateTime<Utc>) -> String {
-    let mut commands: Vec<&Value> = commands.iter().collect();
-    commands.sort_by_key(|c| std::cmp::Reverse(text(&c["metadata"]["creationTimestamp"])));
+pub fn render_commands(commands: &[FleetCommand], limit: usize, now: DateTime<Utc>) -> String {
+    let mut commands: Vec<&FleetCommand> = commands.iter().collect();
+    commands.sort_by_key(|c| std::cmp::Reverse(c.metadata.creation_timestamp));
     let mut rows = vec![["ID", "ACTION", "PHASE", "NODES", "AGE", "ERROR"].map(String::from).to_vec()];
     for c in commands.into_iter().take(limit) {
-        let action = match (&c["spec"]["provision"], &c["spec"]["kill"]) {
-            (p, _) if p.is_object() => {
-                format!("provision {} × {}", p["count"], p["provider"].as_str().unwrap_or("?"))
-            }
-            (_, k) if k.is_object() => format!("kill {}", text(&k["node"])),
-            _ => "?".into(),
+        let action = match (&c.spec.provision, &c.spec.kill) {
+            (Some(p), _) => format!("provision {} × {}", p.count, p.provider),
+            (None, Some(k)) => format!("kill {}", k.node),
+            (None, None) => "?".into(),
         };
-        let nodes: Vec<String> = c["status"]["nodes"].as_array().into_iter().flatten().map(text).collect();
         rows.push(vec![
-            text(&c["metadata"]["name"]),
+            c.metadata.name.clone(),
             action,
-            c["status"]["phase"].as_str().unwrap_or("-").to_string(),
-            cut(&nodes.join(","), 40),
-            hive_api::age::age(c["metadata"]["creationTimestamp"].as_str(), now),
-            cut(&text(&c["status"]["error"]), 70),
+            c.status.phase.map_or("-", FleetCommandPhase::as_str).to_string(),
+            cut(&c.status.nodes.join(","), 40),
+            age(c.metadata.creation_timestamp, now),
+            cut(c.status.error.as_deref().unwrap_or(""), 70),
         ]);
     }
     table(rows)
 }
 
 /// The node table: NAME LOGICAL-ID PHASE PROVIDER REF CPU MEM AGE ERROR.
-pub fn render_nodes(nodes: &[Value], now: DateTime<Utc>) -> String {
+pub fn render_nodes(nodes: &[Node], now: DateTime<Utc>) -> String {
     let mut rows =
         vec![["NAME", "LOGICAL-ID", "PHASE", "PROVIDER", "REF", "CPU", "MEM", "DISK", "AGE", "ERROR"]
             .map(String::from)
             .to_vec()];
-    let mut nodes: Vec<&Value> = nodes.iter().collect();
-    nodes.sort_by_key(|n| n["spec"]["logicalId"].as_u64().unwrap_or(0));
+    let mut nodes: Vec<&Node> = nodes.iter().collect();
+    nodes.sort_by_key(|n| n.spec.logical_id);
     for node in nodes {
-        let r = &node["status"]["providerRef"];
-        let reference = match (r["pid"].as_u64(), r["containerId"].as_str(), r["instanceId"].as_u64()) {
+        let r = node.status.provider_ref.clone().unwrap_or_default();
+        let reference = match (r.pid, r.container_id, r.instance_id) {
             (Some(pid), _, _) => format!("pid {pid}"),
             (_, Some(c), _) => c.chars().take(12).collect(),
             (_, _, Some(i)) => format!("instance {i}"),
             _ => "-".into(),
         };
-        let t = &node["status"]["telemetry"];
-        let live =
-            !matches!(node["status"]["phase"].as_str(), Some("Stopped" | "Killed" | "Failed" | "Orphaned"));
-        let cpu = t["cpuPercent"].as_f64().filter(|_| live).map_or("-".into(), |c| format!("{c:.1}%"));
-        let pair = |used: &str, total: &str| match (bytes(&t[used]), bytes(&t[total])) {
+        let t = node.status.telemetry.clone().unwrap_or_default();
+        let live = !matches!(
+            node.status.phase,
+            Some(NodePhase::Stopped | NodePhase::Killed | NodePhase::Failed | NodePhase::Orphaned)
+        );
+        let cpu = t.cpu_percent.filter(|_| live).map_or("-".into(), |c| format!("{c:.1}%"));
+        let pair = |used: Option<u64>, total: Option<u64>| match (bytes(used), bytes(total)) {
             (Some(used), Some(total)) if live => format!("{used}/{total}"),
             _ => "-".into(),
         };
         let (mem, disk) =
-            (pair("memoryUsedBytes", "memoryTotalBytes"), pair("diskUsedBytes", "diskTotalBytes"));
+            (pair(t.memory_used_bytes, t.memory_total_bytes), pair(t.disk_used_bytes, t.disk_total_bytes));
         rows.push(vec![
-            node["metadata"]["name"].as_str().unwrap_or("").to_string(),
-            node["spec"]["logicalId"].as_u64().map_or("-".into(), |i| i.to_string()),
-            node["status"]["phase"].as_str().unwrap_or("Pending").to_string(),
-            node["spec"]["provider"].as_str().unwrap_or("").to_string(),
+            node.metadata.name.clone(),
+            node.spec.logical_id.to_string(),
+            node.status.phase.map_or("Pending", NodePhase::as_str).to_string(),
+            node.spec.provider.clone(),
             reference,
             cpu,
             mem,
             disk,
-            hive_api::age::age(node["metadata"]["creationTimestamp"].as_str(), now),
-            cut(&text(&node["status"]["error"]), 70),
+            age(node.metadata.creation_timestamp, now),
+            cut(node.status.error.as_deref().unwrap_or(""), 70),
         ]);
     }
     table(rows)
@@ -391,7 +408,11 @@ mod tests {
                    "spec": {"logicalId": id, "provider": "process"},
                    "status": {"phase": phase, "providerRef": {"pid": 4242}}})
         };
-        let text = render_nodes(&[node("node-10", 10, "Killed"), node("node-2", 2, "Running")], now);
+        let nodes: Vec<Node> = [node("node-10", 10, "Killed"), node("node-2", 2, "Running")]
+            .iter()
+            .map(|n| decode(n, "Node").expect("a Node"))
+            .collect();
+        let text = render_nodes(&nodes, now);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("NAME"), "{text}");
         assert!(
