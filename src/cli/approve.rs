@@ -6,9 +6,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
+use hive_api::approval::{ApprovalPhase, DecisionState};
+use hive_api::Approval;
 use serde_json::{json, Value};
 
-use super::client::{encode, with_operation};
+use super::client::{decode, encode, with_operation};
 use super::{output, Context};
 
 /// How often a followed approval is read.
@@ -74,26 +76,27 @@ pub fn decision_patch(state: &str, reason: Option<&str>) -> Value {
     json!({"spec": {"decision": decision}})
 }
 
-async fn decide(ctx: &Context, name: &str, state: &str, reason: Option<&str>) -> Result<Value> {
+async fn decide(ctx: &Context, name: &str, state: &str, reason: Option<&str>) -> Result<Approval> {
     let client = ctx.client()?;
     let path = format!("/apis/hive.dev/v1/approvals/{}", encode(name));
     let current = client
         .get(&path)
         .await
         .map_err(|e| with_operation(e, format!("error when reading approval {name:?}")))?;
-    let decided = current["spec"]["decision"]["state"].as_str().unwrap_or("Pending");
-    if decided != "Pending" {
-        bail!("approval {name:?} was already decided: {decided}{}", by(&current));
+    let current: Approval = decode(&current, "Approval")?;
+    let decided = current.spec.decision.state;
+    if decided != DecisionState::Pending {
+        bail!("approval {name:?} was already decided: {}{}", decided.as_str(), by(&current));
     }
     let response = client
         .patch(&path, "application/merge-patch+json", &decision_patch(state, reason))
         .await
         .map_err(|e| with_operation(e, format!("error when deciding approval {name:?}")))?;
-    Ok(response.body)
+    decode(&response.body, "Approval")
 }
 
-fn by(approval: &Value) -> String {
-    match approval["metadata"]["annotations"][hive_api::names::DECIDED_BY].as_str() {
+fn by(approval: &Approval) -> String {
+    match approval.metadata.annotations.get(hive_api::names::DECIDED_BY) {
         Some(who) => format!(" by {who}"),
         None => String::new(),
     }
@@ -118,14 +121,17 @@ async fn follow(ctx: &Context, name: &str, timeout: Duration) -> Result<()> {
     let mut last = String::new();
     loop {
         let approval = client.get(&path).await.context("following the approval")?;
+        let approval: Approval = decode(&approval, "Approval")?;
         let line = phase_line(&approval);
         if line != last {
             eprintln!("{line}");
             last = line;
         }
-        match approval["status"]["phase"].as_str() {
-            Some("Deployed") => return Ok(()),
-            Some("Failed" | "Denied") => return Err(anyhow::Error::new(super::Reported)),
+        match approval.status.phase {
+            Some(ApprovalPhase::Deployed) => return Ok(()),
+            Some(ApprovalPhase::Failed | ApprovalPhase::Denied) => {
+                return Err(anyhow::Error::new(super::Reported))
+            }
             _ => {}
         }
         if started.elapsed() > timeout {
@@ -136,14 +142,17 @@ async fn follow(ctx: &Context, name: &str, timeout: Duration) -> Result<()> {
 }
 
 /// `approval/x: Deploying (Job approval-x): approved by admin; Job approval-x`.
-pub fn phase_line(approval: &Value) -> String {
-    let name = approval["metadata"]["name"].as_str().unwrap_or("?");
-    let phase = approval["status"]["phase"].as_str().unwrap_or("Pending");
+pub fn phase_line(approval: &Approval) -> String {
+    let name = match approval.metadata.name.as_str() {
+        "" => "?",
+        name => name,
+    };
+    let phase = approval.status.phase.map_or("Pending", ApprovalPhase::as_str);
     let mut line = format!("approval/{name}: {phase}");
-    if let Some(job) = approval["status"]["job"].as_str() {
+    if let Some(job) = &approval.status.job {
         line.push_str(&format!(" (Job {job})"));
     }
-    if let Some(message) = approval["status"]["message"].as_str() {
+    if let Some(message) = &approval.status.message {
         line.push_str(&format!(": {message}"));
     }
     line
@@ -174,6 +183,7 @@ mod tests {
             json!({"spec": {"decision": {"state": "Denied", "reason": "no"}}})
         );
         let approval = json!({"metadata": {"name": "a"}, "status": {"phase": "Deploying", "job": "approval-a", "message": "approved by admin"}});
+        let approval: Approval = decode(&approval, "Approval").expect("an Approval");
         assert_eq!(phase_line(&approval), "approval/a: Deploying (Job approval-a): approved by admin");
     }
 }
