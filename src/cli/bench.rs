@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 use bytes::Bytes;
+use hive_api::AgentList;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -619,15 +620,15 @@ impl Api {
     async fn list_head(&self) -> Result<(usize, u64)> {
         let body = self.get(&format!("{AGENTS}?limit=1")).await?;
         let list: Value = serde_json::from_slice(&body).context("the list is not JSON")?;
+        let list: AgentList = super::client::decode(&list, "AgentList")?;
         list_head(&list).context("the list has no resourceVersion")
     }
 }
 
-fn list_head(list: &Value) -> Option<(usize, u64)> {
-    let items = list["items"].as_array().map_or(0, Vec::len);
-    let remaining = list["metadata"]["remainingItemCount"].as_u64().unwrap_or(0) as usize;
-    let revision = list["metadata"]["resourceVersion"].as_str()?.parse().ok()?;
-    Some((items + remaining, revision))
+fn list_head(list: &AgentList) -> Option<(usize, u64)> {
+    let remaining = list.metadata.remaining_item_count.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let revision = list.metadata.resource_version.as_deref()?.parse().ok()?;
+    Some((list.items.len() + remaining, revision))
 }
 
 fn snippet(body: &[u8]) -> String {
@@ -637,19 +638,20 @@ fn snippet(body: &[u8]) -> String {
 /// A valid Agent, as small as the `agent()` fixture of the integration tests but with a
 /// local config path; with `sent_ns`, carrying the send time for the watch measurement.
 fn agent(name: &str, sent_ns: Option<u128>) -> Vec<u8> {
-    let mut object = json!({
+    let mut metadata = json!({"name": name, "labels": {"app": "bench"}});
+    if let Some(ns) = sent_ns {
+        metadata["annotations"] = json!({SENT_ANNOTATION: ns.to_string()});
+    }
+    let object = json!({
         "apiVersion": "hive.dev/v1",
         "kind": "Agent",
-        "metadata": {"name": name, "labels": {"app": "bench"}},
+        "metadata": metadata,
         "spec": {
             // A local path that does not exist: nothing may ever fetch it over the network.
             "config": {"repo": "/nonexistent/hive-bench/config.git", "rev": "main"},
             "runtime": {"type": "process", "process": {"command": ["./run.sh"]}}
         }
     });
-    if let Some(ns) = sent_ns {
-        object["metadata"]["annotations"] = json!({SENT_ANNOTATION: ns.to_string()});
-    }
     serde_json::to_vec(&object).expect("a JSON value serializes")
 }
 
@@ -1347,8 +1349,9 @@ mod tests {
     #[test]
     fn list_heads_count_the_remaining_items() {
         let list = json!({"metadata": {"resourceVersion": "17", "remainingItemCount": 4}, "items": [{}]});
-        assert_eq!(list_head(&list), Some((5, 17)));
-        assert_eq!(list_head(&json!({"metadata": {"resourceVersion": "3"}, "items": []})), Some((0, 3)));
+        let head = |list: Value| list_head(&crate::cli::client::decode(&list, "AgentList").expect("a list"));
+        assert_eq!(head(list), Some((5, 17)));
+        assert_eq!(head(json!({"metadata": {"resourceVersion": "3"}, "items": []})), Some((0, 3)));
     }
 
     #[derive(Parser)]

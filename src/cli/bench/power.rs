@@ -6,6 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use hive_api::job::JobPhase;
+use hive_api::Job;
 use serde_json::{json, Value};
 
 use super::{Api, Row};
@@ -56,13 +58,20 @@ async fn run_job(api: &Api, template: &str, agent: &str) -> Result<Duration> {
     let code = resp.status().as_u16();
     let created: Value = serde_json::from_slice(&resp.bytes().await?).context("the Job is not JSON")?;
     ensure!(code == 201, "POST {template} Job: HTTP {code}: {created}");
-    let name = created["metadata"]["name"].as_str().context("the Job has no name")?.to_string();
+    let created: Job = crate::cli::client::decode(&created, "Job")?;
+    let name = created.metadata.name;
+    ensure!(!name.is_empty(), "the Job has no name");
     loop {
         let job: Value = serde_json::from_slice(&api.get(&format!("/apis/hive.dev/v1/jobs/{name}")).await?)?;
-        match job["status"]["phase"].as_str() {
-            Some("Done") => return Ok(started.elapsed()),
-            Some(phase @ ("Failed" | "Cancelled" | "Interrupted")) => {
-                bail!("{template} Job {name} ended {phase}: {}", job["status"])
+        let job: Job = crate::cli::client::decode(&job, "Job")?;
+        match job.status.phase {
+            Some(JobPhase::Done) => return Ok(started.elapsed()),
+            Some(phase @ (JobPhase::Failed | JobPhase::Cancelled | JobPhase::Interrupted)) => {
+                bail!(
+                    "{template} Job {name} ended {}: {}",
+                    phase.as_str(),
+                    serde_json::to_value(&job.status)?
+                )
             }
             _ if started.elapsed() > JOB_LIMIT => {
                 bail!("{template} Job {name} took longer than {JOB_LIMIT:?}")
