@@ -297,9 +297,7 @@ fn approval_body(name: &str, target: &str, args: &ApprovalArgs) -> Value {
 
 /// The Job body of a power operation, as `hive start` builds it, from an MCP client.
 fn power_body(operation: Operation, agents: &[String], reason: Option<&str>) -> Value {
-    let mut body = power::job_body(operation.template(), agents, reason);
-    body["spec"]["source"] = json!(JobSource::Mcp.as_str());
-    body
+    power::job_body_from(JobSource::Mcp, operation.template(), agents, reason)
 }
 
 impl Server {

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use hive_api::job::JobTemplate;
+use hive_api::job::{JobSource, JobTemplate};
 use hive_api::{Job, JobList};
 use serde_json::{json, Value};
 
@@ -42,7 +42,18 @@ pub struct Args {
 
 /// The Job body the submit layer builds the DAG from; the server names it.
 pub fn job_body(template: JobTemplate, agents: &[String], reason: Option<&str>) -> Value {
-    let mut spec = json!({"template": template.as_str(), "agents": agents, "source": "Cli"});
+    job_body_from(JobSource::Cli, template, agents, reason)
+}
+
+/// [`job_body`] for a Job another surface submits (the MCP server), recorded as its
+/// `spec.source`.
+pub fn job_body_from(
+    source: JobSource,
+    template: JobTemplate,
+    agents: &[String],
+    reason: Option<&str>,
+) -> Value {
+    let mut spec = json!({"template": template.as_str(), "agents": agents, "source": source.as_str()});
     if let Some(reason) = reason {
         spec["reason"] = json!(reason);
     }
