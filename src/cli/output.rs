@@ -117,9 +117,10 @@ impl Table {
         match body.get("kind").and_then(Value::as_str) {
             Some("Table") => serde_json::from_value(body).unwrap_or_default(),
             Some(k) if k.ends_with("List") && body.get("items").is_some_and(Value::is_array) => {
-                let metadata = serde_json::from_value(body["metadata"].clone()).unwrap_or_default();
-                let items = body["items"].as_array().cloned().unwrap_or_default();
-                Table { metadata, ..Table::from_objects(&items, now) }
+                let metadata =
+                    body.get("metadata").and_then(|m| ListMeta::deserialize(m).ok()).unwrap_or_default();
+                let items = body.get("items").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+                Table { metadata, ..Table::from_objects(items, now) }
             }
             _ => Table::from_objects(std::slice::from_ref(&body), now),
         }
