@@ -281,7 +281,8 @@ impl RuntimeExecutor {
                     Drain::TimedOut => "drain timed out; stopping anyway".into(),
                 }
             }
-            other => return Err(NodeError::Unavailable(other)),
+            // Handled above (it names no agent); the same call if it ever gets here.
+            JobNodeKind::MetaLock => self.meta_lock(&node).await?,
         };
         ctx.set_step(step.clone());
         Ok(NodeOutcome { step: Some(step) })

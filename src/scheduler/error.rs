@@ -64,10 +64,6 @@ pub enum NodeError {
     /// The node ran and failed; the message says why.
     #[error("{0}")]
     Failed(String),
-    /// The node's primitive has no executor yet (it belongs to a later step). Such
-    /// nodes fail loudly rather than succeed as silent no-ops.
-    #[error("{} nodes are not available yet in this version of hive", .0.as_str())]
-    Unavailable(JobNodeKind),
     /// The executor panicked while running the node.
     #[error("the {kind} executor panicked: {message}", kind = .0.as_str(), message = .1)]
     Panicked(JobNodeKind, String),
