@@ -159,7 +159,7 @@ impl Store {
     /// `Arc`, as a write's [`Outcome`] returns it); `None` once a later write replaced
     /// it, after a delete, or for a dry run.
     pub fn encoded_of(&self, kind: &str, object: &Obj) -> Option<Bytes> {
-        let name = object["metadata"]["name"].as_str()?;
+        let name = object.pointer("/metadata/name").and_then(serde_json::Value::as_str)?;
         let state = self.inner.shared.read();
         let entry = state.get_entry(kind, name)?;
         Arc::ptr_eq(&entry.object, object).then(|| entry.encoded.clone())

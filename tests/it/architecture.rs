@@ -42,14 +42,23 @@ fn modules(root: &Path) -> BTreeMap<Vec<String>, PathBuf> {
     found
 }
 
-/// The file's code without its test module (tests sit at the end of a file) and without
-/// line comments.
+/// The file's code without its inline test module (`#[cfg(test)] mod x { … }`, which sits
+/// at the end of a file; a `mod tests;` declaration cuts nothing) and without line
+/// comments.
 fn code(text: &str) -> String {
     let mut cut = text.len();
-    for marker in ["#[cfg(test)]\nmod ", "#[cfg(test)]\npub(super) mod ", "#[cfg(test)]\npub(crate) mod "] {
-        if let Some(i) = text.find(marker) {
-            cut = cut.min(i);
+    let mut from = 0;
+    while let Some(i) = text[from..].find("#[cfg(test)]") {
+        let at = from + i;
+        let next = text[at + "#[cfg(test)]".len()..].trim_start();
+        let header = next.split('\n').next().unwrap_or("");
+        let is_module =
+            ["mod ", "pub(super) mod ", "pub(crate) mod ", "pub mod "].iter().any(|p| header.starts_with(p));
+        if is_module && header.trim_end().ends_with('{') {
+            cut = at;
+            break;
         }
+        from = at + 1;
     }
     text[..cut].lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n")
 }
@@ -214,6 +223,14 @@ fn the_cycle_check_sees_use_trees_and_paths() {
     let found = paths("use crate::a::{b, c::{d, self}};\nfn f() { super::x::y(); crate::z::W }");
     let found: Vec<String> = found.iter().map(|p| p.join("::")).collect();
     assert_eq!(found, ["crate::a::b", "crate::a::c::d", "crate::a::c", "crate::z::W", "super::x::y"]);
+}
+
+#[test]
+fn a_test_module_declaration_cuts_nothing_and_an_inline_one_cuts_the_rest() {
+    let text = "#[cfg(test)]\nmod tests;\nfn f() { a[\"spec\"] }\n#[cfg(test)]\nmod more {\n fn g() {}\n}\n";
+    let kept = code(text);
+    assert!(kept.contains("fn f()"), "{kept}");
+    assert!(!kept.contains("fn g()"), "{kept}");
 }
 
 #[test]
