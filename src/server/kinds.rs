@@ -326,10 +326,10 @@ pub mod intake {
         uri: Uri,
         body: Body,
     ) -> ApiResult<Response> {
-        if state.engine.is_some() {
-            return crate::server::jobs::create(state, headers, uri, body).await;
+        match state.engine {
+            Some(_) => crate::server::jobs::create(state, headers, uri, body).await,
+            None => stored(kind, state, principal, headers, uri, body).await,
         }
-        resources::create(state, kind, principal, headers, uri, body).await
     }
 
     /// Recorded with its node intents in one transaction, idempotent on its id.
