@@ -34,6 +34,11 @@ impl Selectors {
         Ok(Selectors { labels, fields })
     }
 
+    /// True when neither selector was given (or both were empty): every object passes.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
     /// Whether an object passes both selectors.
     pub fn matches(&self, object: &Value) -> bool {
         if let Some(fields) = &self.fields {

@@ -98,6 +98,60 @@ fn error_line(code: u16, reason: &str, message: String) -> Bytes {
     line(&json!({"type": "ERROR", "object": Status::failure(code, reason, message)}))
 }
 
+/// What a selector watch sends for one stored event.
+#[derive(Debug, PartialEq)]
+enum Selected<'a> {
+    /// The object neither matched before nor matches now.
+    Nothing,
+    /// The event as stored: an `ADDED`, a `MODIFIED` of an object that matched before
+    /// and after, or a `DELETED` of one that matched.
+    AsStored,
+    /// A `MODIFIED` object that starts matching: `ADDED`, with the object as it is now.
+    Added,
+    /// A `MODIFIED` object that stops matching: `DELETED`, with the object as the watcher
+    /// last saw it (its previous version) at the event's revision — what kube-apiserver's
+    /// watch cache sends, so the deleted object still matches the watcher's selector.
+    Left(&'a Obj),
+}
+
+/// Decides, as kube-apiserver's watch cache does, what the watcher of `selectors` sees
+/// of `event`: whether the object passes the selectors now and whether it passed them
+/// just before. Without selectors every event is sent as stored. A `MODIFIED` whose
+/// previous version is unknown (it left the log before the store was reopened) is
+/// judged by the object as it is now, as if its labels had not changed.
+fn selected<'a>(selectors: &Selectors, event: &'a store::StoreEvent) -> Selected<'a> {
+    if selectors.is_empty() {
+        return Selected::AsStored;
+    }
+    let now = event.type_ != EventType::Deleted && selectors.matches(&event.object);
+    let before = match (&event.previous, event.type_) {
+        (Some(previous), _) => selectors.matches(previous),
+        (None, EventType::Added) => false,
+        (None, EventType::Modified) => now,
+        (None, EventType::Deleted) => selectors.matches(&event.object),
+    };
+    match (before, now) {
+        (false, false) => Selected::Nothing,
+        (false, true) if event.type_ == EventType::Added => Selected::AsStored,
+        (false, true) => Selected::Added,
+        (true, true) => Selected::AsStored,
+        (true, false) if event.type_ == EventType::Deleted => Selected::AsStored,
+        (true, false) => match &event.previous {
+            Some(previous) => Selected::Left(previous),
+            None => Selected::AsStored,
+        },
+    }
+}
+
+/// `object` with `metadata.resourceVersion` set to `revision`.
+fn at_revision(object: &Obj, revision: u64) -> Obj {
+    let mut object = object.as_ref().clone();
+    if let Some(rv) = object.pointer_mut("/metadata/resourceVersion") {
+        *rv = Value::String(revision.to_string());
+    }
+    std::sync::Arc::new(object)
+}
+
 /// Starts a watch of `kind` and returns the streaming response.
 pub async fn serve(
     state: AppState,
@@ -172,20 +226,21 @@ pub async fn serve(
             match next {
                 Some(Ok(event)) => {
                     last = event.revision;
-                    if !selectors.matches(&event.object) {
-                        continue;
-                    }
-                    let type_ = match event.type_ {
-                        EventType::Added => "ADDED",
-                        EventType::Modified => "MODIFIED",
-                        EventType::Deleted => "DELETED",
-                    };
-                    // Plain JSON lines are the same for every watcher: built once, around
-                    // the object's JSON from the commit.
-                    let line = if encoder.as_table {
-                        encoder.object_event(type_, &event.object, None)
-                    } else {
-                        event.encoded.get_or_init(|| line_with_encoded(type_, &event.object_json))
+                    let line = match selected(&selectors, &event) {
+                        Selected::Nothing => continue,
+                        // Plain JSON lines of the stored event are the same for every
+                        // watcher: built once, around the object's JSON from the commit.
+                        Selected::AsStored if !encoder.as_table => {
+                            let type_ = event.type_.as_str();
+                            event.encoded.get_or_init(|| line_with_encoded(type_, &event.object_json))
+                        }
+                        Selected::AsStored => encoder.object_event(event.type_.as_str(), &event.object, None),
+                        Selected::Added => {
+                            encoder.object_event("ADDED", &event.object, Some(&event.object_json))
+                        }
+                        Selected::Left(previous) => {
+                            encoder.object_event("DELETED", &at_revision(previous, event.revision), None)
+                        }
                     };
                     if tx.send(line).await.is_err() {
                         return;

@@ -124,6 +124,7 @@ fn load(db: &Database, path: &Path) -> Result<State> {
 
     let events = read.open_table(EVENTS).map_err(|e| corrupt(e.into()))?;
     let mut expected = compacted + 1;
+    let mut last_of: std::collections::HashMap<(String, Option<String>), super::Obj> = Default::default();
     for entry in events.iter().map_err(|e| corrupt(e.into()))? {
         let (revision, bytes) = entry.map_err(|e| corrupt(e.into()))?;
         let revision = revision.value();
@@ -140,12 +141,27 @@ fn load(db: &Database, path: &Path) -> Result<State> {
             return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
         };
         let object = Arc::new(record.object);
+        // The version before this one, when the log still holds it (as it was live).
+        let key = (
+            record.kind.clone(),
+            object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_owned),
+        );
+        let previous = match type_ {
+            EventType::Added => None,
+            _ => last_of.get(&key).cloned(),
+        };
+        if type_ == EventType::Deleted {
+            last_of.remove(&key);
+        } else {
+            last_of.insert(key, object.clone());
+        }
         let event = StoreEvent {
             revision,
             kind: state.intern(&record.kind),
             type_,
             object_json: super::mutation::encode(&object),
             object,
+            previous,
             encoded: Default::default(),
         };
         state.log.push_back(LogEntry { event, time_ms: record.time });

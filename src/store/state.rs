@@ -95,17 +95,18 @@ impl State {
     /// Never blocks: a watcher whose buffer is full is dropped as overflowed.
     pub fn apply(&mut self, change: &Change, time_ms: i64) {
         let objects = self.objects.entry(change.kind.to_owned()).or_default();
-        if change.type_ == EventType::Deleted {
-            objects.remove(&change.name);
+        let replaced = if change.type_ == EventType::Deleted {
+            objects.remove(&change.name)
         } else {
             let entry = Entry { object: change.object.clone(), encoded: change.encoded.clone() };
-            objects.insert(change.name.clone(), entry);
-        }
+            objects.insert(change.name.clone(), entry)
+        };
         let event = StoreEvent {
             revision: change.revision,
             kind: self.intern(change.kind),
             type_: change.type_,
             object: change.object.clone(),
+            previous: replaced.map(|entry| entry.object),
             object_json: change.encoded.clone(),
             encoded: Default::default(),
         };

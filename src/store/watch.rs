@@ -56,6 +56,12 @@ pub struct StoreEvent {
     pub type_: EventType,
     /// The object after the change (for `Deleted`, its last state).
     pub object: Obj,
+    /// The object as it was just before this change: the very `Arc` the cache held
+    /// (shared with the previous event of the object, so it costs no copy), or `None`
+    /// for `Added` and for an event whose previous version had left the log before the
+    /// store was reopened. Selector watches use it to tell an object that stopped (or
+    /// started) matching from one that merely changed.
+    pub previous: Option<Obj>,
     /// `object` as JSON, exactly as `serde_json::to_vec` writes it (and as redb stores
     /// it): encoded once when the change was committed.
     pub object_json: bytes::Bytes,

@@ -543,3 +543,91 @@ async fn reapplying_a_manifest_that_omits_defaults_changes_nothing_even_a_second
     assert_eq!(again.code, 200);
     assert_eq!(again.body["metadata"]["resourceVersion"], first.body["metadata"]["resourceVersion"]);
 }
+
+/// Every event of `watch` (bookmarks aside) up to and including the one at revision
+/// `last`, as (type, name, team label, resourceVersion).
+async fn selected_events(
+    watch: &mut crate::harness::WatchLines,
+    last: u64,
+) -> Vec<(String, String, String, u64)> {
+    let mut seen = Vec::new();
+    loop {
+        let event =
+            watch.next(Duration::from_secs(60)).await.expect("the watch delivers the event at `last`");
+        if event["type"] == "BOOKMARK" {
+            continue;
+        }
+        let object = &event["object"];
+        let rv: u64 = object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+        seen.push((
+            event["type"].as_str().unwrap().to_owned(),
+            object["metadata"]["name"].as_str().unwrap().to_owned(),
+            object["metadata"]["labels"]["team"].as_str().unwrap_or("").to_owned(),
+            rv,
+        ));
+        if rv >= last {
+            return seen;
+        }
+    }
+}
+
+fn revision_of(reply: &crate::harness::Reply) -> u64 {
+    assert!(reply.code < 300, "{reply:?}");
+    reply.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+/// A `labelSelector` watch sees an object that stops matching as `DELETED` (its last
+/// matching state at the change's revision) and one that starts matching as `ADDED`, as
+/// kube-apiserver's watch cache sends them; objects that never match send nothing. The
+/// same events come live, replayed from a past resourceVersion, and replayed after a
+/// restart.
+#[tokio::test]
+async fn selector_watch_sends_deleted_and_added_when_an_object_stops_and_starts_matching() {
+    let mut d = Daemon::start();
+    let api = d.client();
+    let team = |name: &str, team: &str| {
+        let mut object = agent(name);
+        object["metadata"]["labels"] = json!({"team": team});
+        object["spec"]["wanted"] = json!("Offline");
+        object
+    };
+    let relabel = |name: &str, team: &str| {
+        let api = api.clone();
+        let path = format!("{AGENTS}/{name}");
+        let body = json!({"metadata": {"labels": {"team": team}}});
+        async move { api.patch(&path, "application/merge-patch+json", &body).await }
+    };
+    let start = revision_of(&api.post(AGENTS, &team("s1", "a")).await);
+    revision_of(&api.post(AGENTS, &team("outsider", "b")).await);
+    let selector = "labelSelector=team%3Da";
+    let mut live = api.watch(&format!("{AGENTS}?watch=true&{selector}&resourceVersion={start}")).await;
+
+    let left = revision_of(&relabel("s1", "b").await);
+    revision_of(&relabel("outsider", "c").await);
+    let back = revision_of(&relabel("s1", "a").await);
+    let marker = json!({"metadata": {"annotations": {"hive.dev/test": "last"}}});
+    let last =
+        revision_of(&api.patch(&format!("{AGENTS}/s1"), "application/merge-patch+json", &marker).await);
+
+    let events = selected_events(&mut live, last).await;
+    assert!(events.iter().all(|(_, name, _, _)| name == "s1"), "the outsider never matched: {events:?}");
+    let at = |rv: u64| {
+        events.iter().position(|e| e.3 == rv).unwrap_or_else(|| panic!("no event at {rv}: {events:?}"))
+    };
+    let (i_left, i_back) = (at(left), at(back));
+    assert_eq!(events[i_left], ("DELETED".into(), "s1".into(), "a".into(), left), "{events:?}");
+    assert_eq!(i_back, i_left + 1, "nothing while s1 did not match: {events:?}");
+    assert_eq!(events[i_back], ("ADDED".into(), "s1".into(), "a".into(), back), "{events:?}");
+    assert_eq!(events.last().unwrap().3, last, "{events:?}");
+    for (type_, _, team, _) in events[..i_left].iter().chain(&events[i_back + 1..]) {
+        assert_eq!((type_.as_str(), team.as_str()), ("MODIFIED", "a"), "{events:?}");
+    }
+
+    let mut replay = api.watch(&format!("{AGENTS}?watch=true&{selector}&resourceVersion={start}")).await;
+    assert_eq!(selected_events(&mut replay, last).await, events, "a replay sends what the live watch sent");
+
+    d.restart_with(&[]);
+    let api = d.client();
+    let mut reopened = api.watch(&format!("{AGENTS}?watch=true&{selector}&resourceVersion={start}")).await;
+    assert_eq!(selected_events(&mut reopened, last).await, events, "and so does one after a restart");
+}

@@ -234,3 +234,64 @@ async fn describe_lists_the_objects_events() {
     let all = ok(d.hive(&["get", "events", "-o", "name"]));
     assert_eq!(all.lines().count(), 2, "{all}");
 }
+
+/// Polls `lines` (what a running kubectl printed so far) until one satisfies `want`.
+fn wait_for_line(lines: &std::sync::Mutex<Vec<String>>, what: &str, want: impl Fn(&[String]) -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        if want(&lines.lock().unwrap()) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}:\n{:?}",
+            lines.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `kubectl get agents -l team=a -w` shows an agent relabelled out of the selection as
+/// deleted and one relabelled back as added, as with kube-apiserver.
+#[test]
+fn kubectl_watch_with_a_label_selector_shows_an_agent_leaving_and_rejoining() {
+    use std::io::BufRead;
+    let d = Daemon::start();
+    ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(&AGENT_YAML.replace("app: demo", "team: a"))));
+    let mut child = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&d.kubeconfig)
+        .arg("--cache-dir")
+        .arg(d.dir.join("kube-cache"))
+        .args(["get", "agents", "-l", "team=a", "-w", "--output-watch-events", "--request-timeout=0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stdout = child.stdout.take().unwrap();
+    let reader = {
+        let lines = lines.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        })
+    };
+    let count = |lines: &[String], event: &str| {
+        lines.iter().filter(|l| l.split_whitespace().take(2).eq([event, "k1"])).count()
+    };
+    wait_for_line(&lines, "the initial ADDED row", |l| count(l, "ADDED") == 1);
+    ok(d.kubectl(&["label", "agent", "k1", "team=b", "--overwrite"]));
+    wait_for_line(&lines, "a DELETED row once k1 left team a", |l| count(l, "DELETED") == 1);
+    ok(d.kubectl(&["label", "agent", "k1", "team=a", "--overwrite"]));
+    wait_for_line(&lines, "an ADDED row once k1 is back in team a", |l| count(l, "ADDED") == 2);
+    let _ = child.kill();
+    let _ = child.wait();
+    reader.join().unwrap();
+    let lines = lines.lock().unwrap();
+    assert!(lines[0].starts_with("EVENT"), "{lines:?}");
+    let deleted = lines.iter().position(|l| l.starts_with("DELETED")).unwrap();
+    let added_again = lines.iter().rposition(|l| l.starts_with("ADDED")).unwrap();
+    assert!(deleted < added_again, "{lines:?}");
+}
