@@ -7,7 +7,7 @@ use crate::auth::{Principal, Verb};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Uri};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use hive_api::event::EVENT_KIND;
@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::error::ApiResult;
 use super::routes::{self, ApiRouter};
-use super::{resources, AppState};
+use super::{discovery, resources, AppState};
 use crate::store::Subresource;
 
 /// The routes of `/api` and `/api/v1`: reads for any role, changes for operators.
@@ -34,27 +34,37 @@ pub fn router() -> ApiRouter {
         .route("/api/v1/namespaces/{namespace}/events", routes::get(Verb::Read, list_namespaced))
 }
 
-async fn versions() -> Json<Value> {
-    Json(json!({
-        "kind": "APIVersions",
-        "versions": ["v1"],
-        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
-    }))
+/// `GET /api`: aggregated discovery of the core group's `v1` when asked for (kubectl
+/// 1.32 asks it first, like `/apis`), else the legacy `APIVersions`.
+async fn versions(headers: HeaderMap) -> Response {
+    if discovery::wants_aggregated(&headers) {
+        return discovery::aggregated(vec![discovery::group_discovery("", "v1", &core_resources())]);
+    }
+    discovery::vary_accept(
+        Json(json!({
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+        }))
+        .into_response(),
+    )
+}
+
+/// The core group's resources: events only.
+fn core_resources() -> Vec<discovery::Resource> {
+    vec![discovery::Resource {
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        short_names: &["ev"],
+        categories: &[],
+        verbs: discovery::VERBS,
+        subresources: Vec::new(),
+    }]
 }
 
 async fn resource_list() -> Json<Value> {
-    Json(json!({
-        "kind": "APIResourceList",
-        "groupVersion": "v1",
-        "resources": [{
-            "name": "events",
-            "singularName": "event",
-            "namespaced": false,
-            "kind": "Event",
-            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
-            "shortNames": ["ev"],
-        }],
-    }))
+    Json(discovery::legacy_resource_list("v1", &core_resources()))
 }
 
 async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {

@@ -631,3 +631,79 @@ async fn selector_watch_sends_deleted_and_added_when_an_object_stops_and_starts_
     let mut reopened = api.watch(&format!("{AGENTS}?watch=true&{selector}&resourceVersion={start}")).await;
     assert_eq!(selected_events(&mut reopened, last).await, events, "and so does one after a restart");
 }
+
+/// kubectl 1.32 asks `/api` and `/apis` for aggregated discovery v2 first; both answer an
+/// `APIGroupDiscoveryList` with its own content type, naming each resource with its verbs,
+/// scope and subresources. Any other `Accept` still gets the legacy documents.
+#[tokio::test]
+async fn aggregated_discovery_v2_answers_kubectls_accept_header() {
+    const ACCEPT: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+    let d = Daemon::start();
+    let api = d.client();
+    let get = |path: &'static str| {
+        let api = api.clone();
+        async move {
+            let response = api
+                .http
+                .get(format!("{}{path}", api.base))
+                .bearer_auth(api.token())
+                .header("accept", ACCEPT)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 200, "{path}");
+            let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+            (content_type, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (content_type, apis) = get("/apis").await;
+    assert_eq!(content_type, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    assert_eq!(
+        (&apis["kind"], &apis["apiVersion"]),
+        (&json!("APIGroupDiscoveryList"), &json!("apidiscovery.k8s.io/v2"))
+    );
+    let group = &apis["items"][0];
+    assert_eq!(group["metadata"]["name"], "hive.dev", "{apis}");
+    assert_eq!(group["versions"][0]["version"], "v1", "{apis}");
+    let resources = group["versions"][0]["resources"].as_array().unwrap();
+    let resource = |plural: &str| {
+        resources.iter().find(|r| r["resource"] == plural).unwrap_or_else(|| panic!("{plural}: {apis}"))
+    };
+    for plural in ["agents", "jobs", "approvals", "nodes", "fleetcommands", "providers"] {
+        let r = resource(plural);
+        assert_eq!(r["scope"], "Cluster", "{r}");
+        assert_eq!(r["responseKind"]["group"], "hive.dev", "{r}");
+        for verb in ["create", "delete", "get", "list", "patch", "update", "watch"] {
+            assert!(r["verbs"].as_array().unwrap().contains(&json!(verb)), "{plural} lacks {verb}: {r}");
+        }
+        let status = r["subresources"].as_array().unwrap().iter().find(|s| s["subresource"] == "status");
+        assert_eq!(
+            status.unwrap_or_else(|| panic!("{r}"))["verbs"],
+            json!(["get", "patch", "update"]),
+            "{r}"
+        );
+    }
+    let agents = resource("agents");
+    assert_eq!((&agents["singularResource"], &agents["shortNames"]), (&json!("agent"), &json!(["ag"])));
+    assert_eq!((&agents["responseKind"]["kind"], &agents["categories"]), (&json!("Agent"), &json!(["hive"])));
+    let job_subresources: Vec<&Value> =
+        resource("jobs")["subresources"].as_array().unwrap().iter().map(|s| &s["subresource"]).collect();
+    assert_eq!(job_subresources, [&json!("status"), &json!("log"), &json!("cancel")]);
+
+    let (content_type, core) = get("/api").await;
+    assert_eq!(content_type, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    let core_version = &core["items"][0]["versions"][0];
+    assert_eq!(core_version["version"], "v1", "{core}");
+    assert_eq!(core_version["resources"][0]["resource"], "events", "{core}");
+    assert_eq!(
+        core_version["resources"][0]["responseKind"],
+        json!({"group": "", "version": "v1", "kind": "Event"})
+    );
+
+    let legacy = api.get("/apis").await;
+    assert_eq!(
+        (legacy.body["kind"].as_str(), legacy.headers["content-type"].to_str().unwrap()),
+        (Some("APIGroupList"), "application/json")
+    );
+    assert_eq!(api.get("/api").await.body["kind"], "APIVersions");
+}

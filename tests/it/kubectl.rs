@@ -295,3 +295,20 @@ fn kubectl_watch_with_a_label_selector_shows_an_agent_leaving_and_rejoining() {
     let added_again = lines.iter().rposition(|l| l.starts_with("ADDED")).unwrap();
     assert!(deleted < added_again, "{lines:?}");
 }
+
+/// kubectl uses aggregated discovery: `api-resources` works from `/api` and `/apis` alone,
+/// with no per-group legacy request (`/apis/hive.dev/v1`, `/api/v1`) in its log.
+#[test]
+fn api_resources_comes_from_aggregated_discovery_alone() {
+    let d = Daemon::start();
+    let out = d.kubectl(&["api-resources", "-v=6"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = ok(out);
+    for line in ["agents", "ag", "jobs", "approvals", "nodes", "fleetcommands", "providers", "events"] {
+        assert!(stdout.contains(line), "{line} missing:\n{stdout}");
+    }
+    assert!(stderr.contains("/apis?timeout="), "kubectl logs its discovery requests at -v=6:\n{stderr}");
+    for legacy in ["/apis/hive.dev/v1?timeout=", "/api/v1?timeout="] {
+        assert!(!stderr.contains(legacy), "kubectl fell back to legacy discovery ({legacy}):\n{stderr}");
+    }
+}
