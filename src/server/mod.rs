@@ -117,6 +117,7 @@ pub fn api_routes() -> ApiRouter {
         .route("/apis", routes::get(Verb::Read, discovery::api_groups))
         .route("/apis/hive.dev", routes::get(Verb::Read, discovery::api_group))
         .route("/apis/hive.dev/v1", routes::get(Verb::Read, discovery::api_resources))
+        .route("/openapi/v2", routes::get(Verb::Read, openapi::v2))
         .route("/openapi/v3", routes::get(Verb::Read, openapi::index))
         .route("/openapi/v3/apis/hive.dev/v1", routes::get(Verb::Read, openapi::group_version))
         .merge(kinds::router())
@@ -408,6 +409,7 @@ mod tests {
         POST   /hive/v1/tokens                                admin
         DELETE /hive/v1/tokens/{name}                         admin
         GET    /hive/v1/whoami                                read
+        GET    /openapi/v2                                    read
         GET    /openapi/v3                                    read
         GET    /openapi/v3/apis/hive.dev/v1                   read
         ");

@@ -312,3 +312,27 @@ fn api_resources_comes_from_aggregated_discovery_alone() {
         assert!(!stderr.contains(legacy), "kubectl fell back to legacy discovery ({legacy}):\n{stderr}");
     }
 }
+
+/// `kubectl apply` of a manifest with a misspelt kind fails with kubectl's usual "no
+/// matches for kind", not "failed to download openapi"; good manifests and `explain` still
+/// work.
+#[test]
+fn apply_of_a_misspelt_kind_says_no_matches_for_kind() {
+    let d = Daemon::start();
+    let err = fails(
+        d.kubectl_stdin(&["apply", "-f", "-"], Some(&AGENT_YAML.replace("kind: Agent", "kind: Agnet"))),
+    );
+    assert!(err.contains(r#"no matches for kind "Agnet" in version "hive.dev/v1""#), "{err}");
+    assert!(!err.contains("openapi"), "{err}");
+    assert_eq!(
+        ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(AGENT_YAML))).trim(),
+        "agent.hive.dev/k1 created"
+    );
+    let changed = AGENT_YAML.replace("wanted: Up", "wanted: Offline");
+    assert_eq!(
+        ok(d.kubectl_stdin(&["apply", "-f", "-"], Some(&changed))).trim(),
+        "agent.hive.dev/k1 configured"
+    );
+    let explain = ok(d.kubectl(&["explain", "agent.spec"]));
+    assert!(explain.contains("wanted"), "{explain}");
+}
