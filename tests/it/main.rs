@@ -21,6 +21,7 @@ mod fleet_docker_daemon;
 mod fleet_vastai;
 mod generated;
 mod harness;
+mod intake;
 mod jobs;
 mod kubectl;
 mod mcp;
