@@ -15,7 +15,9 @@ mod dag;
 
 crate::resource! {
     /// A Job: one DAG of primitive nodes (prebuild, swap, reconcile …) run by the
-    /// scheduler. The submit layer is the only producer; its spec is fixed at submit and
+    /// scheduler. Any write path creates one (POST, apply, server-side apply); the
+    /// daemon's intake claims each exactly once (`status.claim`), expanding a template
+    /// Job's nodes first, and hands it to the scheduler. Its spec is fixed once claimed;
     /// its status mirrors the scheduler's in-memory state for clients.
     Job, JobList, JobSpec, JobStatus, plural = "jobs", singular = "job", short = ["jb"]
 }
@@ -41,13 +43,14 @@ pub struct JobSpec {
     /// Meta flake inputs the Job bumps (`MetaUpdate`, `BootSweep`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<String>,
-    /// The agents a template Job acts on. `POST` a Job with `template` and `agents` (and
-    /// no `nodes`) and the submit layer builds one subgraph per agent from their live
-    /// state; the stored Job keeps the list.
+    /// The agents a template Job acts on. Write a Job with `template` and `agents` (and
+    /// no `nodes`), by POST or apply, and the submit layer builds one subgraph per agent
+    /// from their live state when the Job is claimed; the stored Job keeps the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<String>,
     /// The nodes of the DAG. Edges are intra-Job only; cross-Job ordering comes from the
-    /// per-agent lease. Empty in a request that names `agents` instead.
+    /// per-agent lease. Empty in a template Job that names `agents` instead, until the
+    /// intake expands it.
     #[serde(default)]
     pub nodes: Vec<JobNode>,
 }
@@ -97,6 +100,22 @@ impl JobTemplate {
             JobTemplate::BootSweep => "BootSweep",
             JobTemplate::ApprovalDeploy => "ApprovalDeploy",
         }
+    }
+
+    /// Whether the submit layer builds this operation's DAG from the state of the agents
+    /// in `spec.agents` (a template Job); the others are written with their `nodes`.
+    pub fn builds_from_agents(self) -> bool {
+        matches!(
+            self,
+            JobTemplate::Rebuild
+                | JobTemplate::Start
+                | JobTemplate::Stop
+                | JobTemplate::Restart
+                | JobTemplate::Kill
+                | JobTemplate::Spawn
+                | JobTemplate::Reconcile
+                | JobTemplate::PermChange
+        )
     }
 }
 
@@ -297,6 +316,21 @@ pub struct JobStatus {
     /// Names of the child Jobs this one fanned out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,
+    /// Which daemon run took the Job to its scheduler. Set exactly once, by a write
+    /// conditional on the resourceVersion it read, so no two runs (a restart, a second
+    /// daemon) ever run one Job. Absent while the Job waits for an intake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<JobClaim>,
+}
+
+/// The claim of a Job by one daemon run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobClaim {
+    /// The claiming daemon run, unique per start of a daemon.
+    pub run: String,
+    /// When it claimed the Job.
+    pub at: Time,
 }
 
 impl JobStatus {
@@ -441,8 +475,23 @@ impl Resource for Job {
             validation::name(errors, "spec.approval", approval);
         }
         validation::tokens(errors, "spec.inputs", &spec.inputs);
+        for (i, agent) in spec.agents.iter().enumerate() {
+            validation::name(errors, &format!("spec.agents[{i}]"), agent);
+        }
         if spec.nodes.is_empty() {
-            errors.push("spec.nodes", Reason::Required, "a Job needs at least one node");
+            if spec.agents.is_empty() {
+                errors.push(
+                    "spec.nodes",
+                    Reason::Required,
+                    "a Job needs at least one node, or spec.agents for a template Job",
+                );
+            } else if !spec.template.builds_from_agents() {
+                errors.push(
+                    "spec.template",
+                    Reason::Invalid,
+                    format!("{:?} is not built from agents; give spec.nodes instead", spec.template.as_str()),
+                );
+            }
         }
         dag::validate(errors, &spec.nodes);
 
@@ -462,6 +511,14 @@ impl Resource for Job {
         }
         for (i, child) in self.status.children.iter().enumerate() {
             validation::name(errors, &format!("status.children[{i}]"), child);
+        }
+    }
+
+    /// Once claimed, the spec is the one the scheduler runs: it is fixed. Before that
+    /// the intake writes the nodes it expanded from a template Job.
+    fn validate_update(&self, old: &Self, errors: &mut Errors) {
+        if old.status.claim.is_some() {
+            validation::immutable(errors, "spec", &self.spec, &old.spec);
         }
     }
 
@@ -588,6 +645,34 @@ mod tests {
         let mut value = valid();
         value["spec"]["nodes"][2]["kind"] = json!("Teleport");
         assert_eq!(decode::<Job>(&value).unwrap_err().field, "spec.nodes[2].kind");
+    }
+
+    #[test]
+    fn a_template_job_names_agents_instead_of_nodes() {
+        let fields = |spec: Value| -> Vec<String> {
+            let value = json!({"metadata": {"name": "j"}, "spec": spec});
+            validate(&decode::<Job>(&value).unwrap().0).into_iter().map(|e| e.field).collect()
+        };
+        assert_eq!(fields(json!({"template": "Restart", "agents": ["alpha"]})), Vec::<String>::new());
+        assert_eq!(fields(json!({"template": "Restart"})), ["spec.nodes"]);
+        assert_eq!(fields(json!({"template": "MetaUpdate", "agents": ["alpha"]})), ["spec.template"]);
+        assert_eq!(fields(json!({"template": "Stop", "agents": ["alpha", "Not_ok"]})), ["spec.agents[1]"]);
+    }
+
+    #[test]
+    fn the_spec_is_fixed_once_claimed() {
+        let (old, _) = decode::<Job>(&valid()).unwrap();
+        let mut new = old.clone();
+        new.spec.reason = Some("edited".into());
+        let errors = |old: &Job| {
+            let mut errors = Errors::default();
+            new.validate_update(old, &mut errors);
+            errors.0.into_iter().map(|e| e.field).collect::<Vec<_>>()
+        };
+        assert_eq!(errors(&old), Vec::<String>::new(), "unclaimed: the intake may still expand it");
+        let mut claimed = old.clone();
+        claimed.status.claim = Some(JobClaim { run: "run-1".into(), at: Time(chrono::DateTime::UNIX_EPOCH) });
+        assert_eq!(errors(&claimed), ["spec.reason"]);
     }
 
     #[test]

@@ -281,6 +281,14 @@ impl<K: Resource> Api<K> {
 }
 
 impl<K: Resource + HasStatus> Api<K> {
+    /// The mutation that writes `object`'s status through `/status`, validated as an
+    /// HTTP status write is. Its `resourceVersion`, when set, is a precondition: a
+    /// compare-and-swap that fails with a store `Conflict` if anyone wrote the object
+    /// since it was read.
+    pub fn status_mutation(&self, object: &K) -> Result<Mutation> {
+        Ok(Mutation::Update { kind: K::PLURAL, object: admitted(object)?, subresource: Subresource::Status })
+    }
+
     /// Applies `change` to the object's status through the `/status` subresource,
     /// re-reading and re-applying on a lost race; `change` may run several times, each
     /// time on a fresh copy. A change that leaves the status as it was writes nothing.

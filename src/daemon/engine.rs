@@ -1,7 +1,9 @@
 //! The engine the daemon runs behind the API: the process runtime, the meta repo, the
-//! scheduler with the runtime executor, the Jobs mirror, crash-watch, and the boot
-//! reconcile (the config path's sweep, then the power path). The server reaches it
-//! through [`Engine`] to submit, cancel and follow Jobs.
+//! scheduler with the runtime executor, the Jobs mirror, the Job intake, crash-watch, and
+//! the boot reconcile (the config path's sweep, then the power path). The server reaches
+//! it through [`Engine`] to submit, cancel and follow Jobs. Every Job reaches the
+//! scheduler through the intake's one `take` (`job_intake.rs`): the ones the engine
+//! submits itself, the ones POST stores, and the ones any other write path stores.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::client::Api;
 use crate::daemon::crashwatch::{Backoff, CrashWatch, Leases, Restart};
+use crate::daemon::job_intake::{self, Taken};
 use crate::executor::{Deploy, RuntimeExecutor};
 use crate::meta::applied::Markers;
 use crate::runtime::nixos::{NixosConfig, NixosRuntime};
@@ -64,6 +67,8 @@ pub struct Engine {
     pub runtime: Arc<dyn Runtime>,
     /// The meta repo, resolver and applied-rev markers.
     pub deploy: Deploy,
+    /// This daemon run's name, unique per start: what its claims on Jobs say.
+    pub run: String,
 }
 
 impl Leases for SchedulerHandle {
@@ -91,6 +96,9 @@ pub enum SubmitError {
     /// The Job was written but the scheduler refused it (it is marked failed).
     #[error(transparent)]
     Scheduler(#[from] crate::scheduler::Error),
+    /// The Job was written but could not be claimed or handed over for now.
+    #[error(transparent)]
+    Intake(#[from] job_intake::Error),
 }
 
 impl Engine {
@@ -129,8 +137,9 @@ impl Engine {
         if !interrupted.is_empty() {
             tracing::warn!(jobs = ?interrupted, "marked Jobs of a previous run interrupted");
         }
+        let run = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(crate::daemon::jobs_mirror::run(store.clone(), rx));
+        tokio::spawn(crate::daemon::jobs_mirror::run_claimed(store.clone(), rx, run.clone()));
         let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
         let scheduler = Scheduler::start(
             executor,
@@ -142,6 +151,7 @@ impl Engine {
             scheduler: scheduler.clone(),
             runtime: runtime.clone(),
             deploy,
+            run,
         });
 
         let weak = Arc::downgrade(&engine);
@@ -162,6 +172,9 @@ impl Engine {
         tokio::spawn(watch.run(runtime.subscribe()));
         let swept = engine.boot_sweep().await;
         engine.boot_reconcile(&swept).await;
+        // Jobs written while no daemon ran, and from now on every Job any write path
+        // stores, are taken by the intake.
+        job_intake::spawn(store.clone(), engine.clone(), engine.scheduler.clone(), engine.run.clone());
         Ok(engine)
     }
 
@@ -194,8 +207,7 @@ impl Engine {
     /// Creates a new agent with its Spawn Job (one transaction) and schedules the Job.
     pub async fn spawn_new(&self, agent: &Agent, request: &Request) -> Result<Job, SubmitError> {
         let job = submit::spawn_new(&self.store, agent, request).await?;
-        self.schedule(&job).await?;
-        Ok(job)
+        self.take(&job.metadata.name).await
     }
 
     /// `preBuildAgentTemplates`: builds every agent the meta flake knows, one after the
@@ -220,8 +232,7 @@ impl Engine {
     /// Builds a shaped DAG's Job and hands it to the scheduler.
     pub async fn submit_dag(&self, request: &DagRequest) -> Result<Job, SubmitError> {
         let job = submit::submit_dag(&self.store, request).await?;
-        self.schedule(&job).await?;
-        Ok(job)
+        self.take(&job.metadata.name).await
     }
 
     /// Builds a template Job with the submit layer and hands it to the scheduler.
@@ -239,13 +250,19 @@ impl Engine {
     pub async fn submit_request(&self, request: &Request) -> Result<Job, SubmitError> {
         let request = request.clone();
         let job = submit::submit(&self.store, self, &request).await?;
-        self.schedule(&job).await?;
-        Ok(job)
+        self.take(&job.metadata.name).await
     }
 
-    /// Hands a stored Job to the scheduler.
-    pub async fn schedule(&self, job: &Job) -> Result<(), crate::scheduler::Error> {
-        self.scheduler.submit(job.metadata.name.clone(), job.spec.clone()).await
+    /// Takes stored Job `name` to the scheduler through the intake: claims it for this
+    /// run (expanding a template Job) and schedules it, unless another claimer won —
+    /// then the Job is returned as that claimer left it. A Job that cannot run is marked
+    /// `Failed` and its refusal returned.
+    pub async fn take(&self, name: &str) -> Result<Job, SubmitError> {
+        match job_intake::take(&self.store, self, &self.scheduler, &self.run, name).await? {
+            Taken::Scheduled(job) | Taken::Elsewhere(job) => Ok(job),
+            Taken::Failed { why: job_intake::Refusal::Expand(err), .. } => Err(err.into()),
+            Taken::Failed { why: job_intake::Refusal::Schedule(err), .. } => Err(err.into()),
+        }
     }
 
     /// Stops the scheduler and every agent process (a process cannot be adopted by the

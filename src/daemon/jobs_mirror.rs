@@ -1,40 +1,58 @@
 //! The Jobs mirror: the scheduler owns every DAG in memory; Job objects in the store
 //! are its durable mirror for clients. This task writes the scheduler's batched
 //! updates into Job `status` (one status write per Job per batch), creates the Job
-//! objects of fan-out children, and deletes Jobs that fell out of history. At daemon
-//! start, Jobs left non-terminal by a previous run are marked `Interrupted`: the boot
-//! reconcile re-derives the work, there is no durable queue to recover.
+//! objects of fan-out children (claimed by the run whose scheduler made them), and
+//! deletes Jobs that fell out of history. At daemon start, Jobs a previous run claimed
+//! and left non-terminal are marked `Interrupted`: the boot reconcile re-derives the
+//! work, and no claimed Job is ever run twice. Unclaimed Jobs (written while no daemon
+//! ran) are left for the intake, which runs them.
 
 use std::collections::BTreeMap;
 
-use hive_api::job::{Job, JobPhase};
+use hive_api::job::{Job, JobClaim, JobPhase};
 use tokio::sync::mpsc;
 
 use crate::client::{self, Api};
 use crate::scheduler::{JobSnapshot, JobUpdate};
 use crate::store::{self, Store};
 
-/// Applies batches of scheduler updates until the scheduler drops its sender.
-pub async fn run(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
+/// Applies batches of scheduler updates until the scheduler drops its sender; fan-out
+/// children are written unclaimed (for a scheduler with no intake beside it).
+pub async fn run(store: Store, updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
+    mirror(store, updates, None).await
+}
+
+/// [`run`] for the scheduler of daemon run `run`: the children it fans out are written
+/// claimed by that run, so no intake takes them a second time.
+pub async fn run_claimed(store: Store, updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>, run: String) {
+    mirror(store, updates, Some(run)).await
+}
+
+async fn mirror(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>, run: Option<String>) {
     while let Some(batch) = updates.recv().await {
-        if let Err(err) = apply(&store, batch).await {
+        if let Err(err) = apply(&store, batch, run.as_deref()).await {
             tracing::warn!(error = %err, "the Jobs mirror could not write a batch");
         }
     }
 }
 
-/// Writes one batch: creations first, then one coalesced status write per Job, then
-/// removals.
-pub async fn apply(store: &Store, batch: Vec<JobUpdate>) -> client::Result<()> {
+/// Writes one batch: creations first (claimed by `run`, when given), then one coalesced
+/// status write per Job, then removals.
+pub async fn apply(store: &Store, batch: Vec<JobUpdate>, run: Option<&str>) -> client::Result<()> {
     let jobs = Api::<Job>::new(store);
     let mut changed: BTreeMap<String, Vec<JobSnapshot>> = BTreeMap::new();
     let mut removed = Vec::new();
     for update in batch {
         match update {
-            JobUpdate::Created { name, spec } => match jobs.create(&Job::new(name, (*spec).clone())).await {
-                Ok(_) | Err(client::Error::Store(store::Error::AlreadyExists { .. })) => {}
-                Err(err) => return Err(err),
-            },
+            JobUpdate::Created { name, spec } => {
+                let mut child = Job::new(name, (*spec).clone());
+                child.status.claim =
+                    run.map(|run| JobClaim { run: run.to_string(), at: hive_api::Time(store.now()) });
+                match jobs.create(&child).await {
+                    Ok(_) | Err(client::Error::Store(store::Error::AlreadyExists { .. })) => {}
+                    Err(err) => return Err(err),
+                }
+            }
             JobUpdate::Changed(snapshot) => changed.entry(snapshot.name.clone()).or_default().push(snapshot),
             JobUpdate::Removed { name } => removed.push(name),
         }
@@ -52,14 +70,19 @@ pub async fn apply(store: &Store, batch: Vec<JobUpdate>) -> client::Result<()> {
     Ok(())
 }
 
-/// Marks every Job a previous run left Queued or Running as `Interrupted`, naming why.
-/// Returns the names marked.
+/// Marks every Job a previous run claimed and left unfinished as `Interrupted`, naming
+/// why; a Job without a claim but with a phase (mirrored by a daemon from before claims)
+/// too. Jobs still waiting for an intake are left alone. Returns the names marked.
+///
+/// With one daemon per store, every claim at boot is an earlier run's. (A daemon that
+/// shares its store with others would mark only its own runs' Jobs.)
 pub async fn mark_interrupted(store: &Store) -> client::Result<Vec<String>> {
     let jobs = Api::<Job>::new(store);
     let now = hive_api::Time(store.now());
     let mut marked = Vec::new();
     for job in jobs.list().1 {
-        if job.status.phase.is_some_and(JobPhase::is_terminal) {
+        let phase = job.status.phase;
+        if phase.is_some_and(JobPhase::is_terminal) || (job.status.claim.is_none() && phase.is_none()) {
             continue;
         }
         let name = job.metadata.name;
@@ -184,17 +207,23 @@ mod tests {
     async fn jobs_left_running_are_marked_interrupted_at_start() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        for (name, phase) in [("a", Some("Running")), ("b", Some("Done")), ("c", None)] {
-            let mut job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
-                                 "spec": {"template": "Reconcile", "nodes": [{"id": "a/reconcile", "kind": "Reconcile", "agent": "a"}]}, "status": {}});
-            if let Some(phase) = phase {
-                job["status"]["phase"] = json!(phase);
-            }
+        let claim = json!({"run": "run-0", "at": "2026-01-01T00:00:00Z"});
+        let cases = [
+            ("a", json!({"phase": "Running", "claim": claim})),
+            ("b", json!({"phase": "Done", "claim": claim})),
+            ("c", json!({"claim": claim})),
+            ("d", json!({})),
+            ("e", json!({"phase": "Queued"})),
+        ];
+        for (name, status) in cases {
+            let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
+                                 "spec": {"template": "Reconcile", "nodes": [{"id": "a/reconcile", "kind": "Reconcile", "agent": "a"}]}, "status": status});
             store.commit(Mutation::Create { kind: KIND, object: job }, false).await.unwrap();
         }
         let marked = mark_interrupted(&store).await.unwrap();
-        assert_eq!(marked, ["a", "c"]);
+        assert_eq!(marked, ["a", "c", "e"], "claimed (or mirrored) and unfinished");
         assert_eq!(store.get(KIND, "a").unwrap()["status"]["phase"], "Interrupted");
         assert_eq!(store.get(KIND, "b").unwrap()["status"]["phase"], "Done");
+        assert!(store.get(KIND, "d").unwrap()["status"].get("phase").is_none(), "left for the intake");
     }
 }

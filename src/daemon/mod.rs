@@ -1,13 +1,15 @@
 //! The daemon behind `hive serve`: its composition root (store, server, engine, fleet
 //! and controllers wired together), the engine (scheduler, runtime, meta repo), the boot
-//! sweep and reconcile, crash-watch, the Jobs mirror, and the IO halves of the Agent and
-//! Approval controllers (their pure decisions live in `hive-controllers`).
+//! sweep and reconcile, crash-watch, the Jobs mirror, the Job intake, and the IO halves
+//! of the Agent and Approval controllers (their pure decisions live in
+//! `hive-controllers`).
 
 pub mod agent_controller;
 pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
 pub mod engine;
+pub mod job_intake;
 pub mod jobs_mirror;
 
 pub use boot::Sweep;

@@ -1,5 +1,7 @@
 //! Jobs through the engine: `POST …/jobs` with a template and agents reaches the submit
-//! layer (a custom DAG with explicit nodes is validated and scheduled as it is),
+//! layer (a custom DAG with explicit nodes is validated and stored as it is), then the
+//! intake's `take` claims and schedules the stored Job and the answer is the claimed Job
+//! (any other write path stores the Job and the intake's controller takes it);
 //! `POST …/jobs/{name}/cancel`, and the followable logs of a Job's nodes and of an
 //! agent's process.
 
@@ -24,8 +26,9 @@ use super::params::Params;
 use super::routes::{self, ApiRouter};
 use super::AppState;
 use crate::auth::Verb;
-use crate::client::Api;
+use crate::client::{self, Api};
 use crate::daemon::engine::{Engine, SubmitError};
+use crate::daemon::job_intake;
 use crate::scheduler;
 
 /// The routes.
@@ -80,6 +83,17 @@ fn submit_error(err: SubmitError) -> ApiError {
         SubmitError::Submit(E::Client(err)) => err.into(),
         SubmitError::Submit(other) => ApiError::Internal(anyhow::Error::new(other)),
         SubmitError::Scheduler(err) => scheduler_error(err),
+        SubmitError::Intake(err) => intake_error(err),
+    }
+}
+
+fn intake_error(err: job_intake::Error) -> ApiError {
+    match err {
+        job_intake::Error::Gone(name) => ApiError::NotFound { plural: "jobs".into(), name },
+        job_intake::Error::Client(err) => err.into(),
+        job_intake::Error::Store(err) => err.into(),
+        job_intake::Error::Scheduler(err) => scheduler_error(err),
+        other => ApiError::Internal(anyhow::Error::new(other)),
     }
 }
 
@@ -129,9 +143,10 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     }
     let dry_run = params.dry_run()?;
     let job = Api::<Job>::new(&state.store).create_opts(&job, dry_run).await?;
-    if !dry_run {
-        engine.schedule(&job).await.map_err(scheduler_error)?;
+    if dry_run {
+        return Ok(created(&job));
     }
+    let job = engine.take(&job.metadata.name).await.map_err(submit_error)?;
     Ok(created(&job))
 }
 
@@ -148,16 +163,16 @@ struct CancelOptions {
     children: bool,
 }
 
-/// `POST /apis/hive.dev/v1/jobs/{name}/cancel`: only while fully queued. A cancelled
-/// power Job reverts its agents' intent to what they are observed doing: a cancel
-/// means "don't do it", not "do it later".
+/// `POST /apis/hive.dev/v1/jobs/{name}/cancel`: only while fully queued, whatever wrote
+/// the Job. A cancelled power Job reverts its agents' intent to what they are observed
+/// doing: a cancel means "don't do it", not "do it later". A Job no scheduler has
+/// claimed yet is cancelled in the store (it never wrote an intent).
 async fn cancel(
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let engine = engine(&state)?;
     let bytes = body::read(body).await?;
     let options: CancelOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         CancelOptions::default()
@@ -166,24 +181,52 @@ async fn cancel(
         body::decode(&value, "invalid cancel options")
             .map_err(|e| ApiError::BadRequest(format!("{e}; expected {{\"children\": BOOL}}")))?
     };
-    let cancelled = if options.children {
-        engine.scheduler.cancel_children(&name).await.map_err(scheduler_error)?
-    } else {
-        vec![engine.scheduler.cancel(&name).await.map_err(scheduler_error)?]
-    };
-    for job in &cancelled {
-        if crate::submit::shapes::intent(job.template).is_some() {
-            for agent in &job.agents {
-                revert_intent(&engine, agent).await?;
+    // Either the scheduler has the Job, or it is still waiting for a claim; a claim may
+    // land between the two looks, so look again (a cancel of the waiting Job is a write
+    // conditional on its version: it never cancels one a scheduler took meanwhile).
+    let mut cancelled_names = Vec::new();
+    for _ in 0..3 {
+        if let Some(engine) = &state.engine {
+            let asked = if options.children {
+                engine.scheduler.cancel_children(&name).await
+            } else {
+                engine.scheduler.cancel(&name).await.map(|c| vec![c])
+            };
+            match asked {
+                Ok(cancelled) => {
+                    for job in &cancelled {
+                        if crate::submit::shapes::intent(job.template).is_some() {
+                            for agent in &job.agents {
+                                revert_intent(engine, agent).await?;
+                            }
+                        }
+                    }
+                    cancelled_names = cancelled.into_iter().map(|c| c.name).collect();
+                    break;
+                }
+                Err(crate::scheduler::Error::NotFound { .. }) => {}
+                Err(err) => return Err(scheduler_error(err)),
             }
         }
+        match job_intake::cancel_unclaimed(&state.store, &name).await.map_err(intake_error)? {
+            Some(_) => {
+                cancelled_names = vec![name.clone()];
+                break;
+            }
+            None if state.engine.is_none() => break,
+            // Claimed: the scheduler has it, or is about to.
+            None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
     }
-    let job = state.store.get("jobs", &name).ok_or(ApiError::NotFound { plural: "jobs".into(), name })?;
-    Ok((
-        StatusCode::OK,
-        axum::Json(json!({"job": *job, "cancelled": cancelled.iter().map(|c| &c.name).collect::<Vec<_>>()})),
-    )
-        .into_response())
+    let job = state
+        .store
+        .get("jobs", &name)
+        .ok_or(ApiError::NotFound { plural: "jobs".into(), name: name.clone() })?;
+    if cancelled_names.is_empty() {
+        let phase = client::decode::<Job>(&job)?.status.phase.unwrap_or(hive_api::job::JobPhase::Queued);
+        return Err(scheduler_error(crate::scheduler::Error::NotCancellable { name, phase }));
+    }
+    Ok((StatusCode::OK, axum::Json(json!({"job": *job, "cancelled": cancelled_names}))).into_response())
 }
 
 async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {

@@ -293,8 +293,11 @@ kind_routes!(
 );
 
 /// How each kind's `POST` is taken in: most kinds are stored as they are; a Job goes
-/// through the submit layer and the scheduler, a FleetCommand through the fleet's
-/// idempotent command record. The kind's hook, instead of a dispatch on its name.
+/// through the submit layer and then the Job intake's `take` (claimed and scheduled, the
+/// answer is the claimed Job), a FleetCommand through the fleet's idempotent command
+/// record. The kind's hook, instead of a dispatch on its name. The other write paths
+/// (PUT, PATCH, server-side apply) store a Job like any object; the daemon's Job intake
+/// watches the store and takes it, so every Job runs once whatever wrote it.
 pub mod intake {
     use axum::body::Body;
     use axum::http::{HeaderMap, Uri};
@@ -317,7 +320,9 @@ pub mod intake {
         resources::create(state, kind, principal, headers, uri, body).await
     }
 
-    /// Through the submit layer and the scheduler, when the daemon runs one.
+    /// Through the submit layer and the intake, when the daemon runs an engine; without
+    /// one (a server embedded without a scheduler) the Job is stored and waits, unclaimed,
+    /// with no phase, for a daemon's intake to take it.
     pub async fn job(
         kind: &'static KindInfo,
         state: AppState,

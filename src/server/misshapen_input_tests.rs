@@ -510,7 +510,7 @@ fn targets() -> Vec<Target> {
     };
     targets.push(custom(
         "cancel a Job",
-        "/apis/hive.dev/v1/jobs/rebuild-researcher-1/cancel",
+        "/apis/hive.dev/v1/jobs/rebuild-hello-1/cancel",
         json!({"children": false}),
         &["children"],
     ));

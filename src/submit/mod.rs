@@ -92,12 +92,7 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
         let mut mutations = Vec::new();
         for name in &names {
             let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
-            states.push(AgentState {
-                name: name.to_string(),
-                running: live.is_running(name),
-                stale: is_stale(&agent) || live.built_against_old_base(name),
-                graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
-            });
+            states.push(agent_state(&agent, live));
             if let Some(wanted) = shapes::intent(request.template) {
                 if agent.spec.wanted != wanted {
                     let mut changed = agent.clone();
@@ -116,6 +111,55 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
         }
     }
     Err(Error::Contended)
+}
+
+/// What the shapes need to know of one agent: its stored spec and status, and what the
+/// runtime observes of it now.
+fn agent_state(agent: &Agent, live: &dyn LiveState) -> AgentState {
+    let name = &agent.metadata.name;
+    AgentState {
+        name: name.clone(),
+        running: live.is_running(name),
+        stale: is_stale(agent) || live.built_against_old_base(name),
+        graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+    }
+}
+
+/// Expands a stored template Job (one that names `spec.agents` and no nodes), as
+/// [`submit`] builds one: the nodes from the agents' live state, and the intent change
+/// of every agent it names. Returns the expanded Job and the writes that store it — the
+/// intent changes, then the Job's spec, conditional on the `resourceVersion` `job` was
+/// read at — for the caller to commit in ONE transaction with what must land with
+/// them (the intake's claim). Nothing is written here.
+pub fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(Job, Vec<store::Mutation>)> {
+    let template = job.spec.template;
+    if !shapes::is_agent_template(template) {
+        return Err(Error::NotAgentTemplate(template));
+    }
+    let mut seen = BTreeSet::new();
+    let names: Vec<&String> = job.spec.agents.iter().filter(|a| seen.insert(a.as_str())).collect();
+    if names.is_empty() {
+        return Err(Error::NoAgents);
+    }
+    let agents = Api::<Agent>::new(store);
+    let mut states = Vec::with_capacity(names.len());
+    let mut mutations = Vec::new();
+    for name in names {
+        let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
+        states.push(agent_state(&agent, live));
+        if let Some(wanted) = shapes::intent(template) {
+            if agent.spec.wanted != wanted {
+                let mut changed = agent.clone();
+                changed.spec.wanted = wanted;
+                mutations.push(agents.replace_mutation(&changed, &agent)?);
+            }
+        }
+    }
+    let mut expanded = job.clone();
+    expanded.spec.agents = states.iter().map(|s| s.name.clone()).collect();
+    expanded.spec.nodes = shapes::build(template, &states);
+    mutations.push(Api::<Job>::new(store).replace_mutation(&expanded, job)?);
+    Ok((expanded, mutations))
 }
 
 /// The Job a transaction wrote last.
