@@ -3,9 +3,9 @@
 
 use crate::harness::{fails, ok, Daemon};
 
-/// Replaces what changes from run to run: ages (`3s`, `2m`), uids and timestamps. An
-/// age keeps the width of its column (token plus padding), so alignment stays checked
-/// whether the age reads `1s` or `12s`.
+/// Replaces what changes from run to run: ages (`3s`, `2m`), uids, timestamps and short
+/// commit ids. An age keeps the width of its column (token plus padding), so alignment
+/// stays checked whether the age reads `1s` or `12s`.
 fn normalize(text: &str) -> String {
     text.lines()
         .map(|line| {
@@ -42,7 +42,13 @@ fn normalize_token(token: &str) -> String {
         && token[..token.len() - 1].chars().all(|c| c.is_ascii_digit());
     let is_uid = token.len() == 36 && token.chars().filter(|c| *c == '-').count() == 4;
     let is_time = token.len() == 20 && token.ends_with('Z') && token.as_bytes().get(10) == Some(&b'T');
-    if is_age {
+    // A short commit id, e.g. the hello agent's applied rev (this repository's HEAD).
+    let is_commit =
+        token.len() == 12 && token.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
+    if is_commit {
+        // Same width, so the columns stay aligned.
+        "<commit-sha>".into()
+    } else if is_age {
         "<age>".into()
     } else if is_uid {
         "<uid>".into()
@@ -62,6 +68,9 @@ fn apply_get_describe_snapshots() {
     let d = Daemon::start();
     let applied = ok(d.hive(&["apply", "-f", &manifests()]));
     insta::assert_snapshot!("apply_manifests", applied);
+    // The example Job runs (a rebuild of the hello agent): the views below are of the
+    // settled state, after it.
+    ok(d.hive(&["wait", "job/rebuild-hello-1", "--for=jsonpath={.status.phase}=Done", "--timeout", "90s"]));
     let again = ok(d.hive(&["apply", "-f", &format!("{}/agent.yaml", manifests())]));
     insta::assert_snapshot!("apply_unchanged", again);
     insta::assert_snapshot!("get_agents", normalize(&ok(d.hive(&["get", "agents"]))));

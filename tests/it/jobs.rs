@@ -291,8 +291,9 @@ async fn kubectl_creates_template_jobs() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_stored_without_the_scheduler_does_not_block_its_agent() {
-    // kubectl apply of a Job manifest stores it through server-side apply; the scheduler
-    // never ran it, so it must not count as work in flight for the Agent controller.
+    // A Job stored through server-side apply for an agent that does not exist yet: the
+    // intake takes it and its Reconcile fails; it must not hold up the agent created
+    // next.
     let d = Daemon::start_with(&["--agent-controller=true"]);
     let repo = config_repo(&d.dir);
     let api = d.client();
