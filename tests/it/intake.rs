@@ -115,9 +115,11 @@ async fn applied_custom_dags_run_and_cyclic_ones_are_refused() {
     let cyclic = "apiVersion: hive.dev/v1\nkind: Job\nmetadata:\n  name: loop\nspec:\n  template: Reconcile\n  nodes:\n    - {id: a, kind: Reconcile, agent: eta, deps: [{node: b}]}\n    - {id: b, kind: Reconcile, agent: eta, deps: [{node: a}]}\n";
     let file = write(&d.dir, "loop.yaml", cyclic);
     let err = fails(d.hive(&["apply", "-f", &file]));
-    assert!(err.contains("spec.nodes"), "{err}");
+    assert!(err.contains("spec.nodes") && err.contains("dependency cycle"), "{err}");
     let err = fails(d.kubectl(&["apply", "--server-side", "-f", &file]));
-    assert!(err.contains("spec.nodes"), "{err}");
+    assert!(err.contains("spec.nodes") && err.contains("dependency cycle"), "{err}");
+    let err = fails(d.kubectl(&["apply", "-f", &file]));
+    assert!(err.contains("spec.nodes") && err.contains("dependency cycle"), "{err}");
     let mut looped = job.clone();
     looped["spec"]["nodes"] = json!([
         {"id": "a", "kind": "Reconcile", "agent": "eta", "deps": [{"node": "b"}]},
@@ -125,7 +127,7 @@ async fn applied_custom_dags_run_and_cyclic_ones_are_refused() {
     ]);
     let refused = api.put("/apis/hive.dev/v1/jobs/bounce-eta", &looped).await;
     assert_eq!(refused.code, 422, "{:?}", refused.body);
-    assert!(refused.body.to_string().contains("spec.nodes"), "{:?}", refused.body);
+    assert!(refused.body.to_string().contains("dependency cycle"), "{:?}", refused.body);
     assert_eq!(api.get("/apis/hive.dev/v1/jobs/loop").await.code, 404);
 }
 
