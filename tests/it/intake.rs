@@ -238,7 +238,10 @@ async fn hive_cancel_cancels_an_applied_job_still_queued() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_runs_jobs_written_while_down_and_not_claimed_ones_again() {
     let mut d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
     let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("lambda", &repo, "Up")).await.code, 201);
+    wait_power(&api, "lambda", "Running").await;
     stubborn(&d, &api, "kappa", 30).await;
     let stop = hold_lease(&api, "kappa").await;
     // Claimed and queued behind the Stop's lease when the daemon dies.
@@ -255,7 +258,7 @@ async fn a_restart_runs_jobs_written_while_down_and_not_claimed_ones_again() {
     {
         let store = hive::store::Store::open(hive::store::StoreConfig::new(d.dir.join("hive.redb"))).unwrap();
         let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "restart-while-down"},
-                         "spec": {"template": "Restart", "agents": ["kappa"]}});
+                         "spec": {"template": "Restart", "agents": ["lambda"]}});
         store.commit(hive::store::Mutation::Create { kind: "jobs", object: job }, false).await.unwrap();
         store.shutdown().await;
     }
@@ -271,7 +274,7 @@ async fn a_restart_runs_jobs_written_while_down_and_not_claimed_ones_again() {
     let job = wait_terminal(&api, "restart-while-down").await;
     assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
     assert_ne!(claim_of(&job), claim_of(&queued), "claimed by the new run");
-    wait_power(&api, "kappa", "Running").await;
+    wait_power(&api, "lambda", "Running").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
