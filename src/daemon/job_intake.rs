@@ -114,15 +114,15 @@ pub async fn claim(store: &Store, live: &dyn LiveState, run: &str, name: &str) -
         let (mut claimed, mut mutations) = if job.spec.nodes.is_empty() {
             match submit::expand(store, live, &job) {
                 Ok(expanded) => expanded,
-                Err(
-                    err @ (submit::Error::Client(_) | submit::Error::Store(_) | submit::Error::Contended),
-                ) => {
-                    return Err(match err {
-                        submit::Error::Client(e) => e.into(),
-                        submit::Error::Store(e) => e.into(),
-                        _ => Error::Contended(name.to_string()),
-                    })
+                // The store failed or was busy: try again later.
+                Err(submit::Error::Store(err) | submit::Error::Client(client::Error::Store(err))) => {
+                    return Err(err.into())
                 }
+                Err(submit::Error::Contended | submit::Error::Client(client::Error::Contended { .. })) => {
+                    return Err(Error::Contended(name.to_string()))
+                }
+                // Anything else is for good (an agent it names does not exist, the
+                // expanded Job would be invalid, a stored agent does not decode).
                 Err(refused) => {
                     let mut failed = job.clone();
                     failed.status.claim = Some(claim);
