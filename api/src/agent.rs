@@ -247,9 +247,18 @@ pub struct AgentStatus {
     /// rebuilds the agent (once per change).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_fingerprint: Option<String>,
+    /// How many times crash-watch restarted the agent after it crashed (exited on its
+    /// own, or died within the start grace, while wanted Up), as a pod's
+    /// `restartCount`: kept across daemon restarts and never reset.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub restarts: u32,
     /// `Ready`, `Converged` and `Crashed`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Observed power state of an agent.
@@ -382,6 +391,7 @@ impl Resource for Agent {
             Column::new("Wanted", "The power intent, spec.wanted."),
             Column::new("Observed", "The observed power, status.power."),
             Column::new("Ready", "Status of the Ready condition."),
+            Column { type_: "integer", ..Column::new("Restarts", "Crash restarts, status.restarts.") },
             Column::new("Rev", "The applied config revision, status.appliedRev."),
             Column::wide("Runtime", "The runtime, spec.runtime.type."),
             Column::wide("Active Job", "The Job holding the agent, status.activeJob."),
@@ -400,6 +410,7 @@ impl Resource for Agent {
             self.spec.wanted.as_str().into(),
             self.status.power.map_or("", Power::as_str).into(),
             ready.into(),
+            self.status.restarts.into(),
             self.status.applied_rev.as_deref().map_or("", short_rev).into(),
             self.spec.runtime.type_.as_str().into(),
             self.status.active_job.clone().unwrap_or_default().into(),
@@ -646,6 +657,7 @@ mod tests {
                 json!("Up"),
                 json!("Running"),
                 json!("True"),
+                json!(0),
                 json!("0123456789ab"),
                 json!("process"),
                 json!(""),

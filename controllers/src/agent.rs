@@ -5,6 +5,14 @@
 //! One intent change produces exactly one Job: a spawn or rebuild is submitted once per
 //! config fingerprint (recorded in `status.configFingerprint` with the submit), and a
 //! power convergence is not retried for the same generation after it failed.
+//!
+//! A power convergence is the same shape the power verbs submit: an edit of
+//! `spec.wanted` to `Offline` (say, `kubectl patch`) is a `Stop` (graceful Signal →
+//! Drain when the agent has a harness), to `Up` a `Start` (with its stale-rev upgrade).
+//! A spawn never changes `spec.wanted`: an agent created `Offline` is built and left
+//! stopped.
+
+use hive_api::job::{JobNodeKind, JobSpec, JobTemplate};
 
 /// What a reconcile of one agent acts on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,8 +38,14 @@ pub struct Facts {
     /// The power convergence last submitted by the controller, if it failed: for which
     /// generation.
     pub failed_reconcile_generation: Option<i64>,
-    /// The agent crashed and crash-watch is backing off before restarting it.
+    /// The agent is crash-looping (condition `Crashed` True): crash-watch owns its
+    /// restarts, with backoff.
     pub crashed: bool,
+    /// The newest finished Job on the agent failed at starting it: crash-watch counts a
+    /// start that dies within its grace as a crash and restarts it after its backoff,
+    /// so the controller must not start it again meanwhile (its `Crashed` condition may
+    /// be written a moment after the Job's failure).
+    pub start_failed: bool,
 }
 
 /// A Job the controller submits.
@@ -41,8 +55,27 @@ pub enum Submit {
     Spawn,
     /// Build the changed config and swap to it.
     Rebuild,
-    /// Converge observed power to wanted.
-    Reconcile,
+    /// Wanted Up but stopped: the `Start` shape (a stale agent rebuilds first).
+    Start,
+    /// Wanted Offline but running: the `Stop` shape (graceful when it has a harness).
+    Stop,
+}
+
+impl Submit {
+    /// The Job template this submit uses.
+    pub fn template(self) -> JobTemplate {
+        match self {
+            Submit::Spawn => JobTemplate::Spawn,
+            Submit::Rebuild => JobTemplate::Rebuild,
+            Submit::Start => JobTemplate::Start,
+            Submit::Stop => JobTemplate::Stop,
+        }
+    }
+
+    /// Whether this converges power (rather than building).
+    pub fn is_power(self) -> bool {
+        matches!(self, Submit::Start | Submit::Stop)
+    }
 }
 
 /// The one next step.
@@ -61,6 +94,9 @@ pub enum Decision {
     /// Not converged, but retrying would repeat a Job that already failed for this
     /// generation; the message says why.
     Blocked(String),
+    /// Wanted Up but crash-looping: crash-watch restarts it after its backoff, so the
+    /// controller submits nothing and reports it not Ready.
+    CrashLoop,
 }
 
 /// Decides the next step for one agent.
@@ -85,9 +121,9 @@ pub fn decide(f: &Facts) -> Decision {
     if !built {
         return Decision::Submit(Submit::Rebuild);
     }
-    if f.crashed && f.wanted_up && !f.running {
-        // Crash-watch restarts it after its backoff; a reconcile now would defeat it.
-        return Decision::Wait;
+    if f.wanted_up && (f.crashed || (f.start_failed && !f.running)) {
+        // Crash-watch restarts it after its backoff; a start now would defeat it.
+        return Decision::CrashLoop;
     }
     if f.wanted_up != f.running {
         if f.failed_reconcile_generation == Some(f.generation) {
@@ -97,9 +133,53 @@ pub fn decide(f: &Facts) -> Decision {
                 f.generation
             ));
         }
-        return Decision::Submit(Submit::Reconcile);
+        return Decision::Submit(if f.wanted_up { Submit::Start } else { Submit::Stop });
     }
     Decision::Converged
+}
+
+/// Which agents a Job holds up while it is unfinished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Touches {
+    /// These agents (named by its nodes, `spec.agents`, or a MetaLock's fan-out list).
+    Agents(Vec<String>),
+    /// Every agent: a boot sweep, or a MetaLock whose fan-out is computed only after its
+    /// bump lands, may rebuild any of them.
+    All,
+}
+
+impl Touches {
+    /// Whether `agent` is among them.
+    pub fn contains(&self, agent: &str) -> bool {
+        match self {
+            Touches::All => true,
+            Touches::Agents(agents) => agents.iter().any(|a| a == agent),
+        }
+    }
+}
+
+/// The agents an unfinished Job stands for. A BootSweep or MetaUpdate names no agent on
+/// its MetaLock node, yet it is about to rebuild agents: starting one of them meanwhile
+/// would start it on the old config, so they count as in flight too.
+pub fn touches(job: &JobSpec) -> Touches {
+    if job.template == JobTemplate::BootSweep {
+        return Touches::All;
+    }
+    let mut agents: Vec<String> = job.agents.clone();
+    for node in &job.nodes {
+        if let Some(agent) = &node.agent {
+            agents.push(agent.clone());
+        }
+        if node.kind == JobNodeKind::MetaLock {
+            match node.params.get("agents").and_then(|v| v.as_array()) {
+                Some(listed) => agents.extend(listed.iter().filter_map(|a| a.as_str()).map(str::to_string)),
+                None => return Touches::All,
+            }
+        }
+    }
+    agents.sort();
+    agents.dedup();
+    Touches::Agents(agents)
 }
 
 #[cfg(test)]
@@ -128,18 +208,58 @@ mod tests {
             ("new agent spawns", Facts { installed: false, submitted_fingerprint: None, ..facts() }, Decision::Submit(Submit::Spawn)),
             ("failed spawn is not repeated", Facts { installed: false, ..facts() }, Decision::Blocked("the spawn for this config failed; change the spec to try again".into())),
             ("config change rebuilds", Facts { fingerprint: "f2".into(), ..facts() }, Decision::Submit(Submit::Rebuild)),
-            ("wanted up, stopped", Facts { running: false, ..facts() }, Decision::Submit(Submit::Reconcile)),
-            ("wanted offline, running", Facts { wanted_up: false, ..facts() }, Decision::Submit(Submit::Reconcile)),
+            ("wanted up, stopped", Facts { running: false, ..facts() }, Decision::Submit(Submit::Start)),
+            ("wanted offline, running", Facts { wanted_up: false, ..facts() }, Decision::Submit(Submit::Stop)),
             ("offline and stopped", Facts { wanted_up: false, running: false, ..facts() }, Decision::Converged),
             ("failed start not repeated", Facts { running: false, failed_reconcile_generation: Some(3), ..facts() },
                 Decision::Blocked("the last attempt to start it failed for generation 3; change the spec or run a power verb".into())),
-            ("a new generation retries", Facts { running: false, failed_reconcile_generation: Some(2), ..facts() }, Decision::Submit(Submit::Reconcile)),
-            ("a crash backs off", Facts { running: false, crashed: true, ..facts() }, Decision::Wait),
+            ("a new generation retries", Facts { running: false, failed_reconcile_generation: Some(2), ..facts() }, Decision::Submit(Submit::Start)),
+            ("a crash backs off", Facts { running: false, crashed: true, ..facts() }, Decision::CrashLoop),
+            ("a crash loop is not ready while briefly up", Facts { crashed: true, ..facts() }, Decision::CrashLoop),
+            ("a failed start is crash-watch's to retry", Facts { running: false, start_failed: true, ..facts() }, Decision::CrashLoop),
+            ("a failed start, since restarted", Facts { start_failed: true, ..facts() }, Decision::Converged),
+            ("a crashed agent wanted offline stops", Facts { crashed: true, wanted_up: false, ..facts() }, Decision::Submit(Submit::Stop)),
+            ("created offline: spawned, not started", Facts { wanted_up: false, running: false, installed: false, submitted_fingerprint: None, ..facts() }, Decision::Submit(Submit::Spawn)),
             ("delete waits for Jobs", Facts { deleting: true, in_flight: true, ..facts() }, Decision::Wait),
             ("delete destroys", Facts { deleting: true, ..facts() }, Decision::Destroy),
         ];
         for (what, f, want) in cases {
             assert_eq!(decide(&f), want, "{what}");
         }
+    }
+
+    #[test]
+    fn meta_jobs_hold_up_the_agents_they_will_rebuild() {
+        use hive_api::job::JobNode;
+        use serde_json::json;
+        let lock = |agents: Option<Vec<&str>>| {
+            let mut node = JobNode::new("meta-lock".to_string(), JobNodeKind::MetaLock, None::<&str>);
+            if let Some(agents) = agents {
+                node.params.insert("agents".into(), json!(agents));
+            }
+            node
+        };
+        let spec = |template, nodes: Vec<JobNode>, agents: Vec<&str>| JobSpec {
+            template,
+            nodes,
+            agents: agents.into_iter().map(str::to_string).collect(),
+            ..Default::default()
+        };
+        // The boot sweep's MetaLock names no agent, and its fan-out list holds only the
+        // wanted-up stale ones: it still holds up every agent while it runs.
+        let sweep = spec(JobTemplate::BootSweep, vec![lock(Some(vec!["a"]))], vec!["a"]);
+        assert_eq!(touches(&sweep), Touches::All);
+        assert!(touches(&sweep).contains("b"));
+        let update_all = spec(JobTemplate::MetaUpdate, vec![lock(None)], vec![]);
+        assert_eq!(touches(&update_all), Touches::All);
+        let update_some = spec(JobTemplate::MetaUpdate, vec![lock(Some(vec!["b", "a"]))], vec![]);
+        assert_eq!(touches(&update_some), Touches::Agents(vec!["a".into(), "b".into()]));
+        let stop = spec(
+            JobTemplate::Stop,
+            vec![JobNode::new("c/set-wanted".to_string(), JobNodeKind::SetWanted, Some("c"))],
+            vec!["c"],
+        );
+        assert_eq!(touches(&stop), Touches::Agents(vec!["c".into()]));
+        assert!(!touches(&stop).contains("a"));
     }
 }

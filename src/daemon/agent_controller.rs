@@ -3,6 +3,11 @@
 //! submitting Jobs through the engine (the only producer of Jobs is the submit layer),
 //! managing the finalizer, and keeping `status` (observedGeneration, conditions Ready
 //! and Converged) true so that `kubectl wait --for=condition=Ready agent/x` works.
+//!
+//! It owns its Jobs: beside the Agents it watches the Jobs, and every change of a Job
+//! wakes the agents that Job stands for ([`hive_controllers::agent::touches`]; a boot
+//! sweep or meta-update wakes them all), so a reconcile waiting on a Job runs again
+//! when the Job settles, with no polling.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +16,7 @@ use std::time::Duration;
 use hive_api::agent::{Agent, AgentStatus, Wanted, CONDITION_CONVERGED, CONDITION_READY};
 use hive_api::job::{Job, JobPhase, JobSource, JobTemplate};
 use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
-use hive_controllers::agent::{decide, Decision, Facts, Submit};
+use hive_controllers::agent::{decide, touches, Decision, Facts, Submit, Touches};
 use hive_controllers::{Action, Config, Controller, Target};
 
 use crate::client::{self, Api};
@@ -45,6 +50,7 @@ pub enum Error {
 pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Agent>::new(&engine.store);
     let controller = Controller::new(client, Config::default());
+    tokio::spawn(wake_on_jobs(Api::<Job>::new(&engine.store), controller.store(), controller.queue()));
     let ctx = Arc::new(Context { engine, reconciles: Mutex::new(HashMap::new()) });
     tokio::spawn(controller.run(
         reconcile,
@@ -59,34 +65,99 @@ pub fn spawn(engine: Arc<Engine>) {
 
 pub use hive_api::agent::fingerprint;
 
+/// Watches the Jobs and queues, for each change, the agents the Job stands for.
+async fn wake_on_jobs(
+    jobs: Api<Job>,
+    agents: hive_controllers::Store<Agent>,
+    queue: hive_controllers::WorkQueue,
+) {
+    use futures_util::StreamExt;
+    use hive_controllers::Event;
+    let wake = |job: &Job| match touches(&job.spec) {
+        Touches::All => agents.list().iter().for_each(|a| queue.add(a.metadata.name.clone())),
+        Touches::Agents(names) => names.into_iter().for_each(|name| queue.add(name)),
+    };
+    let mut events = std::pin::pin!(hive_controllers::watcher(jobs, Default::default()));
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Applied(job) | Event::Deleted(job)) => wake(&job),
+            Ok(Event::Restarted(all)) => all.iter().for_each(wake),
+            Err(err) => tracing::debug!(error = %err, "the Agent controller's Job watch retries"),
+        }
+    }
+}
+
 /// A stored Job the scheduler does not know yet counts as in flight for this long: the
 /// submit layer writes the Job, then hands it to the scheduler.
 const HANDOFF_GRACE: chrono::Duration = chrono::Duration::seconds(10);
 
-/// The unfinished Jobs that touch `agent`: (name, template). "Unfinished" is the
-/// scheduler's word, not the stored status: a Job object written by hand (say,
-/// `kubectl apply` of a Job manifest) never ran and must not block the agent forever.
-async fn in_flight(engine: &Engine, agent: &str) -> Vec<(String, JobTemplate)> {
+/// The unfinished Jobs that touch `agent` (see [`touches`]: a boot sweep or meta-update
+/// counts for the agents it will rebuild), and when the earliest of those counted only
+/// by the handoff grace stops counting. "Unfinished" is the scheduler's word, not the
+/// stored status: a Job object written by hand (say, `kubectl apply` of a Job manifest)
+/// never ran and must not block the agent forever.
+async fn in_flight(engine: &Engine, agent: &str) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
     let scheduled: std::collections::HashMap<String, JobPhase> = match engine.scheduler.list().await {
         Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.phase)).collect(),
         Err(_) => Default::default(),
     };
-    let now = engine.store.now();
-    Api::<Job>::new(&engine.store)
-        .list()
-        .1
-        .into_iter()
-        .filter(|job| job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent)))
+    let jobs = Api::<Job>::new(&engine.store).list().1;
+    unfinished(&jobs, &scheduled, engine.store.now(), agent)
+}
+
+/// [`in_flight`] over given Jobs and the scheduler's phases.
+fn unfinished(
+    jobs: &[Job],
+    scheduled: &HashMap<String, JobPhase>,
+    now: chrono::DateTime<chrono::Utc>,
+    agent: &str,
+) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
+    let mut recheck: Option<Duration> = None;
+    let touching = jobs
+        .iter()
+        .filter(|job| touches(&job.spec).contains(agent))
         .filter(|job| match scheduled.get(&job.metadata.name) {
-            Some(phase) => !phase.is_terminal(),
+            // Until the stored status says so too: what the controller decides next
+            // reads the outcome (which node failed) from the stored Job.
+            Some(phase) => !phase.is_terminal() || !job.status.phase.is_some_and(|p| p.is_terminal()),
             None => {
                 let unstarted = job.status.phase.is_none();
-                let created = job.metadata.creation_timestamp;
-                unstarted && created.is_some_and(|t| now - t.0 < HANDOFF_GRACE)
+                let age = job.metadata.creation_timestamp.as_ref().map(|t| now - t.0);
+                let counts = unstarted && age.is_some_and(|age| age < HANDOFF_GRACE);
+                if let Some(left) = age.filter(|_| counts).and_then(|age| (HANDOFF_GRACE - age).to_std().ok())
+                {
+                    recheck = Some(recheck.map_or(left, |r| r.min(left)));
+                }
+                counts
             }
         })
-        .map(|job| (job.metadata.name, job.spec.template))
-        .collect()
+        .map(|job| (job.metadata.name.clone(), job.spec.template))
+        .collect();
+    (touching, recheck)
+}
+
+/// Whether the newest finished Job on `agent` failed at its Reconcile node (the start),
+/// e.g. a Spawn whose command dies at once.
+fn last_start_failed(jobs: &[Job], agent: &str) -> bool {
+    let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+    let newest = jobs
+        .iter()
+        .filter(|job| job.status.phase.is_some_and(|p| p.is_terminal()))
+        .filter(|job| job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent)))
+        .max_by_key(|job| revision(job));
+    newest.is_some_and(|job| {
+        job.status.phase == Some(JobPhase::Failed)
+            && !matches!(job.spec.template, JobTemplate::Stop | JobTemplate::Kill)
+            && job.spec.nodes.iter().any(|node| {
+                node.agent.as_deref() == Some(agent)
+                    && node.kind == hive_api::job::JobNodeKind::Reconcile
+                    && job
+                        .status
+                        .nodes
+                        .iter()
+                        .any(|s| s.id == node.id && s.state == hive_api::job::JobNodeState::Failed)
+            })
+    })
 }
 
 /// The condition saying whether a spawn or rebuild is under way.
@@ -105,7 +176,8 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             (phase == Some(JobPhase::Failed)).then_some(generation)
         })
     };
-    let jobs = in_flight(engine, &name).await;
+    let (jobs, recheck) = in_flight(engine, &name).await;
+    let start_failed = last_start_failed(&Api::<Job>::new(&engine.store).list().1, &name);
     let building = jobs
         .iter()
         .find(|(_, template)| matches!(template, JobTemplate::Spawn | JobTemplate::Rebuild))
@@ -125,6 +197,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .status
             .condition(hive_api::agent::CONDITION_CRASHED)
             .is_some_and(|c| c.status == ConditionStatus::True),
+        start_failed,
     };
     let now = Time(engine.store.now());
     match decide(&facts) {
@@ -148,25 +221,26 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             agents
                 .patch_status(&name, |status| building_condition(status, now, generation, building.as_ref()))
                 .await?;
-            Ok(Action::requeue(Duration::from_secs(1)))
+            // The Job's changes wake this agent again; only a stored Job the scheduler
+            // has not taken yet needs a second look when its handoff grace ends.
+            Ok(recheck.map_or(Action::await_change(), Action::requeue))
         }
         Decision::Submit(op) => {
             let permissions_changed = op == Submit::Rebuild && engine.permissions_changed(&agent).await;
             let (template, reason) = match op {
-                Submit::Spawn => (JobTemplate::Spawn, "the agent was created"),
                 Submit::Rebuild if permissions_changed => {
                     (JobTemplate::PermChange, "its permissions changed")
                 }
-                Submit::Rebuild => {
-                    (JobTemplate::Rebuild, "its config, runtime settings or resources changed")
-                }
-                Submit::Reconcile => (JobTemplate::Reconcile, "observed power differs from wanted"),
+                Submit::Spawn => (op.template(), "the agent was created"),
+                Submit::Rebuild => (op.template(), "its config, runtime settings or resources changed"),
+                Submit::Start => (op.template(), "wanted Up, but it is stopped"),
+                Submit::Stop => (op.template(), "wanted Offline, but it runs"),
             };
             let job = engine
                 .submit(template, vec![name.clone()], JobSource::Controller, Some(reason.into()))
                 .await?;
             let job_name = job.metadata.name;
-            if op == Submit::Reconcile {
+            if op.is_power() {
                 ctx.reconciles
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -176,7 +250,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             let message = format!("{reason}: Job {job_name}");
             agents
                 .patch_status(&name, |status| {
-                    if op != Submit::Reconcile {
+                    if !op.is_power() {
                         status.config_fingerprint = Some(print.clone());
                     }
                     status.active_job = Some(job_name.clone());
@@ -184,7 +258,31 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     conditions(status, now, generation, ConditionStatus::False, "Converging", &message, None);
                 })
                 .await?;
-            Ok(Action::requeue(Duration::from_secs(1)))
+            // The Job's changes (and this status write) wake the agent again.
+            Ok(Action::await_change())
+        }
+        Decision::CrashLoop => {
+            let message = agent
+                .status
+                .condition(hive_api::agent::CONDITION_CRASHED)
+                .map_or_else(|| "crash-looping".to_string(), |c| c.message.clone());
+            agents
+                .patch_status(&name, |status| {
+                    status.observed_generation = Some(generation);
+                    status.active_job = None;
+                    conditions(
+                        status,
+                        now,
+                        generation,
+                        ConditionStatus::False,
+                        "CrashLoopBackOff",
+                        &message,
+                        Some(ConditionStatus::False),
+                    );
+                    building_condition(status, now, generation, None);
+                })
+                .await?;
+            Ok(Action::await_change())
         }
         Decision::Converged => {
             let ready = if facts.wanted_up { ConditionStatus::True } else { ConditionStatus::False };
@@ -265,5 +363,58 @@ fn conditions(
     if let Some(ready) = ready {
         let reason = if ready == ConditionStatus::True { "Running" } else { "NotRunning" };
         set_condition(&mut status.conditions, cond(CONDITION_READY, ready, reason, message), now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hive_api::job::{JobNode, JobNodeKind, JobSpec};
+    use hive_api::meta::Time;
+
+    use super::*;
+
+    fn job(name: &str, spec: JobSpec, created: chrono::DateTime<chrono::Utc>) -> Job {
+        let mut job = Job::new(name, spec);
+        job.metadata.creation_timestamp = Some(Time(created));
+        job
+    }
+
+    #[test]
+    fn a_running_boot_sweep_holds_up_every_agent_until_it_settles() {
+        let now = crate::host::now();
+        // The sweep's one node is a MetaLock naming no agent; its fan-out lists only `a`.
+        let sweep = JobSpec {
+            template: JobTemplate::BootSweep,
+            agents: vec!["a".into()],
+            nodes: crate::submit::shapes::meta_lock(&["hive".into()], Some(&["a".into()]), true),
+            ..Default::default()
+        };
+        let stop = JobSpec {
+            template: JobTemplate::Stop,
+            agents: vec!["c".into()],
+            nodes: vec![JobNode::new("c/set-wanted".to_string(), JobNodeKind::SetWanted, Some("c"))],
+            ..Default::default()
+        };
+        let jobs = vec![job("bootsweep-1", sweep, now), job("stop-1", stop, now)];
+        let running: HashMap<String, JobPhase> =
+            [("bootsweep-1".to_string(), JobPhase::Running), ("stop-1".to_string(), JobPhase::Running)]
+                .into();
+        for agent in ["a", "b"] {
+            let (held, recheck) = unfinished(&jobs, &running, now, agent);
+            assert_eq!(held, vec![("bootsweep-1".to_string(), JobTemplate::BootSweep)], "{agent}");
+            assert_eq!(recheck, None, "a scheduled Job wakes the agent when it settles");
+        }
+        assert_eq!(unfinished(&jobs, &running, now, "c").0.len(), 2);
+        let settled: HashMap<String, JobPhase> = [("bootsweep-1".to_string(), JobPhase::Done)].into();
+        assert_eq!(unfinished(&jobs[..1], &settled, now, "b").0.len(), 1, "until its stored status says so");
+        let mut done = jobs[0].clone();
+        done.status.phase = Some(JobPhase::Done);
+        assert!(unfinished(std::slice::from_ref(&done), &settled, now, "b").0.is_empty());
+        // A stored Job the scheduler has not taken yet counts for its handoff grace only.
+        let (held, recheck) = unfinished(&jobs[..1], &HashMap::new(), now, "b");
+        assert_eq!(held.len(), 1);
+        assert_eq!(recheck, Some(Duration::from_secs(10)));
+        let later = now + chrono::Duration::seconds(11);
+        assert!(unfinished(&jobs[..1], &HashMap::new(), later, "b").0.is_empty());
     }
 }

@@ -32,6 +32,17 @@ impl Sweep {
 }
 
 impl Engine {
+    /// Whether `agent` is fresh in the coordinator document's sense: its applied-rev
+    /// marker records the commit the meta lock pins for it and the hive base the daemon
+    /// runs. No marker (never built, or a torn file) is stale. The boot sweep and a start
+    /// of a stopped agent (the submit layer's stale upgrade) both ask this, so a branch
+    /// name in `spec.config.rev` is never compared with the commit it resolved to.
+    pub async fn is_fresh(&self, agent: &str) -> bool {
+        let Some(marker) = self.deploy.markers.read(agent) else { return false };
+        let locked = self.deploy.meta.locked(agent).await.map(|l| l.rev);
+        marker.hive == self.deploy.hive_rev && locked.is_none_or(|l| l == marker.rev)
+    }
+
     /// Classifies every installed agent by rev freshness (its applied-rev marker against
     /// the current lock and hive base) and wanted power.
     pub async fn classify(&self) -> Sweep {
@@ -43,11 +54,7 @@ impl Engine {
             if !self.runtime.installed(name) {
                 continue; // never built: the Agent controller spawns it
             }
-            let locked = self.deploy.meta.locked(name).await.map(|l| l.rev);
-            let fresh = self.deploy.markers.read(name).is_some_and(|m| {
-                m.hive == self.deploy.hive_rev && locked.as_deref().is_none_or(|l| l == m.rev)
-            });
-            match (fresh, agent.spec.wanted) {
+            match (self.is_fresh(name).await, agent.spec.wanted) {
                 (true, _) => sweep.up_to_date.push(name.to_string()),
                 (false, Wanted::Up) => stale_up.push(agent.clone()),
                 (false, Wanted::Offline) => sweep.deferred.push(name.to_string()),

@@ -13,7 +13,6 @@ use hive_api::job::{Job, JobSource, JobTemplate};
 use tokio::sync::mpsc;
 
 use crate::client::Api;
-use crate::daemon::crashwatch::{Backoff, CrashWatch, Leases, Restart};
 use crate::daemon::job_intake::{self, Taken};
 use crate::executor::{Deploy, RuntimeExecutor};
 use crate::meta::applied::Markers;
@@ -71,19 +70,13 @@ pub struct Engine {
     pub run: String,
 }
 
-impl Leases for SchedulerHandle {
-    fn is_leased(&self, agent: &str) -> bool {
-        self.leased_agents().contains(agent)
-    }
-}
-
 impl LiveState for Engine {
     fn is_running(&self, agent: &str) -> bool {
         self.runtime.running_now(agent)
     }
 
-    fn built_against_old_base(&self, agent: &str) -> bool {
-        self.deploy.markers.read(agent).is_some_and(|m| m.hive != self.deploy.hive_rev)
+    fn is_stale<'a>(&'a self, agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
+        Box::pin(async move { !self.is_fresh(agent).await })
     }
 }
 
@@ -154,22 +147,7 @@ impl Engine {
             run,
         });
 
-        let weak = Arc::downgrade(&engine);
-        let restart: Restart = Arc::new(move |agent: String| {
-            let weak = weak.clone();
-            Box::pin(async move {
-                let Some(engine) = weak.upgrade() else { return };
-                let reason = Some("restart after a crash".to_string());
-                if let Err(err) = engine
-                    .submit(JobTemplate::Reconcile, vec![agent.clone()], JobSource::Controller, reason)
-                    .await
-                {
-                    tracing::warn!(agent, error = %err, "could not submit the crash restart");
-                }
-            })
-        });
-        let watch = CrashWatch::new(store.clone(), Arc::new(scheduler), restart, Backoff::default());
-        tokio::spawn(watch.run(runtime.subscribe()));
+        crate::daemon::crashwatch::spawn(store.clone(), runtime.clone(), scheduler.watch_leased_agents());
         let swept = engine.boot_sweep().await;
         engine.boot_reconcile(&swept).await;
         // Jobs written while no daemon ran, and from now on every Job any write path

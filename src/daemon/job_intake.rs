@@ -112,7 +112,7 @@ pub async fn claim(store: &Store, live: &dyn LiveState, run: &str, name: &str) -
         }
         let claim = JobClaim { run: run.to_string(), at: Time(store.now()) };
         let (mut claimed, mut mutations) = if job.spec.nodes.is_empty() {
-            match submit::expand(store, live, &job) {
+            match submit::expand(store, live, &job).await {
                 Ok(expanded) => expanded,
                 // The store failed or was busy: try again later.
                 Err(submit::Error::Store(err) | submit::Error::Client(client::Error::Store(err))) => {

@@ -25,11 +25,14 @@ pub trait LiveState: Send + Sync {
     /// Whether `agent` is running.
     fn is_running(&self, agent: &str) -> bool;
 
-    /// Whether the agent's current generation was built against an older hive base
-    /// than the daemon runs (a start of a stopped one then rebuilds first, as the boot
-    /// sweep's deferred agents need).
-    fn built_against_old_base(&self, _agent: &str) -> bool {
-        false
+    /// Whether the agent is stale in the coordinator document's sense: its applied-rev
+    /// marker (the commit and hive base its current generation was built from) differs
+    /// from what the meta lock pins and the daemon runs, or it has none. A start of a
+    /// stopped stale agent rebuilds first, as the boot sweep's deferred agents need. A
+    /// branch or tag in `spec.config.rev` is never compared with a commit: a new commit
+    /// on the branch moves nothing until a rebuild or meta-update bumps the lock.
+    fn is_stale<'a>(&'a self, _agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
+        Box::pin(async { false })
     }
 }
 
@@ -92,7 +95,7 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
         let mut mutations = Vec::new();
         for name in &names {
             let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
-            states.push(agent_state(&agent, live));
+            states.push(agent_state(&agent, live).await);
             if let Some(wanted) = shapes::intent(request.template) {
                 if agent.spec.wanted != wanted {
                     let mut changed = agent.clone();
@@ -115,12 +118,12 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
 
 /// What the shapes need to know of one agent: its stored spec and status, and what the
 /// runtime observes of it now.
-fn agent_state(agent: &Agent, live: &dyn LiveState) -> AgentState {
+async fn agent_state(agent: &Agent, live: &dyn LiveState) -> AgentState {
     let name = &agent.metadata.name;
     AgentState {
         name: name.clone(),
         running: live.is_running(name),
-        stale: is_stale(agent) || live.built_against_old_base(name),
+        stale: live.is_stale(name).await,
         graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
     }
 }
@@ -131,7 +134,7 @@ fn agent_state(agent: &Agent, live: &dyn LiveState) -> AgentState {
 /// intent changes, then the Job's spec, conditional on the `resourceVersion` `job` was
 /// read at — for the caller to commit in ONE transaction with what must land with
 /// them (the intake's claim). Nothing is written here.
-pub fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(Job, Vec<store::Mutation>)> {
+pub async fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(Job, Vec<store::Mutation>)> {
     let template = job.spec.template;
     if !shapes::is_agent_template(template) {
         return Err(Error::NotAgentTemplate(template));
@@ -146,7 +149,7 @@ pub fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(Job, Ve
     let mut mutations = Vec::new();
     for name in names {
         let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
-        states.push(agent_state(&agent, live));
+        states.push(agent_state(&agent, live).await);
         if let Some(wanted) = shapes::intent(template) {
             if agent.spec.wanted != wanted {
                 let mut changed = agent.clone();
@@ -233,15 +236,6 @@ pub async fn spawn_new(store: &Store, agent: &Agent, request: &Request) -> Resul
     stored_job(store.commit_all(mutations, false).await?)
 }
 
-/// An agent is stale when the rev it asks for is not the one it runs.
-fn is_stale(agent: &Agent) -> bool {
-    match (&agent.spec.config.rev, &agent.status.applied_rev) {
-        (Some(wanted), Some(applied)) => wanted != applied && !applied.starts_with(wanted.as_str()),
-        (Some(_), None) => true,
-        (None, _) => false,
-    }
-}
-
 fn job_object(request: &Request, states: &[AgentState]) -> Job {
     let spec = JobSpec {
         template: request.template,
@@ -271,7 +265,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::{Mutation, StoreConfig, Subresource};
+    use crate::store::{Mutation, StoreConfig};
 
     struct Running(HashSet<&'static str>);
 
@@ -281,11 +275,24 @@ mod tests {
         }
     }
 
+    /// Stopped, with a marker that differs from the lock.
+    struct StaleStopped;
+
+    impl LiveState for StaleStopped {
+        fn is_running(&self, _agent: &str) -> bool {
+            false
+        }
+
+        fn is_stale<'a>(&'a self, _agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
+            Box::pin(async { true })
+        }
+    }
+
     fn agent(name: &str) -> serde_json::Value {
         json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
                "spec": {"wanted": "Up", "config": {"repo": "r", "rev": "main"},
                         "runtime": {"type": "process", "gracefulStopSeconds": 30, "process": {"command": ["x"]}}},
-               "status": {"appliedRev": "main"}})
+               "status": {"appliedRev": "0123456789abcdef0123456789abcdef01234567"}})
     }
 
     async fn store_with(names: &[&str]) -> (tempfile::TempDir, Store) {
@@ -329,13 +336,6 @@ mod tests {
     #[tokio::test]
     async fn an_unchanged_intent_is_not_rewritten_and_a_stale_start_rebuilds() {
         let (_dir, store) = store_with(&["a"]).await;
-        let mut stale = (*store.get("agents", "a").unwrap()).clone();
-        stale["spec"]["config"]["rev"] = json!("v2");
-        store
-            .commit(Mutation::Update { kind: "agents", object: stale, subresource: Subresource::Main }, false)
-            .await
-            .ok();
-        let live = Running(HashSet::new());
         let request = Request {
             template: JobTemplate::Start,
             agents: vec!["a".into()],
@@ -343,8 +343,13 @@ mod tests {
             reason: None,
             name: None,
         };
+        // A branch name in the spec beside a commit in the status is not stale: only the
+        // marker against the lock says so.
+        let fresh = submit(&store, &Running(HashSet::new()), &request).await.unwrap();
+        let kinds: Vec<&str> = fresh.spec.nodes.iter().map(|n| n.kind.as_str()).collect();
+        assert_eq!(kinds, ["SetWanted", "Reconcile"]);
         let before = store.revision();
-        let job = submit(&store, &live, &request).await.unwrap();
+        let job = submit(&store, &StaleStopped, &request).await.unwrap();
         assert_eq!(store.revision(), before + 1, "wanted was already Up: only the Job is written");
         let kinds: Vec<&str> = job.spec.nodes.iter().map(|n| n.kind.as_str()).collect();
         assert_eq!(kinds, ["SetWanted", "Prebuild", "StopForUpdate", "Swap", "Reconcile"]);

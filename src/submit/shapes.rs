@@ -24,10 +24,12 @@ pub struct AgentState {
     pub graceful: bool,
 }
 
-/// The intent an operation writes, if any.
+/// The intent an operation writes, if any. A spawn writes none: it builds the agent
+/// as created, and its tail Reconcile starts it only when it was created wanted Up (an
+/// agent created `Offline` stays stopped, its spec untouched).
 pub fn intent(template: JobTemplate) -> Option<Wanted> {
     match template {
-        JobTemplate::Start | JobTemplate::Restart | JobTemplate::Spawn => Some(Wanted::Up),
+        JobTemplate::Start | JobTemplate::Restart => Some(Wanted::Up),
         JobTemplate::Stop | JobTemplate::Kill => Some(Wanted::Offline),
         _ => None,
     }
@@ -304,6 +306,7 @@ mod tests {
         assert_eq!(intent(JobTemplate::Kill), Some(Wanted::Offline));
         assert_eq!(intent(JobTemplate::Restart), Some(Wanted::Up));
         assert_eq!(intent(JobTemplate::Rebuild), None);
+        assert_eq!(intent(JobTemplate::Spawn), None, "a spawn keeps the wanted it was created with");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 // paths bind the daemon and the CLI.
 #![allow(clippy::disallowed_methods)]
 
+mod agent_contract;
 mod agents;
 mod api;
 mod approvals;
