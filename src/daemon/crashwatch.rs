@@ -378,10 +378,14 @@ impl CrashWatch {
                 }
             }
             Tick::Survived { agent, since } => {
-                let Some(history) = self.history.get(&agent) else { return Ok(()) };
-                if history.running_since != Some(since) || history.pending || history.restarting {
+                let Some(history) = self.history.get_mut(&agent) else { return Ok(()) };
+                if history.running_since != Some(since) || history.restarting {
                     return Ok(());
                 }
+                // Someone else's start (a power verb, a Job) brought it back: the
+                // restart still pending is moot.
+                history.pending = false;
+                history.token += 1;
                 let generation = self.agents.get(&agent).ok().flatten().and_then(|a| a.metadata.generation);
                 self.set_crashed(&agent, generation, ConditionStatus::False, "Running", "running again", now)
                     .await?;
