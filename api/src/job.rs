@@ -307,7 +307,8 @@ pub struct JobStatus {
     /// When the first node started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
-    /// When the Job became terminal.
+    /// When the Job settled: every node terminal (a `Failed` Job may still run an
+    /// AfterAny node until then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
     /// Human-readable summary, e.g. why the Job failed or was interrupted.
@@ -338,6 +339,19 @@ impl JobStatus {
     pub fn node(&self, id: &str) -> Option<&JobNodeStatus> {
         self.nodes.iter().find(|n| n.id == id)
     }
+
+    /// Whether the Job will not change any more: its phase is terminal and, for a
+    /// `Failed` Job (failed as soon as one node failed), every node is terminal too
+    /// (`finishedAt` is set then, or every reported node is terminal).
+    pub fn settled(&self) -> bool {
+        match self.phase {
+            None => false,
+            Some(JobPhase::Failed) => {
+                self.finished_at.is_some() || self.nodes.iter().all(|n| n.state.is_terminal())
+            }
+            Some(phase) => phase.is_terminal(),
+        }
+    }
 }
 
 /// Roll-up state of a Job.
@@ -349,7 +363,8 @@ pub enum JobPhase {
     Running,
     /// Every node succeeded.
     Done,
-    /// Every node is terminal and at least one failed.
+    /// At least one node failed. An AfterAny node (the Reconcile after a failed Swap) may
+    /// still run; `finishedAt` is set once every node is terminal.
     Failed,
     /// Every node is terminal, none failed, at least one was cancelled.
     Cancelled,
@@ -371,14 +386,16 @@ impl JobPhase {
         }
     }
 
-    /// True once the Job will not change any more.
+    /// True once the phase will not change any more. A `Failed` Job may still have nodes
+    /// running: [`JobStatus::settled`] says when the Job itself is over.
     pub fn is_terminal(self) -> bool {
         !matches!(self, JobPhase::Queued | JobPhase::Running)
     }
 
-    /// The roll-up of node states. A Job stays `Running` until every node is terminal
-    /// (an AfterAny Reconcile still runs after a failed Swap, and leases are held until
-    /// then); it is then `Failed` if any node failed, else `Cancelled` if any was
+    /// The roll-up of node states, as the coordinator document has it: `Failed` as soon
+    /// as any node failed (even while an AfterAny Reconcile still runs after a failed
+    /// Swap; leases are held until every node is terminal), else `Running` while some
+    /// node started and some is not terminal, else `Queued`, `Cancelled` if any was
     /// cancelled, else `Done`.
     pub fn roll_up(states: impl IntoIterator<Item = JobNodeState>) -> JobPhase {
         let (mut any, mut pending, mut started, mut failed, mut cancelled) =
@@ -395,9 +412,9 @@ impl JobPhase {
         }
         match () {
             _ if !any => JobPhase::Done,
+            _ if failed => JobPhase::Failed,
             _ if pending && started => JobPhase::Running,
             _ if pending => JobPhase::Queued,
-            _ if failed => JobPhase::Failed,
             _ if cancelled => JobPhase::Cancelled,
             _ => JobPhase::Done,
         }
@@ -682,7 +699,8 @@ mod tests {
             (&[Queued, Queued], JobPhase::Queued),
             (&[Running, Queued], JobPhase::Running),
             (&[Done, Queued], JobPhase::Running),
-            (&[Failed, Running], JobPhase::Running),
+            (&[Failed, Running], JobPhase::Failed),
+            (&[Failed, Queued], JobPhase::Failed),
             (&[Done, Done], JobPhase::Done),
             (&[Done, Failed, Cancelled], JobPhase::Failed),
             (&[Done, Cancelled], JobPhase::Cancelled),

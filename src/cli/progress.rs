@@ -41,9 +41,12 @@ pub fn phase(job: &Job) -> JobPhase {
     }
 }
 
-/// Whether the Job will not change any more.
+/// Whether the Job will not change any more: a terminal phase and, for a `Failed` one,
+/// every node terminal (a failed Swap's AfterAny Reconcile still runs under `Failed`).
 pub fn is_terminal(job: &Job) -> bool {
-    phase(job).is_terminal()
+    let mut status = job.status.clone();
+    status.phase = Some(phase(job));
+    status.settled()
 }
 
 /// The state of a node (`Queued` until the scheduler reports it).

@@ -97,8 +97,9 @@ const HANDOFF_GRACE: chrono::Duration = chrono::Duration::seconds(10);
 /// stored status: a Job object written by hand (say, `kubectl apply` of a Job manifest)
 /// never ran and must not block the agent forever.
 async fn in_flight(engine: &Engine, agent: &str) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
-    let scheduled: std::collections::HashMap<String, JobPhase> = match engine.scheduler.list().await {
-        Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.phase)).collect(),
+    // Settled, not a terminal phase: a Failed Job may still run its AfterAny Reconcile.
+    let scheduled: std::collections::HashMap<String, bool> = match engine.scheduler.list().await {
+        Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.finished_at.is_some())).collect(),
         Err(_) => Default::default(),
     };
     let jobs = Api::<Job>::new(&engine.store).list().1;
@@ -108,7 +109,7 @@ async fn in_flight(engine: &Engine, agent: &str) -> (Vec<(String, JobTemplate)>,
 /// [`in_flight`] over given Jobs and the scheduler's phases.
 fn unfinished(
     jobs: &[Job],
-    scheduled: &HashMap<String, JobPhase>,
+    scheduled: &HashMap<String, bool>,
     now: chrono::DateTime<chrono::Utc>,
     agent: &str,
 ) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
@@ -119,7 +120,7 @@ fn unfinished(
         .filter(|job| match scheduled.get(&job.metadata.name) {
             // Until the stored status says so too: what the controller decides next
             // reads the outcome (which node failed) from the stored Job.
-            Some(phase) => !phase.is_terminal() || !job.status.phase.is_some_and(|p| p.is_terminal()),
+            Some(settled) => !settled || !job.status.settled(),
             None => {
                 let unstarted = job.status.phase.is_none();
                 let age = job.metadata.creation_timestamp.as_ref().map(|t| now - t.0);
@@ -142,7 +143,7 @@ fn last_start_failed(jobs: &[Job], agent: &str) -> bool {
     let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
     let newest = jobs
         .iter()
-        .filter(|job| job.status.phase.is_some_and(|p| p.is_terminal()))
+        .filter(|job| job.status.settled())
         .filter(|job| job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent)))
         .max_by_key(|job| revision(job));
     newest.is_some_and(|job| {
@@ -396,16 +397,14 @@ mod tests {
             ..Default::default()
         };
         let jobs = vec![job("bootsweep-1", sweep, now), job("stop-1", stop, now)];
-        let running: HashMap<String, JobPhase> =
-            [("bootsweep-1".to_string(), JobPhase::Running), ("stop-1".to_string(), JobPhase::Running)]
-                .into();
+        let running: HashMap<String, bool> = [("bootsweep-1".to_string(), false), ("stop-1".to_string(), false)].into();
         for agent in ["a", "b"] {
             let (held, recheck) = unfinished(&jobs, &running, now, agent);
             assert_eq!(held, vec![("bootsweep-1".to_string(), JobTemplate::BootSweep)], "{agent}");
             assert_eq!(recheck, None, "a scheduled Job wakes the agent when it settles");
         }
         assert_eq!(unfinished(&jobs, &running, now, "c").0.len(), 2);
-        let settled: HashMap<String, JobPhase> = [("bootsweep-1".to_string(), JobPhase::Done)].into();
+        let settled: HashMap<String, bool> = [("bootsweep-1".to_string(), true)].into();
         assert_eq!(unfinished(&jobs[..1], &settled, now, "b").0.len(), 1, "until its stored status says so");
         let mut done = jobs[0].clone();
         done.status.phase = Some(JobPhase::Done);

@@ -81,8 +81,7 @@ pub async fn mark_interrupted(store: &Store) -> client::Result<Vec<String>> {
     let now = hive_api::Time(store.now());
     let mut marked = Vec::new();
     for job in jobs.list().1 {
-        let phase = job.status.phase;
-        if phase.is_some_and(JobPhase::is_terminal) || (job.status.claim.is_none() && phase.is_none()) {
+        if job.status.settled() || (job.status.claim.is_none() && job.status.phase.is_none()) {
             continue;
         }
         let name = job.metadata.name;

@@ -68,7 +68,7 @@ impl JobSink for Arc<DoneSink> {
     fn publish(&self, updates: Vec<JobUpdate>) {
         for update in updates {
             if let JobUpdate::Changed(snapshot) = update {
-                if snapshot.phase.is_terminal() && self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                if snapshot.finished_at.is_some() && self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
                     self.done.notify_one();
                 }
             }

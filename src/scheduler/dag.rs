@@ -415,7 +415,7 @@ mod tests {
         use JobNodeState::*;
         assert_eq!(states(&d), [Failed, Queued, Cancelled, Cancelled]);
         assert_eq!(d.nodes[3].error.as_deref(), Some("cancelled: dep after was cancelled"));
-        assert_eq!(d.phase(), JobPhase::Running);
+        assert_eq!(d.phase(), JobPhase::Failed, "failed as soon as a node failed");
         assert!(d.needs_agent("a"));
         d.start(1, now(), NodeLog::new(16));
         assert!(!d.needs_agent("a"));
@@ -423,6 +423,32 @@ mod tests {
         assert!(d.is_terminal());
         assert_eq!(d.phase(), JobPhase::Failed);
         assert_eq!(d.message.as_deref(), Some("node swap failed: boom"));
+    }
+
+    #[test]
+    fn a_failed_swap_rolls_up_failed_while_its_after_any_reconcile_runs() {
+        use JobNodeKind::*;
+        let mut d = dag(vec![
+            JobNode::new("prebuild", Prebuild, Some("a")),
+            JobNode::new("swap", Swap, Some("a")).after("prebuild", Edge::AfterOk),
+            JobNode::new("reconcile", Reconcile, Some("a")).after("swap", Edge::AfterAny),
+        ]);
+        let mut ready = Vec::new();
+        d.start(0, now(), NodeLog::new(16));
+        d.finish(0, Ending::Done(None), now(), &mut ready);
+        d.start(1, now(), NodeLog::new(16));
+        d.finish(1, Ending::Failed("swap failed".into()), now(), &mut ready);
+        assert_eq!(ready, [1, 2]);
+        d.start(2, now(), NodeLog::new(16));
+        assert_eq!(d.nodes[2].state, JobNodeState::Running);
+        assert_eq!(d.phase(), JobPhase::Failed, "the document's roll-up: Failed if any node failed");
+        assert!(!d.is_terminal(), "the Reconcile still runs");
+        let snapshot = d.snapshot();
+        assert_eq!(snapshot.phase, JobPhase::Failed);
+        assert!(snapshot.finished_at.is_none(), "not settled while the Reconcile runs");
+        d.finish(2, Ending::Done(None), now(), &mut ready);
+        assert!(d.is_terminal());
+        assert_eq!(d.phase(), JobPhase::Failed);
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub async fn wait_terminal(api: &Api, name: &str) -> Value {
     loop {
         let job = api.get(&format!("/apis/hive.dev/v1/jobs/{name}")).await.body;
         let phase = job["status"]["phase"].as_str().unwrap_or("Queued");
-        if !matches!(phase, "Queued" | "Running") {
+        // A Failed Job may still run its AfterAny Reconcile; it is over once it settled.
+        let settled = phase != "Failed" || job["status"]["finishedAt"].is_string();
+        if !matches!(phase, "Queued" | "Running") && settled {
             return job;
         }
         assert!(tokio::time::Instant::now() < deadline, "job {name} did not finish: {}", job["status"]);

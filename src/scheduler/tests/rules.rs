@@ -32,10 +32,13 @@ async fn a_failed_dep_cancels_after_ok_dependents_transitively() {
     assert_eq!(snap.nodes[0].error.as_deref(), Some("disk full"));
     assert_eq!(snap.nodes[1].error.as_deref(), Some("cancelled: dep 0 failed"));
     assert_eq!(snap.nodes[2].error.as_deref(), Some("cancelled: dep 1 was cancelled"));
-    // The independent subgraph still runs; the roll-up waits for it.
-    assert_eq!(snap.phase, JobPhase::Running);
+    // The independent subgraph still runs: the Job is Failed already (the document's
+    // roll-up) but settles only when every node is terminal.
+    assert_eq!(snap.phase, JobPhase::Failed);
+    assert!(snap.finished_at.is_none());
     h.ok("j", "other").await;
     assert_eq!(h.phase("j").await, JobPhase::Failed);
+    assert!(h.sched.snapshot("j").await.unwrap().finished_at.is_some());
 }
 
 fn rebuild(agent: &str) -> JobSpec {
@@ -53,6 +56,11 @@ async fn reconcile_after_swap_runs_either_way() {
         h.ok("r", "1").await;
         let how = if swap_fails { Finish::Fail("swap failed".into()) } else { Finish::Ok };
         assert_eq!(h.finish("r", "2", how).await, names(&[("r", "reconcile")]));
+        // While the Reconcile runs: Failed at once after a failed Swap, else Running.
+        let running = h.sched.snapshot("r").await.unwrap();
+        let want = if swap_fails { JobPhase::Failed } else { JobPhase::Running };
+        assert_eq!(running.phase, want, "roll-up while the AfterAny Reconcile runs");
+        assert!(running.finished_at.is_none(), "not settled while the Reconcile runs");
         h.ok("r", "reconcile").await;
         let want = if swap_fails { JobPhase::Failed } else { JobPhase::Done };
         assert_eq!(h.phase("r").await, want);
