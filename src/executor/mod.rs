@@ -38,8 +38,10 @@ pub struct RuntimeExecutor {
     recorder: crate::client::events::Recorder,
     runtime: Arc<dyn Runtime>,
     deploy: Deploy,
-    /// The generation each agent's last Prebuild produced, for its Swap.
-    prebuilt: Mutex<HashMap<String, Generation>>,
+    /// The generation each DAG's Prebuild produced for an agent, keyed by (Job, agent),
+    /// for that same DAG's Swap: two rebuilds of one agent whose Prebuilds (lease-exempt)
+    /// interleave each deploy their own build.
+    prebuilt: Mutex<HashMap<(String, String), Generation>>,
 }
 
 impl RuntimeExecutor {
@@ -216,16 +218,20 @@ impl RuntimeExecutor {
                 ctx.set_step("building");
                 let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
                 let step = format!("built generation {}", generation.id);
-                self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), generation);
+                let key = (node.job.to_string(), name.clone());
+                self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(key, generation);
                 step
             }
             JobNodeKind::Swap => {
                 let agent = self.agent(&name)?;
+                let key = (node.job.to_string(), name.clone());
                 let generation =
-                    self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).remove(&name).ok_or_else(
+                    self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).remove(&key).ok_or_else(
                         || {
                             failed(format!(
-                                "no prebuilt generation for agent {name:?}: a Prebuild must run first"
+                                "no prebuilt generation for agent {name:?} in Job {}: a Prebuild of this \
+                             Job must run first",
+                                node.job
                             ))
                         },
                     )?;
@@ -293,7 +299,7 @@ impl RuntimeExecutor {
 mod tests {
     use std::time::Duration;
 
-    use hive_api::job::{JobSource, JobTemplate};
+    use hive_api::job::{Edge, JobNode, JobSource, JobTemplate};
     use serde_json::{json, Value};
     use tokio::sync::mpsc;
 
@@ -442,5 +448,100 @@ while true; do sleep 0.1; done
         })
         .await
         .expect("the end-to-end run took longer than 90 s");
+    }
+
+    /// Runs node `id` of `spec` as Job `job` would, outside a scheduler.
+    async fn run_node(
+        executor: &RuntimeExecutor,
+        job: &str,
+        spec: &Arc<hive_api::JobSpec>,
+        id: &str,
+    ) -> String {
+        let index = spec.nodes.iter().position(|n| n.id == id).unwrap();
+        let node = NodeRun::detached(job, spec.clone(), index);
+        match executor.run(node).await {
+            Ok(outcome) => outcome.step.unwrap_or_default(),
+            Err(err) => panic!("{job}/{id}: {err}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn interleaved_rebuilds_of_one_agent_each_swap_their_own_build() {
+        tokio::time::timeout(Duration::from_secs(90), async {
+            let tmp = tempfile::tempdir().unwrap();
+            let repo = crate::runtime::process::testing::config_repo(tmp.path(), RUN_SH);
+            let git = |args: &[&str]| crate::runtime::process::testing::git(&repo, args);
+            std::fs::write(repo.join("run.sh"), RUN_SH.replace("VERSION", "v3")).unwrap();
+            git(&["commit", "--quiet", "-am", "v3"]);
+            git(&["tag", "v3"]);
+            let (v2, v3) = (git(&["rev-parse", "v2"]), git(&["rev-parse", "v3"]));
+            let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
+            let agent = json!({
+                "apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": "alpha"},
+                "spec": {"wanted": "Offline", "config": {"repo": repo.display().to_string(), "rev": "v1"},
+                         "runtime": {"type": "process", "process": {"command": ["sh", "run.sh"]}}}
+            });
+            store.commit(Mutation::Create { kind: "agents", object: agent }, false).await.unwrap();
+            let mut config = ProcessConfig::new(tmp.path().join("agents"));
+            config.cgroup_root = tmp.path().join("no-cgroupfs");
+            let runtime = Arc::new(ProcessRuntime::new(config));
+            let deploy = Deploy {
+                meta: crate::meta::Meta::open(crate::meta::MetaConfig {
+                    dir: tmp.path().join("meta"),
+                    hive_url: "github:hive-dev/hive".into(),
+                    hive_rev: "test".into(),
+                })
+                .await
+                .unwrap(),
+                resolver: crate::meta::resolve::Resolver::new(tmp.path().join("mirrors")),
+                markers: crate::meta::applied::Markers::new(tmp.path().join("applied")),
+                hive_rev: "test".into(),
+            };
+            let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
+            let set_rev = |rev: &str| {
+                let mut agent = (*store.get("agents", "alpha").unwrap()).clone();
+                agent["spec"]["config"]["rev"] = json!(rev);
+                store.commit(
+                    Mutation::Update { kind: "agents", object: agent, subresource: Subresource::Main },
+                    false,
+                )
+            };
+            let spawn = Arc::new(hive_api::JobSpec {
+                nodes: vec![JobNode::new("create", JobNodeKind::Create, Some("alpha"))],
+                ..Default::default()
+            });
+            run_node(&executor, "spawn", &spawn, "create").await;
+            let rebuild = Arc::new(hive_api::JobSpec {
+                template: JobTemplate::Rebuild,
+                nodes: vec![
+                    JobNode::new("prebuild", JobNodeKind::Prebuild, Some("alpha")),
+                    JobNode::new("stop-for-update", JobNodeKind::StopForUpdate, Some("alpha"))
+                        .after("prebuild", Edge::AfterOk),
+                    JobNode::new("swap", JobNodeKind::Swap, Some("alpha"))
+                        .after("stop-for-update", Edge::AfterOk),
+                ],
+                ..Default::default()
+            });
+            let current = || async {
+                let agent = Api::<Agent>::new(&store).get_existing("alpha").unwrap();
+                runtime.observed(&agent).unwrap().generation.unwrap().rev
+            };
+
+            // Job a builds v2; before it swaps, Job b (lease-exempt Prebuild) builds v3.
+            set_rev("v2").await.unwrap();
+            run_node(&executor, "a", &rebuild, "prebuild").await;
+            set_rev("v3").await.unwrap();
+            run_node(&executor, "b", &rebuild, "prebuild").await;
+            run_node(&executor, "a", &rebuild, "stop-for-update").await;
+            run_node(&executor, "a", &rebuild, "swap").await;
+            assert_eq!(current().await, v2, "Job a's Swap deploys Job a's build");
+            assert_eq!(deploy.markers.read("alpha").unwrap().rev, v2);
+            run_node(&executor, "b", &rebuild, "stop-for-update").await;
+            run_node(&executor, "b", &rebuild, "swap").await;
+            assert_eq!(current().await, v3, "Job b's Swap deploys Job b's build");
+            assert_eq!(deploy.markers.read("alpha").unwrap().rev, v3);
+        })
+        .await
+        .expect("the interleaved rebuilds took longer than 90 s");
     }
 }

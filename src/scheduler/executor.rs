@@ -75,6 +75,21 @@ impl NodeRun {
     pub fn template(&self) -> JobTemplate {
         self.spec.template
     }
+
+    /// Node `index` of `spec` in Job `job`, outside any scheduler: its steps go nowhere,
+    /// its log is kept, its fan-out is dropped. For tests that drive an executor node by
+    /// node in an order of their choosing.
+    #[cfg(test)]
+    pub(crate) fn detached(job: &str, spec: Arc<JobSpec>, index: usize) -> NodeRun {
+        let job: Arc<str> = job.into();
+        let ctx = NodeContext {
+            job: job.clone(),
+            log: NodeLog::new(64 * 1024),
+            steps: StepSink(Arc::new(|_| {})),
+            fan_out: Arc::new(Mutex::new(Vec::new())),
+        };
+        NodeRun { job, spec, index, ctx }
+    }
 }
 
 /// The handle through which an executor reports progress on its node: the step label,

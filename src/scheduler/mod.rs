@@ -30,7 +30,14 @@
 //!   `spec.wanted` of a cancelled power DAG.
 //! - **Fan-out**: a node's executor may append child DAGs
 //!   ([`NodeContext::fan_out`]); they are submitted when the node succeeds.
-//! - **Roll-up** is [`JobPhase::roll_up`](hive_api::job::JobPhase::roll_up).
+//! - **Roll-up** is [`JobPhase::roll_up`](hive_api::job::JobPhase::roll_up), the
+//!   document's: `Failed` as soon as any node failed (even while a failed Swap's
+//!   AfterAny Reconcile still runs), else Running / Queued / Cancelled / Done. A DAG is
+//!   **settled** once every node is terminal: its `finished_at` is set then, its leases
+//!   are released and it enters history ([`JobStatus::settled`](hive_api::job::JobStatus::settled)).
+//! - **Prebuilt generations** belong to their DAG: the executor keys what a Prebuild
+//!   built by (Job, agent), so when two rebuilds of one agent interleave (Prebuild takes
+//!   no lease), each Swap deploys its own DAG's build.
 //! - **History**: the [`SchedulerConfig::history_per_template`] (5) most recent
 //!   terminal DAGs per template are kept; older ones are dropped and reported as
 //!   [`JobUpdate::Removed`].
