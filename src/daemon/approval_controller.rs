@@ -43,9 +43,9 @@ pub struct Context {
 pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Approval>::new(&engine.store);
     let controller = Controller::new(client, Config::default());
-    tokio::spawn(wake_on_jobs(engine.store.clone(), controller.queue()));
     let recorder = crate::client::events::Recorder::new(engine.store.clone(), "hive-approvals");
     let ctx = Arc::new(Context { engine, recorder });
+    tokio::spawn(wake_on_jobs(ctx.clone(), controller.queue()));
     tokio::spawn(controller.run(
         reconcile,
         |target: &Target<Approval>, err: &Error, _ctx: &Context| {
@@ -57,9 +57,13 @@ pub fn spawn(engine: Arc<Engine>) {
     ));
 }
 
-/// Wakes an approval whenever the Job carrying it out changes, so it resolves the
-/// moment its Job settles instead of at the next poll.
-async fn wake_on_jobs(store: crate::store::Store, queue: hive_controllers::WorkQueue) {
+/// Wakes an approval whenever the Job carrying it out changes, and records the outcome
+/// on the approval the moment its Job settles, from the Job the event carries: the
+/// approval's outcome never depends on the Job still being stored afterwards (a settled
+/// Job falls out of the scheduler's history, and its object is deleted, after five more
+/// of its template).
+async fn wake_on_jobs(ctx: Arc<Context>, queue: hive_controllers::WorkQueue) {
+    let store = ctx.engine.store.clone();
     loop {
         let mut watch = match store.watch("jobs", store.revision()) {
             Ok(watch) => watch,
@@ -71,9 +75,14 @@ async fn wake_on_jobs(store: crate::store::Store, queue: hive_controllers::WorkQ
         };
         while let Some(event) = watch.next().await {
             let Ok(event) = event else { break };
-            if let Some(approval) = client::decode::<Job>(&event.object).ok().and_then(|j| j.spec.approval) {
-                queue.add(&approval);
+            let Ok(job) = client::decode::<Job>(&event.object) else { continue };
+            let Some(approval) = job.spec.approval.clone() else { continue };
+            if job.status.settled() {
+                if let Err(err) = resolve_settled(&ctx, &approval, &job).await {
+                    tracing::warn!(approval, job = job.metadata.name, error = %err, "outcome not recorded yet");
+                }
             }
+            queue.add(&approval);
         }
         if store.watch("jobs", store.revision()).is_err_and(|e| matches!(e, crate::store::Error::Closed)) {
             return;
@@ -87,23 +96,60 @@ pub fn job_name(approval: &str) -> String {
     format!("approval-{approval}")
 }
 
-async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Target::Present(approval) = target else { return Ok(Action::await_change()) };
-    let name = approval.metadata.name.clone();
-    let jobs = Api::<Job>::new(&ctx.engine.store);
-    let job = approval.status.job.as_deref().and_then(|job| jobs.get(job).ok().flatten());
-    let job_phase = job.as_ref().map(|j| j.status.phase.unwrap_or(JobPhase::Queued));
+/// What the controller decides from: the approval, and the Job carrying it out as read
+/// (`None` when it is not stored). A Job counts as settled only once every node is
+/// terminal: a Failed one whose Reconcile still runs is still running.
+fn facts(approval: &Approval, job: Option<&Job>) -> Facts {
+    let job_phase = job.map(|j| match j.status.phase {
+        Some(phase) if j.status.settled() => phase,
+        Some(phase) if phase.is_terminal() => JobPhase::Running,
+        phase => phase.unwrap_or(JobPhase::Queued),
+    });
     let job_error = job
-        .as_ref()
         .and_then(|j| j.status.nodes.iter().find_map(|n| Some(format!("{}: {}", n.id, n.error.as_deref()?))));
-    let facts = Facts {
+    Facts {
         decision: approval.spec.decision.state,
         phase: approval.status.phase,
         job: approval.status.job.clone(),
         job_phase,
         job_error,
-    };
-    match decide(&facts) {
+    }
+}
+
+/// Records the outcome of `job`, which settled, on `approval` when that is the Job
+/// carrying it out (exactly once, as every resolution).
+async fn resolve_settled(ctx: &Context, approval: &str, job: &Job) -> Result<(), Error> {
+    let Some(stored) = Api::<Approval>::new(&ctx.engine.store).get(approval)? else { return Ok(()) };
+    if stored.status.job.as_deref() != Some(job.metadata.name.as_str()) {
+        return Ok(()); // not (yet) recorded as this approval's Job: the reconcile adopts it
+    }
+    if let Decision::Resolve { phase, message } = decide(&facts(&stored, Some(job))) {
+        resolve(ctx, &stored, phase, &message).await?;
+    }
+    Ok(())
+}
+
+/// Writes the terminal `phase` once, with its Event.
+async fn resolve(
+    ctx: &Context,
+    approval: &Approval,
+    phase: ApprovalPhase,
+    message: &str,
+) -> Result<(), Error> {
+    let job = approval.status.job.clone();
+    if set_phase(ctx, approval, phase, Some(message.to_string()), job.as_deref()).await? {
+        let type_ = if phase == ApprovalPhase::Deployed { EventType::Normal } else { EventType::Warning };
+        event(ctx, &approval.metadata.name, type_, phase.as_str(), message).await;
+    }
+    Ok(())
+}
+
+async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Target::Present(approval) = target else { return Ok(Action::await_change()) };
+    let name = approval.metadata.name.clone();
+    let jobs = Api::<Job>::new(&ctx.engine.store);
+    let job = approval.status.job.as_deref().and_then(|job| jobs.get(job).ok().flatten());
+    match decide(&facts(&approval, job.as_ref())) {
         Decision::Nothing => Ok(Action::await_change()),
         Decision::Wait => Ok(Action::requeue(POLL)),
         Decision::MarkPending => {
@@ -150,12 +196,7 @@ async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action
             }
         }
         Decision::Resolve { phase, message } => {
-            let job = approval.status.job.clone();
-            if set_phase(&ctx, &approval, phase, Some(message.clone()), job.as_deref()).await? {
-                let type_ =
-                    if phase == ApprovalPhase::Deployed { EventType::Normal } else { EventType::Warning };
-                event(&ctx, &name, type_, phase.as_str(), &message).await;
-            }
+            resolve(&ctx, &approval, phase, &message).await?;
             Ok(Action::await_change())
         }
     }

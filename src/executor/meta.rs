@@ -15,7 +15,7 @@ use crate::client::Api;
 use crate::meta::applied::Marker;
 use crate::meta::resolve::source_url;
 use crate::meta::{AgentInput, Gate};
-use crate::runtime::BuildLog;
+use crate::runtime::{BuildLog, Generation};
 use crate::scheduler::{NodeError, NodeRun};
 
 impl RuntimeExecutor {
@@ -188,6 +188,12 @@ impl RuntimeExecutor {
     /// gate for the whole span: prepare (lock written, uncommitted) → prebuild → stop →
     /// swap → start and verify → finalize (commit + deploy tag), else abort (the lock
     /// restored, the old generation back up).
+    ///
+    /// A failed finalize rolls back too: finalize leaves the repo as before prepare (the
+    /// lock names the old commit), so the agent is put back on its previous generation
+    /// and its applied-rev marker restored — agent, marker and lock agree on the old
+    /// commit, and the approval fails. Completing instead would mean retrying a commit
+    /// that just failed, with the agent already running what no lock records.
     pub(super) async fn approval_deploy(&self, node: &NodeRun, name: &str) -> Result<String, NodeError> {
         let ctx = &node.ctx;
         let log = NodeLines(ctx);
@@ -202,10 +208,11 @@ impl RuntimeExecutor {
         let gate = self.deploy.meta.gate().await;
         ctx.set_step("resolving the change");
         let sha = self.approved_commit(&agent, &approval, &log).await?;
+        let marker = self.deploy.markers.read(name);
         let prepared = self.deploy.meta.prepare_deploy(&gate, name, &sha).await.map_err(failed)?;
         log.line(&format!("meta: lock for {name} staged at {sha} (uncommitted)"));
-        match self.deploy_live(node, &agent, &sha).await {
-            Ok(step) => {
+        match self.deploy_live(node, &agent, &sha, marker.as_ref()).await {
+            Ok((step, previous)) => {
                 let decided_by = approval
                     .metadata
                     .annotations
@@ -217,8 +224,20 @@ impl RuntimeExecutor {
                     short = &sha[..sha.len().min(12)],
                     kind = approval.spec.kind.as_str()
                 );
-                let deployed =
-                    self.deploy.meta.finalize_deploy(&gate, prepared, &message).await.map_err(failed)?;
+                let deployed = match self.deploy.meta.finalize_deploy(&gate, prepared, &message).await {
+                    Ok(deployed) => deployed,
+                    Err(err) => {
+                        log.line(&format!(
+                            "meta: finalizing the deploy failed ({err}); the lock is as before, so the \
+                             previous generation goes back"
+                        ));
+                        self.roll_back(&agent, previous, marker.as_ref(), &log).await;
+                        return Err(failed(format!(
+                            "finalizing the deploy failed: {err}; the lock, the applied marker and the \
+                             agent are back on the previous commit"
+                        )));
+                    }
+                };
                 drop(gate);
                 self.adopt_rev(name, &sha).await?;
                 log.line(&format!(
@@ -278,15 +297,31 @@ impl RuntimeExecutor {
     }
 
     /// The fused stop / update / start on the agent, verifying it comes back up; on a
-    /// failure after the swap, the previous generation is put back and restarted.
-    async fn deploy_live(&self, node: &NodeRun, agent: &Agent, sha: &str) -> Result<String, NodeError> {
+    /// failure after the swap, the previous generation is put back and restarted (and
+    /// the applied marker, `marker`, restored). On success, also the previous generation,
+    /// for a rollback after a failed finalize.
+    async fn deploy_live(
+        &self,
+        node: &NodeRun,
+        agent: &Agent,
+        sha: &str,
+        marker: Option<&Marker>,
+    ) -> Result<(String, Option<Generation>), NodeError> {
         let ctx = &node.ctx;
         let log = NodeLines(ctx);
         let mut pinned = agent.clone();
         pinned.spec.config.rev = Some(sha.to_string());
         ctx.set_step("building");
         let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
-        let previous = self.runtime.observed(agent).await.map_err(failed)?.generation;
+        // What runs now, from durable state where the runtime keeps it (a NixOS
+        // container's profile), so a daemon restart does not lose it; the rev from the
+        // applied marker when the runtime cannot tell.
+        let previous = self.runtime.observed(agent).await.map_err(failed)?.generation.map(|mut g| {
+            if g.rev.is_empty() {
+                g.rev = marker.map(|m| m.rev.clone()).unwrap_or_default();
+            }
+            g
+        });
         ctx.set_step("stopping for the update");
         self.runtime.stop_for_update(agent).await.map_err(failed)?;
         ctx.set_step(format!("swapping to {}", generation.id));
@@ -308,22 +343,44 @@ impl RuntimeExecutor {
         match verified.await {
             Ok(step) => {
                 self.mark_applied(&agent.metadata.name, sha).await;
-                Ok(step)
+                Ok((step, previous))
             }
             Err(err) => {
                 log.line(&format!(
                     "the new config did not come up ({err}); putting the previous generation back"
                 ));
-                let _ = self.runtime.stop(agent).await;
-                if let Some(previous) = previous {
-                    if let Err(e) = self.runtime.swap(agent, &previous).await {
-                        log.line(&format!("swapping back to {} failed: {e}", previous.id));
-                    }
-                }
-                self.restart_if_wanted(agent).await;
+                self.roll_back(agent, previous, marker, &log).await;
                 Err(err)
             }
         }
+    }
+
+    /// Puts `previous` back: stop, swap to it (the exact generation, never a rebuild of
+    /// the staged config), the applied marker as it was, and start when wanted.
+    async fn roll_back(
+        &self,
+        agent: &Agent,
+        previous: Option<Generation>,
+        marker: Option<&Marker>,
+        log: &dyn BuildLog,
+    ) {
+        let name = agent.metadata.name.as_str();
+        if let Err(err) = self.runtime.stop(agent).await {
+            log.line(&format!("stopping the new generation failed: {err}"));
+        }
+        match previous {
+            Some(previous) => match self.runtime.swap(agent, &previous).await {
+                Ok(()) => log.line(&format!("back on generation {}", previous.id)),
+                Err(e) => log.line(&format!("swapping back to {} failed: {e}", previous.id)),
+            },
+            None => log.line("no previous generation is known; the new one stays installed"),
+        }
+        if let Some(marker) = marker {
+            if let Err(err) = self.deploy.markers.write(name, marker) {
+                tracing::warn!(agent = name, error = %err, "applied-rev marker not restored");
+            }
+        }
+        self.restart_if_wanted(agent).await;
     }
 
     async fn restart_if_wanted(&self, agent: &Agent) {

@@ -16,6 +16,7 @@ mod browser;
 mod cli;
 mod crash;
 mod deploy;
+mod deploy_paths;
 mod fleet;
 mod fleet_docker;
 mod fleet_docker_daemon;

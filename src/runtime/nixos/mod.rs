@@ -8,8 +8,14 @@
 //!   `packages`); the printed store path is the generation's id.
 //! - stop-for-update, stop: `systemctl is-active --quiet container@<c>`, then `systemctl
 //!   stop container@<c>` when active (the unit's own stop timeout bounds it).
-//! - swap: `is-active` (refused while running), then `nixos-container update <c> --flake
-//!   <meta>#<agent>`: boot-style, a profile swap with no in-container switch.
+//! - swap: `is-active` (refused while running), then `nix-env --profile
+//!   <profiles>/<c>/system --set <toplevel>`: boot-style, the container's profile set to
+//!   exactly the generation given (what `nixos-container update` does after its build),
+//!   with no in-container switch. Not `nixos-container update <c> --flake <meta>#<agent>`:
+//!   that re-evaluates the meta flake as it is now, so a swap back after a failed deploy
+//!   would re-apply the staged new lock, and a Swap would deploy whatever another DAG
+//!   locked since its Prebuild. Only a generation that is no store path (none this driver
+//!   makes) still goes through `nixos-container update`.
 //! - create: `nixos-container create <c> --flake <meta>#<agent>`, atomic (a failed build
 //!   leaves no container).
 //! - write limits: the drop-in `container@<c>.service.d/hive-limits.conf` and the
@@ -22,7 +28,10 @@
 //! - signal: the fence file, then `nixos-container run <c> -- systemctl kill
 //!   --kill-whom=main --signal=SIGUSR1 hive-harness.service` when running.
 //! - is-running, observed, rescan: `systemctl show
-//!   --property=ActiveState,MainPID,ActiveEnterTimestamp container@<c>`.
+//!   --property=ActiveState,MainPID,ActiveEnterTimestamp container@<c>`; the observed
+//!   generation is the last one this driver installed, else (a daemon that restarted)
+//!   the toplevel the container's profile points at: durable, so a rollback finds the
+//!   previous generation after a restart too.
 //! - destroy: stop, `nixos-container destroy <c>` (when `<c>.conf` exists), the drop-in
 //!   directory removed.
 //!
@@ -236,9 +245,14 @@ impl NixosRuntime {
         Ok(UnitState::parse(&out))
     }
 
+    /// `<profiles_dir>/<c>/system`: the container's system profile.
+    fn profile(&self, container: &str) -> PathBuf {
+        self.inner.config.profiles_dir.join(container).join("system")
+    }
+
     /// The toplevel store path `<profiles_dir>/<c>/system` leads to, once installed.
     fn installed_toplevel(&self, container: &str) -> Option<String> {
-        let mut path = self.inner.config.profiles_dir.join(container).join("system");
+        let mut path = self.profile(container);
         let mut followed = false;
         // `system` → `system-<n>-link` → `/nix/store/…`; a bound guards against loops.
         for _ in 0..16 {
@@ -317,8 +331,15 @@ impl NixosRuntime {
             let pid = self.main_pid(&c).await?;
             return Err(Error::NotStopped { agent: c.agent, pid });
         }
-        let line =
-            CommandLine::new("nixos-container").arg("update").arg(&c.name).arg("--flake").arg(self.flake(&c));
+        let line = if generation.id.starts_with("/nix/store/") {
+            CommandLine::new("nix-env")
+                .arg("--profile")
+                .arg(self.profile(&c.name))
+                .arg("--set")
+                .arg(&generation.id)
+        } else {
+            CommandLine::new("nixos-container").arg("update").arg(&c.name).arg("--flake").arg(self.flake(&c))
+        };
         command::run(&c.agent, &line, self.path()).await?;
         self.inner.slots().entry(c.agent.clone()).or_default().generation = Some(generation.clone());
         self.publish(&c.agent, Change::Swapped(generation.clone()));
@@ -516,14 +537,19 @@ impl NixosRuntime {
         let epoch = self.inner.epoch(&c.agent);
         let state = self.unit_state(&c).await?;
         self.noticed(&c, epoch, &state);
+        let installed = || {
+            // The rev is not on disk here; the executor knows it from the applied marker.
+            self.installed_toplevel(&c.name).map(|id| Generation { id, rev: String::new() })
+        };
         let slots = self.inner.slots();
         let slot = slots.get(&c.agent);
         let since = slot.and_then(|s| s.since);
+        let generation = slot.and_then(|s| s.generation.clone());
         Ok(Observed {
             agent: c.agent.clone(),
             power: state.power(),
             pid: state.pid(),
-            generation: slot.and_then(|s| s.generation.clone()),
+            generation: generation.or_else(installed),
             since: if state.running() { state.active_enter.or(since) } else { since },
             last_exit: slot.and_then(|s| s.last_exit.clone()),
         })

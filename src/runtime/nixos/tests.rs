@@ -90,6 +90,22 @@ run)
 esac
 "#;
 
+/// `nix-env --profile <profiles>/<c>/system --set <toplevel>`: the next profile
+/// generation, pointing at the store path given (a stopped, created container only).
+const NIX_ENV: &str = r#"
+[ "$#" -eq 4 ] && [ "$1" = --profile ] && [ "$3" = --set ] || refuse "$@"
+case "$2" in "$PROFILES/"h-?*"/system") ;; *) refuse "$@" ;; esac
+case "$4" in /nix/store/?*) ;; *) refuse "$@" ;; esac
+c=${2#"$PROFILES/"}; c=${c%/system}
+container_ok "$c" || refuse "$@"
+[ -e "$CONF/$c.conf" ] || { echo "stand-in: container '$c' does not exist" >&2; exit 1; }
+[ "$(state "$c")" = active ] && { echo "stand-in: profile switch of a running container" >&2; exit 65; }
+if fail_now update; then echo "error: cannot set profile" >&2; exit 1; fi
+n=$(ls "$PROFILES/$c" | grep -c '^system-[0-9]*-link$'); n=$((n + 1))
+ln -sfn "$4" "$PROFILES/$c/system-$n-link"
+ln -sfn "system-$n-link" "$PROFILES/$c/system"
+"#;
+
 const SYSTEMCTL: &str = r#"
 [ "$TZ" = UTC ] && [ "$LC_ALL" = C ] || { echo "stand-in: systemctl needs TZ=UTC LC_ALL=C" >&2; exit 64; }
 unit() {
@@ -158,7 +174,12 @@ impl World {
         for dir in ["bin", "state", "meta", "systemd", "conf", "roots", "profiles"] {
             std::fs::create_dir(tmp.path().join(dir)).unwrap();
         }
-        for (name, body) in [("nix", NIX), ("nixos-container", NIXOS_CONTAINER), ("systemctl", SYSTEMCTL)] {
+        for (name, body) in [
+            ("nix", NIX),
+            ("nix-env", NIX_ENV),
+            ("nixos-container", NIXOS_CONTAINER),
+            ("systemctl", SYSTEMCTL),
+        ] {
             let path = bin.join(name);
             std::fs::write(&path, PRELUDE.replace("@TMP@", &root) + body).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -318,7 +339,7 @@ async fn rebuild_runs_prebuild_stop_for_update_swap_and_start_as_the_contract_sa
                 "systemctl stop container@h-alpha".into(),
                 "systemctl is-active --quiet container@h-alpha".into(),
                 "systemctl is-active --quiet container@h-alpha".into(),
-                "nixos-container update h-alpha --flake <tmp>/meta#alpha".into(),
+                format!("nix-env --profile <tmp>/profiles/h-alpha/system --set {}", store_path(2, "h-alpha")),
                 "systemctl is-active --quiet container@h-alpha".into(),
                 "systemctl start container@h-alpha".into(),
                 "systemctl show --property=MainPID --value container@h-alpha".into(),
@@ -390,6 +411,60 @@ async fn a_failed_prebuild_is_a_command_error_with_its_output_and_runs_nothing_e
         assert!(lines.lock().unwrap().iter().any(|l| l.contains("is broken")), "the failure reaches the log");
         assert_eq!(world.take().len(), 1, "nothing runs after a failed build");
         assert_eq!(world.unit("h-alpha"), "active");
+    })
+    .await;
+}
+
+/// What the executor's ApprovalDeploy does on the runtime when the new config does not
+/// come up: note the previous generation, build, stop, swap, start (failing), stop, swap
+/// back to the previous generation, start. Returns the previous generation's id.
+async fn deploy_that_fails_to_start(world: &World, rt: &NixosRuntime, agent: &Agent) -> String {
+    let previous = rt.observed(agent).await.unwrap().generation.expect("a previous generation is known");
+    let generation = rt.prebuild(agent, &|_: &str| {}).await.unwrap();
+    assert_ne!(generation.id, previous.id);
+    rt.stop_for_update(agent).await.unwrap();
+    rt.swap(agent, &generation).await.unwrap();
+    assert_eq!(world.runtime.installed_toplevel("h-alpha"), Some(generation.id.clone()));
+    world.fail("start", 2);
+    rt.start(agent).await.unwrap_err();
+    rt.stop(agent).await.unwrap();
+    world.take();
+    rt.swap(agent, &previous).await.unwrap();
+    rt.start(agent).await.unwrap();
+    previous.id
+}
+
+#[tokio::test]
+async fn the_swap_back_after_a_failed_deploy_installs_the_previous_system_path() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        world.runtime.start(&agent).await.unwrap();
+        let previous = deploy_that_fails_to_start(&world, &world.runtime, &agent).await;
+        assert_eq!(previous, store_path(1, "h-alpha"));
+        let swap_back = world.take().into_iter().find(|l| !l.starts_with("systemctl")).unwrap();
+        assert_eq!(swap_back, format!("nix-env --profile <tmp>/profiles/h-alpha/system --set {previous}"));
+        assert_eq!(world.runtime.installed_toplevel("h-alpha"), Some(previous), "the old system runs again");
+        assert_eq!(world.unit("h-alpha"), "active");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn after_a_daemon_restart_the_previous_generation_is_read_from_the_profile() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        world.runtime.start(&agent).await.unwrap();
+        // A new daemon: a fresh runtime over the same host, knowing nothing in memory.
+        let fresh = NixosRuntime::new(world.runtime.config().clone());
+        let observed = fresh.observed(&agent).await.unwrap();
+        assert_eq!(observed.generation.map(|g| g.id), Some(store_path(1, "h-alpha")));
+        let previous = deploy_that_fails_to_start(&world, &fresh, &agent).await;
+        assert_eq!(previous, store_path(1, "h-alpha"));
+        assert_eq!(world.runtime.installed_toplevel("h-alpha"), Some(previous));
     })
     .await;
 }
