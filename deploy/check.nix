@@ -180,6 +180,8 @@ in {
       agentTemplates = [ (drv "agent-base-toplevel") (drv "manager-toplevel") ];
       tlsCert = "/run/keys/hive.crt";
       tlsKey = "/run/keys/hive.key";
+      hiveFlake = "github:hive-dev/hive";
+      hiveRev = "0123456789abcdef0123456789abcdef01234567";
       extraArgs = [ "--log" "hive=debug" ];
     };
   };

@@ -37,6 +37,8 @@ let
       "--fleet-listen" cfg.fleetListen
     ]
     ++ lib.optional cfg.preBuildAgentTemplates "--prebuild-agent-templates"
+    ++ lib.optionals (cfg.hiveFlake != null) [ "--hive-flake" cfg.hiveFlake ]
+    ++ lib.optionals (cfg.hiveRev != null) [ "--hive-rev" cfg.hiveRev ]
     ++ cfg.extraArgs;
 
   # The certificate and key reach the daemon through systemd credentials
@@ -225,6 +227,29 @@ in {
       description = ''
         Key of `tlsCert` (`--tls-key`), as a string (see `tlsCert`). It may be readable by
         root only: systemd hands it to the service as a credential.
+      '';
+    };
+
+    hiveFlake = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "github:hive-dev/hive";
+      description = ''
+        The hive base flake the meta flake builds every agent container from
+        (`--hive-flake`): this repository, whose `flake.nix` provides
+        `lib.agentSystem`. `null` keeps the binary's default, the repository checkout it
+        was built from (or `github:hive-dev/hive` when the build had none).
+      '';
+    };
+
+    hiveRev = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "0123456789abcdef0123456789abcdef01234567";
+      description = ''
+        The commit of `hiveFlake` the meta lock pins (`--hive-rev`). `null` keeps the
+        binary's default, the git commit it was built from; a package built without git
+        metadata has none, so set this (for example to the hive flake's `self.rev`).
       '';
     };
 

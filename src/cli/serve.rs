@@ -87,9 +87,16 @@ pub struct Args {
 
     /// The hive base input's rev recorded in the meta lock. When it differs from what an
     /// agent was built against, the boot sweep rebuilds the agent (wanted-up ones at
-    /// once, stopped ones at their next start). Default: this build's version.
+    /// once, stopped ones at their next start). Default: the git commit this binary was
+    /// built from.
     #[arg(long, value_name = "REV", env = "HIVE_BASE_REV", default_value = crate::daemon::DEFAULT_HIVE_REV)]
     pub hive_rev: String,
+
+    /// The flake reference of the hive base flake (it provides `lib.agentSystem`), the
+    /// meta flake's `hive` input: a path, `git+file:`, `git+https://` or `github:` ref.
+    /// Default: the repository checkout this binary was built from.
+    #[arg(long, value_name = "REF", env = "HIVE_BASE_FLAKE", default_value = crate::daemon::DEFAULT_HIVE_URL)]
+    pub hive_flake: String,
 
     /// How long an Event is kept after it last happened, e.g. `1h`.
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
@@ -174,6 +181,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         agent_cpu_quota: args.agent_cpu_quota.clone(),
         agent_memory_max: args.agent_memory_max.clone(),
         hive_rev: args.hive_rev.clone(),
+        hive_flake: args.hive_flake.clone(),
         fleet: crate::fleet::FleetConfig {
             default_provider: args.provider,
             net: crate::fleet::net::NetConfig { bind: args.fleet_listen, relay: args.fleet_relay },
@@ -234,7 +242,13 @@ fn check(args: &Args) -> anyhow::Result<()> {
     crate::runtime::process::limits::parse_memory_max(&args.agent_memory_max)
         .map_err(|e| anyhow::anyhow!("--agent-memory-max {e}"))?;
     if args.hive_rev.trim().is_empty() {
-        bail!("--hive-rev must not be empty");
+        bail!(
+            "--hive-rev must not be empty (this build does not know the git commit it was built from: \
+             pass the hive commit the meta flake should lock)"
+        );
+    }
+    if args.hive_flake.trim().is_empty() {
+        bail!("--hive-flake must not be empty");
     }
     Ok(())
 }

@@ -23,10 +23,17 @@ use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerHandle};
 use crate::store::Store;
 use crate::submit::{self, DagRequest, LiveState, Request};
 
-/// The hive base input's rev when none is configured: this build's version.
-pub const DEFAULT_HIVE_REV: &str = concat!("hive-", env!("CARGO_PKG_VERSION"));
-/// The hive base flake the meta flake renders as its `hive` input.
-pub const DEFAULT_HIVE_URL: &str = "github:hive-dev/hive";
+/// The hive base input's rev when none is configured: the git commit this binary was
+/// built from (`build.rs`), empty when the build did not know it (then `hive serve`
+/// asks for `--hive-rev`).
+pub const DEFAULT_HIVE_REV: &str = env!("HIVE_GIT_REV");
+/// Where the hive base flake comes from when `--hive-flake` is not given.
+pub const UPSTREAM_HIVE_URL: &str = "github:hive-dev/hive";
+/// The hive base flake the meta flake renders as its `hive` input when none is
+/// configured: this repository's checkout the binary was built from (`build.rs`; its
+/// root `flake.nix` provides `lib.agentSystem`), else [`UPSTREAM_HIVE_URL`].
+pub const DEFAULT_HIVE_URL: &str =
+    if env!("HIVE_FLAKE").is_empty() { UPSTREAM_HIVE_URL } else { env!("HIVE_FLAKE") };
 
 /// Settings of the engine.
 #[derive(Clone, Debug)]

@@ -68,6 +68,8 @@ pub struct DaemonConfig {
     pub agent_memory_max: String,
     /// The hive base input's rev.
     pub hive_rev: String,
+    /// The hive base flake's reference (`--hive-flake`), the meta flake's `hive` input.
+    pub hive_flake: String,
     /// The fleet's settings.
     pub fleet: crate::fleet::FleetConfig,
     /// Also serve the dashboard (and the API) here.
@@ -129,7 +131,7 @@ pub async fn run(
         EngineConfig {
             build_slots: config.build_slots,
             hive_rev: config.hive_rev.clone(),
-            hive_url: DEFAULT_HIVE_URL.into(),
+            hive_url: config.hive_flake.clone(),
             process: Some({
                 let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
                 process.default_cpu_quota = config.agent_cpu_quota.clone();

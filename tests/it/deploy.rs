@@ -454,7 +454,8 @@ fn module_flag_literals() -> BTreeSet<String> {
 
 #[test]
 fn module_and_its_check_parse() {
-    for file in ["hive.nix", "check.nix"] {
+    for file in ["hive.nix", "check.nix", "agent.nix", "agent-system.nix", "check-flake.nix", "../flake.nix"]
+    {
         let Some(out) = nix_instantiate(&["--parse", file]) else { return };
         assert!(out.status.success(), "nix-instantiate --parse deploy/{file}:\n{}", text(&out.stderr));
     }
@@ -484,6 +485,8 @@ fn module_renders_the_options_into_the_service() {
         ("agentTemplates", Value::Array(vec![])),
         ("tlsCert", Value::Null),
         ("tlsKey", Value::Null),
+        ("hiveFlake", Value::Null),
+        ("hiveRev", Value::Null),
         ("extraArgs", Value::Array(vec![])),
     ]
     .into_iter()
@@ -543,6 +546,8 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(flag(&pairs, "--fleet-listen"), Some("0.0.0.0:7946"));
     assert!(pairs.contains(&("--prebuild-agent-templates".into(), None)));
     assert_eq!(flag(&pairs, "--log"), Some("hive=debug"), "extraArgs are passed, quoted");
+    assert_eq!(flag(&pairs, "--hive-flake"), Some("github:hive-dev/hive"));
+    assert_eq!(flag(&pairs, "--hive-rev"), Some("0123456789abcdef0123456789abcdef01234567"));
     assert_eq!(flag(&pairs, "--tls-cert"), Some("$CREDENTIALS_DIRECTORY/tls.crt"));
     assert_eq!(flag(&pairs, "--tls-key"), Some("$CREDENTIALS_DIRECTORY/tls.key"));
     let service = &containers["serviceConfig"];
@@ -935,4 +940,91 @@ fn image_builds_and_serves_with_docker() {
     assert!(out.status.success(), "docker stop: {}", text(&out.stderr));
     let out = run(Command::new(&docker).args(["inspect", "-f", "{{.State.ExitCode}}", &id]));
     assert_eq!(text(&out.stdout).trim(), "0", "a clean exit on SIGTERM");
+}
+
+// ---- the hive base flake the meta flake consumes -------------------------------------
+
+fn repo_root() -> &'static str {
+    env!("CARGO_MANIFEST_DIR")
+}
+
+/// The meta flake's hive node in `<state>/meta/flake.lock`.
+fn locked_hive(state: &Path) -> Value {
+    let lock = std::fs::read_to_string(state.join("meta/flake.lock")).expect("meta/flake.lock");
+    let lock: Value = serde_json::from_str(&lock).expect("flake.lock is JSON");
+    lock["nodes"]["hive"]["locked"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_hive_rev_is_the_commit_the_binary_was_built_from() {
+    let d = crate::harness::Daemon::start();
+    let locked = locked_hive(&d.dir);
+    let rev = locked["rev"].as_str().unwrap_or_default().to_string();
+    assert!(rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()), "not a commit: {locked}");
+    let out = run(Command::new("git")
+        .args(["cat-file", "-e", &format!("{rev}^{{commit}}")])
+        .current_dir(repo_root()));
+    assert!(out.status.success(), "{rev} is no commit of {}: {}", repo_root(), text(&out.stderr));
+    // And by default the flake is this repository's checkout, which has lib.agentSystem.
+    assert_eq!(locked["url"], format!("file://{}", repo_root()), "{locked}");
+    let flake = std::fs::read_to_string(d.dir.join("meta/flake.nix")).unwrap();
+    assert!(flake.contains(&format!("hive.url = \"git+file:{}\";", repo_root())), "{flake}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_meta_flake_builds_each_agent_with_this_repositorys_agent_system() {
+    assert!(help_flags(&serve_help()).contains("--hive-flake"), "hive serve --help lists --hive-flake");
+    let flake_ref = format!("git+file:{}", repo_root());
+    let d = crate::harness::Daemon::start_with(&["--hive-flake", &flake_ref]);
+    let repo = crate::agents::config_repo(&d.dir);
+    let api = d.client();
+    let agent = crate::agents::agent("alpha", &repo, "Up");
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent).await.code, 201);
+    let job = serde_json::json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
+                                 "spec": {"template": "Spawn", "agents": ["alpha"], "source": "Cli"}});
+    let reply = api.post("/apis/hive.dev/v1/jobs", &job).await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let job = crate::agents::wait_terminal(&api, reply.body["metadata"]["name"].as_str().unwrap()).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let meta = d.dir.join("meta/flake.nix");
+    let rendered = std::fs::read_to_string(&meta).unwrap();
+    assert!(
+        rendered.contains(&format!("hive.url = \"{flake_ref}\";")),
+        "--hive-flake reaches flake.nix:\n{rendered}"
+    );
+
+    let Some(out) = nix_instantiate(&[
+        "--eval",
+        "--strict",
+        "--json",
+        "--readonly-mode",
+        "check-flake.nix",
+        "--arg",
+        "meta",
+        meta.to_str().unwrap(),
+        "--arg",
+        "agents",
+        "[ \"alpha\" ]",
+    ]) else {
+        return;
+    };
+    assert!(out.status.success(), "nix-instantiate --eval deploy/check-flake.nix:\n{}", text(&out.stderr));
+    let all: Value = serde_json::from_slice(&out.stdout).expect("check-flake.nix yields JSON");
+    assert_eq!(all["hasAgentSystem"], true, "{all}");
+    assert_eq!(all["metaHiveUrl"], flake_ref.as_str());
+    let alpha = &all["meta"]["alpha"];
+    assert_eq!(alpha["type"], "nixosSystem", "{all}");
+    assert_eq!(alpha["toplevel"], "derivation", "config.system.build.toplevel: {alpha}");
+    assert_eq!(alpha["isContainer"], true);
+    assert_eq!(alpha["hostName"], "h-alpha");
+    assert_eq!(alpha["fence"], "/var/lib/hive/fence", "the runtime's fence path");
+    assert_eq!(
+        alpha["harness"], "/run/current-system/sw/bin/agent",
+        "the agent flake's module applies: {alpha}"
+    );
+    let bare = &all["direct"];
+    assert_eq!(
+        bare["harness"],
+        "/nix/store/00000000000000000000000000000000-bash/bin/sh /srv/agents/bare/run.sh"
+    );
 }
