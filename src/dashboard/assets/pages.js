@@ -14,7 +14,11 @@
     if (power === 'Stopped' || power === 'Starting' || power === 'Stopping') return power;
     return ready ? 'NotReady' : power;
   }
-  const isTerminal = (j) => !['Queued', 'Running', undefined].includes(j.status && j.status.phase);
+  // A Failed Job may still run its AfterAny Reconcile: it is over once it settled (finishedAt).
+  const isTerminal = (j) => {
+    const phase = j.status && j.status.phase;
+    return !['Queued', 'Running', undefined].includes(phase) && (phase !== 'Failed' || !!j.status.finishedAt);
+  };
   const created = (o) => Date.parse(o.metadata.creationTimestamp || 0) || 0;
   const countBy = (values) => values.reduce((m, v) => m.set(v, (m.get(v) || 0) + 1), new Map());
   function counts(map) {
