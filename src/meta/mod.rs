@@ -321,6 +321,10 @@ impl Meta {
                     return Err(Error::UnknownInput { name: name.clone() });
                 };
                 node.rev = rev.clone();
+                if input == HIVE {
+                    // A bump of hive also moves it to the configured `--hive-flake`.
+                    node.source = inner.hive_source.clone();
+                }
             }
             let changed: Vec<String> = updates
                 .iter()
@@ -334,7 +338,8 @@ impl Meta {
                 .collect();
             let subject = format!("meta: lock update {}", changed.join(", "));
             let message = Message::new(Op::LockUpdate, subject, concerned(&next, &changed));
-            let commit = commit_files(&inner.git, &inner.dir, vec![lock_file(&next)], message).await?;
+            let files = files_for(&state.lock, &next);
+            let commit = commit_files(&inner.git, &inner.dir, files, message).await?;
             state.lock = next;
             Ok(LockBump { commit, changed })
         })
@@ -354,10 +359,12 @@ impl Meta {
             let mut next = state.lock.clone();
             if let Some(hive) = next.inputs.get_mut(HIVE) {
                 hive.rev = rev.clone();
+                hive.source = inner.hive_source.clone();
             }
             let subject = format!("meta: bump hive to {}", short(&rev));
             let message = Message::new(Op::HiveBump, subject, concerned(&next, &[HIVE.to_string()]));
-            let commit = commit_files(&inner.git, &inner.dir, vec![lock_file(&next)], message).await?;
+            let files = files_for(&state.lock, &next);
+            let commit = commit_files(&inner.git, &inner.dir, files, message).await?;
             state.lock = next;
             Ok(commit)
         })
@@ -490,6 +497,20 @@ fn short(rev: &str) -> &str {
 /// `flake.lock` as `lock` renders it.
 fn lock_file(lock: &Lock) -> FileWrite {
     FileWrite { path: FLAKE_LOCK.into(), bytes: Some(lock.render()) }
+}
+
+/// What a lock change from `before` to `after` rewrites: `flake.lock`, and `flake.nix`
+/// too when an input's source moved (the hive input following `--hive-flake`).
+fn files_for(before: &Lock, after: &Lock) -> Vec<FileWrite> {
+    let moved = after
+        .inputs
+        .iter()
+        .any(|(name, node)| before.inputs.get(name).is_some_and(|b| b.source != node.source));
+    if moved {
+        lock_files(after)
+    } else {
+        vec![lock_file(after)]
+    }
 }
 
 /// `flake.nix` and `flake.lock` as `lock` renders them.

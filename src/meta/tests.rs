@@ -513,3 +513,40 @@ async fn permissions_match_compares_sets_with_the_committed_files() {
     assert!(!meta.permissions_match("a", &strings(&["shell"]), &strings(&["net"])).await);
     assert!(!meta.permissions_match("../a", &[], &[]).await, "a bad name never matches");
 }
+
+#[tokio::test]
+async fn a_hive_bump_moves_the_hive_input_to_the_configured_flake() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("meta");
+    let meta = open(&tmp).await;
+    let flake = || std::fs::read_to_string(dir.join(FLAKE_NIX)).unwrap();
+    assert!(flake().contains("hive.url = \"github:hive-dev/hive\";"), "{}", flake());
+    drop(meta);
+
+    // The daemon restarts with another --hive-flake: opening commits nothing, the next
+    // hive bump renders the new source into flake.nix and flake.lock in one commit.
+    let moved = MetaConfig { hive_url: "/srv/hive".into(), ..config(tmp.path()) };
+    let meta = Meta::open(moved.clone()).await.unwrap();
+    let before = commits(&dir);
+    assert!(flake().contains("github:hive-dev/hive"));
+    let gate = meta.gate().await;
+    assert!(meta.lock_update_hive(&gate, &rev(9)).await.unwrap().is_some());
+    assert_eq!(commits(&dir), before + 1);
+    assert!(flake().contains("hive.url = \"git+file:/srv/hive\";"), "{}", flake());
+    let lock = std::fs::read_to_string(dir.join(FLAKE_LOCK)).unwrap();
+    assert!(lock.contains("file:///srv/hive") && lock.contains(&rev(9)), "{lock}");
+    assert_eq!(status(&dir), "", "nothing left uncommitted");
+
+    // Through lock_update too, and an unchanged source rewrites only the lock.
+    let back = MetaConfig { hive_url: "github:hive-dev/hive".into(), ..moved };
+    drop(gate);
+    drop(meta);
+    let meta = Meta::open(back).await.unwrap();
+    let gate = meta.gate().await;
+    let bump = meta.lock_update(&gate, &[("hive".into(), rev(9))]).await.unwrap();
+    assert_eq!(bump.changed, ["hive"], "the source moved, the rev did not");
+    assert!(flake().contains("hive.url = \"github:hive-dev/hive\";"), "{}", flake());
+    let bump = meta.lock_update(&gate, &[("hive".into(), rev(10))]).await.unwrap();
+    let files = git(&dir, &["show", "--name-only", "--format=", &bump.commit.unwrap().0]);
+    assert_eq!(files.trim(), FLAKE_LOCK);
+}
