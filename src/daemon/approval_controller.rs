@@ -325,3 +325,99 @@ async fn event(ctx: &Context, name: &str, type_: EventType, reason: &str, messag
         tracing::warn!(approval = name, error = %err, "approval event not recorded");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use hive_api::approval::{ApprovalPayload, ApprovalSpec, Decision as Choice, DecisionState};
+    use hive_api::job::{JobNode, JobNodeKind, JobNodeState, JobNodeStatus, JobSpec};
+
+    use super::*;
+    use crate::store::{Store, StoreConfig};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_settled_job_resolves_its_approval_even_once_the_job_object_is_gone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
+        let config = crate::daemon::EngineConfig { hive_rev: "test".into(), ..Default::default() };
+        let engine = Engine::start(store.clone(), tmp.path(), config).await.unwrap();
+        let recorder = crate::client::events::Recorder::new(store.clone(), "hive-approvals");
+        let ctx = Context { engine, recorder };
+        let approvals = Api::<Approval>::new(&store);
+        let spec = ApprovalSpec {
+            kind: ApprovalKind::ApplyCommit,
+            target: Some("alpha".into()),
+            payload: ApprovalPayload { commit: Some("v2".into()), ..Default::default() },
+            decision: Choice { state: DecisionState::Approved, reason: None },
+            ..Default::default()
+        };
+        approvals.create(&Approval::new("a", spec)).await.unwrap();
+        approvals
+            .patch_status("a", |s| {
+                s.phase = Some(ApprovalPhase::Deploying);
+                s.job = Some(job_name("a"));
+            })
+            .await
+            .unwrap();
+
+        // The Job as its settling event carries it; the store no longer has it (it fell
+        // out of the history). From the store alone the approval would fail.
+        let mut job = Job::new(
+            job_name("a"),
+            JobSpec {
+                template: JobTemplate::ApprovalDeploy,
+                approval: Some("a".into()),
+                nodes: vec![JobNode::new(
+                    "alpha/approval-deploy",
+                    JobNodeKind::ApprovalDeploy,
+                    Some("alpha"),
+                )],
+                ..Default::default()
+            },
+        );
+        job.status.phase = Some(JobPhase::Done);
+        job.status.finished_at = Some(hive_api::Time(store.now()));
+        job.status.nodes = vec![JobNodeStatus {
+            id: "alpha/approval-deploy".into(),
+            state: JobNodeState::Done,
+            ..Default::default()
+        }];
+        let stored = approvals.get_existing("a").unwrap();
+        assert!(matches!(
+            decide(&facts(&stored, None)),
+            Decision::Resolve { phase: ApprovalPhase::Failed, .. }
+        ));
+        resolve_settled(&ctx, "a", &job).await.unwrap();
+        let resolved = approvals.get_existing("a").unwrap();
+        assert_eq!(resolved.status.phase, Some(ApprovalPhase::Deployed), "{:?}", resolved.status);
+
+        // Resolved once: a later look at the missing Job changes nothing.
+        let decided = decide(&facts(&resolved, None));
+        assert_eq!(decided, Decision::Nothing);
+    }
+
+    #[test]
+    fn a_failed_job_whose_reconcile_still_runs_is_not_settled_for_the_approval() {
+        let approval = Approval::new(
+            "a",
+            ApprovalSpec {
+                decision: Choice { state: DecisionState::Approved, reason: None },
+                ..Default::default()
+            },
+        );
+        let mut approval = approval;
+        approval.status.phase = Some(ApprovalPhase::Deploying);
+        approval.status.job = Some("j".into());
+        let mut job = Job::new("j", JobSpec::default());
+        job.status.phase = Some(JobPhase::Failed);
+        job.status.nodes = vec![
+            JobNodeStatus { id: "swap".into(), state: JobNodeState::Failed, ..Default::default() },
+            JobNodeStatus { id: "reconcile".into(), state: JobNodeState::Running, ..Default::default() },
+        ];
+        assert_eq!(decide(&facts(&approval, Some(&job))), Decision::Wait);
+        job.status.nodes[1].state = JobNodeState::Done;
+        assert!(matches!(
+            decide(&facts(&approval, Some(&job))),
+            Decision::Resolve { phase: ApprovalPhase::Failed, .. }
+        ));
+    }
+}
