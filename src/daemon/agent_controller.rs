@@ -397,7 +397,8 @@ mod tests {
             ..Default::default()
         };
         let jobs = vec![job("bootsweep-1", sweep, now), job("stop-1", stop, now)];
-        let running: HashMap<String, bool> = [("bootsweep-1".to_string(), false), ("stop-1".to_string(), false)].into();
+        let running: HashMap<String, bool> =
+            [("bootsweep-1".to_string(), false), ("stop-1".to_string(), false)].into();
         for agent in ["a", "b"] {
             let (held, recheck) = unfinished(&jobs, &running, now, agent);
             assert_eq!(held, vec![("bootsweep-1".to_string(), JobTemplate::BootSweep)], "{agent}");
