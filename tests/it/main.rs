@@ -26,6 +26,8 @@ mod harness;
 mod intake;
 mod jobs;
 mod kubectl;
+mod manifests;
 mod mcp;
 mod power;
+mod readme;
 mod vastai;
