@@ -457,9 +457,13 @@ async fn approvals_resolve_once_and_node_specs_are_immutable() {
         Some(true)
     );
 
+    // A Node is created by its Provision command, never by hand.
     let node = json!({"apiVersion": "hive.dev/v1", "kind": "Node", "metadata": {"name": "node-1"},
                       "spec": {"logicalId": 1, "provider": "process", "command": "prov-1"}});
-    assert_eq!(api.post("/apis/hive.dev/v1/nodes", &node).await.code, 201);
+    assert_eq!(api.post("/apis/hive.dev/v1/nodes", &node).await.code, 403);
+    let provision = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "prov-1"},
+                           "spec": {"provision": {"provider": "process", "count": 1}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/fleetcommands", &provision).await.code, 201);
     let change = api
         .patch(
             "/apis/hive.dev/v1/nodes/node-1",

@@ -20,6 +20,7 @@ mod deploy_paths;
 mod fleet;
 mod fleet_docker;
 mod fleet_docker_daemon;
+mod fleet_intake;
 mod fleet_vastai;
 mod generated;
 mod harness;
