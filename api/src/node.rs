@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::meta::Time;
+use crate::meta::{Condition, ConditionStatus, Time};
 use crate::resource::{Column, Resource};
 use crate::validation::{self, Errors, Reason};
 
@@ -85,6 +85,44 @@ pub struct NodeStatus {
     /// When the node stopped, was killed or failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// `Ready`: True while the node is Running, else False with its phase as the reason
+    /// (what `kubectl wait --for=condition=Ready` waits for). Kept by
+    /// [`NodeStatus::sync_ready`], which every writer of the phase calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The condition type that follows a node's phase.
+pub const READY: &str = "Ready";
+
+impl NodeStatus {
+    /// Brings the `Ready` condition in line with the phase: True when Running, False
+    /// otherwise with the phase (or `Unknown` before any) as its reason. `now` is the
+    /// transition time when its status changes. Returns true when it changed.
+    pub fn sync_ready(&mut self, now: Time) -> bool {
+        let running = self.phase == Some(NodePhase::Running);
+        let reason = self.phase.map_or("Unknown", NodePhase::as_str);
+        let message = match self.phase {
+            Some(NodePhase::Running) => "the worker joined and its telemetry flows".to_string(),
+            Some(phase) => format!("the node is {phase}", phase = phase.as_str()),
+            None => "the node has no phase yet".to_string(),
+        };
+        let condition = Condition {
+            type_: READY.into(),
+            status: if running { ConditionStatus::True } else { ConditionStatus::False },
+            reason: reason.into(),
+            message,
+            last_transition_time: None,
+            observed_generation: None,
+        };
+        crate::meta::set_condition(&mut self.conditions, condition, now)
+    }
+
+    /// Sets the phase and the `Ready` condition that follows it.
+    pub fn set_phase(&mut self, phase: NodePhase, now: Time) {
+        self.phase = Some(phase);
+        self.sync_ready(now);
+    }
 }
 
 /// Where a node is in its life.
@@ -399,6 +437,25 @@ mod tests {
         let mut value = valid();
         value["spec"].as_object_mut().unwrap().remove("logicalId");
         assert_eq!(decode::<Node>(&value).unwrap_err().field, "spec");
+    }
+
+    #[test]
+    fn ready_follows_the_phase() {
+        let now = |s: i64| Time::from_unix(s).unwrap();
+        let mut status = NodeStatus::default();
+        status.set_phase(NodePhase::Provisioning, now(1));
+        let ready = |s: &NodeStatus| {
+            let c = crate::meta::find_condition(&s.conditions, READY).unwrap().clone();
+            (c.status, c.reason, c.last_transition_time)
+        };
+        assert_eq!(ready(&status), (ConditionStatus::False, "Provisioning".into(), Some(now(1))));
+        status.set_phase(NodePhase::Running, now(2));
+        assert_eq!(ready(&status), (ConditionStatus::True, "Running".into(), Some(now(2))));
+        assert!(!status.sync_ready(now(3)), "nothing changed");
+        status.set_phase(NodePhase::Killing, now(4));
+        status.set_phase(NodePhase::Killed, now(5));
+        assert_eq!(ready(&status), (ConditionStatus::False, "Killed".into(), Some(now(4))));
+        assert_eq!(status.conditions.len(), 1);
     }
 
     #[test]

@@ -1,9 +1,18 @@
-//! The idempotent command record behind `POST /apis/hive.dev/v1/fleetcommands` (its HTTP
-//! half is `server/fleet.rs`): a command and the Node intent it causes are recorded in
-//! one durable store transaction, before any provider call. The object name
-//! is the caller's command id, and creation is idempotent on it: the same id with the
-//! same spec returns the stored record (200) without writing anything; the same id with
-//! a different spec is a 409 Conflict; nothing changes either way.
+//! The idempotent command record: every FleetCommand, whatever created it, is recorded
+//! here once per id: the command, the Node intents it causes, the logical-id counter and
+//! the id's retained record ([`super::retained`]) in one durable store transaction,
+//! before any provider call. The object name is the caller's command id.
+//!
+//! - [`record`] is `POST /apis/hive.dev/v1/fleetcommands` (its HTTP half is
+//!   `server/fleet.rs`): a new id is recorded and created together (201).
+//! - [`intake`] takes a command some other path stored unrecorded (`hive apply`,
+//!   `kubectl apply`, server-side apply: `status` empty) and records it, claimed by a
+//!   compare-and-swap on its resourceVersion; the fleet runs what either recorded.
+//!
+//! A used id is never run again. A create of an id that exists answers the stored record
+//! (200), with a warning when the body differs; a create of an id whose command was
+//! deleted brings its retained record back and answers it, on every path, after any
+//! number of restarts. Nothing is provisioned or destroyed twice.
 //!
 //! Node logical ids come from a high-water mark kept in an internal store object
 //! ([`COUNTER_KIND`]/[`COUNTER_NAME`], not served by the API, so no client can delete
@@ -12,11 +21,13 @@
 
 use std::collections::BTreeMap;
 
+use super::retained;
 use crate::client::{self, Api};
 use crate::store::{self, Mutation, Store, Subresource};
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase, FleetCommandStatus};
 use hive_api::node::{Node, NodePhase, NodeSpec};
 use hive_api::provider::{Provider, ProviderType};
+use hive_api::resource::Object as _;
 use hive_api::validation::{Errors, Reason, ValidationError};
 use serde::{Deserialize, Serialize};
 
@@ -30,8 +41,10 @@ pub use hive_api::names::KILLED_BY;
 /// The provider name that needs no Provider object: local worker processes.
 pub const DEFAULT_PROVIDER: &str = "process";
 
-/// Serializes command creation in this daemon: the replay check, the id allocation and
-/// the commit happen as one step, so concurrent identical POSTs create one command.
+/// Serializes command recording in this daemon: the replay check, the id allocation and
+/// the commit happen as one step, so concurrent identical creates record one command.
+/// (Across daemons, the retained record's create and the intake's compare-and-swap are
+/// what make a second recording fail.)
 static CREATE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One of the fleet's counters, an object of [`COUNTER_KIND`]: the logical-id high-water
@@ -105,7 +118,7 @@ pub enum RecordError {
         /// Every problem, each naming its field.
         errors: Vec<ValidationError>,
     },
-    /// The id was used before with another body, or is being created concurrently.
+    /// The id is being created concurrently by another writer.
     #[error("{message}")]
     Conflict {
         /// The command id.
@@ -126,16 +139,43 @@ pub enum RecordError {
 pub enum Recorded {
     /// A new command (and its node intents) was recorded.
     Created(FleetCommand),
-    /// The id was used before with the same body: the original record, nothing written.
-    Replayed(FleetCommand),
+    /// The id was used before: the original record; nothing was run again.
+    Replayed(Replay),
+}
+
+/// The original record a used id answers.
+#[derive(Debug)]
+pub struct Replay {
+    /// The original record, as stored (brought back from its retained record when the
+    /// command had been deleted).
+    pub command: FleetCommand,
+    /// The incoming spec is not the original's (the caller is warned: the id names the
+    /// original command, and the new body was not run).
+    pub differs: bool,
+    /// The command had been deleted; its record was brought back.
+    pub restored: bool,
+}
+
+impl Replay {
+    /// The `Warning` a client is shown, if any.
+    pub fn warning(&self) -> Option<String> {
+        let id = &self.command.metadata.name;
+        let deleted = if self.restored { " (and deleted since; its record is back)" } else { "" };
+        self.differs.then(|| {
+            format!(
+                "fleet command id {id:?} was already used with a different body{deleted}: this is the original \
+                 record, unchanged, and the new body was not run; use a new id for a new command"
+            )
+        })
+    }
 }
 
 fn invalid(name: &str, field: &str, reason: Reason, message: impl Into<String>) -> RecordError {
     RecordError::Invalid { name: name.into(), errors: vec![ValidationError::new(field, reason, message)] }
 }
 
-/// Records the admitted `command` (and its node intent); see the module docs. With
-/// `dry_run`, says what it would record and writes nothing.
+/// Records the admitted `command` (and its node intents) for `POST`; see the module
+/// docs. With `dry_run`, says what it would record and writes nothing.
 pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Result<Recorded, RecordError> {
     let commands = Api::<FleetCommand>::new(store);
     let id = command.metadata.name.clone();
@@ -144,39 +184,200 @@ pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Resu
     }
     let _serial = CREATE.lock().await;
     if let Some(stored) = commands.get(&id)? {
-        return replay(&id, stored, &command);
+        return Ok(replay(stored, &command, false));
     }
-    let mutations = plan(store, command.clone())?;
+    if let Some(original) = retained::get(store, &id) {
+        return restore(store, original, &command, dry_run).await;
+    }
+    let (recorded, intents) = plan(store, command.clone())?;
+    let mut mutations = vec![commands.create_mutation(&recorded)?, retained::claim(&recorded)];
+    mutations.extend(intents);
     match store.commit_all(mutations, dry_run).await {
         // The command is the first of the writes.
         Ok(outcomes) => {
             let created = outcomes.into_iter().next().expect("the command is one of the writes");
-            Ok(Recorded::Created(client::decode(&created.into_object())?))
+            let created: FleetCommand = client::decode(&created.into_object())?;
+            if !dry_run {
+                // The retained copy gains what the store stamped (uid, creation time).
+                retained::keep(store, &created).await;
+            }
+            Ok(Recorded::Created(created))
         }
-        // Created meanwhile by another path (e.g. another writer than this handler).
-        Err(store::Error::AlreadyExists { kind, .. }) if kind == "fleetcommands" => {
-            let stored = commands.get(&id)?.ok_or_else(|| RecordError::Conflict {
-                name: id.clone(),
-                message: format!("fleet command {id:?} is being created concurrently; retry"),
-            })?;
-            replay(&id, stored, &command)
+        // Created meanwhile by another path (another daemon, or a store-level writer).
+        Err(store::Error::AlreadyExists { .. }) => {
+            if let Some(stored) = commands.get(&id)? {
+                return Ok(replay(stored, &command, false));
+            }
+            match retained::get(store, &id) {
+                Some(original) => restore(store, original, &command, dry_run).await,
+                None => Err(RecordError::Conflict {
+                    name: id.clone(),
+                    message: format!("fleet command {id:?} is being created concurrently; retry"),
+                }),
+            }
         }
         Err(err) => Err(err.into()),
     }
 }
 
-/// A command id seen before: the stored record when the spec matches, else a conflict.
-fn replay(id: &str, stored: FleetCommand, incoming: &FleetCommand) -> Result<Recorded, RecordError> {
-    if stored.spec == incoming.spec {
-        return Ok(Recorded::Replayed(stored));
+/// A command id seen before: the stored record, whatever the incoming body.
+fn replay(stored: FleetCommand, incoming: &FleetCommand, restored: bool) -> Recorded {
+    let differs = stored.spec != incoming.spec;
+    Recorded::Replayed(Replay { command: stored, differs, restored })
+}
+
+/// The object of a retained record, ready to be created again: what the store stamps
+/// afresh is left out.
+fn revived(original: &FleetCommand) -> FleetCommand {
+    let mut object = original.clone();
+    object.metadata.resource_version = None;
+    object.metadata.uid = None;
+    object.metadata.deletion_timestamp = None;
+    object
+}
+
+/// A deleted command's id created again: its retained record comes back as the object,
+/// and is the answer. Nothing is recorded or run.
+async fn restore(
+    store: &Store,
+    original: FleetCommand,
+    incoming: &FleetCommand,
+    dry_run: bool,
+) -> Result<Recorded, RecordError> {
+    let commands = Api::<FleetCommand>::new(store);
+    let id = original.metadata.name.clone();
+    tracing::info!(command = id, "fleet command id reused after its delete: its record is brought back");
+    match commands.create_opts(&revived(&original), dry_run).await {
+        Ok(back) => Ok(replay(back, incoming, true)),
+        Err(client::Error::Store(store::Error::AlreadyExists { .. })) => {
+            let stored = commands.get_existing(&id)?;
+            Ok(replay(stored, incoming, false))
+        }
+        Err(err) => Err(err.into()),
     }
-    Err(RecordError::Conflict {
-        name: id.into(),
-        message: format!(
-            "fleet command id {id:?} was already used with a different body; the stored command is \
-             unchanged. Reuse an id only to retry the same command; use a new id for a new command"
-        ),
-    })
+}
+
+/// What the intake did with a stored, unrecorded command.
+#[derive(Debug)]
+pub enum Intake {
+    /// Recorded (Pending, its node intents written): the fleet runs it next.
+    Recorded(FleetCommand),
+    /// Its id was used by a command since deleted: the original record replaced it, and
+    /// nothing runs.
+    Restored(FleetCommand),
+    /// It breaks a rule that needs the store (no such Provider, no such Node): marked
+    /// Failed, naming the field; the id stays free, as after a refused POST.
+    Refused(FleetCommand),
+    /// Recorded, changed or deleted meanwhile (by this intake, POST, or another daemon):
+    /// nothing to do.
+    Skipped,
+}
+
+/// Records `seen`, a command stored without going through [`record`] (its status is
+/// empty), so that it runs as if POSTed: the default provider is filled in, and the
+/// command's status, node intents, counter and retained record are written in one
+/// transaction, conditional on the command's resourceVersion as read here (the claim:
+/// a second intake, here or in another daemon, finds it changed and skips it).
+pub async fn intake(
+    store: &Store,
+    seen: &FleetCommand,
+    default_provider: &str,
+) -> Result<Intake, RecordError> {
+    let commands = Api::<FleetCommand>::new(store);
+    let id = seen.metadata.name.clone();
+    let _serial = CREATE.lock().await;
+    let Some(current) = commands.get(&id)? else { return Ok(Intake::Skipped) };
+    if current.status.phase.is_some() || current.metadata.deletion_timestamp.is_some() {
+        return Ok(Intake::Skipped);
+    }
+    if let Some(original) = retained::get(store, &id) {
+        // This exact version goes, the original comes back: one transaction.
+        let replaced = Mutation::Delete {
+            kind: FleetCommand::PLURAL,
+            name: id.clone(),
+            uid: current.metadata.uid.clone(),
+            resource_version: current.metadata.resource_version.clone(),
+        };
+        tracing::warn!(
+            command = id,
+            "fleet command id reused after its delete: the original record replaces the new one; nothing runs"
+        );
+        let mutations = vec![replaced, commands.create_mutation(&revived(&original))?];
+        return match store.commit_all(mutations, false).await {
+            Ok(outcomes) => {
+                let back = outcomes.into_iter().nth(1).expect("the restore is one of the writes");
+                Ok(Intake::Restored(client::decode(&back.into_object())?))
+            }
+            Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => Ok(Intake::Skipped),
+            Err(err) => Err(err.into()),
+        };
+    }
+    let mut command = current.clone();
+    if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
+        provision.provider = default_provider.to_string();
+    }
+    let (recorded, intents) = match plan(store, command.clone()) {
+        Ok(planned) => planned,
+        Err(RecordError::Invalid { errors, .. }) => {
+            let why = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+            tracing::warn!(command = id, why, "fleet command refused at intake");
+            let now = hive_api::meta::Time(store.now());
+            let written = commands
+                .patch_status(&id, |s| {
+                    if s.phase.is_none() {
+                        s.phase = Some(FleetCommandPhase::Failed);
+                        s.error = Some(format!("not run: {why}"));
+                        s.finished_at = Some(now);
+                    }
+                })
+                .await?;
+            return Ok(Intake::Refused(written.into_inner()));
+        }
+        Err(err) => return Err(err),
+    };
+    // The status write carries the resourceVersion read above: the compare-and-swap.
+    let mut claimed = recorded.clone();
+    claimed.metadata.resource_version = current.metadata.resource_version.clone();
+    let mut mutations = vec![Mutation::Update {
+        kind: FleetCommand::PLURAL,
+        object: serde_json::to_value(&claimed).map_err(|source| client::Error::Decode {
+            kind: FleetCommand::KIND,
+            name: id.clone(),
+            source,
+        })?,
+        subresource: Subresource::Status,
+    }];
+    if command.spec != current.spec {
+        // The default provider, filled in as POST fills it in; the fleet's own write of
+        // an otherwise immutable spec, once, before the command is recorded.
+        let mut filled = recorded.clone();
+        filled.metadata.resource_version = None;
+        mutations.push(Mutation::Update {
+            kind: FleetCommand::PLURAL,
+            object: serde_json::to_value(&filled).map_err(|source| client::Error::Decode {
+                kind: FleetCommand::KIND,
+                name: id.clone(),
+                source,
+            })?,
+            subresource: Subresource::Main,
+        });
+    }
+    mutations.push(retained::claim(&recorded));
+    mutations.extend(intents);
+    match store.commit_all(mutations, false).await {
+        Ok(_) => {
+            let stored = commands.get_existing(&id)?;
+            retained::keep(store, &stored).await;
+            tracing::info!(command = id, action = stored.action(), "fleet command recorded at intake");
+            Ok(Intake::Recorded(stored))
+        }
+        Err(
+            store::Error::Conflict { .. }
+            | store::Error::NotFound { .. }
+            | store::Error::AlreadyExists { .. },
+        ) => Ok(Intake::Skipped),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The provider type a Provision names: the Provider object's, or `process` for the
@@ -213,10 +414,11 @@ pub fn next_logical_id(store: &Store) -> (u64, Counter) {
     (high_water.max(max_node) + 1, counter)
 }
 
-/// The writes that record `command`: the command first, and for a Provision the
-/// high-water mark and every node's intent; for a Kill, the mark on the target node.
-/// Each is admitted as the API admits it.
-fn plan(store: &Store, command: FleetCommand) -> Result<Vec<Mutation>, RecordError> {
+/// What recording `command` writes: the command as recorded (Pending, naming the nodes
+/// it touches), and the writes of its intents: for a Provision the high-water mark and
+/// every node's intent; for a Kill, the mark on the target node. Each is admitted as
+/// the API admits it.
+fn plan(store: &Store, command: FleetCommand) -> Result<(FleetCommand, Vec<Mutation>), RecordError> {
     let nodes = Api::<Node>::new(store);
     let id = command.metadata.name.clone();
     let mut record = command.clone();
@@ -257,7 +459,7 @@ fn plan(store: &Store, command: FleetCommand) -> Result<Vec<Mutation>, RecordErr
             );
             node.metadata.labels =
                 BTreeMap::from([(hive_api::names::FLEET_COMMAND_LABEL.to_string(), id.clone())]);
-            node.status.phase = Some(NodePhase::Pending);
+            node.status.set_phase(NodePhase::Pending, hive_api::meta::Time(store.now()));
             mutations.push(nodes.create_mutation(&node)?);
             touched.push(name);
         }
@@ -281,8 +483,7 @@ fn plan(store: &Store, command: FleetCommand) -> Result<Vec<Mutation>, RecordErr
     }
     record.status =
         FleetCommandStatus { phase: Some(FleetCommandPhase::Pending), nodes: touched, ..Default::default() };
-    mutations.insert(0, Api::<FleetCommand>::new(store).create_mutation(&record)?);
-    Ok(mutations)
+    Ok((record, mutations))
 }
 
 #[cfg(test)]
@@ -337,13 +538,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_different_body_conflicts_and_ids_are_never_reused() {
+    async fn a_different_body_replays_the_original_and_ids_are_never_reused() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
         record(&store, provision("a", 2), false).await.unwrap();
         let before = store.revision();
-        let err = record(&store, provision("a", 1), false).await.unwrap_err().to_string();
-        assert!(err.contains("\"a\" was already used with a different body"), "{err}");
+        let Recorded::Replayed(replay) = record(&store, provision("a", 1), false).await.unwrap() else {
+            panic!("a used id is replayed")
+        };
+        assert_eq!(replay.command.spec.provision.as_ref().map(|p| p.count), Some(2), "the original");
+        assert!(replay.warning().unwrap().contains("\"a\" was already used with a different body"));
         assert_eq!(store.revision(), before, "nothing written");
         let delete =
             Mutation::Delete { kind: "nodes", name: "node-2".into(), uid: None, resource_version: None };
@@ -367,5 +571,36 @@ mod tests {
                           "spec": {"kill": {"node": "node-1"}}, "status": {}});
         record(&store, command(kill), false).await.unwrap();
         assert_eq!(store.get("nodes", "node-1").unwrap()["metadata"]["annotations"][KILLED_BY], "k");
+    }
+
+    #[tokio::test]
+    async fn a_deleted_id_comes_back_as_its_original_record_and_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        record(&store, provision("a", 1), false).await.unwrap();
+        let delete =
+            Mutation::Delete { kind: "fleetcommands", name: "a".into(), uid: None, resource_version: None };
+        store.commit(delete.clone(), false).await.unwrap();
+        let Recorded::Replayed(replay) = record(&store, provision("a", 3), false).await.unwrap() else {
+            panic!("a deleted id is replayed")
+        };
+        assert!(replay.restored && replay.differs);
+        assert_eq!(replay.command.status.nodes, ["node-1"]);
+        assert_eq!(ids(&store), [1], "nothing recorded");
+        // Stored by another path (apply) after the delete: the intake restores the original.
+        store.commit(delete, false).await.unwrap();
+        let applied = Api::<FleetCommand>::new(&store).create(&provision("a", 2)).await.unwrap();
+        let Intake::Restored(back) = intake(&store, &applied, "process").await.unwrap() else {
+            panic!("the intake restores a used id")
+        };
+        assert_eq!(back.spec.provision.as_ref().map(|p| p.count), Some(1));
+        assert_eq!(ids(&store), [1]);
+        // A new id stored by apply is recorded by the intake, once.
+        let fresh = Api::<FleetCommand>::new(&store).create(&provision("b", 2)).await.unwrap();
+        assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Recorded(_)));
+        assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Skipped));
+        let mut got = ids(&store);
+        got.sort();
+        assert_eq!(got, [1, 2, 3]);
     }
 }

@@ -12,7 +12,7 @@ use hive_api::provider::{Provider as ProviderObject, ProviderSpec};
 
 use super::error::{Error, Result};
 use super::providers::{Launch, Lifetime, Provider};
-use super::{command_result, commands, is_terminal, Fleet};
+use super::{command_result, commands, is_terminal, retained, Fleet};
 use crate::client::Api;
 
 /// How long the first telemetry descriptors may take after a worker joined.
@@ -21,27 +21,8 @@ pub const TELEMETRY_TIMEOUT: Duration = Duration::from_secs(15);
 /// Runs the provider work of a newly recorded command, once.
 pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
     let name = command.metadata.name.clone();
-    match command.status.phase {
-        Some(FleetCommandPhase::Pending) => {}
-        // Created by a write that bypassed POST (apply, PUT): it recorded no node
-        // intent, so it is left as it is, inert.
-        None => {
-            tracing::warn!(command = name, "fleet command not created by POST: not run");
-            let now = fleet.now();
-            fleet
-                .command_status(&name, |s| {
-                    s.phase = Some(FleetCommandPhase::Failed);
-                    s.error = Some(
-                        "not run: a fleet command runs only when created with POST (hive fleet, the API's \
-                         create), which records its node intents first; this one was written by apply or PUT"
-                            .into(),
-                    );
-                    s.finished_at = Some(now);
-                })
-                .await;
-            return;
-        }
-        Some(_) => return,
+    if command.status.phase != Some(FleetCommandPhase::Pending) {
+        return;
     }
     let now = fleet.now();
     fleet
@@ -83,9 +64,13 @@ pub(super) async fn fail_interrupted_commands(fleet: &Fleet) {
     fail_unfinished_commands(fleet, "the daemon restarted while it ran").await;
 }
 
-/// Every non-terminal command becomes Failed with `why`.
+/// Every non-terminal command becomes Failed with `why`, whether its object is still
+/// there or only its retained record is (it was deleted while it ran).
 pub(super) async fn fail_unfinished_commands(fleet: &Fleet, why: &str) {
-    let (_, commands) = fleet.commands.list();
+    let (_, mut commands) = fleet.commands.list();
+    let listed: std::collections::HashSet<String> =
+        commands.iter().map(|c| c.metadata.name.clone()).collect();
+    commands.extend(retained::list(&fleet.store).into_iter().filter(|c| !listed.contains(&c.metadata.name)));
     let now = fleet.now();
     for command in commands {
         if command.status.phase.is_none_or(FleetCommandPhase::is_terminal) {
@@ -322,9 +307,27 @@ async fn destroy(fleet: &Fleet, node: &Node, reference: &ProviderRef) -> Result<
 }
 
 /// Destroys one node's resource (if it still has one) and marks it Killed, keeping its
-/// record.
+/// record. A Kill and the Provision it interrupted may both get here for one node: they
+/// take turns, and the second destroys only a resource the first did not (the Provision
+/// may have recorded it after the Kill looked), so a provider sees one destroy per
+/// resource.
 pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<()> {
+    let turn = fleet.kill_turn(name);
+    let mut destroyed = turn.lock().await;
     let node = load_node(fleet, name)?;
+    if node.status.phase == Some(NodePhase::Killed) && destroyed.as_ref() == Some(&node.status.provider_ref) {
+        return Ok(());
+    }
+    let result = kill_loaded(fleet, node).await;
+    if let Ok(reference) = &result {
+        *destroyed = Some(reference.clone());
+    }
+    result.map(|_| ())
+}
+
+/// [`kill_node`] of `node` as loaded; returns the reference it destroyed.
+async fn kill_loaded(fleet: &Fleet, node: Node) -> Result<Option<ProviderRef>> {
+    let name = node.metadata.name.as_str();
     let was = node.status.phase;
     if was != Some(NodePhase::Killed) {
         fleet.node_status(name, |s| s.phase = Some(NodePhase::Killing)).await;
@@ -343,7 +346,7 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<()> {
                 })
                 .await;
             tracing::info!(node = name, what, "fleet node killed");
-            Ok(())
+            Ok(node.status.provider_ref.clone())
         }
         Err(why) => {
             let error = Error::node(name, Error::Destroy(Box::new(why)));

@@ -192,6 +192,7 @@ impl Members for Membership {
                     s.addresses = addresses.clone();
                     s.gpus = gpus.clone();
                     s.runtime = Some(facts.clone());
+                    s.sync_ready(Time(store.now()));
                 })
                 .await;
             if let Err(err) = written {

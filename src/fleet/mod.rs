@@ -3,15 +3,21 @@
 //! FleetCommand says so.
 //!
 //! - `identity.rs`: the daemon's durable iroh secret key in the state directory.
-//! - `commands.rs`: `POST fleetcommands` — the command and the Node intent it causes are
-//!   recorded in one store transaction before any provider call; replays of a command
-//!   id return the stored record.
+//! - `commands.rs`: the one record of a command, whatever created it — `POST
+//!   fleetcommands`, or the intake below for `hive apply`, `kubectl apply`, server-side
+//!   apply: the command and the Node intents it causes are recorded in one store
+//!   transaction before any provider call; a used command id answers its original record
+//!   and never runs again.
+//! - `retained.rs`: the retained record of every command id, written as it is recorded:
+//!   the tombstone a deleted command leaves, so its id is never reused.
 //! - `providers/`: what creates and destroys nodes (`process`, `docker`, `vastai`) and
 //!   the registry of their readiness; `status.rs` writes it to each Provider.
 //! - `net/`: the iroh layer — the daemon's control ALPN (Join / RejoinHello, the
 //!   `myelin.manual-control` binding) and the telemetry ALPN each worker serves and the
 //!   daemon pulls.
-//! - `exec.rs`: runs each newly recorded command's provider work exactly once.
+//! - `exec.rs`: runs each newly recorded command's provider work exactly once. The fleet
+//!   follows FleetCommands: one stored unrecorded (empty status) goes through the intake
+//!   (`commands::intake`), one recorded Pending is run.
 //! - `members.rs`: persists a worker's Join / RejoinHello before it is welcomed, and
 //!   starts the node's telemetry pull; `server/telemetry.rs` serves that telemetry.
 //! - `recovery.rs`: at start, provider state is ground truth — a record with its
@@ -31,6 +37,7 @@ mod members;
 pub mod net;
 pub mod providers;
 mod recovery;
+mod retained;
 pub mod status;
 
 use std::collections::{HashMap, HashSet};
@@ -150,7 +157,13 @@ pub struct Fleet {
     recovered: Mutex<HashSet<String>>,
     /// Nodes whose telemetry summary was written, by the frame time written last.
     summarized: Mutex<HashMap<String, Option<Time>>>,
+    /// Per node, the turn of whoever kills it, holding the provider reference the last
+    /// kill destroyed (see `exec::kill_node`).
+    kills: Mutex<HashMap<String, KillTurn>>,
 }
+
+/// One node's kill turn: the reference its last kill destroyed, if one did.
+type KillTurn = Arc<tokio::sync::Mutex<Option<Option<hive_api::node::ProviderRef>>>>;
 
 impl Fleet {
     /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
@@ -182,10 +195,12 @@ impl Fleet {
             started: Mutex::new(HashSet::new()),
             recovered: Mutex::new(HashSet::new()),
             summarized: Mutex::new(HashMap::new()),
+            kills: Mutex::new(HashMap::new()),
         });
         fleet.members.attach(&fleet);
         fleet.ensure_builtin_providers().await;
         recovery::process_nodes(&fleet).await;
+        retained::backfill(&store).await;
         exec::fail_interrupted_commands(&fleet).await;
         let runner = fleet.clone();
         fleet.spawn(async move { runner.follow().await });
@@ -276,8 +291,10 @@ impl Fleet {
         self.spawn(async move { recovery::recover(&fleet, &name).await });
     }
 
-    /// Runs every newly recorded command, once, following FleetCommands with the shared
-    /// watcher (list, watch, resume, relist after a 410).
+    /// Takes in every stored command and runs every newly recorded one, once, following
+    /// FleetCommands with the shared watcher (list, watch, resume, relist after a 410).
+    /// The intake is awaited in order, so the commands of one file are recorded in the
+    /// order they were written (a Kill after the Provision that creates its node).
     async fn follow(self: Arc<Self>) {
         let client = Api::<FleetCommand>::new(&self.store);
         let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
@@ -292,24 +309,53 @@ impl Fleet {
                 }
             };
             for command in commands {
-                self.run_once(command);
+                if command.status.phase.is_none() {
+                    self.take_in(&command).await;
+                } else {
+                    self.run_once(command);
+                }
             }
         }
     }
 
+    /// Records a command another path than POST stored (its Pending write then brings it
+    /// back here to run).
+    async fn take_in(&self, command: &FleetCommand) {
+        let name = &command.metadata.name;
+        match commands::intake(&self.store, command, self.default_provider()).await {
+            Ok(commands::Intake::Recorded(_) | commands::Intake::Skipped) => {}
+            Ok(commands::Intake::Restored(back)) => {
+                tracing::info!(command = name, phase = ?back.status.phase, "fleet command id already used: original record kept")
+            }
+            Ok(commands::Intake::Refused(refused)) => {
+                tracing::warn!(command = name, error = ?refused.status.error, "fleet command not run")
+            }
+            Err(err) => tracing::warn!(command = name, %err, "fleet: taking in a command failed"),
+        }
+    }
+
     /// Starts executing `command` unless it was started before in this run. Only a
-    /// command still to run counts (Pending, or unmarked from apply): the `started` set is
-    /// how recovery tells this run's commands from an earlier run's.
+    /// recorded command still to run counts (Pending, with its retained record): the
+    /// `started` set is how recovery tells this run's commands from an earlier run's.
     fn run_once(self: &Arc<Self>, command: FleetCommand) {
-        if !matches!(command.status.phase, None | Some(FleetCommandPhase::Pending)) {
+        if command.status.phase != Some(FleetCommandPhase::Pending) {
             return;
         }
         let name = command.metadata.name.clone();
+        if retained::get(&self.store, &name).is_none() {
+            tracing::warn!(command = name, "a Pending fleet command that was never recorded is not run");
+            return;
+        }
         if !self.started.lock().unwrap_or_else(PoisonError::into_inner).insert(name) {
             return;
         }
         let fleet = self.clone();
         self.spawn(async move { exec::execute(fleet, command).await });
+    }
+
+    /// The kill turn of node `name`.
+    fn kill_turn(&self, name: &str) -> KillTurn {
+        self.kills.lock().unwrap_or_else(PoisonError::into_inner).entry(name.to_string()).or_default().clone()
     }
 
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
@@ -350,20 +396,42 @@ impl Fleet {
         commands::provider_type(&self.store, &node.spec.provider) == Some(ProviderType::Process)
     }
 
-    /// Writes `change` into the status of Node `name`; logs (and returns `None`) when it
-    /// does not land.
-    async fn node_status(&self, name: &str, change: impl FnMut(&mut NodeStatus) + Send) -> Option<Node> {
-        landed(self.nodes.patch_status(name, change).await, name)
+    /// Writes `change` into the status of Node `name`, and the `Ready` condition that
+    /// follows its phase (every fleet write of a node's phase comes through here, so none
+    /// can leave it behind); logs (and returns `None`) when it does not land.
+    async fn node_status(&self, name: &str, mut change: impl FnMut(&mut NodeStatus) + Send) -> Option<Node> {
+        let now = self.now();
+        let written = self
+            .nodes
+            .patch_status(name, |s| {
+                change(s);
+                s.sync_ready(now);
+            })
+            .await;
+        landed(written, name)
     }
 
     /// Writes `change` into the status of FleetCommand `name`; logs (and returns `None`)
     /// when it does not land.
+    /// The command's retained record follows; once the command is deleted, the write
+    /// goes to the retained record alone, which carries the outcome on.
     async fn command_status(
         &self,
         name: &str,
-        change: impl FnMut(&mut FleetCommandStatus) + Send,
+        mut change: impl FnMut(&mut FleetCommandStatus) + Send,
     ) -> Option<FleetCommand> {
-        landed(self.commands.patch_status(name, change).await, name)
+        match self.commands.patch_status(name, &mut change).await {
+            Ok(patched) => {
+                let command = patched.into_inner();
+                retained::keep(&self.store, &command).await;
+                Some(command)
+            }
+            Err(err) if err.is_not_found() => retained::patch_status(&self.store, name, change).await,
+            Err(err) => {
+                tracing::warn!(name, %err, "fleet status write failed");
+                None
+            }
+        }
     }
 
     /// Marks the node of a worker that exited by itself Failed.

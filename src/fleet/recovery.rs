@@ -186,6 +186,7 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
     );
     node.metadata.labels = BTreeMap::from([(hive_api::names::ORPHAN_LABEL.to_string(), "true".to_string())]);
     node.status = status;
+    node.status.sync_ready(fleet.now());
     match fleet.nodes.create(&node).await {
         Ok(_) => tracing::warn!(node = name, provider, "fleet recovery: orphan reported"),
         Err(err) => tracing::warn!(node = name, %err, "fleet recovery: reporting an orphan failed"),

@@ -1,6 +1,7 @@
 //! Admission that depends on who asks. Approvals record who requested them and who
 //! decided them (server-set, never taken from the client), and an agent's own token may
-//! only request its own config changes.
+//! only request its own config changes. Nodes are created only by the fleet's Provision
+//! commands, never through the API.
 
 use hive_api::approval::{Approval, ApprovalKind, DecisionState};
 use hive_api::KindInfo;
@@ -21,10 +22,26 @@ pub fn check(
     new: &mut Value,
     subresource: Option<&str>,
 ) -> ApiResult<()> {
+    if kind.plural == "nodes" && old.is_none() && subresource.is_none() {
+        return Err(node_created_by_hand(new));
+    }
     if kind.plural != "approvals" || subresource.is_some() {
         return Ok(());
     }
     approval(principal, old, new)
+}
+
+/// A Node is the record a Provision FleetCommand writes, with its intent, before any
+/// provider call; one written by hand would be the record of nothing (a phantom Pending
+/// node no provider ever creates). Its creation is refused on every path; existing
+/// records stay writable (labels, a status the fleet writes).
+fn node_created_by_hand(new: &Value) -> ApiError {
+    let name = hive_api::meta::name_of(new);
+    ApiError::Forbidden(format!(
+        "nodes.hive.dev {name:?} is forbidden: Nodes are created by Provision FleetCommands (a FleetCommand \
+         with spec.provision, or `hive fleet provision`), which record each node before its provider \
+         creates it; a Node is not created by hand"
+    ))
 }
 
 /// An admitted approval, typed (admission runs after decoding, so it always decodes).

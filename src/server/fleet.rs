@@ -287,7 +287,8 @@ async fn configure(
 /// `POST /apis/hive.dev/v1/fleetcommands` (routed here by `kinds.rs`): admits the body,
 /// fills in the default provider, and records the command through the fleet's idempotent
 /// [`commands::record`](crate::fleet::commands::record): 201 and the new command, or 200
-/// and the original one for a replayed id.
+/// and the original record for a used id (also one whose command was deleted), with a
+/// `Warning` when the body differs from the original's.
 pub async fn create_command(
     state: AppState,
     headers: HeaderMap,
@@ -305,9 +306,13 @@ pub async fn create_command(
         let default = state.fleet.as_ref().map_or(commands::DEFAULT_PROVIDER, |f| f.default_provider());
         provision.provider = default.to_string();
     }
+    let mut warnings = admitted.warnings;
     let (code, command) = match commands::record(&state.store, command, params.dry_run()?).await {
         Ok(Recorded::Created(command)) => (StatusCode::CREATED, command),
-        Ok(Recorded::Replayed(command)) => (StatusCode::OK, command),
+        Ok(Recorded::Replayed(replay)) => {
+            warnings.extend(replay.warning());
+            (StatusCode::OK, replay.command)
+        }
         Err(RecordError::Invalid { name, errors }) => {
             return Err(ApiError::Invalid { kind: "FleetCommand".into(), name, errors })
         }
@@ -318,5 +323,5 @@ pub async fn create_command(
         Err(RecordError::Store(err)) => return Err(err.into()),
     };
     let value = serde_json::to_value(&command).map_err(|e| ApiError::Internal(e.into()))?;
-    Ok(super::resources::json_response(code, &value, &admitted.warnings))
+    Ok(super::resources::json_response(code, &value, &warnings))
 }
