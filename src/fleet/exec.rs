@@ -316,6 +316,7 @@ pub(super) async fn kill_node(fleet: &Fleet, name: &str) -> Result<()> {
     let mut destroyed = turn.lock().await;
     let node = load_node(fleet, name)?;
     if node.status.phase == Some(NodePhase::Killed) && destroyed.as_ref() == Some(&node.status.provider_ref) {
+        tracing::info!(node = name, "fleet node already killed");
         return Ok(());
     }
     let result = kill_loaded(fleet, node).await;

@@ -136,6 +136,19 @@ async fn vastai_from_unconfigured_to_leases_kill_and_recovery() {
     let instance = killed["status"]["providerRef"]["instanceId"].as_u64().unwrap();
     assert_eq!(stand.count("DELETE /api/v0/instances/"), 1);
     assert!(!stand.lock().instances.contains_key(&instance));
+    // The Provision the Kill interrupted (waiting for node-1's worker to join) sees the kill
+    // within its 500 ms poll and goes to destroy too: it must find the work done. (It used
+    // to destroy again, a second DELETE whenever the restart below came later than the poll.)
+    eventually("the interrupted Provision to reach node-1's kill", || async {
+        let log = d.log();
+        let kills = log.lines().filter(|l| {
+            (l.contains("fleet node killed") || l.contains("fleet node already killed"))
+                && l.contains("node-1")
+        });
+        (kills.count() >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 1, "one destroy for one kill");
 
     // A record whose instance vanished, and an instance without a record.
     assert_eq!(api.post(COMMANDS, &provision("rent2", &[104])).await.code, 201);
