@@ -141,7 +141,7 @@ mod tests {
             ("agent.yaml", include_str!("../../manifests/agent.yaml"), "Agent"),
             ("job.yaml", include_str!("../../manifests/job.yaml"), "Job"),
             ("approval.yaml", include_str!("../../manifests/approval.yaml"), "Approval"),
-            ("node.yaml", include_str!("../../manifests/node.yaml"), "Node"),
+            ("node.yaml", include_str!("../../docs/examples/node.yaml"), "Node"),
             ("fleet-command.yaml", include_str!("../../manifests/fleet-command.yaml"), "FleetCommand"),
             ("provider.yaml", include_str!("../../manifests/provider.yaml"), "Provider"),
         ];

@@ -427,7 +427,7 @@ fn kinds() -> Vec<(&'static KindInfo, Vec<Value>)> {
         (kind("Agent"), docs(include_str!("../../manifests/agent.yaml"))),
         (kind("Job"), docs(include_str!("../../manifests/job.yaml"))),
         (kind("Approval"), docs(include_str!("../../manifests/approval.yaml"))),
-        (kind("Node"), docs(include_str!("../../manifests/node.yaml"))),
+        (kind("Node"), docs(include_str!("../../docs/examples/node.yaml"))),
         (kind("FleetCommand"), docs(include_str!("../../manifests/fleet-command.yaml"))),
         (kind("Provider"), docs(include_str!("../../manifests/provider.yaml"))),
         (&hive_api::event::EVENT_KIND, vec![event]),

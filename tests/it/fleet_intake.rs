@@ -182,9 +182,15 @@ async fn a_running_node_is_ready_and_nodes_are_not_created_by_hand() {
     .await;
     assert_eq!(killed["reason"], "Killed", "{killed}");
 
-    // manifests/node.yaml: refused, saying how nodes are made; nothing is stored.
+    // docs/examples/node.yaml: refused, saying how nodes are made; nothing is stored.
     let file = d.dir.join("node.yaml");
-    std::fs::write(&file, manifest("node.yaml").replace("node-1", "node-7")).unwrap();
+    std::fs::write(
+        &file,
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/node.yaml"))
+            .unwrap()
+            .replace("node-1", "node-7"),
+    )
+    .unwrap();
     let f = file.to_str().unwrap();
     for err in [fails(d.kubectl(&["apply", "-f", f])), fails(d.hive(&["apply", "-f", f]))] {
         assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");

@@ -43,26 +43,13 @@ fn openapi_and_schemas_are_fresh() {
 #[test]
 fn every_example_manifest_applies() {
     let d = Daemon::start();
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    // node.yaml shows the record a Provision writes: applying it is refused (its comment
-    // says so); every other example applies.
-    let node = examples.join("node.yaml");
-    let refused = crate::harness::fails(d.hive(&["apply", "-f", node.to_str().unwrap()]));
-    assert!(refused.contains("Nodes are created by Provision FleetCommands"), "{refused}");
-    let manifests = d.dir.join("manifests");
-    std::fs::create_dir_all(&manifests).unwrap();
-    for entry in std::fs::read_dir(&examples).unwrap().flatten() {
-        let name = entry.file_name();
-        if name != "node.yaml" && entry.path().extension().is_some_and(|e| e == "yaml") {
-            std::fs::copy(entry.path(), manifests.join(name)).unwrap();
-        }
-    }
+    let manifests = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
     let out = ok(d.hive(&["apply", "-f", manifests.to_str().unwrap()]));
     assert!(out.lines().count() >= 6, "one line per object:\n{out}");
     assert!(out.lines().all(|l| l.ends_with(" created")), "{out}");
     let again = ok(d.hive(&["apply", "-f", manifests.to_str().unwrap()]));
     assert!(again.lines().all(|l| l.ends_with(" unchanged")), "{again}");
-    for kind in ["agents", "jobs", "approvals", "nodes", "fleetcommands", "providers"] {
+    for kind in ["agents", "jobs", "approvals", "fleetcommands", "providers"] {
         let listed = ok(d.kubectl(&["get", kind, "-o", "name"]));
         assert!(!listed.trim().is_empty(), "no {kind} applied");
     }

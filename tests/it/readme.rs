@@ -65,7 +65,8 @@ fn run_block(workdir: &Path, block: &[String]) {
         } else {
             command.to_string()
         };
-        let path = format!("{}:{}", workdir.join(".bin").display(), std::env::var("PATH").unwrap_or_default());
+        let path =
+            format!("{}:{}", workdir.join(".bin").display(), std::env::var("PATH").unwrap_or_default());
         let out = Command::new("sh")
             .arg("-c")
             .arg(&script)
