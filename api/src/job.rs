@@ -22,6 +22,11 @@ crate::resource! {
     Job, JobList, JobSpec, JobStatus, plural = "jobs", singular = "job", short = ["jb"]
 }
 
+/// The most nodes one Job may have: a hive-wide operation on a thousand agents is about
+/// four thousand. Admission refuses more at `spec.nodes` before looking at any of them,
+/// so a refusal costs no more than counting.
+pub const MAX_NODES: usize = 5_000;
+
 /// What a Job is: its template, why and by whom it was submitted, and its nodes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -48,9 +53,9 @@ pub struct JobSpec {
     /// from their live state when the Job is claimed; the stored Job keeps the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<String>,
-    /// The nodes of the DAG. Edges are intra-Job only; cross-Job ordering comes from the
-    /// per-agent lease. Empty in a template Job that names `agents` instead, until the
-    /// intake expands it.
+    /// The nodes of the DAG, at most 5000. Edges are intra-Job only; cross-Job ordering
+    /// comes from the per-agent lease. Empty in a template Job that names `agents`
+    /// instead, until the intake expands it.
     #[serde(default)]
     pub nodes: Vec<JobNode>,
 }

@@ -19,6 +19,8 @@ pub enum Reason {
     Duplicate,
     /// The value is longer than allowed.
     TooLong,
+    /// The list has more items than allowed.
+    TooMany,
     /// The field may not be changed after creation.
     Forbidden,
 }
@@ -32,6 +34,7 @@ impl Reason {
             Reason::NotSupported => "FieldValueNotSupported",
             Reason::Duplicate => "FieldValueDuplicate",
             Reason::TooLong => "FieldValueTooLong",
+            Reason::TooMany => "FieldValueTooMany",
             Reason::Forbidden => "FieldValueForbidden",
         }
     }
@@ -43,6 +46,7 @@ impl Reason {
             Reason::NotSupported => "Unsupported value",
             Reason::Duplicate => "Duplicate value",
             Reason::TooLong => "Too long",
+            Reason::TooMany => "Too many",
             Reason::Forbidden => "Forbidden",
         }
     }

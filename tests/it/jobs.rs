@@ -338,3 +338,43 @@ async fn malformed_template_jobs_name_the_field_and_write_nothing() {
     }
     assert!(api.get("/apis/hive.dev/v1/jobs").await.body["items"].as_array().unwrap().is_empty());
 }
+
+fn ring_job(name: &str, len: usize) -> Value {
+    let nodes: Vec<Value> = (0..len)
+        .map(|i| {
+            json!({"id": format!("n{i}"), "kind": "MetaLock", "deps": [{"node": format!("n{}", (i + 1) % len)}]})
+        })
+        .collect();
+    json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"template": "MetaUpdate", "nodes": nodes}})
+}
+
+// Regression (issue 14, item 1): the cyclic-DAG refusal named the whole cycle on each of
+// its edges — 14 MB for a 1,000-node ring, and a 5,000-node ring (0.33 MB, even with
+// dryRun) drove the daemon to 23.6 GB. Now one bounded cause per cycle, a documented
+// node limit, and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cyclic_dag_of_thousands_of_nodes_is_one_small_refusal() {
+    let d = Daemon::start();
+    let api = d.client();
+    for path in ["/apis/hive.dev/v1/jobs?dryRun=All", "/apis/hive.dev/v1/jobs"] {
+        let reply = api.post(path, &ring_job("ring", 5_000)).await;
+        assert_eq!(reply.code, 422, "{path}");
+        let text = reply.body.to_string();
+        assert!(text.len() < 4_096, "{path}: a {}-byte refusal", text.len());
+        let causes = reply.body["details"]["causes"].as_array().unwrap();
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0]["field"], "spec.nodes[0].deps[0]");
+        assert!(causes[0]["message"].as_str().unwrap().contains("(5000 nodes in all) -> n0"), "{causes:?}");
+    }
+    let over = api.post("/apis/hive.dev/v1/jobs", &ring_job("big", 5_001)).await;
+    assert_eq!(over.code, 422);
+    let causes = over.body["details"]["causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 1, "{causes:?}");
+    assert_eq!(causes[0]["field"], "spec.nodes");
+    assert_eq!(causes[0]["reason"], "FieldValueTooMany");
+    // Nothing was stored, and the daemon answers at once.
+    let after = api.get("/apis/hive.dev/v1/jobs").await;
+    assert_eq!(after.body["items"].as_array().map(Vec::len), Some(0), "nothing written: {}", after.body);
+    assert_eq!(api.get("/version").await.code, 200);
+}

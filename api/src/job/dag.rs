@@ -1,6 +1,8 @@
-//! The pure checks of a Job's graph: node ids unique, agents named where a node needs
-//! one, every dep naming another node of the Job, and no cycles (Kahn's algorithm; the
-//! submit layer runs its own toposort, this is what admission reports field by field).
+//! The pure checks of a Job's graph: at most `MAX_NODES` nodes, node ids unique, agents
+//! named where a node needs one, every dep naming another node of the Job, and no cycles
+//! (Kahn's algorithm; the submit layer runs its own toposort, this is what admission
+//! reports field by field). Every check is linear in the nodes and deps, and a refusal's
+//! causes and messages are bounded whatever the graph.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -23,9 +25,15 @@ fn node_id(value: &str) -> Result<(), String> {
 }
 
 /// Validates the DAG: node ids unique, agents named where needed, every dep naming
-/// another node of the Job, and no cycles. A cycle is reported on each of its edges,
-/// at `spec.nodes[i].deps[j]`.
+/// another node of the Job, and no cycles. A cycle is reported once, at its first edge
+/// `spec.nodes[i].deps[j]`, with a bounded path; at most `MAX_CYCLES_REPORTED` are listed.
 pub(super) fn validate(errors: &mut Errors, nodes: &[JobNode]) {
+    if nodes.len() > super::MAX_NODES {
+        // Checked before anything else, so a refusal costs no more than its count.
+        let message = format!("must have at most {} nodes (has {})", super::MAX_NODES, nodes.len());
+        errors.push("spec.nodes", Reason::TooMany, message);
+        return;
+    }
     // Deps resolve to the first node carrying an id.
     let mut index: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, node) in nodes.iter().enumerate() {
@@ -78,30 +86,56 @@ pub(super) fn validate(errors: &mut Errors, nodes: &[JobNode]) {
         }
     }
 
-    for cycle in cycles(&deps) {
+    let found = cycles(&deps);
+    for cycle in found.iter().take(MAX_CYCLES_REPORTED) {
         let names: Vec<&str> = cycle.iter().map(|&(i, _)| nodes[i].id.as_str()).collect();
-        let mut path = names.join(" -> ");
-        path.push_str(" -> ");
-        path.push_str(names[0]);
-        let mut edges = cycle;
-        edges.sort();
-        for (i, j) in edges {
-            errors.push(
-                format!("spec.nodes[{i}].deps[{j}]"),
-                Reason::Invalid,
-                format!(
-                    "{:?}: dependency cycle {path} (each node depends on the next)",
-                    nodes[i].deps[j].node
-                ),
-            );
-        }
+        let path = cycle_path(&names);
+        // Reported once, at the cycle's first edge in node order: a message the size of
+        // a cycle on each of its edges would grow with the square of the cycle.
+        let &(i, j) = cycle.iter().min().expect("a cycle has edges");
+        errors.push(
+            format!("spec.nodes[{i}].deps[{j}]"),
+            Reason::Invalid,
+            format!("{:?}: dependency cycle {path} (each node depends on the next)", nodes[i].deps[j].node),
+        );
+    }
+    if found.len() > MAX_CYCLES_REPORTED {
+        errors.push(
+            "spec.nodes",
+            Reason::Invalid,
+            format!("{} more dependency cycles not listed", found.len() - MAX_CYCLES_REPORTED),
+        );
     }
 }
 
-/// Finds dependency cycles with Kahn's algorithm. `deps[i]` lists `(node, dep position)`
-/// for each node `i` depends on. Returns each cycle found as its edges `(node, dep
-/// position)` in order along the cycle; the nodes a cycle holds are removed before
-/// looking for the next, so every cycle is reported once.
+/// How many cycles one refusal lists; the rest are counted.
+const MAX_CYCLES_REPORTED: usize = 16;
+
+/// How many of a cycle's nodes its message names.
+const MAX_PATH_NAMES: usize = 8;
+
+/// `a -> b -> c -> a`, or for a long cycle its first nodes, how many there are, and
+/// the way back: `a -> b -> … -> (5000 nodes in all) -> a`.
+fn cycle_path(names: &[&str]) -> String {
+    let mut path = if names.len() <= MAX_PATH_NAMES {
+        names.join(" -> ")
+    } else {
+        format!("{} -> … ({} nodes in all)", names[..MAX_PATH_NAMES].join(" -> "), names.len())
+    };
+    path.push_str(" -> ");
+    path.push_str(names[0]);
+    path
+}
+
+/// Finds node-disjoint dependency cycles in time linear in nodes plus deps. `deps[i]`
+/// lists `(node, dep position)` for each node `i` depends on. Returns each cycle found
+/// as its edges `(node, dep position)` in order along the cycle.
+///
+/// Kahn's algorithm forward (peel nodes whose deps are all peeled) and backward (peel
+/// nodes nothing left depends on) leaves the nodes on cycles or on paths between them,
+/// each with a dep that stays. A walk from each such node along deps that stay either
+/// closes a cycle (it meets itself) or reaches a node an earlier walk passed; every node
+/// is walked through once.
 fn cycles(deps: &[Vec<(usize, usize)>]) -> Vec<Vec<(usize, usize)>> {
     let n = deps.len();
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -110,60 +144,62 @@ fn cycles(deps: &[Vec<(usize, usize)>]) -> Vec<Vec<(usize, usize)>> {
             dependents[d].push(i);
         }
     }
-    let mut active = vec![true; n];
+    let mut left = vec![true; n];
+    let mut pending: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut queue: VecDeque<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+    while let Some(i) = queue.pop_front() {
+        left[i] = false;
+        for &m in &dependents[i] {
+            pending[m] -= 1;
+            if pending[m] == 0 {
+                queue.push_back(m);
+            }
+        }
+    }
+    let mut users: Vec<usize> = (0..n).map(|i| dependents[i].iter().filter(|&&m| left[m]).count()).collect();
+    let mut queue: VecDeque<usize> = (0..n).filter(|&i| left[i] && users[i] == 0).collect();
+    while let Some(i) = queue.pop_front() {
+        left[i] = false;
+        for &(d, _) in &deps[i] {
+            if left[d] {
+                users[d] -= 1;
+                if users[d] == 0 {
+                    queue.push_back(d);
+                }
+            }
+        }
+    }
+
+    const UNSEEN: usize = usize::MAX;
+    // A node's place in the walk now passing through it; `walked` once any walk has.
+    let mut place = vec![UNSEEN; n];
+    let mut walked = vec![false; n];
     let mut found = Vec::new();
-    loop {
-        // Forward Kahn: peel nodes whose deps are all peeled. What stays is on a cycle
-        // or downstream of one.
-        let mut pending: Vec<usize> =
-            (0..n).map(|i| deps[i].iter().filter(|&&(d, _)| active[d]).count()).collect();
-        let mut left = active.clone();
-        let mut queue: VecDeque<usize> = (0..n).filter(|&i| active[i] && pending[i] == 0).collect();
-        while let Some(i) = queue.pop_front() {
-            left[i] = false;
-            for &m in &dependents[i] {
-                if left[m] {
-                    pending[m] -= 1;
-                    if pending[m] == 0 {
-                        queue.push_back(m);
-                    }
-                }
-            }
+    for start in 0..n {
+        if !left[start] || walked[start] {
+            continue;
         }
-        // Backward Kahn: peel nodes nothing left depends on. What stays is on a cycle
-        // (or on a path between cycles), and each such node has a dep that stays.
-        let mut users: Vec<usize> =
-            (0..n).map(|i| dependents[i].iter().filter(|&&m| left[m]).count()).collect();
-        let mut queue: VecDeque<usize> = (0..n).filter(|&i| left[i] && users[i] == 0).collect();
-        while let Some(i) = queue.pop_front() {
-            left[i] = false;
-            for &(d, _) in &deps[i] {
-                if left[d] {
-                    users[d] -= 1;
-                    if users[d] == 0 {
-                        queue.push_back(d);
-                    }
-                }
-            }
-        }
-        let Some(start) = (0..n).find(|&i| left[i]) else { return found };
-        // Walk deps that stay until a node repeats; the repeat closes a cycle.
         let mut walk: Vec<(usize, usize)> = Vec::new();
         let mut at = start;
-        let cycle = loop {
-            if let Some(pos) = walk.iter().position(|&(i, _)| i == at) {
-                break walk.split_off(pos);
+        loop {
+            if walked[at] {
+                break;
             }
-            let &(next, j) =
-                deps[at].iter().find(|&&(d, _)| left[d]).expect("a remaining node has a remaining dep");
+            if place[at] != UNSEEN {
+                found.push(walk[place[at]..].to_vec());
+                break;
+            }
+            let Some(&(next, j)) = deps[at].iter().find(|&&(d, _)| left[d]) else { break };
+            place[at] = walk.len();
             walk.push((at, j));
             at = next;
-        };
-        for &(i, _) in &cycle {
-            active[i] = false;
         }
-        found.push(cycle);
+        for &(i, _) in &walk {
+            place[i] = UNSEEN;
+            walked[i] = true;
+        }
     }
+    found
 }
 
 #[cfg(test)]
@@ -199,11 +235,8 @@ mod tests {
             (json!([meta_lock]), &[]),
             (json!([no_agent]), &["spec.nodes[0].agent"]),
             (json!([{"id": "x", "kind": "Swap", "agent": "Alpha"}]), &["spec.nodes[0].agent"]),
-            // a -> b -> a, with c downstream of the cycle: only the cycle's edges.
-            (
-                json!([node("a", &["b"]), node("b", &["a"]), node("c", &["a"])]),
-                &["spec.nodes[0].deps[0]", "spec.nodes[1].deps[0]"],
-            ),
+            // a -> b -> a, with c downstream of the cycle: the cycle, once, at its first edge.
+            (json!([node("a", &["b"]), node("b", &["a"]), node("c", &["a"])]), &["spec.nodes[0].deps[0]"]),
             // Two separate cycles, and a node feeding one of them.
             (
                 json!([
@@ -214,13 +247,7 @@ mod tests {
                     node("x", &["y"]),
                     node("y", &["x"])
                 ]),
-                &[
-                    "spec.nodes[1].deps[1]",
-                    "spec.nodes[2].deps[0]",
-                    "spec.nodes[3].deps[0]",
-                    "spec.nodes[4].deps[0]",
-                    "spec.nodes[5].deps[0]",
-                ],
+                &["spec.nodes[1].deps[1]", "spec.nodes[4].deps[0]"],
             ),
         ];
         for (nodes, want) in cases {
@@ -233,7 +260,56 @@ mod tests {
         let (j, _) =
             decode::<Job>(&job(json!([node("a", &["c"]), node("b", &["a"]), node("c", &["b"])]))).unwrap();
         let errs = validate(&j);
-        assert_eq!(errs.len(), 3);
+        assert_eq!(errs.len(), 1, "{errs:?}");
         assert!(errs[0].message.contains("a -> c -> b -> a"), "{}", errs[0].message);
+    }
+
+    fn ring(len: usize) -> Value {
+        let nodes: Vec<Value> =
+            (0..len).map(|i| node(&format!("n{i}"), &[&format!("n{}", (i + 1) % len)])).collect();
+        job(Value::Array(nodes))
+    }
+
+    // Regression: a 1,000-node ring put the whole path into every edge's message (14 MB
+    // of error); a 5,000-node ring drove the daemon out of memory.
+    #[test]
+    fn a_long_cycle_is_one_bounded_message() {
+        let (j, _) = decode::<Job>(&ring(super::super::MAX_NODES)).unwrap();
+        let errs = validate(&j);
+        assert_eq!(errs.len(), 1, "one cause for one cycle");
+        assert_eq!(errs[0].field, "spec.nodes[0].deps[0]");
+        let message = &errs[0].message;
+        assert!(message.len() < 200, "{message}");
+        assert!(message.contains(&format!("({} nodes in all) -> n0", super::super::MAX_NODES)), "{message}");
+    }
+
+    // Regression: 20,000 two-node cycles took 12.9 s of CPU (a full Kahn pass per cycle)
+    // and listed every one.
+    #[test]
+    fn many_cycles_are_found_in_one_pass_and_listed_up_to_a_bound() {
+        let pairs = super::super::MAX_NODES / 2;
+        let nodes: Vec<Value> = (0..pairs)
+            .flat_map(|p| {
+                [node(&format!("a{p}"), &[&format!("b{p}")]), node(&format!("b{p}"), &[&format!("a{p}")])]
+            })
+            .collect();
+        let (j, _) = decode::<Job>(&job(Value::Array(nodes))).unwrap();
+        let errs = validate(&j);
+        assert_eq!(errs.len(), super::MAX_CYCLES_REPORTED + 1, "the listed cycles and a count of the rest");
+        let last = errs.last().unwrap();
+        assert_eq!(last.field, "spec.nodes");
+        assert_eq!(
+            last.message,
+            format!("{} more dependency cycles not listed", pairs - super::MAX_CYCLES_REPORTED)
+        );
+    }
+
+    #[test]
+    fn a_job_over_the_node_limit_is_refused_at_spec_nodes_alone() {
+        let (j, _) = decode::<Job>(&ring(super::super::MAX_NODES + 1)).unwrap();
+        let errs = validate(&j);
+        assert_eq!(errs.len(), 1, "{:?}", &errs[..errs.len().min(3)]);
+        assert_eq!(errs[0].field, "spec.nodes");
+        assert!(errs[0].message.contains("at most 5000 nodes"), "{}", errs[0].message);
     }
 }
