@@ -255,6 +255,9 @@ pub async fn list(
         return watch::serve(state, kind, &params, selectors, table::wants_table(&headers)).await;
     }
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+    // Served from the cache, which is never older than a revision a client has seen; the
+    // value must still be one, not silently ignored.
+    params.revision()?;
     let (revision, objects) = state.store.list_encoded(kind.plural);
     let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {

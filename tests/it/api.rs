@@ -714,3 +714,18 @@ async fn aggregated_discovery_v2_answers_kubectls_accept_header() {
     );
     assert_eq!(api.get("/api").await.body["kind"], "APIVersions");
 }
+
+// Regression (issue 14, item 8): a list with `resourceVersion=abc` was silently accepted.
+#[tokio::test]
+async fn a_list_with_a_malformed_resource_version_is_a_400_naming_it() {
+    let d = Daemon::start();
+    let api = d.client();
+    for query in ["resourceVersion=abc", "resourceVersion=-1", "resourceVersion=1.5"] {
+        let reply = api.get(&format!("/apis/hive.dev/v1/agents?{query}")).await;
+        assert_eq!(reply.code, 400, "{query}: {}", reply.body);
+        assert!(reply.body["message"].as_str().unwrap().contains("resourceVersion"), "{}", reply.body);
+    }
+    for query in ["resourceVersion=0", "resourceVersion=", "resourceVersion=1"] {
+        assert_eq!(api.get(&format!("/apis/hive.dev/v1/agents?{query}")).await.code, 200, "{query}");
+    }
+}
