@@ -112,6 +112,54 @@ fn check_update(kind: &KindInfo, new: &Value, old: &Value, subresource: Option<&
     Err(ApiError::Invalid { kind: kind.kind.into(), name: name_of(new).to_string(), errors })
 }
 
+/// A patched object keeps its `metadata.uid`: changing it is a 422 naming the field.
+fn uid_unchanged(kind: &KindInfo, new: &Value, old: &Value) -> ApiResult<()> {
+    let uid = |v: &Value| v.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned);
+    match (uid(new), uid(old)) {
+        (Some(new_uid), Some(old_uid)) if !new_uid.is_empty() && new_uid != old_uid => {
+            Err(ApiError::Invalid {
+                kind: kind.kind.into(),
+                name: name_of(new).to_string(),
+                errors: vec![hive_api::validation::ValidationError::new(
+                    "metadata.uid",
+                    hive_api::validation::Reason::Invalid,
+                    format!("{new_uid:?}: field is immutable"),
+                )],
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A JSON pointer as a field path: `/spec/nodes/0/deps` → `spec.nodes[0].deps`.
+fn field_of_pointer(pointer: &str) -> String {
+    let mut field = String::new();
+    for segment in pointer.split('/').skip(1) {
+        let segment = segment.replace("~1", "/").replace("~0", "~");
+        if !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit()) {
+            field.push_str(&format!("[{segment}]"));
+        } else {
+            if !field.is_empty() {
+                field.push('.');
+            }
+            field.push_str(&segment);
+        }
+    }
+    field
+}
+
+/// The `op` of a JSON-patch operation, as the client wrote it.
+fn json_patch_op_name(op: &json_patch::PatchOperation) -> &'static str {
+    match op {
+        json_patch::PatchOperation::Add(_) => "add",
+        json_patch::PatchOperation::Remove(_) => "remove",
+        json_patch::PatchOperation::Replace(_) => "replace",
+        json_patch::PatchOperation::Move(_) => "move",
+        json_patch::PatchOperation::Copy(_) => "copy",
+        json_patch::PatchOperation::Test(_) => "test",
+    }
+}
+
 fn name_of(value: &Value) -> &str {
     hive_api::meta::name_of(value)
 }
@@ -476,9 +524,15 @@ pub async fn patch(
                                     kind: kind.kind.into(),
                                     name: name.clone(),
                                     errors: vec![hive_api::validation::ValidationError::new(
-                                        "",
+                                        field_of_pointer(e.path.as_str()),
                                         hive_api::validation::Reason::Invalid,
-                                        format!("the JSON patch could not be applied: {e}"),
+                                        format!(
+                                            "the JSON patch could not be applied: operation {} ({} {}): {}",
+                                            e.operation,
+                                            ops.0.get(e.operation).map_or("?", json_patch_op_name),
+                                            e.path,
+                                            e.kind
+                                        ),
                                     )],
                                 })?
                             }
@@ -489,6 +543,9 @@ pub async fn patch(
                         if name_of(&object) != name {
                             return Err(name_mismatch(kind, name_of(&object), &name));
                         }
+                        // Nor give it another identity: the store would refuse the uid as
+                        // a failed precondition, and every retry would repeat it.
+                        uid_unchanged(kind, &object, &current)?;
                         track_update(Some(&current), &mut object, &manager, sub);
                         (object, warnings)
                     }

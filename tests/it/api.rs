@@ -729,3 +729,35 @@ async fn a_list_with_a_malformed_resource_version_is_a_400_naming_it() {
         assert_eq!(api.get(&format!("/apis/hive.dev/v1/agents?{query}")).await.code, 200, "{query}");
     }
 }
+
+// Regression (issue 14, item 8): a patch changing `metadata.uid` answered 409 "too many
+// concurrent writes" after 64 retries; a failed JSON-patch operation's cause named no field.
+#[tokio::test]
+async fn a_patch_of_the_uid_is_a_422_and_a_failed_json_patch_names_its_path() {
+    let d = Daemon::start();
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("uid-1")).await.code, 201);
+    let path = "/apis/hive.dev/v1/agents/uid-1";
+    let before = api.get(path).await.body;
+    let merge = json!({"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}});
+    let reply = api.patch(path, "application/merge-patch+json", &merge).await;
+    assert_eq!(reply.code, 422, "{}", reply.body);
+    assert_eq!(reply.body["details"]["causes"][0]["field"], "metadata.uid", "{}", reply.body);
+    let ops = json!([{"op": "replace", "path": "/metadata/uid", "value": "x"}]);
+    let reply = api.patch(path, "application/json-patch+json", &ops).await;
+    assert_eq!(reply.code, 422, "{}", reply.body);
+    assert_eq!(reply.body["details"]["causes"][0]["field"], "metadata.uid", "{}", reply.body);
+
+    let ops = json!([{"op": "test", "path": "/spec/wanted", "value": "Offline"}]);
+    let reply = api.patch(path, "application/json-patch+json", &ops).await;
+    assert_eq!(reply.code, 422, "{}", reply.body);
+    assert_eq!(reply.body["details"]["causes"][0]["field"], "spec.wanted", "{}", reply.body);
+    let ops = json!([{"op": "remove", "path": "/spec/config/nope"}]);
+    let reply = api.patch(path, "application/json-patch+json", &ops).await;
+    assert_eq!(reply.body["details"]["causes"][0]["field"], "spec.config.nope", "{}", reply.body);
+    // Nothing changed.
+    assert_eq!(
+        api.get(path).await.body["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+}
