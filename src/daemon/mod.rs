@@ -91,6 +91,9 @@ pub async fn run(
     let state_dir = std::fs::canonicalize(&state_dir)
         .with_context(|| format!("resolving state directory {}", state_dir.display()))?;
     let db_path = state_dir.join(DB_FILE);
+    // Before any reset: a corrupt token file refuses the start, and `--reset-state`
+    // (which keeps the tokens) must not have deleted the database by then.
+    let tokens = TokenStore::open(&state_dir)?;
     if config.reset_state {
         Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;
         tracing::warn!(path = %db_path.display(), "state reset: the database was deleted");
@@ -104,7 +107,6 @@ pub async fn run(
             "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
         )
     })?;
-    let tokens = TokenStore::open(&state_dir)?;
     let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
     let fleet = crate::fleet::Fleet::start(store.clone(), &identity, config.fleet.clone()).await?;
 

@@ -85,3 +85,17 @@ fn corrupt_database_is_a_hard_error_until_reset() {
     let fresh = Daemon::spawn(&d.dir, &["--reset-state"]).expect("--reset-state clears it");
     drop(fresh);
 }
+
+// Regression (issue 14, item 8): `--reset-state` deleted hive.redb before it found
+// tokens.json corrupt and refused to start — the reset destroyed state and still failed.
+#[test]
+fn reset_state_with_corrupt_tokens_refuses_before_deleting_anything() {
+    let mut d = Daemon::start();
+    d.kill9();
+    let db = d.dir.join("hive.redb");
+    let db_before = std::fs::read(&db).unwrap();
+    std::fs::write(d.dir.join("tokens.json"), b"{ not json").unwrap();
+    let err = Daemon::spawn(&d.dir, &["--reset-state"]).err().expect("corrupt tokens must stop the start");
+    assert!(err.contains("tokens.json"), "the error names the file:\n{err}");
+    assert_eq!(std::fs::read(&db).unwrap(), db_before, "the database was left as it was");
+}
