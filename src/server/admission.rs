@@ -21,6 +21,7 @@ pub fn check(
     old: Option<&Value>,
     new: &mut Value,
     subresource: Option<&str>,
+    agent_exists: &dyn Fn(&str) -> bool,
 ) -> ApiResult<()> {
     if kind.plural == "nodes" && old.is_none() && subresource.is_none() {
         return Err(node_created_by_hand(new));
@@ -28,7 +29,7 @@ pub fn check(
     if kind.plural != "approvals" || subresource.is_some() {
         return Ok(());
     }
-    approval(principal, old, new)
+    approval(principal, old, new, agent_exists)
 }
 
 /// A Node is the record a Provision FleetCommand writes, with its intent, before any
@@ -64,7 +65,12 @@ fn map_of<'a>(object: &'a mut Value, field: &str) -> ApiResult<&'a mut Map<Strin
         .ok_or_else(|| ApiError::BadRequest(format!("{field}: must be an object")))
 }
 
-fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiResult<()> {
+fn approval(
+    principal: &Principal,
+    old: Option<&Value>,
+    new: &mut Value,
+    agent_exists: &dyn Fn(&str) -> bool,
+) -> ApiResult<()> {
     let incoming = typed(new)?;
     let stored = old.map(typed).transpose()?;
     let name = incoming.metadata.name.clone();
@@ -97,6 +103,27 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value) -> ApiR
         map_of(new, "spec")?.insert("requestedBy".into(), json!(agent));
     } else if old.is_none() && incoming.spec.requested_by.as_deref().is_none_or(str::is_empty) {
         map_of(new, "spec")?.insert("requestedBy".into(), json!(principal.name));
+    }
+
+    // A config change for an agent that does not exist would wait for a decision that
+    // could only fail. Checked after who may ask, so the answer is no existence oracle.
+    // (A Spawn names the agent it will create.)
+    let changes_config =
+        matches!(incoming.spec.kind, ApprovalKind::ApplyCommit | ApprovalKind::MergeConfigPr);
+    if let Some(target) =
+        incoming.spec.target.as_deref().filter(|t| old.is_none() && changes_config && !t.is_empty())
+    {
+        if !agent_exists(target) {
+            return Err(ApiError::Invalid {
+                kind: "Approval".into(),
+                name,
+                errors: vec![hive_api::validation::ValidationError::new(
+                    "spec.target",
+                    hive_api::validation::Reason::Invalid,
+                    format!("agents.hive.dev {target:?} not found: a config change needs an existing agent"),
+                )],
+            });
+        }
     }
 
     // Who decided and when are the server's record: a client cannot set or move them.
@@ -155,7 +182,7 @@ mod tests {
         let alpha = principal(Role::Agent, Some("alpha"));
         let mut ok = approval_object("alpha", "ApplyCommit", "Pending");
         ok["spec"]["requestedBy"] = json!("someone-else");
-        check(kind(), &alpha, None, &mut ok, None).unwrap();
+        check(kind(), &alpha, None, &mut ok, None, &|_| true).unwrap();
         assert_eq!(ok["spec"]["requestedBy"], "alpha", "the server sets who asked");
         for (target, kind_, state, why) in [
             ("beta", "ApplyCommit", "Pending", "not for \"beta\""),
@@ -163,12 +190,12 @@ mod tests {
             ("alpha", "MergeConfigPr", "Approved", "cannot decide"),
         ] {
             let mut bad = approval_object(target, kind_, state);
-            let err = check(kind(), &alpha, None, &mut bad, None).unwrap_err();
+            let err = check(kind(), &alpha, None, &mut bad, None, &|_| true).unwrap_err();
             assert!(matches!(&err, ApiError::Forbidden(m) if m.contains(why)), "{err:?}");
         }
         let old = approval_object("alpha", "ApplyCommit", "Pending");
         let mut change = old.clone();
-        let err = check(kind(), &alpha, Some(&old), &mut change, None).unwrap_err();
+        let err = check(kind(), &alpha, Some(&old), &mut change, None, &|_| true).unwrap_err();
         assert!(matches!(err, ApiError::Forbidden(_)));
     }
 
@@ -180,7 +207,7 @@ mod tests {
             (json!({"metadata": [null], "spec": {}}), "metadata"),
         ] {
             let mut object = bad.clone();
-            let err = check(kind(), &op, None, &mut object, None).unwrap_err();
+            let err = check(kind(), &op, None, &mut object, None, &|_| true).unwrap_err();
             assert!(matches!(&err, ApiError::BadRequest(m) if m.starts_with(field)), "{bad}: {err:?}");
         }
     }
@@ -190,13 +217,13 @@ mod tests {
         let op = principal(Role::Operator, None);
         let mut created = approval_object("alpha", "ApplyCommit", "Pending");
         created["metadata"]["annotations"] = json!({DECIDED_BY: "forged"});
-        check(kind(), &op, None, &mut created, None).unwrap();
+        check(kind(), &op, None, &mut created, None, &|_| true).unwrap();
         assert_eq!(created["spec"]["requestedBy"], "operator-token");
         assert!(created["metadata"].get("annotations").is_none(), "a forged decider is dropped: {created}");
 
         let mut approved = created.clone();
         approved["spec"]["decision"]["state"] = json!("Approved");
-        check(kind(), &op, Some(&created), &mut approved, None).unwrap();
+        check(kind(), &op, Some(&created), &mut approved, None, &|_| true).unwrap();
         assert_eq!(approved["metadata"]["annotations"][DECIDED_BY], "operator-token");
         assert!(approved["metadata"]["annotations"][DECIDED_AT].as_str().unwrap().ends_with('Z'));
 
@@ -204,7 +231,7 @@ mod tests {
         let admin = principal(Role::Admin, None);
         let mut relabel = approved.clone();
         relabel["metadata"]["annotations"][DECIDED_BY] = json!("admin-token");
-        check(kind(), &admin, Some(&approved), &mut relabel, None).unwrap();
+        check(kind(), &admin, Some(&approved), &mut relabel, None, &|_| true).unwrap();
         assert_eq!(relabel["metadata"]["annotations"][DECIDED_BY], "operator-token");
     }
 }

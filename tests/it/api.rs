@@ -442,6 +442,7 @@ async fn approvals_resolve_once_and_node_specs_are_immutable() {
         "spec": {"kind": "ApplyCommit", "target": "a1", "payload": {"commit": "9f2c4e1a7b3d5f6e8a0c1b2d3e4f5a6b7c8d9e0f"},
                  "decision": {"state": "Pending"}}
     });
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("a1")).await.code, 201);
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval).await.code, 201);
     let path = "/apis/hive.dev/v1/approvals/ap1";
     let approve = api

@@ -485,3 +485,22 @@ async fn a_relative_state_dir_builds_and_runs_agents() {
     wait_power(&api, "alpha", "Running").await;
     assert!(!audit(&d, "alpha").is_empty());
 }
+
+// Regression (issue 14, item 8): an Approval for an agent that does not exist was
+// accepted (201) and stayed Pending forever.
+#[tokio::test]
+async fn a_config_change_approval_for_a_missing_agent_is_refused_naming_the_target() {
+    let d = Daemon::start();
+    let api = d.client();
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let reply = api.post("/apis/hive.dev/v1/approvals", &approval("ghost-apply", "ghost", commit)).await;
+    assert_eq!(reply.code, 422, "{}", reply.body);
+    assert_eq!(reply.body["details"]["causes"][0]["field"], "spec.target", "{}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("\"ghost\" not found"), "{}", reply.body);
+    assert_eq!(api.get("/apis/hive.dev/v1/approvals/ghost-apply").await.code, 404, "nothing stored");
+    // A Spawn names the agent it will create: accepted.
+    let spawn = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "spawn-ghost"},
+        "spec": {"kind": "Spawn", "target": "ghost", "payload": {"agent": {"config": {"repo": "r"},
+            "runtime": {"type": "process", "process": {"command": ["x"]}}}}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &spawn).await.code, 201);
+}
