@@ -100,6 +100,11 @@ fn approval(
         if incoming.spec.decision.state != DecisionState::Pending {
             return Err(forbidden("cannot decide an approval".into()));
         }
+        // It could never remove them (an agent token cannot change an approval), and the
+        // approval could then never be deleted.
+        if !incoming.metadata.finalizers.is_empty() {
+            return Err(forbidden("cannot set finalizers (it could never remove them)".into()));
+        }
         map_of(new, "spec")?.insert("requestedBy".into(), json!(agent));
     } else if old.is_none() && incoming.spec.requested_by.as_deref().is_none_or(str::is_empty) {
         map_of(new, "spec")?.insert("requestedBy".into(), json!(principal.name));
@@ -193,6 +198,12 @@ mod tests {
             let err = check(kind(), &alpha, None, &mut bad, None, &|_| true).unwrap_err();
             assert!(matches!(&err, ApiError::Forbidden(m) if m.contains(why)), "{err:?}");
         }
+        // Regression (issue 14, item 8): an agent token could add finalizers it could
+        // never remove, so the approval could never be deleted.
+        let mut pinned = approval_object("alpha", "ApplyCommit", "Pending");
+        pinned["metadata"]["finalizers"] = json!(["example.com/keep"]);
+        let err = check(kind(), &alpha, None, &mut pinned, None, &|_| true).unwrap_err();
+        assert!(matches!(&err, ApiError::Forbidden(m) if m.contains("finalizers")), "{err:?}");
         let old = approval_object("alpha", "ApplyCommit", "Pending");
         let mut change = old.clone();
         let err = check(kind(), &alpha, Some(&old), &mut change, None, &|_| true).unwrap_err();
