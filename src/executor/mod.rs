@@ -362,6 +362,22 @@ while true; do sleep 0.1; done
         }
     }
 
+    /// A meta repo, mirrors and markers under `dir`, as the engine wires them.
+    async fn test_deploy(dir: &std::path::Path) -> Deploy {
+        Deploy {
+            meta: crate::meta::Meta::open(crate::meta::MetaConfig {
+                dir: dir.join("meta"),
+                hive_url: "github:hive-dev/hive".into(),
+                hive_rev: "test".into(),
+            })
+            .await
+            .unwrap(),
+            resolver: crate::meta::resolve::Resolver::new(dir.join("mirrors")),
+            markers: crate::meta::applied::Markers::new(dir.join("applied")),
+            hive_rev: "test".into(),
+        }
+    }
+
     async fn eventually(what: &str, check: impl Fn() -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while !check() {
@@ -391,18 +407,7 @@ while true; do sleep 0.1; done
             let runtime = Arc::new(ProcessRuntime::new(config));
             let (tx, rx) = mpsc::unbounded_channel();
             tokio::spawn(crate::daemon::jobs_mirror::run(store.clone(), rx));
-            let deploy = Deploy {
-                meta: crate::meta::Meta::open(crate::meta::MetaConfig {
-                    dir: tmp.path().join("meta"),
-                    hive_url: "github:hive-dev/hive".into(),
-                    hive_rev: "test".into(),
-                })
-                .await
-                .unwrap(),
-                resolver: crate::meta::resolve::Resolver::new(tmp.path().join("mirrors")),
-                markers: crate::meta::applied::Markers::new(tmp.path().join("applied")),
-                hive_rev: "test".into(),
-            };
+            let deploy = test_deploy(tmp.path()).await;
             let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
             let scheduler = Scheduler::start(executor, tx, SchedulerConfig::default());
             let world = World { store: store.clone(), runtime, scheduler };
@@ -485,18 +490,7 @@ while true; do sleep 0.1; done
             let mut config = ProcessConfig::new(tmp.path().join("agents"));
             config.cgroup_root = tmp.path().join("no-cgroupfs");
             let runtime = Arc::new(ProcessRuntime::new(config));
-            let deploy = Deploy {
-                meta: crate::meta::Meta::open(crate::meta::MetaConfig {
-                    dir: tmp.path().join("meta"),
-                    hive_url: "github:hive-dev/hive".into(),
-                    hive_rev: "test".into(),
-                })
-                .await
-                .unwrap(),
-                resolver: crate::meta::resolve::Resolver::new(tmp.path().join("mirrors")),
-                markers: crate::meta::applied::Markers::new(tmp.path().join("applied")),
-                hive_rev: "test".into(),
-            };
+            let deploy = test_deploy(tmp.path()).await;
             let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
             let set_rev = |rev: &str| {
                 let mut agent = (*store.get("agents", "alpha").unwrap()).clone();

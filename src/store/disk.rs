@@ -144,7 +144,7 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         // The version before this one, when the log still holds it (as it was live).
         let key = (
             record.kind.clone(),
-            object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_owned),
+            Some(hive_api::meta::name_of(&object).to_owned()).filter(|n| !n.is_empty()),
         );
         let previous = match type_ {
             EventType::Added => None,

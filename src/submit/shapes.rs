@@ -35,19 +35,10 @@ pub fn intent(template: JobTemplate) -> Option<Wanted> {
     }
 }
 
-/// Whether `template` is one the submit layer builds from agent state.
+/// Whether `template` is one the submit layer builds from agent state (the api's
+/// definition, which admission also uses for template Jobs).
 pub fn is_agent_template(template: JobTemplate) -> bool {
-    matches!(
-        template,
-        JobTemplate::Rebuild
-            | JobTemplate::Start
-            | JobTemplate::Stop
-            | JobTemplate::Restart
-            | JobTemplate::Kill
-            | JobTemplate::Spawn
-            | JobTemplate::Reconcile
-            | JobTemplate::PermChange
-    )
+    template.builds_from_agents()
 }
 
 /// The rebuild a MetaLock fans out per affected agent: the ordinary rebuild shape with

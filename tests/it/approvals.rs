@@ -30,8 +30,9 @@ fn broken_commit(repo: &Path) -> String {
     broken
 }
 
-async fn wait_phase(api: &Api, approval: &str, phases: &[&str]) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+/// Waits until approval `approval` is in one of `phases`; returns it.
+pub async fn wait_phase(api: &Api, approval: &str, phases: &[&str]) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let a = api.get(&format!("/apis/hive.dev/v1/approvals/{approval}")).await.body;
         if phases.contains(&a["status"]["phase"].as_str().unwrap_or("")) {

@@ -166,18 +166,6 @@ async fn a_job_whose_swap_failed_is_failed_while_its_reconcile_runs() {
     wait_power(&api, "alpha", "Stopped").await;
 }
 
-async fn approval_phase(api: &Api, approval: &str, phases: &[&str]) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let a = api.get(&format!("/apis/hive.dev/v1/approvals/{approval}")).await.body;
-        if phases.contains(&a["status"]["phase"].as_str().unwrap_or("")) {
-            return a;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{approval} never reached {phases:?}: {a}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn approval(name: &str, commit: &str) -> Value {
     json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": name},
            "spec": {"kind": "ApplyCommit", "target": "alpha", "payload": {"commit": commit}, "summary": "next"}})
@@ -191,25 +179,28 @@ async fn approve(api: &Api, name: &str) {
     assert_eq!(reply.code, 200, "{}", reply.body);
 }
 
+/// Agent `alpha` on a config repo with tags v1 and v2, running v1; its API and both shas.
+async fn alpha_running_on_v1(d: &Daemon) -> (Api, String, String) {
+    let repo = crate::agents::config_repo(&d.dir);
+    let api = d.client();
+    let agent = crate::agents::agent("alpha", &repo, "Up");
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent).await.code, 201);
+    wait_power(&api, "alpha", "Running").await;
+    (api, sha(&repo, "v1"), sha(&repo, "v2"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_finalize_puts_agent_marker_and_lock_back_on_the_previous_commit() {
     let d = Daemon::start_with(&["--agent-controller=true"]);
-    let repo = crate::agents::config_repo(&d.dir);
-    let api = d.client();
-    assert_eq!(
-        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("alpha", &repo, "Up")).await.code,
-        201
-    );
-    wait_power(&api, "alpha", "Running").await;
-    let (v1, v2) = (sha(&repo, "v1"), sha(&repo, "v2"));
+    let (api, v1, v2) = alpha_running_on_v1(&d).await;
     // A tag `deploy/alpha` makes the deploy tag `deploy/alpha/1` impossible: finalize fails
     // after the new generation came up.
     git(&d.dir.join("meta"), &["tag", "deploy/alpha"]);
 
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval("next", &v2)).await.code, 201);
-    approval_phase(&api, "next", &["Pending"]).await;
+    crate::approvals::wait_phase(&api, "next", &["Pending"]).await;
     approve(&api, "next").await;
-    let a = approval_phase(&api, "next", &["Failed", "Deployed"]).await;
+    let a = crate::approvals::wait_phase(&api, "next", &["Failed", "Deployed"]).await;
     assert_eq!(a["status"]["phase"], "Failed", "{a}");
     let job = wait_terminal(&api, "approval-next").await;
     assert_eq!(job["status"]["phase"], "Failed");
@@ -231,14 +222,7 @@ async fn a_failed_finalize_puts_agent_marker_and_lock_back_on_the_previous_commi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_stays_deployed_after_its_job_falls_out_of_history() {
     let d = Daemon::start_with(&["--agent-controller=true"]);
-    let repo = crate::agents::config_repo(&d.dir);
-    let api = d.client();
-    assert_eq!(
-        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("alpha", &repo, "Up")).await.code,
-        201
-    );
-    wait_power(&api, "alpha", "Running").await;
-    let (v1, v2) = (sha(&repo, "v1"), sha(&repo, "v2"));
+    let (api, v1, v2) = alpha_running_on_v1(&d).await;
 
     // The first approval's Job, then six more ApprovalDeploy Jobs: the history keeps
     // five per template, so the first Job object is deleted.
@@ -246,9 +230,9 @@ async fn an_approval_stays_deployed_after_its_job_falls_out_of_history() {
     for (i, name) in names.iter().enumerate() {
         let commit = if i % 2 == 0 { &v2 } else { &v1 };
         assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval(name, commit)).await.code, 201);
-        approval_phase(&api, name, &["Pending"]).await;
+        crate::approvals::wait_phase(&api, name, &["Pending"]).await;
         approve(&api, name).await;
-        let a = approval_phase(&api, name, &["Deployed", "Failed"]).await;
+        let a = crate::approvals::wait_phase(&api, name, &["Deployed", "Failed"]).await;
         assert_eq!(a["status"]["phase"], "Deployed", "{a}");
     }
     let first = format!("/apis/hive.dev/v1/jobs/{}", "approval-deploy-0");

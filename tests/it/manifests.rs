@@ -42,13 +42,9 @@ async fn wait_ready(api: &Api, agent: &str) -> Value {
 }
 
 async fn wait_approval(api: &Api, name: &str, phase: &str) -> Value {
-    eventually(&format!("approval {name} {phase}"), || async {
-        let approval = object(api, "approvals", name).await;
-        let now = approval["status"]["phase"].as_str().unwrap_or_default().to_string();
-        assert!(now != "Failed" || phase == "Failed", "approval {name} failed: {}", approval["status"]);
-        (now == phase).then_some(approval)
-    })
-    .await
+    let approval = crate::approvals::wait_phase(api, name, &[phase, "Failed"]).await;
+    assert_eq!(approval["status"]["phase"], phase, "approval {name}: {}", approval["status"]);
+    approval
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
