@@ -24,9 +24,10 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// Delete the database and the fleet identity (identity.key) before starting. The
-    /// only way to clear state: a corrupt or unreadable database or identity is otherwise
-    /// a hard startup error.
+    /// Empty the database and delete the fleet identity (identity.key) before starting.
+    /// The only way to clear state: a corrupt or unreadable database or identity is
+    /// otherwise a hard startup error. Revisions continue above the old database's, so a
+    /// client resuming an old watch gets 410 and lists again.
     #[arg(long)]
     pub reset_state: bool,
 
@@ -46,6 +47,11 @@ pub struct Args {
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = super::duration::parse)]
     pub retention_age: Duration,
 
+    /// Watch history: about how much memory the retained events may hold (their objects
+    /// parsed and encoded), e.g. `256M`; the oldest are dropped beyond it.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub retention_bytes: usize,
+
     /// How often watches that allow bookmarks get one, e.g. `10s`.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration::parse)]
     pub bookmark_interval: Duration,
@@ -53,6 +59,16 @@ pub struct Args {
     /// Live events a watcher may lag behind before it is dropped with a 410 (it then re-lists).
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub watch_buffer: usize,
+
+    /// How much memory a watcher's pending live events may hold before it is dropped
+    /// with a 410, e.g. `16M` (one event is always let through).
+    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
+    pub watch_buffer_bytes: usize,
+
+    /// How long a watch may wait for its client to take the next line before it is
+    /// closed as not reading, e.g. `30s`.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration::parse)]
+    pub watch_write_timeout: Duration,
 
     /// Run the Agent controller, which spawns, rebuilds and converges agents by itself.
     /// `--agent-controller=false` leaves agents alone (Jobs still run when submitted).
@@ -172,6 +188,9 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         retention_events: args.retention_events,
         retention_age: args.retention_age,
         watch_buffer: args.watch_buffer,
+        watch_buffer_bytes: args.watch_buffer_bytes,
+        retention_bytes: args.retention_bytes,
+        watch_write_timeout: args.watch_write_timeout,
         bookmark_interval: args.bookmark_interval,
         event_ttl: args.event_ttl,
         agent_controller: args.agent_controller,
@@ -229,10 +248,23 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
+/// A byte count with an optional K, M, G or T suffix (1024-based); a clap `value_parser`.
+fn parse_size(value: &str) -> Result<usize, String> {
+    use crate::runtime::process::limits::{parse_memory_max, MemoryMax};
+    match parse_memory_max(value) {
+        Ok(MemoryMax::Bytes(bytes)) => usize::try_from(bytes).map_err(|_| format!("{value:?}: is too large")),
+        Ok(MemoryMax::Unlimited) => Err(format!("{value:?}: must be a byte count such as \"16M\"")),
+        Err(e) => Err(e),
+    }
+}
+
 /// Rejects flag values clap cannot check by itself.
 fn check(args: &Args) -> anyhow::Result<()> {
     if args.watch_buffer == 0 {
         bail!("--watch-buffer must be at least 1");
+    }
+    if args.watch_write_timeout.is_zero() {
+        bail!("--watch-write-timeout must be more than 0");
     }
     if args.build_slots == 0 {
         bail!("--build-slots must be at least 1");

@@ -50,6 +50,12 @@ pub struct DaemonConfig {
     pub retention_age: Duration,
     /// Live events a watcher may lag behind before it is dropped.
     pub watch_buffer: usize,
+    /// Memory a watcher's pending live events may hold before it is dropped.
+    pub watch_buffer_bytes: usize,
+    /// Watch history: memory the retained events may hold.
+    pub retention_bytes: usize,
+    /// How long a watch waits for its client to take a line before closing it.
+    pub watch_write_timeout: Duration,
     /// How often bookmark-allowing watches get a BOOKMARK.
     pub bookmark_interval: Duration,
     /// How long an Event is kept after it last happened.
@@ -95,13 +101,20 @@ pub async fn run(
     // (which keeps the tokens) must not have deleted the database by then.
     let tokens = TokenStore::open(&state_dir)?;
     if config.reset_state {
-        Store::reset(&db_path).with_context(|| format!("resetting state {}", db_path.display()))?;
-        tracing::warn!(path = %db_path.display(), "state reset: the database was deleted");
+        let floor = Store::reset(&db_path, &crate::host::Clock::system())
+            .with_context(|| format!("resetting state {}", db_path.display()))?;
+        tracing::warn!(
+            path = %db_path.display(),
+            revision = floor,
+            "state reset: the database was replaced by an empty one; revisions continue above the old ones"
+        );
     }
     let mut store_config = StoreConfig::new(&db_path);
     store_config.retention_events = config.retention_events;
     store_config.retention_age = config.retention_age;
     store_config.watch_buffer = config.watch_buffer;
+    store_config.watch_buffer_bytes = config.watch_buffer_bytes;
+    store_config.retention_bytes = config.retention_bytes;
     let store = Store::open(store_config).map_err(|e| {
         anyhow::anyhow!(
             "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
@@ -124,8 +137,14 @@ pub async fn run(
     let kubeconfig = state_dir.join("kubeconfig.yaml");
     write_kubeconfig(&kubeconfig, &url, material.ca_pem(), &tokens)?;
 
-    let state =
-        AppState::new(store.clone(), tokens, ServerConfig { bookmark_interval: config.bookmark_interval });
+    let state = AppState::new(
+        store.clone(),
+        tokens,
+        ServerConfig {
+            bookmark_interval: config.bookmark_interval,
+            watch_write_timeout: config.watch_write_timeout,
+        },
+    );
     spawn_event_expiry(store.clone(), config.event_ttl);
     let engine = Engine::start(
         store.clone(),

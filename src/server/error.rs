@@ -86,6 +86,21 @@ pub enum ApiError {
     /// The requested resource version is older than the retained history.
     #[error("{0}")]
     Expired(String),
+    /// A read named a revision the store has not reached, and it did not get there within
+    /// the wait (kube-apiserver's `Too large resource version`, a 504 to retry).
+    #[error("Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The revision asked for.
+        requested: u64,
+        /// The store's revision when the wait ended.
+        current: u64,
+    },
+    /// The disk holding the store is full; nothing was written.
+    #[error("{0}")]
+    InsufficientStorage(String),
+    /// The store cannot take writes for now (it is recovering from a failed write).
+    #[error("{0}")]
+    Unavailable(String),
     /// Something failed inside the server; the cause is logged, not sent.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -140,6 +155,9 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Expired(_) => StatusCode::GONE,
+            ApiError::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -184,12 +202,30 @@ impl ApiError {
             ApiError::Unauthorized => ("Unauthorized", None),
             ApiError::Forbidden(_) => ("Forbidden", None),
             ApiError::Expired(_) => ("Expired", None),
+            ApiError::TooLargeResourceVersion { .. } => (
+                "Timeout",
+                Some(StatusDetails {
+                    causes: vec![StatusCause {
+                        reason: "ResourceVersionTooLarge".into(),
+                        message: "Too large resource version".into(),
+                        field: String::new(),
+                    }],
+                    retry_after_seconds: Some(1),
+                    ..Default::default()
+                }),
+            ),
+            ApiError::InsufficientStorage(_) => ("InsufficientStorage", Some(retry_after(5))),
+            ApiError::Unavailable(_) => ("ServiceUnavailable", Some(retry_after(1))),
             ApiError::Internal(_) => ("InternalError", None),
         };
         let mut status = Status::failure(code, reason, self.to_string());
         status.details = details;
         status
     }
+}
+
+fn retry_after(seconds: i64) -> StatusDetails {
+    StatusDetails { retry_after_seconds: Some(seconds), ..Default::default() }
 }
 
 fn details(plural: &str, name: &str, causes: Vec<StatusCause>) -> StatusDetails {
@@ -207,11 +243,15 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(err) = &self {
             tracing::error!(error = format!("{err:#}"), "request failed");
         }
-        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let status = self.status();
+        let retry_after = status.details.as_ref().and_then(|d| d.retry_after_seconds);
+        let body = serde_json::to_vec(&status).unwrap_or_default();
         let mut response = (self.code(), body).into_response();
-        response
-            .headers_mut()
-            .insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let headers = response.headers_mut();
+        headers.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(seconds) = retry_after {
+            headers.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         response
     }
 }
@@ -229,6 +269,8 @@ impl From<store::Error> for ApiError {
             store::Error::Expired { requested, oldest } => {
                 ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
+            full @ store::Error::DiskFull { .. } => ApiError::InsufficientStorage(full.to_string()),
+            down @ store::Error::Unavailable { .. } => ApiError::Unavailable(down.to_string()),
             other => ApiError::Internal(anyhow::Error::new(other)),
         }
     }

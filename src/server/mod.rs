@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -51,11 +51,17 @@ use routes::ApiRouter;
 pub struct ServerConfig {
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// How long a watch waits for its client to take the next line; a watch that waits
+    /// longer is closed (its memory freed) as not reading.
+    pub watch_write_timeout: Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { bookmark_interval: Duration::from_secs(10) }
+        ServerConfig {
+            bookmark_interval: Duration::from_secs(10),
+            watch_write_timeout: Duration::from_secs(30),
+        }
     }
 }
 
@@ -137,6 +143,19 @@ pub fn app(state: AppState) -> Router {
 /// The whole API plus `pages`, routes served beside it without API authentication (the
 /// dashboard: its pages do their own sign-in). The composition root passes the
 /// dashboard's router here, so the server never depends on the dashboard.
+/// `GET /readyz`: ready while the store takes writes. After a failed write it asks the
+/// store to reopen its database first, so readiness returns by itself once space is
+/// freed. Unauthenticated, like `/healthz`, and says no more than kube-apiserver's.
+async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.probe().await {
+        Ok(()) => "ok".into_response(),
+        Err(why) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("[-]store failed: {why}\nreadyz check failed\n"))
+                .into_response()
+        }
+    }
+}
+
 pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     // Everything here is behind `authenticate`, including the fallback, so an
     // unauthenticated request gets 401 whatever its path; each route authorizes itself.
@@ -147,7 +166,7 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     Router::new()
         .route("/version", get(discovery::version))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
         .merge(authenticated)
         .merge(pages)
         .layer(axum::Extension(crate::auth::sessions::Sessions::default()))

@@ -140,4 +140,22 @@ impl Params {
             }),
         }
     }
+
+    /// `resourceVersion` parsed as [`Params::revision`], once the store has reached it: a
+    /// revision newer than any committed yet waits up to [`FUTURE_REVISION_WAIT`], then
+    /// is a 504 `Too large resource version` (as kube-apiserver answers), never a watch
+    /// that stays silent or a list older than what was asked for.
+    pub async fn reached_revision(&self, store: &crate::store::Store) -> ApiResult<Option<u64>> {
+        let requested = self.revision()?;
+        if let Some(requested) = requested {
+            if requested > store.revision() && !store.wait_for_revision(requested, FUTURE_REVISION_WAIT).await
+            {
+                return Err(ApiError::TooLargeResourceVersion { requested, current: store.revision() });
+            }
+        }
+        Ok(requested)
+    }
 }
+
+/// How long a read that names a future revision waits for it (kube-apiserver's 3 s).
+pub const FUTURE_REVISION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);

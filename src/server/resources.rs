@@ -304,8 +304,8 @@ pub async fn list(
     }
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
     // Served from the cache, which is never older than a revision a client has seen; the
-    // value must still be one, not silently ignored.
-    params.revision()?;
+    // value must still be one, not silently ignored, and not one from the future.
+    params.reached_revision(&state.store).await?;
     let (revision, objects) = state.store.list_encoded(kind.plural);
     let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {

@@ -11,8 +11,7 @@ use bytes::Bytes;
 use hive_api::meta::Status;
 use hive_api::KindInfo;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
@@ -21,8 +20,74 @@ use super::table::{self, IncludeObject};
 use super::AppState;
 use crate::store::{self, EventType, Obj};
 
-/// Lines buffered between the watch task and the HTTP body.
-const LINE_BUFFER: usize = 64;
+/// Lines buffered between the watch task and the HTTP body. With objects of up to
+/// `MAX_BODY_BYTES` (3 MiB), a watch holds at most this many of them beyond its store
+/// buffer.
+const LINE_BUFFER: usize = 16;
+
+/// The watch task's end of the HTTP body: lines, and a way to abort the connection.
+struct Sink {
+    lines: mpsc::Sender<Bytes>,
+    abort: Option<oneshot::Sender<()>>,
+    write_timeout: Duration,
+}
+
+/// Why a watch task stops sending.
+enum Stop {
+    /// The client went away.
+    Gone,
+    /// The client did not take a line for the write timeout: it is not reading.
+    NotReading,
+}
+
+impl Sink {
+    /// Queues `line` for the client, waiting at most the write timeout for room. A client
+    /// that takes nothing for that long has its connection aborted (its memory freed):
+    /// it cannot read an in-stream error either.
+    async fn send(&mut self, line: Bytes) -> Result<(), Stop> {
+        match tokio::time::timeout(self.write_timeout, self.lines.send(line)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Stop::Gone),
+            Err(_) => {
+                if let Some(abort) = self.abort.take() {
+                    let _ = abort.send(());
+                }
+                Err(Stop::NotReading)
+            }
+        }
+    }
+}
+
+/// The HTTP body of a watch: the task's lines, until it aborts the connection.
+struct Lines {
+    lines: mpsc::Receiver<Bytes>,
+    abort: Option<oneshot::Receiver<()>>,
+}
+
+impl futures_util::Stream for Lines {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if let Some(abort) = self.abort.as_mut() {
+            if let Poll::Ready(aborted) = std::pin::Pin::new(abort).poll(cx) {
+                self.abort = None;
+                if aborted.is_ok() {
+                    let not_reading = std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the watch's client took no data for the write timeout",
+                    );
+                    return Poll::Ready(Some(Err(not_reading)));
+                }
+            }
+        }
+        self.lines.poll_recv(cx).map(|line| line.map(Ok))
+    }
+}
 
 struct Encoder {
     kind: &'static KindInfo,
@@ -164,7 +229,7 @@ pub async fn serve(
     let send_initial = params.send_initial_events()?;
     let timeout = params.timeout_seconds()?.map(Duration::from_secs);
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
-    let requested = params.revision()?;
+    let requested = params.reached_revision(&state.store).await?;
     let mut encoder = Encoder { kind, as_table, include, sent_columns: false };
 
     // Unset or "0": synthetic ADDED for the current state, then every later change.
@@ -184,6 +249,7 @@ pub async fn serve(
         Some(n) => (n, None),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(LINE_BUFFER);
+    let (abort, aborted) = oneshot::channel();
     let mut events = match state.store.watch(kind.plural, start) {
         Ok(w) => Some(w),
         Err(store::Error::Expired { requested, oldest }) => {
@@ -197,6 +263,7 @@ pub async fn serve(
         Err(other) => return Err(other.into()),
     };
     let bookmark_every = state.config.bookmark_interval;
+    let mut tx = Sink { lines: tx, abort: Some(abort), write_timeout: state.config.watch_write_timeout };
     tokio::spawn(async move {
         if let Some(objects) = initial {
             for (object, encoded) in objects.iter().filter(|(o, _)| selectors.matches(o)) {
@@ -221,7 +288,7 @@ pub async fn serve(
                     continue;
                 }
                 _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => return,
-                _ = tx.closed() => return,
+                _ = tx.lines.closed() => return,
             };
             match next {
                 Some(Ok(event)) => {
@@ -260,10 +327,7 @@ pub async fn serve(
             }
         }
     });
-    let body = Body::from_stream(futures_util::StreamExt::map(
-        ReceiverStream::new(rx),
-        Ok::<_, std::convert::Infallible>,
-    ));
+    let body = Body::from_stream(Lines { lines: rx, abort: Some(aborted) });
     let mut response = (StatusCode::OK, body).into_response();
     let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { "application/json" };
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));

@@ -15,25 +15,38 @@ use super::error::{Error, Result};
 use super::mutation::{encode, plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
-use super::watch::EventType;
+use super::watch::{event_cost, EventType};
 use super::Obj;
 
 /// What the store handles and the commit thread share.
 pub(super) struct Shared {
     pub state: RwLock<State>,
     pub config: StoreConfig,
+    /// The revision of the last committed write, for readers that wait for one.
+    pub revision: tokio::sync::watch::Sender<u64>,
+    /// Why writes fail, while they do: set when a transaction fails (the database is
+    /// closed then, see [`run`]), cleared once it is reopened and a write went through.
+    pub unhealthy: std::sync::Mutex<Option<String>>,
     /// Tests set this to make the next batch's redb commit fail.
     #[cfg(test)]
     pub fail_next_commit: std::sync::atomic::AtomicBool,
+    /// Tests set this to make every commit, and every reopen, fail with ENOSPC: a full
+    /// disk until they clear it.
+    #[cfg(test)]
+    pub disk_full: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
     pub fn new(state: State, config: StoreConfig) -> Shared {
         Shared {
+            revision: tokio::sync::watch::Sender::new(state.revision),
+            unhealthy: std::sync::Mutex::new(None),
             state: RwLock::new(state),
             config,
             #[cfg(test)]
             fail_next_commit: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            disk_full: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -41,6 +54,15 @@ impl Shared {
     /// commit, so a panic elsewhere while holding the lock leaves it usable.
     pub fn read(&self) -> RwLockReadGuard<'_, State> {
         self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Why writes fail right now, if they do.
+    pub fn unhealthy(&self) -> Option<String> {
+        self.unhealthy.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn set_unhealthy(&self, why: Option<String>) {
+        *self.unhealthy.lock().unwrap_or_else(PoisonError::into_inner) = why;
     }
 
     /// The cache for writing (the commit thread, and watch registration).
@@ -56,13 +78,20 @@ pub(super) struct Request {
 }
 
 /// Runs the commit thread until every request sender is gone and the queue is drained.
+///
+/// A failed transaction closes the database: redb refuses every later one after an
+/// I/O error ("re-open the database"), and the file itself is as the last successful
+/// commit left it. The next batch reopens it first and proves a write goes through; until
+/// that works (space is freed on a full disk, say) every request is refused at once, and
+/// [`Shared::unhealthy`] says why. Nothing acknowledged is lost and nothing half-applied:
+/// a batch is in the file, the cache and the watchers entirely or not at all.
 pub(super) fn run(
     shared: Arc<Shared>,
     db: Database,
     mut requests: mpsc::Receiver<Request>,
     stopped: tokio::sync::watch::Sender<bool>,
 ) {
-    let exit = Exit { shared, db: Some(db), stopped };
+    let mut exit = Exit { shared, db: Some(db), stopped };
     let max_batch = exit.shared.config.max_batch.max(1);
     while let Some(first) = requests.blocking_recv() {
         let mut batch = vec![first];
@@ -72,8 +101,42 @@ pub(super) fn run(
                 Err(_) => break,
             }
         }
-        if let Some(db) = &exit.db {
-            commit_batch(&exit.shared, db, batch);
+        if exit.db.is_none() {
+            let revision = exit.shared.read().revision;
+            #[cfg(test)]
+            if exit.shared.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
+                let full = Error::DiskFull { path: exit.shared.config.path.clone() };
+                exit.shared.set_unhealthy(Some(full.to_string()));
+                for request in batch {
+                    let _ = request.reply.send(Err(full.again()));
+                }
+                continue;
+            }
+            match disk::reopen(&exit.shared.config.path, revision) {
+                Ok(db) => {
+                    tracing::info!(revision, "state database reopened: writes work again");
+                    exit.shared.set_unhealthy(None);
+                    exit.db = Some(db);
+                }
+                Err(e) => {
+                    let why = format!("{e}");
+                    tracing::warn!(
+                        error = %why,
+                        path = %exit.shared.config.path.display(),
+                        "state database still unusable; refusing writes"
+                    );
+                    exit.shared.set_unhealthy(Some(why));
+                    for request in batch {
+                        let _ = request.reply.send(Err(e.again()));
+                    }
+                    continue;
+                }
+            }
+        }
+        let Some(db) = &exit.db else { continue };
+        if let Err(why) = commit_batch(&exit.shared, db, batch) {
+            exit.shared.set_unhealthy(Some(why));
+            drop(exit.db.take());
         }
     }
 }
@@ -96,13 +159,14 @@ impl Drop for Exit {
 }
 
 /// Plans, writes and publishes one batch, then answers every request in it. If the
-/// transaction fails, every request gets the error and the cache stays as it was.
-pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) {
+/// transaction fails, every request gets the error, the cache stays as it was, and the
+/// error's text is returned: the database must be reopened before the next batch.
+pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) -> Result<(), String> {
     let now = shared.config.clock.now();
     let time_ms = now.timestamp_millis();
     let mut replies = Vec::with_capacity(batch.len());
     let mut changes: Vec<Change> = Vec::new();
-    let compacted = {
+    {
         let state = shared.read();
         // Objects as the batch's earlier writes left them; `None` = deleted.
         let mut written: HashMap<String, Option<Obj>> = HashMap::new();
@@ -126,54 +190,85 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
             });
             replies.push((request.reply, result));
         }
-        compacted_after(&state, &shared.config, changes.len(), time_ms)
-    };
+    }
 
     if !changes.is_empty() {
         // Encoded once, outside the lock: redb stores these bytes, and the cache keeps
         // them for lists, reads and watch lines.
         for change in &mut changes {
             change.encoded = encode(&change.object);
+            change.cost = event_cost(&change.object, change.encoded.len());
         }
+        // Only this thread changes the log, so it is as the plan saw it.
+        let compacted = compacted_after(&shared.read(), &shared.config, &changes, time_ms);
         if let Err(e) = write(shared, db, &BatchWrite { changes: &changes, time_ms, compacted }) {
-            tracing::error!(error = %e, writers = replies.len(), "store commit failed");
+            let error = Error::from_commit(&shared.config.path, e);
+            tracing::error!(
+                error = %error,
+                cause = %error.cause(),
+                path = %shared.config.path.display(),
+                writers = replies.len(),
+                "store commit failed"
+            );
+            let why = format!("{error}");
             for (reply, _) in replies {
-                let _ = reply.send(Err(Error::Db(e.clone())));
+                let _ = reply.send(Err(error.again()));
             }
-            return;
+            return Err(why);
         }
-        let mut state = shared.write();
-        for change in &changes {
-            state.apply(change, time_ms);
-        }
-        state.compact(compacted);
+        let revision = {
+            let mut state = shared.write();
+            for change in &changes {
+                state.apply(change, time_ms);
+            }
+            state.compact(compacted);
+            state.revision
+        };
+        shared.revision.send_replace(revision);
     }
     for (reply, result) in replies {
         // A writer that gave up waiting still had its write applied; nobody to tell.
         let _ = reply.send(result);
     }
+    Ok(())
 }
 
 /// The batch's transaction; tests can make it fail.
 fn write(shared: &Shared, db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
     #[cfg(test)]
-    if shared.fail_next_commit.swap(false, std::sync::atomic::Ordering::SeqCst) {
-        return Err(Arc::new(redb::Error::Io(std::io::Error::other("injected commit failure"))));
+    {
+        if shared.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Arc::new(redb::Error::Io(std::io::Error::from_raw_os_error(28))));
+        }
+        if shared.fail_next_commit.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return Err(Arc::new(redb::Error::Io(std::io::Error::other("injected commit failure"))));
+        }
     }
     #[cfg(not(test))]
     let _ = shared;
     disk::write_batch(db, batch)
 }
 
-/// The compacted revision once `new_events` more events are appended at `time_ms`:
-/// keep at most `retention_events`, and none older than `retention_age`.
-fn compacted_after(state: &State, config: &StoreConfig, new_events: usize, time_ms: i64) -> u64 {
-    let total = state.log.len() + new_events;
+/// The compacted revision once `new` events are appended at `time_ms`: keep at most
+/// `retention_events`, none older than `retention_age`, and no more than
+/// `retention_bytes` of them (the oldest go first, possibly some of `new` itself).
+fn compacted_after(state: &State, config: &StoreConfig, new: &[Change], time_ms: i64) -> u64 {
+    let total = state.log.len() + new.len();
     let mut dropped = total.saturating_sub(config.retention_events);
     let max_age_ms = i64::try_from(config.retention_age.as_millis()).unwrap_or(i64::MAX);
     let cutoff = time_ms.saturating_sub(max_age_ms);
     // The batch's own events are stamped `time_ms`, never before the cutoff.
     while dropped < state.log.len() && state.log[dropped].time_ms < cutoff {
+        dropped += 1;
+    }
+    let cost = |i: usize| match i.checked_sub(state.log.len()) {
+        None => state.log[i].event.cost,
+        Some(j) => new[j].cost,
+    };
+    let mut bytes = state.log_bytes + new.iter().map(|c| c.cost).sum::<usize>();
+    bytes -= (0..dropped.min(total)).map(cost).sum::<usize>();
+    while dropped < total && bytes > config.retention_bytes {
+        bytes -= cost(dropped);
         dropped += 1;
     }
     state.compacted + dropped as u64

@@ -15,9 +15,15 @@ pub struct StoreConfig {
     pub retention_events: usize,
     /// Events older than this are dropped at the next commit (default 1 h).
     pub retention_age: Duration,
+    /// The retained events may hold about this much memory (their objects parsed and
+    /// encoded); the oldest are dropped beyond it (default 256 MiB).
+    pub retention_bytes: usize,
     /// Live events a watcher may have pending before it is dropped as too slow
     /// (default 1024).
     pub watch_buffer: usize,
+    /// How much memory a watcher's pending live events may hold before it is dropped
+    /// as too slow (default 16 MiB; one event is always let through).
+    pub watch_buffer_bytes: usize,
     /// At most this many pending commit requests go into one redb transaction
     /// (default 256).
     pub max_batch: usize,
@@ -32,7 +38,9 @@ impl StoreConfig {
             path: path.into(),
             retention_events: 100_000,
             retention_age: Duration::from_secs(3600),
+            retention_bytes: 256 << 20,
             watch_buffer: 1024,
+            watch_buffer_bytes: 16 << 20,
             max_batch: 256,
             clock: Clock::system(),
         }

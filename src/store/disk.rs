@@ -35,7 +35,7 @@ struct EventRecord {
 pub(super) fn open(path: &Path) -> Result<(Database, State)> {
     let exists = path.try_exists().map_err(|source| Error::Io { path: path.to_owned(), source })?;
     if !exists {
-        create(path)?;
+        create(path, 0)?;
     }
     // redb validates headers and checksums and repairs after an unclean shutdown; a
     // panic inside it on a damaged file must not take the daemon down unexplained.
@@ -51,8 +51,9 @@ pub(super) fn open(path: &Path) -> Result<(Database, State)> {
 }
 
 /// Creates an empty store at `path` atomically: it is built under a temporary name and
-/// renamed into place, so a crash never leaves a half-initialized file at `path`.
-fn create(path: &Path) -> Result<()> {
+/// renamed into place, so a crash never leaves a half-initialized file at `path`. Its
+/// first write gets revision `floor + 1`, and watches from `floor` or below are expired.
+fn create(path: &Path, floor: u64) -> Result<()> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source: io::Error| Error::Io { path, source }
@@ -74,8 +75,8 @@ fn create(path: &Path) -> Result<()> {
         txn.open_table(EVENTS).map_err(Error::db)?;
         let mut meta = txn.open_table(META).map_err(Error::db)?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
-        meta.insert(META_REVISION, 0).map_err(Error::db)?;
-        meta.insert(META_COMPACTED, 0).map_err(Error::db)?;
+        meta.insert(META_REVISION, floor).map_err(Error::db)?;
+        meta.insert(META_COMPACTED, floor).map_err(Error::db)?;
     }
     txn.commit().map_err(Error::db)?;
     drop(db);
@@ -155,16 +156,18 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         } else {
             last_of.insert(key, object.clone());
         }
+        let object_json = super::mutation::encode(&object);
         let event = StoreEvent {
             revision,
             kind: state.intern(&record.kind),
             type_,
-            object_json: super::mutation::encode(&object),
+            cost: super::watch::event_cost(&object, object_json.len()),
+            object_json,
             object,
             previous,
             encoded: Default::default(),
         };
-        state.log.push_back(LogEntry { event, time_ms: record.time });
+        state.push_log(LogEntry { event, time_ms: record.time });
     }
     if expected != revision + 1 {
         return Err(Error::corrupt(
@@ -173,6 +176,57 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         ));
     }
     Ok(state)
+}
+
+/// Free space a file system needs before a store whose writes failed reopens on it: room
+/// for the largest objects the API takes (3 MiB), with their events. A small write can
+/// land in pages the file already has, so one going through does not prove much.
+const REOPEN_FREE_BYTES: u64 = 8 << 20;
+
+/// Reopens the database after a failed transaction and proves it takes writes again:
+/// the file system has [`REOPEN_FREE_BYTES`] free, the file's revision is `revision`
+/// (the failed batch is not in it, as redb's atomic commit promises) and a small
+/// durable write goes through. A full disk is `DiskFull`; anything else `Unavailable`,
+/// with why.
+pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
+    if let Ok(fs) = rustix::fs::statvfs(path) {
+        if fs.f_bavail.saturating_mul(fs.f_frsize) < REOPEN_FREE_BYTES {
+            return Err(Error::DiskFull { path: path.to_owned() });
+        }
+    }
+    let unavailable = |message: String| Error::Unavailable { message };
+    let failed = |e: redb::Error| {
+        if super::error::is_disk_full(&e) {
+            Error::DiskFull { path: path.to_owned() }
+        } else {
+            unavailable(format!("reopening it after a failed write: {e}"))
+        }
+    };
+    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(e)) => return Err(failed(e.into())),
+        Err(_) => return Err(unavailable("the database engine panicked while reopening the file".into())),
+    };
+    let on_disk = {
+        let read = db.begin_read().map_err(|e| failed(e.into()))?;
+        let meta = read.open_table(META).map_err(|e| failed(e.into()))?;
+        let value = meta.get(META_REVISION).map_err(|e| failed(e.into()))?;
+        value.map(|v| v.value())
+    };
+    if on_disk != Some(revision) {
+        return Err(unavailable(format!(
+            "the file is at revision {on_disk:?} but the store served {revision}: restart the daemon to load it"
+        )));
+    }
+    let mut txn = db.begin_write().map_err(|e| failed(e.into()))?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut meta = txn.open_table(META).map_err(|e| failed(e.into()))?;
+        meta.insert(META_REVISION, revision).map_err(|e| failed(e.into()))?;
+    }
+    txn.commit().map_err(|e| failed(e.into()))?;
+    Ok(db)
 }
 
 /// Everything one batch writes.
@@ -236,10 +290,45 @@ fn event_record(change: &Change, time_ms: i64, object: &[u8]) -> Vec<u8> {
     record
 }
 
-/// Deletes the database file at `path`, if there is one, and nothing else.
-pub(super) fn reset(path: &Path) -> Result<()> {
-    match fs::remove_file(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::Io { path: path.to_owned(), source: e }),
-        _ => Ok(()),
+/// Replaces the database file at `path` (and nothing else) with an empty store whose
+/// revisions continue above the old file's: a client resuming a watch from an old
+/// revision gets 410 and lists again, never a silent stream. Returns that floor.
+///
+/// The floor is the old file's revision when it can still be read. A file redb cannot
+/// open gives the clock's microseconds since 1970 instead: every revision is one
+/// committed event, and no store commits a million events a second, so no file created
+/// since 1970 can have reached it. No file: nothing to continue, an empty store at 0.
+pub(super) fn reset(path: &Path, now: chrono::DateTime<chrono::Utc>) -> Result<u64> {
+    let exists = path.try_exists().map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    if !exists {
+        return Ok(0);
     }
+    let floor = match old_revision(path) {
+        Ok(revision) => revision,
+        Err(e @ Error::Locked { .. }) => return Err(e),
+        Err(e) => {
+            let floor = u64::try_from(now.timestamp_micros()).unwrap_or(0);
+            tracing::warn!(error = %e, floor, "the old state cannot be read; revisions continue above the clock");
+            floor
+        }
+    };
+    fs::remove_file(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+    create(path, floor)?;
+    Ok(floor)
+}
+
+/// The revision counter of the store at `path`, read without loading it.
+fn old_revision(path: &Path) -> Result<u64> {
+    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
+    let db = match opened {
+        Ok(Ok(db)) => db,
+        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => return Err(Error::Locked { path: path.to_owned() }),
+        Ok(Err(e)) => return Err(Error::corrupt(path, e)),
+        Err(_) => return Err(Error::corrupt(path, "the database engine panicked while opening the file")),
+    };
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
+    let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
+    let revision = meta.get(META_REVISION).map_err(|e| corrupt(e.into()))?;
+    revision.map(|v| v.value()).ok_or_else(|| Error::corrupt(path, "the revision counter is missing"))
 }

@@ -96,6 +96,21 @@ pub enum Error {
     /// batch gets (a shared handle to) the same error and nothing was applied.
     #[error("state database error")]
     Db(#[source] Arc<redb::Error>),
+    /// The file system holding the database is full (or over quota): nothing was
+    /// written. The store recovers by itself once space is freed (HTTP 507).
+    /// The message names no path: clients see it, the log has the file.
+    #[error("the disk holding the state database is full: nothing was written; free space there and retry")]
+    DiskFull {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// An earlier transaction failed and the database could not be reopened yet: nothing
+    /// was written (HTTP 503, retry).
+    #[error("the state database cannot take writes right now: {message}")]
+    Unavailable {
+        /// Why, for the operator.
+        message: String,
+    },
     /// The store has been shut down (or its commit thread died); nothing was written.
     #[error("the store is shut down")]
     Closed,
@@ -111,6 +126,39 @@ impl Error {
         }
     }
 
+    /// What a failed commit tells its writers: `DiskFull` when the file system is out of
+    /// space or quota, else the redb error itself.
+    pub(super) fn from_commit(path: &std::path::Path, e: Arc<redb::Error>) -> Error {
+        if is_disk_full(&e) {
+            Error::DiskFull { path: path.to_owned() }
+        } else {
+            Error::Db(e)
+        }
+    }
+
+    /// The same error for another writer of a failed batch.
+    pub(super) fn again(&self) -> Error {
+        match self {
+            Error::Db(e) => Error::Db(e.clone()),
+            Error::DiskFull { path } => Error::DiskFull { path: path.clone() },
+            other => Error::Unavailable { message: other.to_string() },
+        }
+    }
+
+    /// The error's sources, for the log.
+    pub(super) fn cause(&self) -> String {
+        let mut text = String::new();
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&e.to_string());
+            source = e.source();
+        }
+        text
+    }
+
     /// Wraps any redb error.
     pub(super) fn db(e: impl Into<redb::Error>) -> Error {
         Error::Db(Arc::new(e.into()))
@@ -123,4 +171,11 @@ impl Error {
     ) -> Error {
         Error::Corrupt { path: path.into(), source: source.into() }
     }
+}
+
+/// True when `e` is the file system saying it is out of space (ENOSPC) or quota (EDQUOT).
+pub(super) fn is_disk_full(e: &redb::Error) -> bool {
+    let redb::Error::Io(io) = e else { return false };
+    let full = [rustix::io::Errno::NOSPC.raw_os_error(), rustix::io::Errno::DQUOT.raw_os_error()];
+    io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error().is_some_and(|code| full.contains(&code))
 }

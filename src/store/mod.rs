@@ -66,6 +66,8 @@ pub struct StoreStats {
     pub objects: usize,
     /// Events retained for watches.
     pub events: usize,
+    /// About how much memory the retained events hold (what `retention_bytes` bounds).
+    pub event_bytes: usize,
     /// Revision of the last committed write.
     pub revision: u64,
     /// Events at or below this revision have been dropped by retention.
@@ -89,10 +91,12 @@ impl Store {
         Ok(Store { inner: Arc::new(Inner { shared, requests: Mutex::new(Some(requests)), stopped }) })
     }
 
-    /// Deletes the database file at `path` (and nothing else); a missing file is fine.
-    /// For `hive serve --reset-state`; the store must not be open.
-    pub fn reset(path: &Path) -> Result<()> {
-        disk::reset(path)
+    /// Replaces the database file at `path` (and nothing else) with an empty store whose
+    /// revisions continue above the old one's, and returns that floor (0 when there was
+    /// no file). For `hive serve --reset-state`; the store must not be open. `clock`
+    /// gives the floor when the old file is unreadable (see `disk::reset`).
+    pub fn reset(path: &Path, clock: &Clock) -> Result<u64> {
+        disk::reset(path, clock.now())
     }
 
     /// Commits one mutation and returns what it did once it is durable. With `dry_run`
@@ -176,12 +180,49 @@ impl Store {
         self.inner.shared.read().revision
     }
 
+    /// Waits until the store has committed `revision`, at most `timeout`; true when it
+    /// has. For reads that name a revision newer than any committed yet.
+    pub async fn wait_for_revision(&self, revision: u64, timeout: std::time::Duration) -> bool {
+        let mut committed = self.inner.shared.revision.subscribe();
+        let reached = async move { committed.wait_for(|current| *current >= revision).await.is_ok() };
+        matches!(tokio::time::timeout(timeout, reached).await, Ok(true))
+    }
+
     /// Every event of `kind` with a revision above `after`: the retained ones, then live
     /// ones. `Error::Expired` if retention already dropped some of them; `Error::Closed`
     /// after shutdown.
     pub fn watch(&self, kind: &str, after: u64) -> Result<Watch> {
-        let buffer = self.inner.shared.config.watch_buffer;
-        self.inner.shared.write().watch(kind, after, buffer)
+        let config = &self.inner.shared.config;
+        let limits = (config.watch_buffer, config.watch_buffer_bytes);
+        self.inner.shared.write().watch(self.inner.shared.clone(), kind, after, limits)
+    }
+
+    /// Whether writes work: `Err(why)` from a failed transaction until the database has
+    /// been reopened and took a write again. A failing store is retried by
+    /// [`Store::probe`] and by every write.
+    pub fn health(&self) -> std::result::Result<(), String> {
+        match self.inner.shared.unhealthy() {
+            Some(why) => Err(why),
+            None => Ok(()),
+        }
+    }
+
+    /// Asks the commit thread to reopen a database whose writes failed (it does so
+    /// before any batch) and reports the store's health afterwards. Writes nothing when
+    /// the store is healthy.
+    pub async fn probe(&self) -> std::result::Result<(), String> {
+        if self.health().is_ok() {
+            return Ok(());
+        }
+        let requests = self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let Some(requests) = requests else { return Err(Error::Closed.to_string()) };
+        let (reply, answer) = oneshot::channel();
+        requests
+            .send(Request { mutations: Vec::new(), reply })
+            .await
+            .map_err(|_| Error::Closed.to_string())?;
+        let _ = answer.await;
+        self.health()
     }
 
     /// Counters: objects, retained events, revision, compacted revision.
@@ -190,6 +231,7 @@ impl Store {
         StoreStats {
             objects: state.object_count(),
             events: state.log.len(),
+            event_bytes: state.log_bytes,
             revision: state.revision,
             compacted: state.compacted,
         }

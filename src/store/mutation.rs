@@ -140,6 +140,8 @@ pub(super) struct Change {
     /// `serde_json::to_vec(&object)`: empty when planned, filled by the commit thread
     /// just before the batch is written, then shared by redb, the cache and watchers.
     pub encoded: bytes::Bytes,
+    /// The event's `cost`, filled with `encoded`.
+    pub cost: usize,
 }
 
 /// One mutation's planned result: what to answer and, unless nothing changes, what to
@@ -244,6 +246,7 @@ fn create(
             type_: EventType::Added,
             object,
             encoded: Default::default(),
+            cost: 0,
         }),
     })
 }
@@ -303,6 +306,7 @@ fn finish_update(kind: &'static str, name: &str, mut updated: Value, revision: u
             type_,
             object,
             encoded: Default::default(),
+            cost: 0,
         }),
     }
 }
@@ -338,6 +342,7 @@ fn delete(
             type_,
             object,
             encoded: Default::default(),
+            cost: 0,
         }),
     })
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::commit::Shared;
 use super::error::{Error, Result};
 use super::mutation::Change;
 use super::watch::{EventType, StoreEvent, Watch, Watcher};
@@ -36,6 +37,8 @@ pub(super) struct State {
     pub objects: HashMap<String, BTreeMap<String, Entry>>,
     /// Exactly the events `compacted + 1 ..= revision`, in order.
     pub log: VecDeque<LogEntry>,
+    /// The sum of the retained events' `cost`, for retention by bytes.
+    pub log_bytes: usize,
     /// kind → live watchers of that kind.
     watchers: HashMap<String, Vec<Watcher>>,
     /// One shared name per kind, so events do not each allocate one.
@@ -109,37 +112,77 @@ impl State {
             previous: replaced.map(|entry| entry.object),
             object_json: change.encoded.clone(),
             encoded: Default::default(),
+            cost: change.cost,
         };
         if let Some(watchers) = self.watchers.get_mut(change.kind) {
             watchers.retain(|w| w.offer(event.clone()));
         }
         self.revision = change.revision;
-        self.log.push_back(LogEntry { event, time_ms });
+        self.push_log(LogEntry { event, time_ms });
+    }
+
+    /// Appends a retained event.
+    pub fn push_log(&mut self, entry: LogEntry) {
+        self.log_bytes += entry.event.cost;
+        self.log.push_back(entry);
     }
 
     /// Drops retained events up to and including `revision`.
     pub fn compact(&mut self, revision: u64) {
         while self.log.front().is_some_and(|e| e.event.revision <= revision) {
-            self.log.pop_front();
+            if let Some(entry) = self.log.pop_front() {
+                self.log_bytes -= entry.event.cost;
+            }
         }
         self.compacted = self.compacted.max(revision);
     }
 
-    /// Registers a watch of `kind` after `after`, with its replay taken in the same
-    /// critical section so nothing falls between replay and live.
-    pub fn watch(&mut self, kind: &str, after: u64, buffer: usize) -> Result<Watch> {
+    /// Up to `max` retained events of `kind` after revision `cursor`, up to `end`, and
+    /// the revision read up to; `Expired` once retention dropped what comes after
+    /// `cursor`.
+    pub fn retained(&self, kind: &str, cursor: u64, end: u64, max: usize) -> Result<(Vec<StoreEvent>, u64)> {
+        if cursor < self.compacted {
+            return Err(Error::Expired { requested: cursor, oldest: self.compacted });
+        }
+        // The log holds revisions compacted+1..=revision, so revision r sits at
+        // r - compacted - 1 and the events after `cursor` start at cursor - compacted.
+        let start = usize::try_from(cursor - self.compacted).unwrap_or(usize::MAX).min(self.log.len());
+        let mut events = Vec::new();
+        let mut read_to = end;
+        for entry in self.log.range(start..) {
+            let revision = entry.event.revision;
+            if revision > end {
+                break;
+            }
+            if &*entry.event.kind == kind {
+                events.push(entry.event.clone());
+                if events.len() == max {
+                    read_to = revision;
+                    break;
+                }
+            }
+        }
+        Ok((events, read_to))
+    }
+
+    /// Registers a watch of `kind` after `after`. Its retained events are the log's
+    /// `after+1 ..= revision` (read as it goes); live ones come after, so nothing falls
+    /// between the two. `limits` are the live buffer's events and bytes.
+    pub fn watch(
+        &mut self,
+        shared: Arc<Shared>,
+        kind: &str,
+        after: u64,
+        limits: (usize, usize),
+    ) -> Result<Watch> {
         if self.closed {
             return Err(Error::Closed);
         }
         if after < self.compacted {
             return Err(Error::Expired { requested: after, oldest: self.compacted });
         }
-        // The log holds revisions compacted+1..=revision, so revision r sits at
-        // r - compacted - 1 and the replay starts right after `after`.
-        let start = usize::try_from(after - self.compacted).unwrap_or(usize::MAX).min(self.log.len());
-        let replay =
-            self.log.range(start..).filter(|e| &*e.event.kind == kind).map(|e| e.event.clone()).collect();
-        let (watch, watcher) = Watch::new(replay, buffer, after);
+        let kind_name = self.intern(kind);
+        let (watch, watcher) = Watch::new(shared, kind_name, after, self.revision.max(after), limits);
         let watchers = self.watchers.entry(kind.to_owned()).or_default();
         watchers.retain(|w| !w.is_closed());
         watchers.push(watcher);

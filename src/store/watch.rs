@@ -3,13 +3,14 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
+use super::commit::Shared;
 use super::error::{Error, Result};
 use super::Obj;
 
@@ -68,6 +69,9 @@ pub struct StoreEvent {
     /// A slot where the first consumer may keep this event's wire encoding, so that a
     /// thousand watchers of one kind serialize each event once, not a thousand times.
     pub encoded: Encoded,
+    /// About how many bytes of memory the event holds (`event_cost`): what retention's
+    /// and each watcher's byte budgets count.
+    pub cost: usize,
 }
 
 /// A write-once cache of an event's encoding, shared by every clone of the event.
@@ -97,24 +101,64 @@ impl std::fmt::Debug for Encoded {
 /// A stream of every event of one kind after a given revision: first the retained
 /// events, then live ones, with no gap and no duplicate between them.
 ///
-/// It ends (`None`) when the store shuts down. A watcher that falls `watch_buffer`
-/// events behind is dropped by the store: it still yields the events it had buffered,
-/// then one `Err(Error::WatchOverflow)`, then ends.
+/// It ends (`None`) when the store shuts down. The retained events are read from the
+/// store's log a few at a time as the watcher consumes them, so a watch never copies
+/// the history and pins nothing retention has dropped; a watcher that reads slower than
+/// retention drops its history gets `Err(Error::Expired)` and ends. A watcher that falls
+/// `watch_buffer` live events, or `watch_buffer_bytes` of them, behind is dropped by the
+/// store: it still yields the events it had buffered, then one
+/// `Err(Error::WatchOverflow)`, then ends.
 pub struct Watch {
+    kind: Arc<str>,
+    shared: Arc<Shared>,
+    /// Retained events read but not yet yielded.
     replay: VecDeque<StoreEvent>,
+    /// The last revision the replay has read up to, and the last one it covers (the
+    /// store's revision when the watch began; later ones arrive live).
+    replay_cursor: u64,
+    replay_end: u64,
     live: mpsc::Receiver<StoreEvent>,
-    overflowed: Arc<AtomicBool>,
+    budget: Arc<Budget>,
     /// Live events at or below this revision are skipped (a watch from the future).
     after: u64,
     finished: bool,
 }
 
+/// Retained events a watch reads from the log at a time.
+const REPLAY_CHUNK: usize = 64;
+
+/// What a watcher has pending, shared by both ends, and whether it overflowed.
+struct Budget {
+    bytes: AtomicUsize,
+    max_bytes: usize,
+    overflowed: AtomicBool,
+}
+
 impl Watch {
-    pub(super) fn new(replay: VecDeque<StoreEvent>, buffer: usize, after: u64) -> (Watch, Watcher) {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        kind: Arc<str>,
+        after: u64,
+        replay_end: u64,
+        limits: (usize, usize),
+    ) -> (Watch, Watcher) {
+        let (buffer, max_bytes) = limits;
         let (tx, live) = mpsc::channel(buffer.max(1));
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let watcher = Watcher { tx, overflowed: overflowed.clone() };
-        (Watch { replay, live, overflowed, after, finished: false }, watcher)
+        let budget =
+            Arc::new(Budget { bytes: AtomicUsize::new(0), max_bytes, overflowed: AtomicBool::new(false) });
+        let watcher = Watcher { tx, budget: budget.clone() };
+        let watch = Watch {
+            kind,
+            shared,
+            replay: VecDeque::new(),
+            replay_cursor: after,
+            replay_end,
+            live,
+            budget,
+            after,
+            finished: false,
+        };
+        (watch, watcher)
     }
 
     /// The next event; `None` once the watch has ended.
@@ -126,19 +170,38 @@ impl Watch {
         if self.finished {
             return Poll::Ready(None);
         }
+        while self.replay.is_empty() && self.replay_cursor < self.replay_end {
+            let read =
+                self.shared.read().retained(&self.kind, self.replay_cursor, self.replay_end, REPLAY_CHUNK);
+            match read {
+                Ok((events, cursor)) => {
+                    self.replay.extend(events);
+                    self.replay_cursor = cursor;
+                }
+                Err(err) => {
+                    self.finished = true;
+                    return Poll::Ready(Some(Err(err)));
+                }
+            }
+        }
         if let Some(event) = self.replay.pop_front() {
             return Poll::Ready(Some(Ok(event)));
         }
         loop {
             match self.live.poll_recv(cx) {
-                Poll::Ready(Some(event)) if event.revision <= self.after => continue,
-                Poll::Ready(Some(event)) => return Poll::Ready(Some(Ok(event))),
+                Poll::Ready(Some(event)) => {
+                    self.budget.bytes.fetch_sub(event.cost, Ordering::AcqRel);
+                    if event.revision <= self.after {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(event)));
+                }
                 Poll::Ready(None) => {
                     self.finished = true;
                     // The flag is set before the store drops the sender, so it is
                     // visible once the channel reports closed.
                     return Poll::Ready(
-                        self.overflowed.load(Ordering::Acquire).then_some(Err(Error::WatchOverflow)),
+                        self.budget.overflowed.load(Ordering::Acquire).then_some(Err(Error::WatchOverflow)),
                     );
                 }
                 Poll::Pending => return Poll::Pending,
@@ -158,18 +221,27 @@ impl Stream for Watch {
 /// The store's end of one watch.
 pub(super) struct Watcher {
     tx: mpsc::Sender<StoreEvent>,
-    overflowed: Arc<AtomicBool>,
+    budget: Arc<Budget>,
 }
 
 impl Watcher {
     /// Hands `event` to the watcher without waiting. Returns false when the watcher is
-    /// gone (its `Watch` was dropped) or has just overflowed; the caller then drops it,
-    /// which closes the channel.
+    /// gone (its `Watch` was dropped) or has just overflowed — its buffer is full by
+    /// count, or its pending events would cost more than its byte budget; the caller
+    /// then drops it, which closes the channel.
     pub(super) fn offer(&self, event: StoreEvent) -> bool {
+        let cost = event.cost;
+        let pending = self.budget.bytes.fetch_add(cost, Ordering::AcqRel) + cost;
+        // One event is always let through, so an object larger than the budget is
+        // delivered to a watcher that keeps up.
+        if pending > self.budget.max_bytes && pending != cost {
+            self.budget.overflowed.store(true, Ordering::Release);
+            return false;
+        }
         match self.tx.try_send(event) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                self.overflowed.store(true, Ordering::Release);
+                self.budget.overflowed.store(true, Ordering::Release);
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
@@ -180,4 +252,34 @@ impl Watcher {
     pub(super) fn is_closed(&self) -> bool {
         self.tx.is_closed()
     }
+}
+
+/// About how much memory `object` holds beyond its own `Value` slot: strings, keys,
+/// arrays and maps (with `preserve_order`, an index entry per key), each allocation
+/// with a word of allocator overhead. Walks the object once, as encoding it does.
+pub(super) fn heap_size(value: &serde_json::Value) -> usize {
+    use serde_json::Value;
+    const SLOT: usize = std::mem::size_of::<Value>();
+    const ALLOCATION: usize = 16;
+    match value {
+        Value::String(s) => s.len() + ALLOCATION,
+        Value::Array(items) => ALLOCATION + items.iter().map(|v| SLOT + heap_size(v)).sum::<usize>(),
+        Value::Object(map) => {
+            // Per entry: the key's String and bytes, the value, the stored hash and
+            // the index slot.
+            ALLOCATION
+                + map.iter().map(|(k, v)| 24 + k.len() + ALLOCATION + SLOT + 16 + heap_size(v)).sum::<usize>()
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+    }
+}
+
+/// What one event costs to keep: the event, its object parsed (shared with the cache
+/// while current), its JSON, and room for its watch line (built once, shared).
+pub(super) fn event_cost(object: &serde_json::Value, json_len: usize) -> usize {
+    std::mem::size_of::<StoreEvent>()
+        + std::mem::size_of::<serde_json::Value>()
+        + heap_size(object)
+        + 2 * json_len
+        + 64
 }

@@ -39,7 +39,7 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     .into_iter()
     .map(request)
     .unzip();
-    commit_batch(&shared, &db, requests);
+    commit_batch(&shared, &db, requests).unwrap();
 
     let answers = answers(receivers);
     assert!(matches!(&answers[0], Ok(o) if matches!(&o[0], Outcome::Created(x) if rv(x) == 1)));
@@ -69,7 +69,7 @@ fn a_failed_transaction_fails_every_writer_and_applies_nothing() {
             .into_iter()
             .map(request)
             .unzip();
-    commit_batch(&shared, &db, requests);
+    assert!(commit_batch(&shared, &db, requests).is_err());
     for answer in answers(receivers) {
         assert!(matches!(answer, Err(Error::Db(_))), "{answer:?}");
     }
@@ -159,4 +159,38 @@ async fn sequential_commit_rate() {
     let elapsed = started.elapsed();
     eprintln!("100 sequential commits in {elapsed:?} ({:.0} commits/s)", 100.0 / elapsed.as_secs_f64());
     assert_eq!(store.stats().revision, 100);
+}
+
+/// A full disk: every write is `DiskFull` with nothing applied or half-applied, the
+/// store says it is unhealthy, and once space returns it reopens the file by itself:
+/// the next write works, and everything acknowledged before is there after a reopen.
+#[tokio::test]
+async fn a_full_disk_refuses_writes_until_space_returns_and_then_recovers_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut watch = store.watch("agents", 0).unwrap();
+    store.commit(create(agent("a1", "Up")), false).await.unwrap();
+    assert_eq!(store.health(), Ok(()));
+
+    store.inner.shared.disk_full.store(true, Ordering::SeqCst);
+    for _ in 0..3 {
+        let err = store.commit(create(agent("a2", "Up")), false).await.unwrap_err();
+        assert!(matches!(err, Error::DiskFull { .. }), "{err:?}");
+    }
+    let why = store.health().unwrap_err();
+    assert!(why.contains("disk holding the state database is full"), "{why}");
+    assert!(store.probe().await.is_err());
+    assert!(store.get("agents", "a2").is_none());
+    assert_eq!(store.revision(), 1);
+
+    store.inner.shared.disk_full.store(false, Ordering::SeqCst);
+    assert_eq!(store.probe().await, Ok(()));
+    store.commit(create(agent("a2", "Up")), false).await.unwrap();
+    assert_eq!(store.revision(), 2);
+    // The watcher saw exactly the two acknowledged writes, in order.
+    assert_eq!(watch.next().await.unwrap().unwrap().revision, 1);
+    assert_eq!(watch.next().await.unwrap().unwrap().revision, 2);
+    store.shutdown().await;
+    let (_db, state) = disk::open(&db_path(dir.path())).unwrap();
+    assert_eq!((state.revision, state.object_count()), (2, 2));
 }

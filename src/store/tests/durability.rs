@@ -157,20 +157,49 @@ async fn a_foreign_redb_file_or_unknown_schema_is_corrupt() {
 }
 
 #[tokio::test]
-async fn reset_deletes_only_the_database_file() {
+async fn reset_empties_only_the_database_file_and_revisions_continue_above_the_old_ones() {
     let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
     let store = open(dir.path());
     store.commit(create(agent("a1", "Up")), false).await.unwrap();
+    store.commit(create(agent("a2", "Up")), false).await.unwrap();
     store.shutdown().await;
     let neighbour = dir.path().join("kubeconfig.yaml");
     std::fs::write(&neighbour, "keep me").unwrap();
 
-    Store::reset(&db_path(dir.path())).unwrap();
-    assert!(!db_path(dir.path()).exists());
+    assert_eq!(Store::reset(&db_path(dir.path()), &clock.clock()).unwrap(), 2);
     assert!(neighbour.exists());
-    Store::reset(&db_path(dir.path())).unwrap();
     let store = open(dir.path());
-    assert_eq!((store.revision(), store.list("agents").1.len()), (0, 0));
+    assert_eq!((store.revision(), store.list("agents").1.len()), (2, 0));
+    // A watcher resuming from the old run is told to list again, not left silent.
+    let err = store.watch("agents", 1).err().unwrap();
+    assert!(matches!(err, Error::Expired { requested: 1, oldest: 2 }), "{err:?}");
+    store.commit(create(agent("a3", "Up")), false).await.unwrap();
+    assert_eq!(store.revision(), 3);
+    store.shutdown().await;
+
+    // Again: the floor is the last run's revision, not the first's.
+    assert_eq!(Store::reset(&db_path(dir.path()), &clock.clock()).unwrap(), 3);
+    let store = open(dir.path());
+    assert_eq!(store.revision(), 3);
+    store.shutdown().await;
+
+    // No file: nothing to continue from.
+    let empty = tempfile::tempdir().unwrap();
+    assert_eq!(Store::reset(&db_path(empty.path()), &clock.clock()).unwrap(), 0);
+    assert!(!db_path(empty.path()).exists());
+}
+
+#[tokio::test]
+async fn reset_of_an_unreadable_file_continues_above_the_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(db_path(dir.path()), b"not a database at all").unwrap();
+    let clock = TestClock::new();
+    let floor = Store::reset(&db_path(dir.path()), &clock.clock()).unwrap();
+    assert_eq!(floor, u64::try_from(clock.clock().now().timestamp_micros()).unwrap());
+    let store = open(dir.path());
+    assert_eq!(store.revision(), floor);
+    store.shutdown().await;
 }
 
 #[tokio::test]

@@ -172,3 +172,91 @@ async fn shutdown_ends_watches_and_refuses_new_work() {
     assert_eq!(clone.get("agents", "a1").unwrap()["metadata"]["name"], "a1");
     clone.shutdown().await;
 }
+
+/// An agent carrying an annotation of `size` bytes.
+fn big_agent(name: &str, size: usize) -> serde_json::Value {
+    let mut object = agent(name, "Up");
+    object["metadata"]["annotations"] = json!({"blob": "x".repeat(size)});
+    object
+}
+
+#[tokio::test]
+async fn retention_by_bytes_keeps_the_history_under_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
+    let store = Store::open(StoreConfig { retention_bytes: 1 << 20, ..config(dir.path(), &clock) }).unwrap();
+    // 40 events of ~100 KB of JSON each: ~4 MB written, at most ~1 MiB kept.
+    for i in 0..40 {
+        store.commit(create(big_agent(&format!("a{i}"), 100_000)), false).await.unwrap();
+    }
+    let stats = store.stats();
+    assert!(stats.event_bytes <= 1 << 20, "{stats:?}");
+    assert!(stats.events >= 2 && stats.events < 10, "{stats:?}");
+    assert_eq!(stats.compacted + stats.events as u64, stats.revision);
+    let err = store.watch("agents", 1).err().unwrap();
+    assert!(matches!(err, Error::Expired { requested: 1, .. }), "{err:?}");
+    // Reopened, the same history is there and counted the same.
+    store.shutdown().await;
+    let store = Store::open(StoreConfig { retention_bytes: 1 << 20, ..config(dir.path(), &clock) }).unwrap();
+    assert_eq!(store.stats(), stats);
+}
+
+#[tokio::test]
+async fn a_watcher_over_its_byte_budget_overflows_and_one_that_keeps_up_never_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig { watch_buffer_bytes: 1 << 20, ..config(dir.path(), &TestClock::new()) };
+    let store = Store::open(config).unwrap();
+    let mut slow = store.watch("agents", 0).unwrap();
+    let mut keeping_up = store.watch("agents", 0).unwrap();
+    for i in 0..30u64 {
+        store.commit(create(big_agent(&format!("a{i}"), 100_000)), false).await.unwrap();
+        let event = keeping_up.next().await.unwrap().unwrap();
+        assert_eq!(event.revision, i + 1);
+    }
+    // The slow one gets what fitted in its budget (far fewer than its 1024 by count),
+    // then the overflow, then the end.
+    let mut delivered = 0;
+    let ended = loop {
+        match slow.next().await {
+            Some(Ok(_)) => delivered += 1,
+            Some(Err(e)) => break e,
+            None => panic!("ended without the overflow"),
+        }
+    };
+    assert!(matches!(ended, Error::WatchOverflow), "{ended:?}");
+    assert!((1..15).contains(&delivered), "{delivered}");
+    assert!(slow.next().await.is_none());
+    // One event larger than the whole budget still reaches a watcher that keeps up.
+    store.commit(create(big_agent("huge", 2 << 20)), false).await.unwrap();
+    assert_eq!(keeping_up.next().await.unwrap().unwrap().object["metadata"]["name"], "huge");
+}
+
+#[tokio::test]
+async fn a_watch_replaying_slower_than_retention_expires_instead_of_pinning_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = StoreConfig { retention_events: 100, ..config(dir.path(), &TestClock::new()) };
+    let store = Store::open(config).unwrap();
+    for i in 0..100 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+    }
+    let mut watch = store.watch("agents", 0).unwrap();
+    assert_eq!(watch.next().await.unwrap().unwrap().revision, 1);
+    // While the watcher reads its first events, 200 more writes push retention past
+    // where its replay stands: it is told so, not fed events from a copy.
+    for i in 100..300 {
+        store.commit(create(agent(&format!("a{i}"), "Up")), false).await.unwrap();
+    }
+    let mut last = 1;
+    let ended = loop {
+        match watch.next().await {
+            Some(Ok(event)) => {
+                assert_eq!(event.revision, last + 1);
+                last = event.revision;
+            }
+            Some(Err(e)) => break e,
+            None => panic!("ended without an error"),
+        }
+    };
+    assert!(matches!(ended, Error::Expired { .. }), "{ended:?}");
+    assert!(last < 200, "{last}");
+}
