@@ -3,7 +3,9 @@
 # The runtime's contract with the container (src/runtime/nixos): the unit
 # `hive-harness.service` runs the agent; the fence is `/var/lib/hive/fence` (on the
 # container's disk, not the /run tmpfs), which the harness deletes after its
-# stop-checkpoint turn when kicked with SIGUSR1; permissions are read from `/etc/hive`.
+# stop-checkpoint turn; it is kicked with SIGUSR1 only when its main process catches or
+# ignores it (else it must notice the file itself, or is stopped when the drain runs
+# out); permissions are read from `/etc/hive`.
 { lib, pkgs, hiveAgent, ... }:
 {
   boot.isContainer = true;

@@ -276,8 +276,8 @@ impl RuntimeExecutor {
             }
             JobNodeKind::Signal => {
                 let agent = self.agent(&name)?;
-                self.runtime.signal(&agent).await.map_err(failed)?;
-                "fence set".into()
+                let kick = self.runtime.signal(&agent).await.map_err(failed)?;
+                format!("fence set; {kick}")
             }
             JobNodeKind::Drain => {
                 let agent = self.agent(&name)?;

@@ -72,9 +72,12 @@ pub trait Runtime: Send + Sync {
     fn kill<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
 
     /// Sets the graceful fence and kicks the agent's harness so it runs one
-    /// stop-checkpoint turn and clears the fence. The process driver kicks with
-    /// [`process::FENCE_SIGNAL`] (SIGUSR1).
-    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>>;
+    /// stop-checkpoint turn and clears the fence. The kick ([`process::FENCE_SIGNAL`],
+    /// SIGUSR1) is only a wake-up: it is sent only to a main process that catches or
+    /// ignores it, since its default action ends the process; an agent that does not
+    /// handle it is left to find the fence file itself, or to be stopped once the drain
+    /// runs out. Says whether the harness was kicked.
+    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Kick>>;
 
     /// Waits for the harness to clear the fence, bounded by the graceful-stop timeout.
     /// Resolves `Ok` either way and says which happened.
@@ -187,6 +190,28 @@ pub struct Started {
     pub pid: u32,
     /// The error of the first attempt when the cold-start fallback was needed.
     pub recovered_from: Option<Box<Error>>,
+}
+
+/// What [`Runtime::signal`] did besides setting the fence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kick {
+    /// The harness was kicked: its main process catches (or ignores) the kick signal.
+    Sent,
+    /// The kick was withheld, and why (most often: the main process does not handle it,
+    /// so it would have ended the agent). The fence is set all the same.
+    Withheld(String),
+    /// The agent does not run: the fence alone.
+    NotRunning,
+}
+
+impl fmt::Display for Kick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Kick::Sent => f.write_str("harness kicked with SIGUSR1"),
+            Kick::Withheld(why) => write!(f, "SIGUSR1 withheld: {why}"),
+            Kick::NotRunning => f.write_str("not running, nothing to kick"),
+        }
+    }
 }
 
 /// How a [`Runtime::drain`] ended; both are success.

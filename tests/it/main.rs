@@ -17,6 +17,7 @@ mod cli;
 mod crash;
 mod deploy;
 mod deploy_paths;
+mod fault_agents;
 mod fault_store;
 mod fleet;
 mod fleet_docker;

@@ -25,8 +25,9 @@
 //!   `systemctl stop`, `systemctl kill --signal=KILL`, `systemctl start`; then `systemctl
 //!   show --property=MainPID --value` for the pid.
 //! - kill: `is-active`, `systemctl kill --signal=KILL`, then `systemctl stop`.
-//! - signal: the fence file, then `nixos-container run <c> -- systemctl kill
-//!   --kill-whom=main --signal=SIGUSR1 hive-harness.service` when running.
+//! - signal: the fence file, then, when running, `nixos-container run <c> -- sh -c
+//!   <KICK_SCRIPT> hive-kick hive-harness.service` ([`KICK_SCRIPT`]: SIGUSR1 to the
+//!   harness unit's main process, only when it catches or ignores it).
 //! - is-running, observed, rescan: `systemctl show
 //!   --property=ActiveState,MainPID,ActiveEnterTimestamp container@<c>`; the observed
 //!   generation is the last one this driver installed, else (a daemon that restarted)
@@ -47,11 +48,21 @@
 //! ([`NixosConfig::fence_path`]), which the harness inside deletes after its
 //! stop-checkpoint turn. The kick is NOT `systemctl kill --signal=SIGUSR1
 //! container@<c>`: that signals every process of the nspawn unit (`systemd-nspawn`, the
-//! container's systemd and every service inside, most of which SIGUSR1 ends). It is
-//! `nixos-container run <c> -- systemctl kill --kill-whom=main --signal=SIGUSR1
-//! hive-harness.service`: the harness unit inside, and only its main process, since
-//! SIGUSR1 ends a child that does not handle it (the process driver signals its agent's
-//! main process only for the same reason). The fence lives on the container's disk, not
+//! container's systemd and every service inside, most of which SIGUSR1 ends). Nor is it
+//! `systemctl kill --kill-whom=main --signal=SIGUSR1 hive-harness.service` inside,
+//! which ends a harness that does not handle SIGUSR1 before its stop ever sends
+//! SIGTERM. It is [`KICK_SCRIPT`], run in the container by `nixos-container run <c> --
+//! sh -c <script> hive-kick hive-harness.service`: it asks systemd for the harness
+//! unit's main pid, reads that process's `SigCgt` / `SigIgn` masks from
+//! `/proc/<pid>/status`, and sends SIGUSR1 to that process only when it catches or
+//! ignores it — what the process driver does with a pidfd (see
+//! [`crate::runtime::process::kick`]). A shell holds no pidfd, so between its read of
+//! `/proc` and its `kill` the harness could exit and its pid be taken; that needs the
+//! pid counter to wrap within a few microseconds. A harness that is not kicked (it
+//! handles no SIGUSR1, or installs its handler later) finds the fence file itself, or
+//! is stopped when the drain runs out. A kick that fails (the container's systemd does
+//! not answer) is withheld, not a failed Signal node: the fence is set, and a failed
+//! Signal would cancel the stop that follows it. The fence lives on the container's disk, not
 //! under `/run`: a booted container has a tmpfs on `/run` (mounted by `systemd-nspawn`)
 //! that would hide a host-side `<root>/run/…` from the harness. The harness inside sees
 //! it at `/var/lib/hive/fence`.
@@ -93,7 +104,7 @@ use tokio::sync::broadcast;
 use self::command::CommandLine;
 use self::watch::Slot;
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Limits, LogOptions, LogStream, Observed, Result,
+    BuildLog, Change, Drain, Error, Exit, Generation, Kick, Limits, LogOptions, LogStream, Observed, Result,
     Runtime, RuntimeEvent, Started,
 };
 
@@ -112,6 +123,28 @@ pub const DRAIN_RECHECK: Duration = Duration::from_secs(1);
 
 /// The signal that kicks the harness after the fence is set.
 pub const FENCE_SIGNAL: &str = "SIGUSR1";
+
+/// The kick, run inside the container as `sh -c KICK_SCRIPT hive-kick <harness unit>`:
+/// SIGUSR1 (signal 10, bit 9 of the masks) to the unit's main process only when that
+/// process catches or ignores it. It prints one line: `kicked`, or `withheld: <why>`.
+/// Only the masks' last four hex digits are used, so no shell's 64-bit arithmetic is
+/// needed. POSIX sh and systemctl only: nothing else need be in the container.
+pub const KICK_SCRIPT: &str = r#"pid=$(systemctl show --property=MainPID --value "$1") || exit
+case $pid in ''|0|*[!0-9]*) echo "withheld: $1 has no main process"; exit 0 ;; esac
+cgt= ign=
+if [ -r "/proc/$pid/status" ]; then
+  while read -r key value; do
+    case $key in SigCgt:) cgt=$value ;; SigIgn:) ign=$value ;; esac
+  done < "/proc/$pid/status"
+fi
+case $cgt in ????*) ;; *) cgt=none ;; esac
+case $ign in ????*) ;; *) ign=none ;; esac
+case $cgt$ign in *[!0-9a-fA-F]*) echo "withheld: cannot read the signal masks of pid $pid"; exit 0 ;; esac
+if [ $(( (0x${cgt#"${cgt%????}"} | 0x${ign#"${ign%????}"}) >> 9 & 1 )) -ne 1 ]; then
+  echo "withheld: pid $pid does not handle it, and its default action would end the agent"
+  exit 0
+fi
+if kill -s USR1 "$pid"; then echo kicked; else echo "withheld: pid $pid is gone"; fi"#;
 
 /// The container name of agent `agent`: `h-<agent>`, or why it cannot have one.
 pub fn container_name(agent: &str) -> Result<String> {
@@ -428,24 +461,38 @@ impl NixosRuntime {
         }
     }
 
-    /// See [`Runtime::signal`].
-    pub async fn signal(&self, agent: &Agent) -> Result<()> {
+    /// See [`Runtime::signal`]: the fence first, so a harness that is not kicked still
+    /// finds it; then [`KICK_SCRIPT`] in the container.
+    pub async fn signal(&self, agent: &Agent) -> Result<Kick> {
         let c = self.container(agent)?;
         let fence = self.fence_path(&c.name);
         write_atomically(&c.agent, &fence, b"")?;
-        if self.is_active(&c).await? {
-            let line = CommandLine::new("nixos-container")
-                .arg("run")
-                .arg(&c.name)
-                .arg("--")
-                .arg("systemctl")
-                .arg("kill")
-                .arg("--kill-whom=main")
-                .arg(format!("--signal={FENCE_SIGNAL}"))
-                .arg(&self.inner.config.harness_unit);
-            command::run(&c.agent, &line, self.path()).await?;
+        if !self.is_active(&c).await? {
+            return Ok(Kick::NotRunning);
         }
-        Ok(())
+        let line = CommandLine::new("nixos-container")
+            .arg("run")
+            .arg(&c.name)
+            .arg("--")
+            .arg("sh")
+            .arg("-c")
+            .arg(KICK_SCRIPT)
+            .arg("hive-kick")
+            .arg(&self.inner.config.harness_unit);
+        let kick = match command::run(&c.agent, &line, self.path()).await {
+            Ok(out) => match out.trim() {
+                "kicked" => Kick::Sent,
+                answer => Kick::Withheld(match answer.strip_prefix("withheld: ") {
+                    Some(why) => why.to_string(),
+                    None => format!("the kick answered {answer:?}"),
+                }),
+            },
+            Err(error) => Kick::Withheld(format!("the kick failed: {error}")),
+        };
+        if let Kick::Withheld(why) = &kick {
+            tracing::info!(agent = %c.agent, container = %c.name, %why, "fence set; SIGUSR1 withheld");
+        }
+        Ok(kick)
     }
 
     /// See [`Runtime::drain`].
@@ -619,7 +666,7 @@ impl Runtime for NixosRuntime {
         Box::pin(NixosRuntime::kill(self, agent))
     }
 
-    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {
+    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Kick>> {
         Box::pin(NixosRuntime::signal(self, agent))
     }
 

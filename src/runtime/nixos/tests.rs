@@ -14,8 +14,8 @@ use hive_api::agent::{Agent, NixosContainerRuntime, Power, RuntimeType};
 use tempfile::TempDir;
 use tokio::sync::broadcast;
 
-use super::{container_name, NixosConfig, NixosRuntime};
-use crate::runtime::{Change, Drain, Error, Exit, Generation, Limits, Runtime, RuntimeEvent};
+use super::{container_name, NixosConfig, NixosRuntime, KICK_SCRIPT};
+use crate::runtime::{Change, Drain, Error, Exit, Generation, Kick, Limits, Runtime, RuntimeEvent};
 
 /// What every stand-in starts with: the world's paths and the shared shell functions.
 const PRELUDE: &str = r#"#!/bin/sh
@@ -25,7 +25,10 @@ ROOTS='@TMP@/roots'
 PROFILES='@TMP@/profiles'
 META='@TMP@/meta'
 prog=$(basename "$0")
-{ printf '%s' "$prog"; for a in "$@"; do printf '\037%s' "$a"; done; printf '\n'; } >> "$STATE/record"
+# The kick script (many lines) is recorded by name, and only when it is the driver's.
+kick=$(cat "$STATE/kick-script")
+{ printf '%s' "$prog"; for a in "$@"; do [ "$a" = "$kick" ] && a='<KICK_SCRIPT>'; printf '\037%s' "$a"; done
+  printf '\n'; } >> "$STATE/record"
 refuse() { echo "$prog stand-in: unexpected arguments: $*" >&2; exit 64; }
 # True (consuming one) when state/fail-$1 asks this call to fail.
 fail_now() {
@@ -82,10 +85,13 @@ destroy)
   [ -e "$CONF/$2.conf" ] || { echo "nixos-container: container '$2' does not exist" >&2; exit 1; }
   rm -rf "$CONF/$2.conf" "$ROOTS/$2" "$PROFILES/$2" ;;
 run)
-  [ "$#" -eq 8 ] && container_ok "$2" && [ "$3" = -- ] && [ "$4" = systemctl ] && [ "$5" = kill ] \
-    && [ "$6" = --kill-whom=main ] && [ "$7" = --signal=SIGUSR1 ] && [ "$8" = hive-harness.service ] \
-    || refuse "$@"
-  [ "$(state "$2")" = active ] || { echo "nixos-container: container '$2' is not running" >&2; exit 1; } ;;
+  # Only the kick, exactly the driver's script; run here "inside the container", where
+  # `systemctl show` answers the pid in state/harness-pid (a real test process).
+  [ "$#" -eq 8 ] && container_ok "$2" && [ "$3" = -- ] && [ "$4" = sh ] && [ "$5" = -c ] \
+    && [ "$6" = "$kick" ] && [ "$7" = hive-kick ] && [ "$8" = hive-harness.service ] || refuse "$@"
+  [ "$(state "$2")" = active ] || { echo "nixos-container: container '$2' is not running" >&2; exit 1; }
+  if fail_now run; then echo "unable to get container's main PID" >&2; exit 1; fi
+  shift 3; exec "$@" ;;
 *) refuse "$@" ;;
 esac
 "#;
@@ -112,6 +118,9 @@ unit() {
   case "$1" in container@*) c=${1#container@}; container_ok "$c" || refuse "$@" ;; *) refuse "$@" ;; esac
 }
 if [ "$#" -eq 1 ] && [ "$1" = daemon-reload ]; then exit 0; fi
+if [ "$#" -eq 4 ] && [ "$1 $2 $3 $4" = "show --property=MainPID --value hive-harness.service" ]; then
+  cat "$STATE/harness-pid" 2>/dev/null || echo 0; exit 0
+fi
 if [ "$#" -eq 3 ] && [ "$1" = is-active ] && [ "$2" = --quiet ]; then
   unit "$3"; [ "$(state "$c")" = active ] && exit 0; exit 3
 fi
@@ -174,6 +183,7 @@ impl World {
         for dir in ["bin", "state", "meta", "systemd", "conf", "roots", "profiles"] {
             std::fs::create_dir(tmp.path().join(dir)).unwrap();
         }
+        std::fs::write(tmp.path().join("state/kick-script"), KICK_SCRIPT).unwrap();
         for (name, body) in [
             ("nix", NIX),
             ("nix-env", NIX_ENV),
@@ -212,6 +222,10 @@ impl World {
         agent.spec.config.rev = Some("cafe0000cafe0000cafe0000cafe0000cafe0000".into());
         agent.spec.runtime.type_ = RuntimeType::NixosContainer;
         agent
+    }
+
+    fn fence_of(&self, container: &str) -> PathBuf {
+        self.path("roots").join(container).join("var/lib/hive/fence")
     }
 
     fn set_unit(&self, container: &str, state: &str) {
@@ -731,17 +745,17 @@ async fn signal_sets_the_fence_and_kicks_the_harness_and_drain_waits_for_it() {
         let fence = world.path("roots/h-alpha/var/lib/hive/fence");
         assert_eq!(rt.fence_path("h-alpha"), fence);
 
-        // The harness clears the fence after its checkpoint turn: Drained.
-        rt.signal(&agent).await.unwrap();
+        // The harness clears the fence after its checkpoint turn: Drained. (Its unit has
+        // no main process in the stand-in, so nothing is kicked; the fence is enough.)
+        let kick = rt.signal(&agent).await.unwrap();
+        assert_eq!(kick, Kick::Withheld("hive-harness.service has no main process".into()));
         assert!(fence.exists(), "the fence is set");
         assert_eq!(
             world.take(),
             [
                 "systemctl is-active --quiet container@h-alpha",
-                concat!(
-                    "nixos-container run h-alpha -- ",
-                    "systemctl kill --kill-whom=main --signal=SIGUSR1 hive-harness.service"
-                ),
+                "nixos-container run h-alpha -- sh -c <KICK_SCRIPT> hive-kick hive-harness.service",
+                "systemctl show --property=MainPID --value hive-harness.service",
             ]
         );
         let harness = {
@@ -769,7 +783,7 @@ async fn signal_sets_the_fence_and_kicks_the_harness_and_drain_waits_for_it() {
         // Stopped: the fence is set but nobody is kicked, and drain ends at once.
         rt.stop(&agent).await.unwrap();
         world.take();
-        rt.signal(&agent).await.unwrap();
+        assert_eq!(rt.signal(&agent).await.unwrap(), Kick::NotRunning);
         assert_eq!(rt.drain(&agent).await.unwrap(), Drain::Drained);
         assert_eq!(
             world.take(),
@@ -781,6 +795,94 @@ async fn signal_sets_the_fence_and_kicks_the_harness_and_drain_waits_for_it() {
         // A start clears the stale fence.
         rt.start(&agent).await.unwrap();
         assert!(!fence.exists());
+    })
+    .await;
+}
+
+/// A real process standing in for the harness's main process, running `script` (which
+/// must touch `$READY` once its traps are set), its pid where the stand-in's `systemctl
+/// show` answers it.
+fn harness(world: &World, script: &str) -> std::process::Child {
+    let ready = world.path("state/harness-ready");
+    let _ = std::fs::remove_file(&ready);
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .env("READY", &ready)
+        .env("KICKED", world.path("state/kicked"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ready.exists() {
+        assert!(std::time::Instant::now() < deadline, "the harness stand-in never got ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(world.path("state/harness-pid"), format!("{}\n", child.id())).unwrap();
+    child
+}
+
+/// The kick cannot kill: the script run in the container sends SIGUSR1 to the harness's
+/// main process only when that process catches or ignores it (real processes here, so
+/// the masks are the kernel's), and a kick that fails is withheld, not an error.
+#[tokio::test]
+async fn the_kick_reaches_only_a_harness_that_handles_sigusr1() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        rt.start(&agent).await.unwrap();
+        let kicked = world.path("state/kicked");
+
+        // A harness that traps SIGUSR1 is kicked: its handler runs.
+        let mut handles = harness(
+            &world,
+            r#"trap ': > "$KICKED"' USR1; : > "$READY"; while [ ! -e "$KICKED" ]; do sleep 0.05; done"#,
+        );
+        world.take();
+        assert_eq!(rt.signal(&agent).await.unwrap(), Kick::Sent);
+        assert!(handles.wait().unwrap().success(), "the handler ran and ended its loop");
+        assert!(kicked.exists());
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl is-active --quiet container@h-alpha",
+                "nixos-container run h-alpha -- sh -c <KICK_SCRIPT> hive-kick hive-harness.service",
+                "systemctl show --property=MainPID --value hive-harness.service",
+            ]
+        );
+
+        // One that ignores it is kicked harmlessly; one that does neither is not kicked
+        // at all, and lives on (SIGUSR1 would have ended it).
+        for (script, expected) in [
+            (r#"trap '' USR1; : > "$READY"; while :; do sleep 0.05; done"#, None),
+            (r#": > "$READY"; while :; do sleep 0.05; done"#, Some("does not handle it")),
+        ] {
+            let mut process = harness(&world, script);
+            let kick = rt.signal(&agent).await.unwrap();
+            match expected {
+                None => assert_eq!(kick, Kick::Sent, "{script}"),
+                Some(why) => {
+                    let Kick::Withheld(message) = &kick else { panic!("{script}: {kick:?}") };
+                    assert!(message.contains(why), "{message}");
+                    assert!(message.contains(&process.id().to_string()), "{message}");
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            assert!(process.try_wait().unwrap().is_none(), "{script}: still running after {kick:?}");
+            process.kill().unwrap();
+            process.wait().unwrap();
+        }
+
+        // The kick fails (say, the container's systemd does not answer): the fence is
+        // set and the kick withheld with the command's error, so the stop goes on.
+        std::fs::remove_file(world.fence_of("h-alpha")).unwrap();
+        world.fail("run", 1);
+        let kick = rt.signal(&agent).await.unwrap();
+        let Kick::Withheld(message) = &kick else { panic!("{kick:?}") };
+        assert!(message.starts_with("the kick failed: ") && message.contains("main PID"), "{message}");
+        assert!(world.fence_of("h-alpha").exists());
     })
     .await;
 }

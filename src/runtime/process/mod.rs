@@ -5,11 +5,14 @@
 //! with its output in a rotating log; its exits are published the moment they happen.
 //!
 //! The graceful fence: [`Runtime::signal`] creates the file `<root>/<agent>/fence`
-//! (the agent finds its path in `HIVE_FENCE`) and sends [`FENCE_SIGNAL`] (SIGUSR1) to
-//! the agent's main process only — not its group, since SIGUSR1 ends a process that
-//! does not handle it. The harness runs one stop-checkpoint turn and removes the file;
+//! (the agent finds its path in `HIVE_FENCE`) and kicks the agent's main process with
+//! [`FENCE_SIGNAL`] (SIGUSR1) — only the main process, not its group, and only when it
+//! catches or ignores the signal, since SIGUSR1 ends a process that does not handle it
+//! (see [`kick`]). The harness runs one stop-checkpoint turn and removes the file;
 //! [`Runtime::drain`] waits for that, checking the file every [`DRAIN_POLL`] (a file
 //! has no cheaper portable change notification), bounded by the graceful-stop timeout.
+//! An agent that handles no SIGUSR1 is not kicked: it sees the file itself, or the
+//! drain runs out and the stop's SIGTERM ends it.
 //!
 //! Resource limits (`spec.resources`, else the hive-wide defaults of
 //! [`ProcessConfig`]) are enforced with cgroup v2 when the host allows it: the agent's
@@ -24,6 +27,7 @@
 mod config;
 pub mod generation;
 pub mod git;
+pub mod kick;
 pub mod limits;
 pub mod logs;
 mod orphans;
@@ -52,9 +56,9 @@ use tokio::sync::broadcast;
 
 use self::generation::{generation_id, AgentDir, REV_FILE};
 use self::limits::Cgroups;
-use self::supervisor::{signal_error, signal_group, signal_process, Running, SpawnRequest};
+use self::supervisor::{signal_error, signal_group, Running, SpawnRequest};
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Limits, LogOptions, LogStream, Observed, Result,
+    BuildLog, Change, Drain, Error, Exit, Generation, Kick, Limits, LogOptions, LogStream, Observed, Result,
     Runtime, RuntimeEvent, Started,
 };
 
@@ -336,7 +340,7 @@ impl ProcessRuntime {
                 supervisor::spawn(request, move |exit| Inner::exited(weak, &name, &pid_file, exit))?;
             // The pid file lets a later daemon find this process if this one dies
             // (see `kill_orphans`); written and removed under the table lock.
-            let ticks = supervisor::start_ticks(running.pid).unwrap_or(0);
+            let ticks = running.start_ticks.unwrap_or(0);
             if let Err(error) = fs::write(dir.pid_file(), format!("{} {ticks}\n", running.pid)) {
                 tracing::warn!(agent = %dir.agent, %error, "cannot write the pid file");
             }
@@ -390,17 +394,22 @@ impl ProcessRuntime {
         }
     }
 
-    /// See [`Runtime::signal`].
-    pub async fn signal(&self, agent: &Agent) -> Result<()> {
+    /// See [`Runtime::signal`]: the fence first, so a harness that is not kicked (it
+    /// handles no SIGUSR1, or installs its handler only later) still finds it.
+    pub async fn signal(&self, agent: &Agent) -> Result<Kick> {
         let dir = self.dir(agent)?;
         fs::create_dir_all(&dir.path).map_err(|e| dir.io("cannot create", &dir.path, e))?;
         let fence = dir.fence();
         fs::write(&fence, b"").map_err(|e| dir.io("cannot write", &fence, e))?;
-        if let Some(running) = self.running(&dir.agent) {
-            signal_process(running.pid, Signal::USR1)
-                .map_err(|e| signal_error(&dir.agent, FENCE_SIGNAL, running.pid, e))?;
-        }
-        Ok(())
+        let Some(running) = self.running(&dir.agent) else { return Ok(Kick::NotRunning) };
+        Ok(match kick::kick(running.pid, running.start_ticks, Signal::USR1) {
+            kick::Outcome::Sent(_) => Kick::Sent,
+            kick::Outcome::Gone => Kick::NotRunning,
+            kick::Outcome::Withheld(why) => {
+                tracing::info!(agent = %dir.agent, pid = running.pid, %why, "fence set; SIGUSR1 withheld");
+                Kick::Withheld(why)
+            }
+        })
     }
 
     /// See [`Runtime::drain`].
@@ -610,7 +619,7 @@ impl Runtime for ProcessRuntime {
         Box::pin(ProcessRuntime::kill(self, agent))
     }
 
-    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {
+    fn signal<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Kick>> {
         Box::pin(ProcessRuntime::signal(self, agent))
     }
 

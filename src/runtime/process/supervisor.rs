@@ -40,6 +40,10 @@ pub struct Running {
     pub pid: u32,
     /// When it was spawned.
     pub since: DateTime<Utc>,
+    /// Its start time in clock ticks after boot ([`start_ticks`]), read while the
+    /// supervisor still held it unreaped: with `pid` it names this process and no later
+    /// one that reuses the pid.
+    pub start_ticks: Option<u64>,
     /// The generation it runs.
     pub generation: Option<Generation>,
     /// Set before the runtime signals it to stop, so its exit counts as requested.
@@ -147,6 +151,8 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         .spawn()
         .map_err(|source| Error::Spawn { agent: agent.into(), command, dir: dir.into(), source })?;
     let pid = child.id().expect("a freshly spawned child has a pid");
+    // Unreaped, the pid is still this child's.
+    let start_ticks = start_ticks(pid);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     tokio::spawn(pump(stdout, log.clone()));
@@ -166,7 +172,7 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         on_exit(exit.clone());
         let _ = tx.send(Some(exit));
     });
-    Ok(Running { pid, since: crate::host::now(), generation, stop_requested, exited })
+    Ok(Running { pid, since: crate::host::now(), start_ticks, generation, stop_requested, exited })
 }
 
 /// Copies everything `reader` yields into the log until end of file.
@@ -185,26 +191,13 @@ async fn pump(mut reader: impl AsyncRead + Unpin, log: Arc<Mutex<RotatingLog>>) 
     }
 }
 
-/// Sends `signal` to process group `pgid`; a group that is already gone is fine.
+/// Sends `signal` to process group `pgid`; a group that is already gone is fine. (The
+/// one signal for a single process, the fence kick, goes through [`super::kick`].)
 pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<()> {
-    send(pgid, signal, true)
-}
-
-/// Sends `signal` to the single process `pid`; a process that is already gone is fine.
-pub fn signal_process(pid: u32, signal: Signal) -> io::Result<()> {
-    send(pid, signal, false)
-}
-
-fn send(pid: u32, signal: Signal, group: bool) -> io::Result<()> {
-    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+    let Some(pid) = i32::try_from(pgid).ok().and_then(Pid::from_raw) else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a valid pid"));
     };
-    let sent = if group {
-        rustix::process::kill_process_group(pid, signal)
-    } else {
-        rustix::process::kill_process(pid, signal)
-    };
-    match sent {
+    match rustix::process::kill_process_group(pid, signal) {
         Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
         Err(errno) => Err(errno.into()),
     }

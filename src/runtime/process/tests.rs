@@ -18,15 +18,16 @@ use super::limits::tests::FakeCgroupfs;
 use super::supervisor::CGROUP_JOIN_FAILED;
 use super::testing::{config_repo, git};
 use super::{ProcessConfig, ProcessRuntime};
-use crate::runtime::{Change, Drain, Error, Exit, Limits, Runtime, RuntimeEvent};
+use crate::runtime::{Change, Drain, Error, Exit, Kick, Limits, Runtime, RuntimeEvent};
 
 const RUN_SH: &str = r#"#!/bin/sh
-if [ -n "$IGNORE_FENCE" ]; then trap '' USR1; else trap 'rm -f "$HIVE_FENCE"' USR1; fi
+if [ -n "$NO_TRAP" ]; then :; elif [ -n "$IGNORE_FENCE" ]; then trap '' USR1; else trap 'rm -f "$HIVE_FENCE"' USR1; fi
 if [ -n "$FAIL_ONCE" ] && [ ! -e "$FAIL_ONCE" ]; then : > "$FAIL_ONCE"; echo "first start fails" >&2; exit 3; fi
 if [ -n "$FAIL_ALWAYS" ]; then echo "always fails" >&2; exit 4; fi
 echo "started VERSION"
 while true; do
   echo VERSION > "$OUT.tmp" && mv "$OUT.tmp" "$OUT"
+  if [ -n "$POLL_FENCE" ] && [ -e "$HIVE_FENCE" ]; then rm -f "$HIVE_FENCE"; fi
   sleep 0.05
 done
 "#;
@@ -316,6 +317,56 @@ async fn signal_then_drain_ends_when_the_harness_clears_the_fence_or_at_the_time
         assert!(rt.agent_dir("alpha").join("fence").exists());
         rt.stop(&ignores).await.unwrap();
         assert_eq!(rt.drain(&ignores).await.unwrap(), Drain::Drained, "nothing to drain once stopped");
+    })
+    .await;
+}
+
+/// Issue 14, item 6: the kick (SIGUSR1, whose default action ends a process) reaches
+/// only an agent that catches or ignores it. One that handles no SIGUSR1 is not kicked
+/// and keeps running through the whole drain, then the stop ends it with SIGTERM; one
+/// that polls the fence file instead (or installs its handler late) drains without a
+/// kick.
+#[tokio::test]
+async fn the_kick_never_kills_an_agent_that_does_not_handle_sigusr1() {
+    bounded(async {
+        let world = World::with(|config| config.graceful_stop = Duration::from_millis(600));
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let fence = rt.agent_dir("alpha").join("fence");
+        let honours = world.agent("v1", &[]);
+        rt.create(&honours, &log).await.unwrap();
+        rt.start(&honours).await.unwrap();
+        assert_eq!(rt.signal(&honours).await.unwrap(), Kick::Sent);
+        assert_eq!(rt.drain(&honours).await.unwrap(), Drain::Drained);
+        rt.stop(&honours).await.unwrap();
+
+        let plain = world.agent("v1", &[("NO_TRAP", "1")]);
+        let pid = rt.start(&plain).await.unwrap().pid;
+        let kick = rt.signal(&plain).await.unwrap();
+        let Kick::Withheld(why) = &kick else { panic!("kicked an agent that does not handle it: {kick:?}") };
+        assert!(why.contains(&format!("pid {pid} does not handle it")), "{why}");
+        assert!(fence.exists(), "the fence is set all the same");
+        assert_eq!(rt.drain(&plain).await.unwrap(), Drain::TimedOut);
+        let observed = rt.observed(&plain).unwrap();
+        assert!(observed.running(), "alive through the drain: {:?}", observed.last_exit);
+        rt.stop(&plain).await.unwrap();
+        let exit = rt.observed(&plain).unwrap().last_exit.unwrap();
+        assert_eq!((exit.signal, exit.requested), (Some(15), true), "ended by the stop's SIGTERM: {exit}");
+        assert_eq!(rt.signal(&plain).await.unwrap(), Kick::NotRunning);
+
+        let polls = world.agent("v1", &[("NO_TRAP", "1"), ("POLL_FENCE", "1")]);
+        rt.start(&polls).await.unwrap();
+        assert!(matches!(rt.signal(&polls).await.unwrap(), Kick::Withheld(_)));
+        assert_eq!(rt.drain(&polls).await.unwrap(), Drain::Drained, "it found the fence itself");
+        assert!(rt.is_running(&polls).await.unwrap());
+        rt.stop(&polls).await.unwrap();
+
+        let ignores = world.agent("v1", &[("IGNORE_FENCE", "1")]);
+        rt.start(&ignores).await.unwrap();
+        assert_eq!(rt.signal(&ignores).await.unwrap(), Kick::Sent, "an ignored signal is harmless");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(rt.is_running(&ignores).await.unwrap());
+        rt.kill(&ignores).await.unwrap();
     })
     .await;
 }
