@@ -46,6 +46,9 @@ pub struct Facts {
     /// so the controller must not start it again meanwhile (its `Crashed` condition may
     /// be written a moment after the Job's failure).
     pub start_failed: bool,
+    /// Why the newest finished build of the agent (a spawn's Create, a rebuild's
+    /// Prebuild) failed, when it did: its Job and the node's error.
+    pub build_failure: Option<String>,
 }
 
 /// A Job the controller submits.
@@ -113,7 +116,12 @@ pub fn decide(f: &Facts) -> Decision {
     let built = f.submitted_fingerprint.as_deref() == Some(f.fingerprint.as_str());
     if !f.installed {
         return if built {
-            Decision::Blocked("the spawn for this config failed; change the spec to try again".into())
+            Decision::Blocked(match &f.build_failure {
+                Some(why) => {
+                    format!("the spawn for this config failed ({why}); change the spec to try again")
+                }
+                None => "the spawn for this config failed; change the spec to try again".into(),
+            })
         } else {
             Decision::Submit(Submit::Spawn)
         };
@@ -207,6 +215,8 @@ mod tests {
             ("a Job is working", Facts { in_flight: true, installed: false, ..facts() }, Decision::Wait),
             ("new agent spawns", Facts { installed: false, submitted_fingerprint: None, ..facts() }, Decision::Submit(Submit::Spawn)),
             ("failed spawn is not repeated", Facts { installed: false, ..facts() }, Decision::Blocked("the spawn for this config failed; change the spec to try again".into())),
+            ("a failed spawn says why", Facts { installed: false, build_failure: Some("Job s-1 failed to build it: exit 1".into()), ..facts() },
+                Decision::Blocked("the spawn for this config failed (Job s-1 failed to build it: exit 1); change the spec to try again".into())),
             ("config change rebuilds", Facts { fingerprint: "f2".into(), ..facts() }, Decision::Submit(Submit::Rebuild)),
             ("wanted up, stopped", Facts { running: false, ..facts() }, Decision::Submit(Submit::Start)),
             ("wanted offline, running", Facts { wanted_up: false, ..facts() }, Decision::Submit(Submit::Stop)),

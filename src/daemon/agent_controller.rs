@@ -161,6 +161,33 @@ fn last_start_failed(jobs: &[Job], agent: &str) -> bool {
     })
 }
 
+/// Why the newest finished Job that built `agent` (its Create or Prebuild node ran to
+/// an end) failed at that build, as "Job NAME failed to build it: ERROR"; `None` when it
+/// built (or no such Job is left in the history).
+fn last_build_failure(jobs: &[Job], agent: &str) -> Option<String> {
+    use hive_api::job::{JobNodeKind, JobNodeState};
+    let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+    let build_nodes = |job: &Job| -> Vec<String> {
+        let builds = job.spec.nodes.iter().filter(|n| n.agent.as_deref() == Some(agent));
+        builds
+            .filter(|n| matches!(n.kind, JobNodeKind::Create | JobNodeKind::Prebuild))
+            .map(|n| n.id.clone())
+            .collect()
+    };
+    let ended = |job: &Job| {
+        let ids = build_nodes(job);
+        let ran = |state: JobNodeState| matches!(state, JobNodeState::Done | JobNodeState::Failed);
+        job.status.nodes.iter().any(|n| ids.contains(&n.id) && ran(n.state))
+    };
+    let newest =
+        jobs.iter().filter(|job| job.status.settled() && ended(job)).max_by_key(|job| revision(job))?;
+    let ids = build_nodes(newest);
+    let failed =
+        newest.status.nodes.iter().find(|n| ids.contains(&n.id) && n.state == JobNodeState::Failed)?;
+    let error = failed.error.as_deref().unwrap_or("no error recorded");
+    Some(format!("Job {} failed to build it: {error}", newest.metadata.name))
+}
+
 /// The condition saying whether a spawn or rebuild is under way.
 const CONDITION_BUILDING: &str = "Building";
 
@@ -178,7 +205,9 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
         })
     };
     let (jobs, recheck) = in_flight(engine, &name).await;
-    let start_failed = last_start_failed(&Api::<Job>::new(&engine.store).list().1, &name);
+    let stored_jobs = Api::<Job>::new(&engine.store).list().1;
+    let start_failed = last_start_failed(&stored_jobs, &name);
+    let build_failure = last_build_failure(&stored_jobs, &name);
     let building = jobs
         .iter()
         .find(|(_, template)| matches!(template, JobTemplate::Spawn | JobTemplate::Rebuild))
@@ -199,7 +228,9 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .condition(hive_api::agent::CONDITION_CRASHED)
             .is_some_and(|c| c.status == ConditionStatus::True),
         start_failed,
+        build_failure: build_failure.clone(),
     };
+    let failure = build_failure.as_deref();
     let now = Time(engine.store.now());
     match decide(&facts) {
         Decision::AddFinalizer => {
@@ -220,7 +251,9 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
         }
         Decision::Wait => {
             agents
-                .patch_status(&name, |status| building_condition(status, now, generation, building.as_ref()))
+                .patch_status(&name, |status| {
+                    building_condition(status, now, generation, building.as_ref(), failure)
+                })
                 .await?;
             // The Job's changes wake this agent again; only a stored Job the scheduler
             // has not taken yet needs a second look when its handoff grace ends.
@@ -280,7 +313,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                         &message,
                         Some(ConditionStatus::False),
                     );
-                    building_condition(status, now, generation, None);
+                    building_condition(status, now, generation, None, failure);
                 })
                 .await?;
             Ok(Action::await_change())
@@ -293,7 +326,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     status.observed_generation = Some(generation);
                     status.active_job = None;
                     conditions(status, now, generation, ConditionStatus::True, "Converged", why, Some(ready));
-                    building_condition(status, now, generation, None);
+                    building_condition(status, now, generation, None, failure);
                 })
                 .await?;
             Ok(Action::await_change())
@@ -311,6 +344,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                         &message,
                         Some(ConditionStatus::False),
                     );
+                    building_condition(status, now, generation, None, failure);
                 })
                 .await?;
             Ok(Action::await_change())
@@ -318,18 +352,22 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
     }
 }
 
-/// Sets `Building`: True while a Spawn or Rebuild Job works on the agent.
+/// Sets `Building`: True while a Spawn or Rebuild Job works on the agent; else False,
+/// with reason `BuildFailed` and the error when its newest build failed (`failure`,
+/// from [`last_build_failure`]), `Built` when it did not.
 fn building_condition(
     status: &mut AgentStatus,
     now: Time,
     generation: i64,
     job: Option<&(String, JobTemplate)>,
+    failure: Option<&str>,
 ) {
-    let (state, reason, message) = match job {
-        Some((name, template)) => {
+    let (state, reason, message) = match (job, failure) {
+        (Some((name, template)), _) => {
             (ConditionStatus::True, template.as_str().to_string(), format!("Job {name} is building it"))
         }
-        None => (ConditionStatus::False, "Built".to_string(), "no build under way".to_string()),
+        (None, Some(why)) => (ConditionStatus::False, "BuildFailed".to_string(), why.to_string()),
+        (None, None) => (ConditionStatus::False, "Built".to_string(), "no build under way".to_string()),
     };
     let condition = Condition {
         type_: CONDITION_BUILDING.into(),
@@ -369,7 +407,7 @@ fn conditions(
 
 #[cfg(test)]
 mod tests {
-    use hive_api::job::{JobNode, JobNodeKind, JobSpec};
+    use hive_api::job::{JobNode, JobNodeKind, JobNodeState, JobNodeStatus, JobSpec};
     use hive_api::meta::Time;
 
     use super::*;
@@ -416,5 +454,69 @@ mod tests {
         assert_eq!(recheck, Some(Duration::from_secs(10)));
         let later = now + chrono::Duration::seconds(11);
         assert!(unfinished(&jobs[..1], &HashMap::new(), later, "b").0.is_empty());
+    }
+
+    /// A settled Job at resourceVersion `rv` whose nodes for agent `a` ended in `states`.
+    fn ended(name: &str, rv: u64, template: JobTemplate, states: &[(JobNodeKind, JobNodeState)]) -> Job {
+        let nodes =
+            states.iter().map(|(kind, _)| JobNode::new(format!("a/{kind:?}"), *kind, Some("a"))).collect();
+        let mut job =
+            Job::new(name, JobSpec { template, agents: vec!["a".into()], nodes, ..Default::default() });
+        job.metadata.resource_version = Some(rv.to_string());
+        let failed = states.iter().any(|(_, state)| *state == JobNodeState::Failed);
+        job.status.phase = Some(if failed { JobPhase::Failed } else { JobPhase::Done });
+        job.status.finished_at = Some(Time(crate::host::now()));
+        job.status.nodes = states
+            .iter()
+            .map(|(kind, state)| JobNodeStatus {
+                id: format!("a/{kind:?}"),
+                state: *state,
+                error: (*state == JobNodeState::Failed).then(|| format!("{kind:?} broke")),
+                ..Default::default()
+            })
+            .collect();
+        job
+    }
+
+    #[test]
+    fn the_newest_build_that_ran_says_whether_the_build_failed() {
+        use JobNodeKind::{Create, Prebuild, Reconcile, SetWanted, Swap, WriteDropin};
+        use JobNodeState::{Cancelled, Done, Failed};
+        let spawn_failed =
+            ended("spawn-1", 10, JobTemplate::Spawn, &[(Create, Failed), (WriteDropin, Cancelled)]);
+        let spawned = ended(
+            "spawn-2",
+            12,
+            JobTemplate::Spawn,
+            &[(Create, Done), (WriteDropin, Done), (Reconcile, Done)],
+        );
+        let rebuild_failed = ended(
+            "rebuild-1",
+            20,
+            JobTemplate::Rebuild,
+            &[(Prebuild, Failed), (Swap, Cancelled), (Reconcile, Done)],
+        );
+        let rebuild_cancelled = ended("rebuild-2", 30, JobTemplate::Rebuild, &[(Prebuild, Cancelled)]);
+        let stop = ended("stop-1", 40, JobTemplate::Stop, &[(SetWanted, Done), (Reconcile, Done)]);
+        let mut running = ended("rebuild-3", 50, JobTemplate::Rebuild, &[(Prebuild, Done)]);
+        running.status.phase = Some(JobPhase::Running);
+        running.status.finished_at = None;
+        let failure = |name: &str, kind: &str| Some(format!("Job {name} failed to build it: {kind} broke"));
+        let cases: Vec<(&str, Vec<&Job>, Option<String>)> = vec![
+            ("no Jobs", vec![], None),
+            ("a failed spawn", vec![&spawn_failed], failure("spawn-1", "Create")),
+            ("a later spawn built it", vec![&spawn_failed, &spawned], None),
+            ("a failed rebuild", vec![&spawned, &rebuild_failed], failure("rebuild-1", "Prebuild")),
+            (
+                "a cancelled build never ran; a stop builds nothing; an unsettled Job does not count",
+                vec![&spawned, &rebuild_failed, &rebuild_cancelled, &stop, &running],
+                failure("rebuild-1", "Prebuild"),
+            ),
+        ];
+        for (what, jobs, want) in cases {
+            let jobs: Vec<Job> = jobs.into_iter().cloned().collect();
+            assert_eq!(last_build_failure(&jobs, "a"), want, "{what}");
+            assert_eq!(last_build_failure(&jobs, "b"), None, "{what}: another agent's");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Agent faults through the real daemon (issue 14): a graceful stop whose SIGUSR1 kick
-//! cannot kill an agent that does not handle it (item 6).
+//! cannot kill an agent that does not handle it (item 6), and a spawn whose build fails
+//! does not leave `Building` True (item 8).
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +66,10 @@ fn step(job: &Value, id: &str) -> String {
         .into()
 }
 
+fn condition(agent: &Value, type_: &str) -> Option<Value> {
+    agent["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
+}
+
 /// Issue 14, item 6: the graceful fence's SIGUSR1 killed any agent that does not handle
 /// it ("stopped (killed by signal 10)") before its stop ever sent SIGTERM. Now the kick
 /// is withheld from such an agent: the fence stays set for the drain bound
@@ -117,4 +122,48 @@ async fn a_graceful_stop_ends_an_agent_that_ignores_sigusr1_by_sigterm_not_by_th
     assert_eq!(stopped.1, "stopped (exit code 0)");
     wait_power(&api, "plain", "Stopped").await;
     wait_power(&api, "honours", "Stopped").await;
+}
+
+/// Issue 14, item 8: after a spawn whose build failed, `Building` stayed True (reason
+/// `Spawn`, "Job … is building it") forever, though `Converged` said the spawn failed.
+/// Now `Building` is False with reason `BuildFailed`, and the three conditions name the
+/// Job and say why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_spawn_build_leaves_building_false_and_says_why() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let mut broken = agent("broken", &config_repo(&d.dir), "Up");
+    // Long enough for the controller to see the spawn under way.
+    broken["spec"]["runtime"]["process"]["build"] =
+        json!(["sh", "-c", "sleep 1; echo the build is broken >&2; exit 1"]);
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &broken).await.code, 201);
+    let get = || async { api.get("/apis/hive.dev/v1/agents/broken").await.body };
+
+    let building = eventually("Building True while the spawn runs", || async {
+        condition(&get().await, "Building").filter(|c| c["status"] == "True")
+    })
+    .await;
+    assert_eq!(building["reason"], "Spawn", "{building}");
+    let spawn = job_of(&api, "Spawn", "broken").await.expect("the Spawn Job");
+    let job_name = spawn["metadata"]["name"].as_str().unwrap().to_string();
+    let spawn = wait_terminal(&api, &job_name).await;
+    assert_eq!(spawn["status"]["phase"], "Failed", "{}", spawn["status"]);
+
+    let agent = eventually("Converged False after the failed spawn", || async {
+        let agent = get().await;
+        let converged = condition(&agent, "Converged")?;
+        (converged["reason"] == "JobFailed").then_some(agent)
+    })
+    .await;
+    let building = condition(&agent, "Building").unwrap();
+    assert_eq!(building["status"], "False", "Building after a failed spawn: {building}");
+    assert_eq!(building["reason"], "BuildFailed", "{building}");
+    let message = building["message"].as_str().unwrap();
+    assert!(message.contains(&job_name) && message.contains("the build is broken"), "{message}");
+    for type_ in ["Converged", "Ready"] {
+        let c = condition(&agent, type_).unwrap();
+        assert_eq!(c["status"], "False", "{c}");
+        let message = c["message"].as_str().unwrap();
+        assert!(message.contains(&job_name) && message.contains("the build is broken"), "{type_}: {message}");
+    }
 }
