@@ -1,8 +1,10 @@
 //! What hive reads from the host it runs on besides files and sockets: the wall clock
-//! (`clock`) and the environment (`env`). Each is read in exactly one place, here;
-//! `clippy.toml` forbids every other read, so a test can substitute either.
+//! (`clock`), the environment (`env`) and the process's resource limits (`limits`). Each
+//! is read in exactly one place, here; `clippy.toml` forbids every other read, so a test
+//! can substitute any of them.
 
 pub mod clock;
 pub mod env;
+pub mod limits;
 
 pub use clock::{now, Clock};
