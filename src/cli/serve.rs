@@ -162,6 +162,25 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", env = "HIVE_DASHBOARD_PORT", value_parser = crate::dashboard::parse_listen)]
     pub dashboard_listen: Option<SocketAddr>,
 
+    /// How long a client may take to send a request's head: from the TLS handshake, or on
+    /// a kept-alive connection from the request's first byte. Slower connections are
+    /// closed. `0` turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration::parse)]
+    pub http_header_timeout: Duration,
+
+    /// How long a connection with no request in flight may go without a byte before it
+    /// is closed (gracefully). A watch or a followed log is a request in flight and is
+    /// never cut by it. `0` turns it off.
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = super::duration::parse)]
+    pub http_idle_timeout: Duration,
+
+    /// Open HTTPS connections at most, over --listen and --dashboard-listen together; one
+    /// more is answered 503 (`Retry-After: 1`) and closed. Default: from the open-file
+    /// limit (`ulimit -n`), less a quarter of it (at least 128) for the store, agents
+    /// and logs, but at least half of it, and at most 10000.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
@@ -210,8 +229,24 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
             vastai_base_url: args.vastai_base_url.clone(),
         },
         dashboard_listen: args.dashboard_listen,
+        http: serve_config(&args),
     };
     crate::daemon::run(config, shutdown_signal()).await
+}
+
+/// The listeners' limits: the timeouts (`0` is off) and the connection cap, by default
+/// derived from the open-file limit.
+fn serve_config(args: &Args) -> crate::server::serve::ServeConfig {
+    let on = |d: Duration| (!d.is_zero()).then_some(d);
+    crate::server::serve::ServeConfig {
+        timeouts: crate::server::serve::Timeouts {
+            header: on(args.http_header_timeout),
+            idle: on(args.http_idle_timeout),
+        },
+        max_connections: args.max_connections.unwrap_or_else(|| {
+            crate::server::serve::ServeConfig::default_max_connections(crate::host::limits::open_files())
+        }),
+    }
 }
 
 fn init_tracing(filter: &str) {
@@ -268,6 +303,9 @@ fn check(args: &Args) -> anyhow::Result<()> {
     }
     if args.build_slots == 0 {
         bail!("--build-slots must be at least 1");
+    }
+    if args.max_connections == Some(0) {
+        bail!("--max-connections must be at least 1");
     }
     crate::runtime::process::limits::parse_cpu_quota(&args.agent_cpu_quota)
         .map_err(|e| anyhow::anyhow!("--agent-cpu-quota {e}"))?;

@@ -80,6 +80,8 @@ pub struct DaemonConfig {
     pub fleet: crate::fleet::FleetConfig,
     /// Also serve the dashboard (and the API) here.
     pub dashboard_listen: Option<SocketAddr>,
+    /// The listeners' timeouts and connection cap (shared by the API and the dashboard).
+    pub http: server::serve::ServeConfig,
 }
 
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the fleet, the
@@ -183,12 +185,24 @@ pub async fn run(
     approval_controller::spawn(engine.clone());
     let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
     let app = server::app_with_pages(state, crate::dashboard::router());
-    let dashboard =
-        crate::dashboard::serve_extra(config.dashboard_listen, tls_config.clone(), app.clone()).await?;
+    let connections = server::serve::Connections::new(config.http);
+    let dashboard = crate::dashboard::serve_extra(
+        config.dashboard_listen,
+        tls_config.clone(),
+        app.clone(),
+        connections.clone(),
+    )
+    .await?;
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
     println!("hive: kubeconfig {}", kubeconfig.display());
-    server::serve::serve_tls(listener, tls_config, app, shutdown).await?;
+    tracing::info!(
+        max_connections = config.http.max_connections,
+        header_timeout = ?config.http.timeouts.header,
+        idle_timeout = ?config.http.timeouts.idle,
+        "connection limits"
+    );
+    server::serve::serve_tls(listener, tls_config, app, connections, shutdown).await?;
     if let Some(dashboard) = dashboard {
         dashboard.abort();
     }

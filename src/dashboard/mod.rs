@@ -106,12 +106,13 @@ pub fn parse_listen(value: &str) -> Result<std::net::SocketAddr, String> {
 }
 
 /// Serves `app` (dashboard and API alike: the pages call the API on their own origin)
-/// on the extra `--dashboard-listen` address with the same TLS, in a task the caller
-/// aborts at shutdown.
+/// on the extra `--dashboard-listen` address with the same TLS, its connections counted
+/// with the API listener's, in a task the caller aborts at shutdown.
 pub async fn serve_extra(
     listen: Option<std::net::SocketAddr>,
     tls: std::sync::Arc<rustls::ServerConfig>,
     app: Router,
+    connections: crate::server::serve::Connections,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     use anyhow::Context as _;
     let Some(listen) = listen else { return Ok(None) };
@@ -122,7 +123,8 @@ pub async fn serve_extra(
     println!("hive: dashboard https://{local}/");
     Ok(Some(tokio::spawn(async move {
         if let Err(err) =
-            crate::server::serve::serve_tls(listener, tls, app, std::future::pending::<()>()).await
+            crate::server::serve::serve_tls(listener, tls, app, connections, std::future::pending::<()>())
+                .await
         {
             tracing::error!(error = %err, "the dashboard listener failed");
         }

@@ -1,0 +1,409 @@
+//! One HTTP connection after its TLS handshake: served by hyper with the axum router,
+//! closed when a request's head does not arrive within the header timeout, and closed
+//! gracefully once it has been idle — no request in flight, no byte read — for the idle
+//! timeout. A request in flight (a watch, a followed log) is never cut by either.
+//!
+//! Both timers are ours, not hyper's `header_read_timeout`: hyper starts that one as
+//! soon as a response is written, so on a keep-alive connection it would also run while
+//! the connection is merely idle and close every idle connection at the header timeout.
+//! Here, as in Go's `net/http` (`ReadHeaderTimeout`, `IdleTimeout`), the header timer of
+//! a kept-alive connection starts with the next request's first byte.
+//!
+//! This is where an HTTP/2 connection (ALPN `h2`) would be served beside HTTP/1.1: the
+//! listener hands every connection to [`serve`].
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::Router;
+use bytes::Bytes;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tower::ServiceExt as _;
+
+/// The header-read timeout when `--http-header-timeout` is not given (Go's and
+/// kube-apiserver's usual choice).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The idle keep-alive timeout when `--http-idle-timeout` is not given (Go's
+/// `http.Transport` keeps idle connections this long too, so clients rarely reuse one
+/// the server has just closed).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The timeouts of one connection; `None` turns one off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// From a new connection, or from the first byte of a kept-alive connection's next
+    /// request, until that request's head has been read.
+    pub header: Option<Duration>,
+    /// How long a connection with no request in flight may go without a byte read.
+    pub idle: Option<Duration>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts { header: Some(DEFAULT_HEADER_TIMEOUT), idle: Some(DEFAULT_IDLE_TIMEOUT) }
+    }
+}
+
+/// Serves one connection until the client closes it, a timeout closes it, or the
+/// runtime ends.
+pub(super) async fn serve<S>(io: S, app: Router, timeouts: Timeouts, peer: SocketAddr)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::new(Instant::now()));
+    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone() });
+    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone() });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .keep_alive(true)
+        // Our own header timer (see the module's note) replaces hyper's.
+        .header_read_timeout(None)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        expiry = activity.expiry(timeouts) => match expiry {
+            Expiry::Header => {
+                // Dropping the connection closes the socket; there is no request to answer.
+                tracing::debug!(%peer, "closing a connection: no complete request head within the header timeout");
+                return;
+            }
+            Expiry::Idle => {
+                tracing::debug!(%peer, "closing an idle connection");
+                // Idle means no request in flight, so hyper closes at once (with a TLS
+                // close_notify); a request that raced in is finished first.
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        },
+    };
+    if let Err(err) = result {
+        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+}
+
+/// Where a connection is between requests, as the timeouts see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request head: on a new connection since it was accepted, on a
+    /// kept-alive one since the head's first byte.
+    Head { since: Instant },
+    /// This many requests have been read whose responses are not finished.
+    Busy { requests: usize },
+    /// No request in flight and no byte read since `since`.
+    Idle { since: Instant },
+}
+
+/// Which timeout ended a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expiry {
+    Header,
+    Idle,
+}
+
+impl Phase {
+    /// Bytes arrived at `now`: on an idle connection, a request head has begun.
+    fn read(self, now: Instant) -> Phase {
+        match self {
+            Phase::Idle { .. } => Phase::Head { since: now },
+            other => other,
+        }
+    }
+
+    /// hyper read a request's head and called the router.
+    fn request(self) -> Phase {
+        match self {
+            Phase::Busy { requests } => Phase::Busy { requests: requests + 1 },
+            Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1 },
+        }
+    }
+
+    /// A response finished (its body was written, or dropped) at `now`.
+    fn responded(self, now: Instant) -> Phase {
+        match self {
+            Phase::Busy { requests } if requests > 1 => Phase::Busy { requests: requests - 1 },
+            Phase::Busy { .. } => Phase::Idle { since: now },
+            other => other,
+        }
+    }
+
+    /// When, and by which timeout, the connection is to be closed if nothing happens.
+    fn deadline(self, timeouts: Timeouts) -> Option<(Instant, Expiry)> {
+        match self {
+            Phase::Head { since } => timeouts.header.map(|d| (since + d, Expiry::Header)),
+            Phase::Idle { since } => timeouts.idle.map(|d| (since + d, Expiry::Idle)),
+            Phase::Busy { .. } => None,
+        }
+    }
+}
+
+/// A connection's phase, shared by its reader, its requests and its watchdog.
+struct Activity {
+    phase: Mutex<Phase>,
+    changed: Notify,
+}
+
+impl Activity {
+    fn new(now: Instant) -> Activity {
+        Activity { phase: Mutex::new(Phase::Head { since: now }), changed: Notify::new() }
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the phase on, waking the watchdog when it changed.
+    fn update(&self, step: impl FnOnce(Phase) -> Phase) {
+        let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        let next = step(*phase);
+        if next != *phase {
+            *phase = next;
+            self.changed.notify_one();
+        }
+    }
+
+    /// Resolves when the current phase outlives its timeout. A phase change wakes it
+    /// (`notify_one` keeps the wake-up if it comes before the wait), and it re-reads.
+    async fn expiry(&self, timeouts: Timeouts) -> Expiry {
+        loop {
+            match self.phase().deadline(timeouts) {
+                Some((at, why)) if at <= Instant::now() => return why,
+                Some((at, _)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(at) => {}
+                        _ = self.changed.notified() => {}
+                    }
+                }
+                None => self.changed.notified().await,
+            }
+        }
+    }
+}
+
+/// The connection's byte stream, telling [`Activity`] when bytes arrive.
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.update(|phase| match phase {
+                Phase::Idle { .. } => phase.read(Instant::now()),
+                other => other,
+            });
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// The router, telling [`Activity`] when a request starts and when its response ends.
+#[derive(Clone)]
+struct Tracking {
+    app: Router,
+    activity: Arc<Activity>,
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+impl tower::Service<Request<Incoming>> for Tracking {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The router is always ready; `oneshot` below asks it anyway.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Incoming>) -> Answer {
+        let in_flight = InFlight::start(self.activity.clone());
+        let app = self.app.clone();
+        Box::pin(async move {
+            let response = app.oneshot(request).await?;
+            Ok(response.map(|body| Body::new(Finishing { body, _in_flight: in_flight })))
+        })
+    }
+}
+
+/// One request in flight; dropping it (with its response body) ends it.
+struct InFlight {
+    activity: Arc<Activity>,
+}
+
+impl InFlight {
+    fn start(activity: Arc<Activity>) -> InFlight {
+        activity.update(Phase::request);
+        InFlight { activity }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.activity.update(|phase| phase.responded(Instant::now()));
+    }
+}
+
+/// A response body that keeps its request in flight until hyper has written it all (a
+/// watch's body, until the watch ends) and drops it.
+struct Finishing {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for Finishing {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TIMEOUTS: Timeouts =
+        Timeouts { header: Some(Duration::from_secs(10)), idle: Some(Duration::from_secs(90)) };
+
+    #[test]
+    fn phases_and_their_deadlines() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // (name, steps applied to a new connection at t0, expected deadline)
+        type Step = fn(Phase, Instant) -> Phase;
+        let read: Step = |p, now| p.read(now);
+        let request: Step = |p, _| p.request();
+        let responded: Step = |p, now| p.responded(now);
+        type Case = (&'static str, Vec<(Step, u64)>, Option<(Instant, Expiry)>);
+        let cases: [Case; 7] = [
+            ("a new connection waits for its head", vec![], Some((at(10), Expiry::Header))),
+            (
+                "bytes of the first head do not move its deadline",
+                vec![(read, 3)],
+                Some((at(10), Expiry::Header)),
+            ),
+            ("a request in flight has no deadline", vec![(request, 1)], None),
+            (
+                "after the response the idle timer runs",
+                vec![(request, 1), (responded, 5)],
+                Some((at(95), Expiry::Idle)),
+            ),
+            (
+                "the next head's first byte starts the header timer",
+                vec![(request, 1), (responded, 5), (read, 60)],
+                Some((at(70), Expiry::Header)),
+            ),
+            (
+                "two requests in flight: one finished is still busy",
+                vec![(request, 1), (request, 2), (responded, 3)],
+                None,
+            ),
+            (
+                "both finished: idle from the last",
+                vec![(request, 1), (request, 2), (responded, 3), (responded, 4)],
+                Some((at(94), Expiry::Idle)),
+            ),
+        ];
+        for (name, steps, expected) in cases {
+            let phase = steps.iter().fold(Phase::Head { since: t0 }, |p, (step, s)| step(p, at(*s)));
+            assert_eq!(phase.deadline(TIMEOUTS), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_timeout_that_is_off_sets_no_deadline() {
+        let t0 = Instant::now();
+        let off = Timeouts { header: None, idle: None };
+        assert_eq!(Phase::Head { since: t0 }.deadline(off), None);
+        assert_eq!(Phase::Idle { since: t0 }.deadline(off), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_follows_phase_changes() {
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let watchdog = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expiry(TIMEOUTS).await }
+        });
+        // A request arrives before the header timeout, and lasts longer than both.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let in_flight = InFlight::start(activity.clone());
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(!watchdog.is_finished(), "a request in flight is never timed out");
+        drop(in_flight);
+        let idle_from = Instant::now();
+        assert_eq!(watchdog.await.unwrap(), Expiry::Idle);
+        assert_eq!(Instant::now() - idle_from, Duration::from_secs(90));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_head_begun_on_an_idle_connection_gets_the_header_timeout() {
+        let activity = Arc::new(Activity::new(Instant::now()));
+        drop(InFlight::start(activity.clone()));
+        let watchdog = tokio::spawn({
+            let activity = activity.clone();
+            async move { activity.expiry(TIMEOUTS).await }
+        });
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        activity.update(|p| p.read(Instant::now()));
+        let begun = Instant::now();
+        assert_eq!(watchdog.await.unwrap(), Expiry::Header);
+        assert_eq!(Instant::now() - begun, Duration::from_secs(10));
+    }
+}
