@@ -45,8 +45,30 @@ impl Daemon {
         daemon
     }
 
+    /// Starts a daemon on a fresh state dir whose open-file limit (soft and hard) is
+    /// `limit`, through util-linux `prlimit`; `None` (the test says it is skipped) when
+    /// `prlimit` is not on PATH. A restart drops the limit.
+    pub fn start_with_open_files(limit: u64, extra: &[&str]) -> Option<Daemon> {
+        let found = Command::new("prlimit").arg("--version").output().is_ok_and(|o| o.status.success());
+        if !found {
+            return None;
+        }
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = temp.path().to_path_buf();
+        let nofile = format!("--nofile={limit}:{limit}");
+        let mut daemon = Self::spawn_under(&["prlimit", &nofile, "--"], &dir, extra).expect("daemon starts");
+        daemon._temp = Some(temp);
+        Some(daemon)
+    }
+
     /// Starts a daemon on an existing state dir; the error is the daemon's stderr.
     pub fn spawn(dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
+        Self::spawn_under(&[], dir, extra)
+    }
+
+    /// [`Daemon::spawn`], run through `wrapper` (a command that execs its arguments,
+    /// such as `prlimit … --`) when it is not empty.
+    fn spawn_under(wrapper: &[&str], dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let log_path = dir.join("daemon.log");
         let log = std::fs::OpenOptions::new()
@@ -54,7 +76,15 @@ impl Daemon {
             .append(true)
             .open(&log_path)
             .map_err(|e| e.to_string())?;
-        let mut child = Command::new(hive_bin())
+        let mut command = match wrapper {
+            [] => Command::new(hive_bin()),
+            [program, args @ ..] => {
+                let mut command = Command::new(program);
+                command.args(args).arg(hive_bin());
+                command
+            }
+        };
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir)
             .args(["--bookmark-interval", "1s", "--log", "info"])

@@ -18,6 +18,7 @@ mod crash;
 mod deploy;
 mod deploy_paths;
 mod fault_agents;
+mod fault_connections;
 mod fault_store;
 mod fleet;
 mod fleet_docker;
