@@ -56,19 +56,39 @@ impl Daemon {
         let temp = tempfile::tempdir().expect("tempdir");
         let dir = temp.path().to_path_buf();
         let nofile = format!("--nofile={limit}:{limit}");
-        let mut daemon = Self::spawn_under(&["prlimit", &nofile, "--"], &dir, extra).expect("daemon starts");
+        let mut daemon = Self::spawn_under(&["prlimit", &nofile, "--"], &dir, extra, &[]).expect("daemon starts");
         daemon._temp = Some(temp);
         Some(daemon)
     }
 
+    /// Starts a daemon on a fresh state dir with extra `serve` flags and extra
+    /// environment variables (set on the daemon's process only, never on the suite's).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = temp.path().to_path_buf();
+        let mut daemon = Self::spawn_env(&dir, extra, env).expect("daemon starts");
+        daemon._temp = Some(temp);
+        daemon
+    }
+
     /// Starts a daemon on an existing state dir; the error is the daemon's stderr.
     pub fn spawn(dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
-        Self::spawn_under(&[], dir, extra)
+        Self::spawn_under(&[], dir, extra, &[])
+    }
+
+    /// [`Daemon::spawn`] with extra environment variables on the daemon's process.
+    pub fn spawn_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Result<Daemon, String> {
+        Self::spawn_under(&[], dir, extra, env)
     }
 
     /// [`Daemon::spawn`], run through `wrapper` (a command that execs its arguments,
-    /// such as `prlimit … --`) when it is not empty.
-    fn spawn_under(wrapper: &[&str], dir: &Path, extra: &[&str]) -> Result<Daemon, String> {
+    /// such as `prlimit … --`) when it is not empty, with extra environment variables.
+    fn spawn_under(
+        wrapper: &[&str],
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Daemon, String> {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
         let log_path = dir.join("daemon.log");
         let log = std::fs::OpenOptions::new()
@@ -102,6 +122,7 @@ impl Daemon {
                 &["--agent-controller=false"][..]
             })
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)

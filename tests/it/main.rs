@@ -19,6 +19,7 @@ mod deploy;
 mod deploy_paths;
 mod fault_agents;
 mod fault_connections;
+mod fault_provider_keys;
 mod fault_store;
 mod fleet;
 mod fleet_docker;
