@@ -16,7 +16,7 @@ pub mod sessions;
 mod tokens;
 
 pub use hive_api::role::{ParseRoleError, Role, Verb};
-pub use redact::redact;
+pub use redact::{redact, SecretForms};
 pub use tokens::{Error, TokenInfo, TokenStore, TOKEN_PREFIX};
 
 /// Who made a request: the name and role of the token it carried. Holds no secret.

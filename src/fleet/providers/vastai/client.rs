@@ -1,6 +1,7 @@
 //! The HTTP client: the calls, the ambiguous-create rule, retries and redaction.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hive_api::provider::{OfferFilter, ProviderState, VastaiProvider};
@@ -9,6 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
 use super::*;
+use crate::auth::SecretForms;
 
 /// The client's settings.
 #[derive(Clone, Debug)]
@@ -80,6 +82,8 @@ pub struct VastClient {
     base: String,
     pub(super) v1: String,
     key: ApiKey,
+    /// Every form of the key, masked in whatever text the client passes on.
+    forms: Arc<SecretForms>,
     retry: RetryPolicy,
     settle: Duration,
 }
@@ -175,7 +179,16 @@ impl VastClient {
             }
         }
         let http = builder.build().map_err(|e| VastError::Config(error_chain(&e.without_url())))?;
-        Ok(VastClient { http, base, v1, key: config.api_key, retry: config.retry, settle: config.settle })
+        let forms = Arc::new(SecretForms::of(&config.api_key.0));
+        Ok(VastClient {
+            http,
+            base,
+            v1,
+            key: config.api_key,
+            forms,
+            retry: config.retry,
+            settle: config.settle,
+        })
     }
 
     /// The v0 base URL in use.
@@ -183,18 +196,28 @@ impl VastClient {
         &self.base
     }
 
-    /// `text` without the key, without any `api_key=` value, and cut to a sane length.
+    /// `text` without the key in any of its forms (see [`SecretForms`]: case variants,
+    /// URL, JSON and base64 encodings), without any `api_key=` value, and cut to a sane
+    /// length (after masking, so a cut never leaves part of a key unmasked).
     pub(super) fn redact(&self, text: &str) -> String {
-        let mut out = text.replace(&self.key.0, REDACTED);
+        let mut out = self.scrub(text);
+        if out.chars().count() > MAX_DETAIL {
+            out = out.chars().take(MAX_DETAIL).collect::<String>() + "…";
+        }
+        out
+    }
+
+    /// [`VastClient::redact`] without the cut, for messages this client composes.
+    pub(super) fn scrub(&self, text: &str) -> String {
+        let mut out = self.forms.redact(text, REDACTED);
         let mut from = 0;
-        while let Some(at) = out[from..].find("api_key=").map(|i| i + from) {
+        // Any `api_key=` value, whoever's key it is, in any letter case (ASCII lowercasing
+        // keeps byte offsets).
+        while let Some(at) = out.to_ascii_lowercase()[from..].find("api_key=").map(|i| i + from) {
             let start = at + "api_key=".len();
             let end = out[start..].find(['&', ' ', '"', '\'', ')', '\n']).map_or(out.len(), |i| i + start);
             out.replace_range(start..end, REDACTED);
             from = start + REDACTED.len();
-        }
-        if out.chars().count() > MAX_DETAIL {
-            out = out.chars().take(MAX_DETAIL).collect::<String>() + "…";
         }
         out
     }
@@ -580,7 +603,11 @@ impl VastClient {
     /// failure is a `ConfigurationError` saying what failed.
     pub async fn validate(&self) -> Readiness {
         let url = format!("{}/users/current/", self.base);
-        let error = |message: String| Readiness { state: ProviderState::ConfigurationError, message };
+        // Every part is redacted already; the whole once more, as it becomes a status.
+        let error = |message: String| Readiness {
+            state: ProviderState::ConfigurationError,
+            message: self.scrub(&message),
+        };
         let reply = match self.call_safe("validate", Method::GET, &url, &[], None).await {
             Ok(reply) => reply,
             Err(err) => return error(format!("checking the Vast.ai credentials failed: {err}")),
