@@ -1,6 +1,7 @@
 //! The `Provider` kind: the non-secret settings of one fleet provider (local worker
 //! processes, Docker, Vast.ai) and whether it is ready. Secrets never appear here: a
-//! Vast.ai API key is named by a file path or an environment variable, or configured
+//! Vast.ai API key is named by a file or an environment variable the operator of the
+//! host allowed (`hive serve --provider-key-dir`, `--provider-key-env`), or configured
 //! at runtime and held in memory only.
 
 use std::collections::BTreeMap;
@@ -98,17 +99,26 @@ pub struct DockerProvider {
 }
 
 /// Settings of the `vastai` provider. The API key is never part of them: name a file or
-/// an environment variable holding it, or configure it at runtime.
+/// an environment variable holding it, among those the operator of the daemon's host
+/// allowed, or configure it at runtime (`hive fleet configure`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VastaiProvider {
     /// Base URL of the Vast.ai REST API. Defaults to `https://console.vast.ai/api/v0`.
+    /// A key from `apiKeyFile` or `apiKeyEnv` is sent only to the default or to a base URL
+    /// the operator allowed (`hive serve --provider-base-url`); a key configured at
+    /// runtime, to any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-    /// Absolute path of a file holding the API key, read at start.
+    /// A file holding the API key (one line), read when the provider is checked: its path
+    /// relative to the directory the operator allowed with `hive serve
+    /// --provider-key-dir`, e.g. `vastai-api-key` (an absolute path inside that directory
+    /// is accepted too). No `..`; symbolic links may not lead out of the directory. Refused
+    /// when the daemon allows no key directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_file: Option<String>,
-    /// Name of an environment variable holding the API key, read at start.
+    /// Name of an environment variable of the daemon holding the API key, read when the
+    /// provider is checked; one the operator allowed with `hive serve --provider-key-env`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
     /// Default image of the nodes.
@@ -257,6 +267,30 @@ fn absolute_path(errors: &mut Errors, field: &str, value: &str) {
     }
 }
 
+/// The longest key file path taken (the kernel's own `PATH_MAX`).
+const MAX_KEY_FILE_PATH: usize = 4096;
+
+/// A key file's path, as far as it can be judged without the daemon's flags: not empty,
+/// no `..` component, no control characters. Whether it lies inside the directory the
+/// operator allowed is the daemon's admission.
+fn key_file(errors: &mut Errors, field: &str, value: &str) {
+    let problem = if value.is_empty() {
+        Some("must name a file")
+    } else if value.len() > MAX_KEY_FILE_PATH {
+        Some("longer than 4096 bytes")
+    } else if value.chars().any(char::is_control) {
+        Some("must not contain control characters")
+    } else if value.split('/').any(|part| part == "..") {
+        Some("must not contain '..': name a file inside the provider key directory by its relative path")
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        let shown: String = value.chars().take(100).collect();
+        errors.push(field, Reason::Invalid, format!("{shown:?}: {problem}"));
+    }
+}
+
 fn url(errors: &mut Errors, field: &str, value: &str, schemes: &[&str]) {
     let ok = schemes
         .iter()
@@ -295,7 +329,7 @@ fn validate_vastai(errors: &mut Errors, vastai: &VastaiProvider) {
         url(errors, "spec.vastai.baseUrl", base, &["https", "http"]);
     }
     if let Some(file) = &vastai.api_key_file {
-        absolute_path(errors, "spec.vastai.apiKeyFile", file);
+        key_file(errors, "spec.vastai.apiKeyFile", file);
     }
     if let Some(env) = &vastai.api_key_env {
         if !validation::is_env_name(env) {
@@ -408,7 +442,12 @@ mod tests {
                     "docker": {"image": "", "host": "/var/run/docker.sock", "gpus": "some"}}}),
                 &["spec.docker.host", "spec.docker.image", "spec.docker.gpus"],
             ),
-            (json!({"spec": {"vastai": {"apiKeyFile": "key.txt"}}}), &["spec.vastai.apiKeyFile"]),
+            (json!({"spec": {"vastai": {"apiKeyFile": "key.txt"}}}), &[]),
+            (json!({"spec": {"vastai": {"apiKeyFile": "..data/key"}}}), &[]),
+            (json!({"spec": {"vastai": {"apiKeyFile": "../key"}}}), &["spec.vastai.apiKeyFile"]),
+            (json!({"spec": {"vastai": {"apiKeyFile": "/run/../etc/x"}}}), &["spec.vastai.apiKeyFile"]),
+            (json!({"spec": {"vastai": {"apiKeyFile": ""}}}), &["spec.vastai.apiKeyFile"]),
+            (json!({"spec": {"vastai": {"apiKeyFile": "a\nb"}}}), &["spec.vastai.apiKeyFile"]),
             (json!({"spec": {"vastai": {"apiKeyEnv": "VAST_API_KEY"}}}), &["spec.vastai.apiKeyEnv"]),
             (json!({"spec": {"vastai": {"apiKeyFile": null, "apiKeyEnv": "VAST_API_KEY"}}}), &[]),
             (

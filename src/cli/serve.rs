@@ -152,9 +152,27 @@ pub struct Args {
     pub docker_network: String,
 
     /// Base URL of the Vast.ai API for the built-in `vastai` Provider (default: the public
-    /// API, https://console.vast.ai/api/v0).
+    /// API, https://console.vast.ai/api/v0). Also allowed as a --provider-base-url.
     #[arg(long, value_name = "URL", env = "HIVE_VASTAI_BASE_URL")]
     pub vastai_base_url: Option<String>,
+
+    /// The directory Providers may read a Vast.ai API key file from: `spec.vastai.apiKeyFile`
+    /// names a file inside it by its relative path (or an absolute path inside it); links
+    /// are followed only while they stay inside. Without it, no Provider names a key file.
+    #[arg(long, value_name = "DIR")]
+    pub provider_key_dir: Option<PathBuf>,
+
+    /// An environment variable Providers may read a Vast.ai API key from
+    /// (`spec.vastai.apiKeyEnv`); repeat for several. `--provider vastai` allows
+    /// VASTAI_API_KEY. Without any, no Provider names a variable.
+    #[arg(long, value_name = "NAME")]
+    pub provider_key_env: Vec<String>,
+
+    /// A base URL (besides the public API and --vastai-base-url) that a key read from this
+    /// host (a key file or variable) may be sent to; repeat for several. A key given at
+    /// runtime (`hive fleet configure`) may go to any base URL.
+    #[arg(long, value_name = "URL")]
+    pub provider_base_url: Vec<String>,
 
     /// Also serve the dashboard (and the API it calls) on this address, with the same
     /// TLS; it is always on --listen at `/`. A bare port means 127.0.0.1:PORT
@@ -198,6 +216,7 @@ pub enum RuntimeChoice {
 /// Runs `hive serve` until Ctrl-C or SIGTERM.
 pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     check(&args)?;
+    let key_sources = key_sources(&args)?;
     init_tracing(&args.log);
     let config = DaemonConfig {
         listen: args.listen,
@@ -227,6 +246,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
             docker_image: args.docker_image.clone(),
             docker_network: args.docker_network.clone(),
             vastai_base_url: args.vastai_base_url.clone(),
+            key_sources,
         },
         dashboard_listen: args.dashboard_listen,
         http: serve_config(&args),
@@ -291,6 +311,24 @@ fn parse_size(value: &str) -> Result<usize, String> {
         Ok(MemoryMax::Unlimited) => Err(format!("{value:?}: must be a byte count such as \"16M\"")),
         Err(e) => Err(e),
     }
+}
+
+/// What Providers may read a key from on this host, from the flags: the directory, the
+/// variables (with VASTAI_API_KEY for `--provider vastai`), the base URLs (with
+/// `--vastai-base-url`).
+fn key_sources(args: &Args) -> anyhow::Result<crate::fleet::providers::keys::KeySources> {
+    use crate::fleet::providers::keys::{KeySources, BUILTIN_KEY_ENV};
+    let mut urls = args.provider_base_url.clone();
+    // (A malformed one makes the built-in Provider invalid, as before; it allows nothing.)
+    urls.extend(
+        args.vastai_base_url.clone().filter(|u| u.starts_with("https://") || u.starts_with("http://")),
+    );
+    let mut sources = KeySources::new(args.provider_key_dir.as_deref(), &args.provider_key_env, &urls)
+        .map_err(anyhow::Error::msg)?;
+    if args.provider == crate::fleet::ProviderChoice::Vastai {
+        sources.allow_env(BUILTIN_KEY_ENV);
+    }
+    Ok(sources)
 }
 
 /// Rejects flag values clap cannot check by itself.

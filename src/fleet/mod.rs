@@ -115,6 +115,9 @@ pub struct FleetConfig {
     pub docker_network: String,
     /// The Vast.ai API base URL of the built-in `vastai` Provider, when not the public API.
     pub vastai_base_url: Option<String>,
+    /// Where Providers may take a Vast.ai key from on this host (`--provider-key-dir`,
+    /// `--provider-key-env`, `--provider-base-url`).
+    pub key_sources: providers::keys::KeySources,
 }
 
 fn is_terminal(phase: Option<NodePhase>) -> bool {
@@ -184,7 +187,7 @@ impl Fleet {
             store: store.clone(),
             nodes: Api::new(&store),
             commands: Api::new(&store),
-            providers: Providers::new(process.clone()),
+            providers: Providers::new(process.clone(), config.key_sources.clone()),
             process,
             net,
             members,
@@ -268,10 +271,13 @@ impl Fleet {
                 status::ensure(&self.store, "docker", spec).await;
             }
             ProviderChoice::Vastai => {
+                // `--provider vastai` allows its variable (see `hive serve --help`).
+                let env = providers::keys::BUILTIN_KEY_ENV;
+                let named =
+                    crate::host::env::var_os(env).is_some() && self.config.key_sources.env_allowed(env);
                 let vastai = VastaiProvider {
                     base_url: self.config.vastai_base_url.clone(),
-                    api_key_env: crate::host::env::var_os("VASTAI_API_KEY")
-                        .map(|_| "VASTAI_API_KEY".to_string()),
+                    api_key_env: named.then(|| env.to_string()),
                     ..Default::default()
                 };
                 let spec =

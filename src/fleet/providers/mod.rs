@@ -17,6 +17,7 @@
 //! HTTP request.
 
 pub mod docker;
+pub mod keys;
 pub mod process;
 pub mod vastai;
 
@@ -33,6 +34,7 @@ use tokio::sync::oneshot;
 use super::error::{Error, Result};
 use super::net::FleetNet;
 use docker::provider::DockerFleet;
+use keys::KeySources;
 use process::{LocalWorkers, ProcessProvider};
 use vastai::provider::VastFleet;
 use vastai::{ApiKey, VastClient};
@@ -185,6 +187,8 @@ pub struct Providers {
     /// This daemon's local workers: every `process` Provider's implementation, ready
     /// without a check, and what is left to stop of a node whose Provider is gone.
     local: Arc<dyn Provider>,
+    /// Where Providers may take a key from on this host (`hive serve`'s flags).
+    sources: KeySources,
 }
 
 fn readiness(state: ProviderState, message: impl Into<String>) -> Readiness {
@@ -192,14 +196,22 @@ fn readiness(state: ProviderState, message: impl Into<String>) -> Readiness {
 }
 
 impl Providers {
-    /// An empty registry whose `process` providers run workers through `process`.
-    pub fn new(process: Arc<ProcessProvider>) -> Arc<Providers> {
+    /// An empty registry whose `process` providers run workers through `process` and
+    /// whose Vast.ai providers read keys only from `sources`.
+    pub fn new(process: Arc<ProcessProvider>, sources: KeySources) -> Arc<Providers> {
         Arc::new(Providers {
             entries: Mutex::default(),
             keys: Mutex::default(),
             checking: tokio::sync::Mutex::const_new(()),
             local: Arc::new(LocalWorkers(process)),
+            sources,
         })
+    }
+
+    /// Where Providers may take a key from on this host: admission checks every
+    /// Provider write against it.
+    pub fn key_sources(&self) -> &KeySources {
+        &self.sources
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
@@ -294,11 +306,13 @@ impl Providers {
             ProviderType::Process => Ok(self.local()),
             ProviderType::Vastai => {
                 let settings = provider.spec.vastai.clone().unwrap_or_default();
-                match key.map(Ok).or_else(|| ApiKey::from_settings(&settings).transpose()) {
+                let name = provider.metadata.name.as_str();
+                match key.map(Ok).or_else(|| self.sources.key(name, &settings).transpose()) {
                     None => Err(readiness(
                         ProviderState::Unconfigured,
                         "no Vast.ai API key: configure one (hive fleet configure, the dashboard's \
-                         /provision page, or spec.vastai.apiKeyFile / apiKeyEnv)",
+                         /provision page, or spec.vastai.apiKeyFile / apiKeyEnv naming a source the \
+                         operator allowed with --provider-key-dir / --provider-key-env)",
                     )),
                     Some(Err(why)) => Err(readiness(ProviderState::ConfigurationError, why)),
                     Some(Ok(key)) => VastFleet::connect(&settings, key),

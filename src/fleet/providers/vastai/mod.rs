@@ -17,8 +17,10 @@
 //!   (that is the ambiguous path above). Timing uses `tokio::time`.
 //! - **The key.** It is held in memory ([`ApiKey`]), sent only as
 //!   `Authorization: Bearer` (a sensitive header), and never appears in `Debug`, in a
-//!   log line or in an error: error text is redacted of the key and of any `api_key=`
-//!   query parameter, and transport errors are rendered without their URL.
+//!   log line or in an error: error text is redacted of the key in every form it may
+//!   take (`crate::auth::SecretForms`: any letter case, URL, JSON and base64 encodings)
+//!   and of any `api_key=` query parameter, and transport errors are rendered without
+//!   their URL. Where a key may come from on the host is `super::keys`'s.
 
 mod client;
 pub mod provider;
@@ -33,7 +35,6 @@ pub use wire::*;
 
 use std::fmt;
 
-use hive_api::provider::VastaiProvider;
 use serde::{Deserialize, Serialize};
 
 /// The base URL used when the Provider names none.
@@ -59,6 +60,9 @@ pub(super) const MAX_PAGES: usize = 400;
 /// How much of a server's error text is kept in an error.
 pub(super) const MAX_DETAIL: usize = 300;
 pub(super) const REDACTED: &str = "[redacted]";
+/// A longer key is not a Vast.ai key (theirs have 64 characters); it is refused, never
+/// sent as a header.
+pub const MAX_KEY_LEN: usize = 4096;
 
 /// The label of the instance created for `node` by the command `command_id`:
 /// `hive:<command-id>:<node>`. It is how an ambiguous create is resolved and how a
@@ -84,25 +88,10 @@ impl ApiKey {
         if !key.bytes().all(|b| b.is_ascii_graphic()) {
             return Err("the Vast.ai API key holds whitespace or non-ASCII characters".into());
         }
+        if key.len() > MAX_KEY_LEN {
+            return Err(format!("the Vast.ai API key is longer than {MAX_KEY_LEN} characters"));
+        }
         Ok(ApiKey(key.to_string()))
-    }
-
-    /// The key the Provider's settings name (`apiKeyFile` or `apiKeyEnv`): `Ok(None)`
-    /// when they name none (the provider is `Unconfigured`), an error naming the file or
-    /// variable (never the content) when it cannot be read or is unusable.
-    pub fn from_settings(settings: &VastaiProvider) -> Result<Option<ApiKey>, String> {
-        if let Some(path) = &settings.api_key_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read the Vast.ai API key file {path}: {}", e.kind()))?;
-            return ApiKey::new(text).map(Some).map_err(|why| format!("{path}: {why}"));
-        }
-        if let Some(name) = &settings.api_key_env {
-            let Some(text) = crate::host::env::var(name) else {
-                return Err(format!("the environment variable {name} (the Vast.ai API key) is not set"));
-            };
-            return ApiKey::new(text).map(Some).map_err(|why| format!("${name}: {why}"));
-        }
-        Ok(None)
     }
 }
 

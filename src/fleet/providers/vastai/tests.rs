@@ -100,7 +100,16 @@ fn the_key_is_never_shown() {
     let text = c.redact(&format!("bad key {key} at https://x/api/v0/?api_key={key}&q=1 and api_key=other"));
     assert!(!text.contains(key) && !text.contains("other"), "{text}");
     assert_eq!(text, "bad key [redacted] at https://x/api/v0/?api_key=[redacted]&q=1 and api_key=[redacted]");
+    // Case and encoding variants, as a careless server may echo them.
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("me:{key}"));
+    let text =
+        c.redact(&format!("{} {} Basic {b64}", key.to_uppercase(), serde_json::to_string(key).unwrap()));
+    assert!(!text.to_lowercase().contains(key), "{text}");
+    assert!(!text.contains(&b64[4..20]), "{text}");
+    assert_eq!(c.redact("API_KEY=abc&x=1"), "API_KEY=[redacted]&x=1");
     assert!(ApiKey::new("  ").is_err());
+    assert!(ApiKey::new("k".repeat(MAX_KEY_LEN + 1)).is_err());
     let err = ApiKey::new("has space").unwrap_err();
     assert!(!err.contains("has space"), "{err}");
 }
