@@ -1,16 +1,35 @@
-//! Admission that depends on who asks. Approvals record who requested them and who
-//! decided them (server-set, never taken from the client), and an agent's own token may
-//! only request its own config changes. Nodes are created only by the fleet's Provision
-//! commands, never through the API.
+//! Admission that depends on who asks and on the daemon. Approvals record who requested
+//! them and who decided them (server-set, never taken from the client), and an agent's
+//! own token may only request its own config changes. Nodes are created only by the
+//! fleet's Provision commands, never through the API. A Provider names only key sources
+//! the operator of the host allowed (`hive serve --provider-key-dir`,
+//! `--provider-key-env`, `--provider-base-url`): the store-independent validation in
+//! `hive-api` cannot know those flags.
 
 use hive_api::approval::{Approval, ApprovalKind, DecisionState};
+use hive_api::provider::{Provider, VastaiProvider};
 use hive_api::KindInfo;
 use serde_json::{json, Map, Value};
 
 use super::error::{ApiError, ApiResult};
 use crate::auth::{Principal, Role};
+use crate::fleet::providers::keys::KeySources;
 
 pub use hive_api::names::{DECIDED_AT, DECIDED_BY};
+
+/// What admission looks up beyond the request itself.
+pub struct Facts<'a> {
+    agent_exists: Box<dyn Fn(&str) -> bool + 'a>,
+    key_sources: &'a KeySources,
+}
+
+impl<'a> Facts<'a> {
+    /// `agent_exists` says whether an agent of that name is stored; `key_sources` is
+    /// what Providers may read on this host.
+    pub fn new(agent_exists: impl Fn(&str) -> bool + 'a, key_sources: &'a KeySources) -> Facts<'a> {
+        Facts { agent_exists: Box::new(agent_exists), key_sources }
+    }
+}
 
 /// Checks and completes a write of `kind` by `principal`: `old` is the stored object
 /// (`None` on create), `new` the admitted object about to be stored; `subresource` is
@@ -21,15 +40,54 @@ pub fn check(
     old: Option<&Value>,
     new: &mut Value,
     subresource: Option<&str>,
-    agent_exists: &dyn Fn(&str) -> bool,
+    facts: &Facts<'_>,
 ) -> ApiResult<()> {
     if kind.plural == "nodes" && old.is_none() && subresource.is_none() {
         return Err(node_created_by_hand(new));
     }
-    if kind.plural != "approvals" || subresource.is_some() {
+    if subresource.is_some() {
         return Ok(());
     }
-    approval(principal, old, new, agent_exists)
+    match kind.plural {
+        "approvals" => approval(principal, old, new, &facts.agent_exists),
+        "providers" => provider(old, new, facts.key_sources),
+        _ => Ok(()),
+    }
+}
+
+/// A Provider write, admitted: see [`provider_key_sources`].
+fn provider(old: Option<&Value>, new: &Value, sources: &KeySources) -> ApiResult<()> {
+    fn decoded(object: &Value) -> ApiResult<Provider> {
+        hive_api::resource::decode::<Provider>(object).map(|(p, _)| p).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "{}: {}",
+                if e.field.is_empty() { "provider" } else { &e.field },
+                e.message
+            ))
+        })
+    }
+    let stored = old.map(decoded).transpose()?;
+    provider_key_sources(stored.as_ref(), &decoded(new)?, sources)
+}
+
+/// A Provider's Vast.ai key sources must be ones the operator allowed (a 422 naming the
+/// field and the flag the operator must pass), checked when a write sets or changes them:
+/// a Provider stored before the flags changed can still be edited otherwise — the fleet
+/// refuses to read its key, and its status says why. Every write path calls this: the
+/// resource API's (POST, PUT, PATCH, apply) through [`check`], ConfigureProvider directly.
+pub fn provider_key_sources(old: Option<&Provider>, new: &Provider, sources: &KeySources) -> ApiResult<()> {
+    fn sources_of(settings: &VastaiProvider) -> (&Option<String>, &Option<String>, &Option<String>) {
+        (&settings.api_key_file, &settings.api_key_env, &settings.base_url)
+    }
+    let Some(settings) = new.spec.vastai.as_ref() else { return Ok(()) };
+    let unchanged = old
+        .and_then(|p| p.spec.vastai.as_ref())
+        .is_some_and(|before| sources_of(before) == sources_of(settings));
+    let errors = if unchanged { vec![] } else { sources.admit(settings) };
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid { kind: "Provider".into(), name: new.metadata.name.clone(), errors })
 }
 
 /// A Node is the record a Provision FleetCommand writes, with its intent, before any
@@ -182,12 +240,16 @@ mod tests {
         hive_api::kind_by_plural("approvals").unwrap()
     }
 
+    fn any_agent() -> Facts<'static> {
+        Facts::new(|_| true, &crate::fleet::providers::keys::NONE)
+    }
+
     #[test]
     fn an_agent_token_requests_only_its_own_config_changes() {
         let alpha = principal(Role::Agent, Some("alpha"));
         let mut ok = approval_object("alpha", "ApplyCommit", "Pending");
         ok["spec"]["requestedBy"] = json!("someone-else");
-        check(kind(), &alpha, None, &mut ok, None, &|_| true).unwrap();
+        check(kind(), &alpha, None, &mut ok, None, &any_agent()).unwrap();
         assert_eq!(ok["spec"]["requestedBy"], "alpha", "the server sets who asked");
         for (target, kind_, state, why) in [
             ("beta", "ApplyCommit", "Pending", "not for \"beta\""),
@@ -195,18 +257,18 @@ mod tests {
             ("alpha", "MergeConfigPr", "Approved", "cannot decide"),
         ] {
             let mut bad = approval_object(target, kind_, state);
-            let err = check(kind(), &alpha, None, &mut bad, None, &|_| true).unwrap_err();
+            let err = check(kind(), &alpha, None, &mut bad, None, &any_agent()).unwrap_err();
             assert!(matches!(&err, ApiError::Forbidden(m) if m.contains(why)), "{err:?}");
         }
         // Regression (issue 14, item 8): an agent token could add finalizers it could
         // never remove, so the approval could never be deleted.
         let mut pinned = approval_object("alpha", "ApplyCommit", "Pending");
         pinned["metadata"]["finalizers"] = json!(["example.com/keep"]);
-        let err = check(kind(), &alpha, None, &mut pinned, None, &|_| true).unwrap_err();
+        let err = check(kind(), &alpha, None, &mut pinned, None, &any_agent()).unwrap_err();
         assert!(matches!(&err, ApiError::Forbidden(m) if m.contains("finalizers")), "{err:?}");
         let old = approval_object("alpha", "ApplyCommit", "Pending");
         let mut change = old.clone();
-        let err = check(kind(), &alpha, Some(&old), &mut change, None, &|_| true).unwrap_err();
+        let err = check(kind(), &alpha, Some(&old), &mut change, None, &any_agent()).unwrap_err();
         assert!(matches!(err, ApiError::Forbidden(_)));
     }
 
@@ -218,7 +280,7 @@ mod tests {
             (json!({"metadata": [null], "spec": {}}), "metadata"),
         ] {
             let mut object = bad.clone();
-            let err = check(kind(), &op, None, &mut object, None, &|_| true).unwrap_err();
+            let err = check(kind(), &op, None, &mut object, None, &any_agent()).unwrap_err();
             assert!(matches!(&err, ApiError::BadRequest(m) if m.starts_with(field)), "{bad}: {err:?}");
         }
     }
@@ -228,13 +290,13 @@ mod tests {
         let op = principal(Role::Operator, None);
         let mut created = approval_object("alpha", "ApplyCommit", "Pending");
         created["metadata"]["annotations"] = json!({DECIDED_BY: "forged"});
-        check(kind(), &op, None, &mut created, None, &|_| true).unwrap();
+        check(kind(), &op, None, &mut created, None, &any_agent()).unwrap();
         assert_eq!(created["spec"]["requestedBy"], "operator-token");
         assert!(created["metadata"].get("annotations").is_none(), "a forged decider is dropped: {created}");
 
         let mut approved = created.clone();
         approved["spec"]["decision"]["state"] = json!("Approved");
-        check(kind(), &op, Some(&created), &mut approved, None, &|_| true).unwrap();
+        check(kind(), &op, Some(&created), &mut approved, None, &any_agent()).unwrap();
         assert_eq!(approved["metadata"]["annotations"][DECIDED_BY], "operator-token");
         assert!(approved["metadata"]["annotations"][DECIDED_AT].as_str().unwrap().ends_with('Z'));
 
@@ -242,7 +304,35 @@ mod tests {
         let admin = principal(Role::Admin, None);
         let mut relabel = approved.clone();
         relabel["metadata"]["annotations"][DECIDED_BY] = json!("admin-token");
-        check(kind(), &admin, Some(&approved), &mut relabel, None, &|_| true).unwrap();
+        check(kind(), &admin, Some(&approved), &mut relabel, None, &any_agent()).unwrap();
         assert_eq!(relabel["metadata"]["annotations"][DECIDED_BY], "operator-token");
+    }
+
+    #[test]
+    fn a_provider_names_only_key_sources_the_operator_allowed() {
+        let providers = hive_api::kind_by_plural("providers").unwrap();
+        let admin = principal(Role::Admin, None);
+        let vastai = |settings: Value| json!({"metadata": {"name": "v"}, "spec": {"type": "vastai", "vastai": settings}});
+        let none = Facts::new(|_| true, &crate::fleet::providers::keys::NONE);
+        for (settings, field) in [
+            (json!({"apiKeyFile": "/etc/hostname"}), "spec.vastai.apiKeyFile"),
+            (json!({"apiKeyEnv": "HOME"}), "spec.vastai.apiKeyEnv"),
+        ] {
+            let mut object = vastai(settings.clone());
+            let err = check(providers, &admin, None, &mut object, None, &none).unwrap_err();
+            let ApiError::Invalid { errors, .. } = &err else { panic!("{err:?}") };
+            assert_eq!(errors.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(), [field], "{settings}");
+            // A status write and an unchanged source (stored before the flags changed)
+            // pass; the fleet refuses to read it.
+            check(providers, &admin, None, &mut object.clone(), Some("status"), &none).unwrap();
+            let mut relabelled = object.clone();
+            relabelled["metadata"]["labels"] = json!({"a": "b"});
+            check(providers, &admin, Some(&object), &mut relabelled, None, &none).unwrap();
+        }
+        // A runtime-configured key (no source named) may use any base URL.
+        let mut runtime = vastai(json!({"baseUrl": "http://127.0.0.1:1/api/v0"}));
+        check(providers, &admin, None, &mut runtime, None, &none).unwrap();
+        let mut process = json!({"metadata": {"name": "p"}, "spec": {"type": "process"}});
+        check(providers, &admin, None, &mut process, None, &none).unwrap();
     }
 }

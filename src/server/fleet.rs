@@ -251,6 +251,8 @@ async fn configure(
     if !errors.is_empty() {
         return Err(ApiError::Invalid { kind: "Provider".into(), name, errors: errors.0 });
     }
+    // A key the spec names on the host goes only where the operator allowed.
+    super::admission::provider_key_sources(exists.then_some(&current), &wanted, state.key_sources())?;
     let key = match request.api_key {
         Some(text) => Some(ApiKey::new(text).map_err(|why| invalid("Provider", &name, "apiKey", why))?),
         None => None,

@@ -115,6 +115,17 @@ impl AppState {
         self.fleet = Some(fleet);
         self
     }
+
+    /// Where Providers may take a Vast.ai key from on this host: the fleet's flags, and
+    /// nothing when this server runs no fleet.
+    pub fn key_sources(&self) -> &crate::fleet::providers::keys::KeySources {
+        self.fleet.as_ref().map_or(&crate::fleet::providers::keys::NONE, |f| f.providers.key_sources())
+    }
+
+    /// What admission looks up for a write: the stored agents, the key sources.
+    pub fn admission_facts(&self) -> admission::Facts<'_> {
+        admission::Facts::new(|agent| self.store.get("agents", agent).is_some(), self.key_sources())
+    }
 }
 
 /// Every authenticated route, each method with the verb it needs.

@@ -386,9 +386,7 @@ pub async fn create(
     }
     // Status is observed state: only controllers write it, through /status.
     clear_status(&mut object);
-    admission::check(kind, principal, None, &mut object, None, &|agent| {
-        state.store.get("agents", agent).is_some()
-    })?;
+    admission::check(kind, principal, None, &mut object, None, &state.admission_facts())?;
     track_update(None, &mut object, &manager(&params, &headers), None);
     let outcome =
         state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
@@ -417,9 +415,7 @@ pub async fn replace(
     let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     let sub = matches!(subresource, Subresource::Status).then_some("status");
     check_update(kind, &object, &current, sub)?;
-    admission::check(kind, principal, Some(&current), &mut object, sub, &|agent| {
-        state.store.get("agents", agent).is_some()
-    })?;
+    admission::check(kind, principal, Some(&current), &mut object, sub, &state.admission_facts())?;
     track_update(Some(&current), &mut object, &manager(&params, &headers), sub);
     let outcome = state
         .store
@@ -512,9 +508,7 @@ pub async fn patch(
                     meta.remove("resourceVersion");
                 }
                 clear_status(&mut object);
-                admission::check(kind, principal, None, &mut object, None, &|agent| {
-                    state.store.get("agents", agent).is_some()
-                })?;
+                admission::check(kind, principal, None, &mut object, None, &state.admission_facts())?;
                 (Mutation::Create { kind: kind.plural, object }, warnings, false)
             }
             (_, None) => return Err(not_found(kind, &name)),
@@ -572,9 +566,14 @@ pub async fn patch(
                 };
                 check_update(kind, &object, &current, sub)?;
                 let mut object = object;
-                admission::check(kind, principal, Some(&current), &mut object, sub, &|agent| {
-                    state.store.get("agents", agent).is_some()
-                })?;
+                admission::check(
+                    kind,
+                    principal,
+                    Some(&current),
+                    &mut object,
+                    sub,
+                    &state.admission_facts(),
+                )?;
                 let client_rv = resource_version_of(&object).map(str::to_string);
                 let client_precondition = client_rv.is_some() && client_rv != current_rv;
                 let mut object = object;
