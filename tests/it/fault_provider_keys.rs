@@ -50,7 +50,8 @@ impl Trap {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .push(String::from_utf8_lossy(&buf[..n]).into_owned());
-                    let answer = "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                    let answer =
+                        "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
                     let _ = tcp.write_all(answer.as_bytes()).await;
                 });
             }
@@ -153,12 +154,42 @@ async fn a_key_source_the_operator_did_not_allow_is_a_422_on_every_path_and_noth
 
     // Every create path: POST (also a dry run), server-side apply.
     let cases: Vec<(&str, Value, &str, &str)> = vec![
-        ("etc-hostname", json!({"apiKeyFile": "/etc/hostname", "baseUrl": trap.url}), "spec.vastai.apiKeyFile", "--provider-key-dir"),
-        ("outside-file", json!({"apiKeyFile": outside, "baseUrl": trap.url}), "spec.vastai.apiKeyFile", "--provider-key-dir"),
-        ("dot-dot", json!({"apiKeyFile": "../outside.key", "baseUrl": trap.url}), "spec.vastai.apiKeyFile", ".."),
-        ("symlink-escape", json!({"apiKeyFile": "escape", "baseUrl": trap.url}), "spec.vastai.apiKeyFile", "--provider-key-dir"),
-        ("symlink-hostname", json!({"apiKeyFile": "hostname", "baseUrl": trap.url}), "spec.vastai.apiKeyFile", "--provider-key-dir"),
-        ("env-home", json!({"apiKeyEnv": "HOME", "baseUrl": trap.url}), "spec.vastai.apiKeyEnv", "--provider-key-env HOME"),
+        (
+            "etc-hostname",
+            json!({"apiKeyFile": "/etc/hostname", "baseUrl": trap.url}),
+            "spec.vastai.apiKeyFile",
+            "--provider-key-dir",
+        ),
+        (
+            "outside-file",
+            json!({"apiKeyFile": outside, "baseUrl": trap.url}),
+            "spec.vastai.apiKeyFile",
+            "--provider-key-dir",
+        ),
+        (
+            "dot-dot",
+            json!({"apiKeyFile": "../outside.key", "baseUrl": trap.url}),
+            "spec.vastai.apiKeyFile",
+            "..",
+        ),
+        (
+            "symlink-escape",
+            json!({"apiKeyFile": "escape", "baseUrl": trap.url}),
+            "spec.vastai.apiKeyFile",
+            "--provider-key-dir",
+        ),
+        (
+            "symlink-hostname",
+            json!({"apiKeyFile": "hostname", "baseUrl": trap.url}),
+            "spec.vastai.apiKeyFile",
+            "--provider-key-dir",
+        ),
+        (
+            "env-home",
+            json!({"apiKeyEnv": "HOME", "baseUrl": trap.url}),
+            "spec.vastai.apiKeyEnv",
+            "--provider-key-env HOME",
+        ),
         (
             "url-elsewhere",
             json!({"apiKeyFile": "canary.key", "baseUrl": "http://127.0.0.1:9/elsewhere/v0"}),
@@ -204,7 +235,10 @@ async fn a_key_source_the_operator_did_not_allow_is_a_422_on_every_path_and_noth
     let reply = api.patch(&path, "application/json-patch+json", &ops).await;
     problems.extend(check_refused("JSON patch", &reply, "spec.vastai.baseUrl", "--provider-base-url"));
     let reply = api
-        .post("/hive/v1/fleet/providers/allowed/configure", &json!({"baseUrl": "http://127.0.0.1:9/elsewhere/v0"}))
+        .post(
+            "/hive/v1/fleet/providers/allowed/configure",
+            &json!({"baseUrl": "http://127.0.0.1:9/elsewhere/v0"}),
+        )
         .await;
     problems.extend(check_refused("ConfigureProvider", &reply, "spec.vastai.baseUrl", "--provider-base-url"));
     let now = api.get(&path).await.body;
@@ -246,7 +280,9 @@ async fn a_key_source_the_operator_did_not_allow_is_a_422_on_every_path_and_noth
         }
     }
     let everything = trap.heads().concat();
-    for (what, secret) in [("$HOME", home.trim()), ("/etc/hostname", hostname.trim()), ("the outside file", OUTSIDE)] {
+    for (what, secret) in
+        [("$HOME", home.trim()), ("/etc/hostname", hostname.trim()), ("the outside file", OUTSIDE)]
+    {
         if !secret.is_empty() && everything.contains(secret) {
             problems.push(format!("{what} left the daemon"));
         }
@@ -268,7 +304,8 @@ async fn a_key_file_that_cannot_be_used_looks_the_same_whatever_is_wrong_with_it
     std::fs::set_permissions(&unreadable, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
     // Root reads any file: then there is no unreadable file to show.
     let root = std::fs::read(&unreadable).is_ok();
-    let fifo = std::process::Command::new("mkfifo").arg(dir.join("a-fifo")).status().is_ok_and(|s| s.success());
+    let fifo =
+        std::process::Command::new("mkfifo").arg(dir.join("a-fifo")).status().is_ok_and(|s| s.success());
     let mut cases = vec!["missing", "empty", "multi-line", "too-big", "a-directory"];
     if !root {
         cases.push("unreadable");
@@ -285,7 +322,12 @@ async fn a_key_file_that_cannot_be_used_looks_the_same_whatever_is_wrong_with_it
     let api = d.client();
     // The compatible absolute form (a path inside the key directory) is accepted too.
     for case in &cases {
-        let reply = api.post(PROVIDERS, &vastai(&format!("p-{case}"), json!({"apiKeyFile": keys.path(case), "baseUrl": trap.url}))).await;
+        let reply = api
+            .post(
+                PROVIDERS,
+                &vastai(&format!("p-{case}"), json!({"apiKeyFile": keys.path(case), "baseUrl": trap.url})),
+            )
+            .await;
         assert_eq!(reply.code, 201, "{case}: {:?}", reply.body);
     }
     let mut messages = BTreeMap::new();
@@ -295,7 +337,10 @@ async fn a_key_file_that_cannot_be_used_looks_the_same_whatever_is_wrong_with_it
             p["status"]["message"].is_string().then_some(p)
         })
         .await;
-        messages.insert(*case, (provider["status"]["state"].to_string(), provider["status"]["message"].to_string()));
+        messages.insert(
+            *case,
+            (provider["status"]["state"].to_string(), provider["status"]["message"].to_string()),
+        );
     }
     let distinct: std::collections::BTreeSet<_> = messages.values().collect();
     assert_eq!(distinct.len(), 1, "what the API shows differs by what is wrong with the file: {messages:#?}");
@@ -322,7 +367,8 @@ async fn an_allowed_key_file_and_variable_still_reach_vastai_and_a_revoked_sourc
     std::os::unix::fs::symlink("..2026_12_01", dir.join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/vast.key", dir.join("linked.key")).unwrap();
     let key_dir = dir.display().to_string();
-    let flags = ["--provider-key-dir", &key_dir, "--provider-key-env", ALLOWED_ENV, "--provider-base-url", &base];
+    let flags =
+        ["--provider-key-dir", &key_dir, "--provider-key-env", ALLOWED_ENV, "--provider-base-url", &base];
     let mut d = Daemon::start_with_env(&flags, &[(ALLOWED_ENV, KEY)]);
     let api = d.client();
     let sources = [
@@ -341,7 +387,18 @@ async fn an_allowed_key_file_and_variable_still_reach_vastai_and_a_revoked_sourc
         })
         .await;
         assert_eq!(state.0, "Ready", "{name}: {:?}", state.1);
-        let out = ok(d.hive(&["fleet", "offers", "--provider", name, "--gpu", "RTX 4090", "--max-price", "0.5", "--num-gpus", "1"]));
+        let out = ok(d.hive(&[
+            "fleet",
+            "offers",
+            "--provider",
+            name,
+            "--gpu",
+            "RTX 4090",
+            "--max-price",
+            "0.5",
+            "--num-gpus",
+            "1",
+        ]));
         let ids: Vec<&str> = out.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
         assert_eq!(ids, ["101", "102"], "{name}: {out}");
     }

@@ -160,8 +160,8 @@ async fn provider_yaml_gives_three_providers_each_checked_with_its_state() {
     }
     let local = object(&api, "providers", "local").await;
     assert_eq!(local["status"]["state"], "Ready", "{}", local["status"]);
-    // The Vast.ai key file of the example does not exist on this host: the provider
-    // says so, and never shows a key.
+    // The example names no key (the daemon on its defaults reads none from its host):
+    // the provider says how to give it one, and never shows a key.
     let vastai = object(&api, "providers", "vastai").await;
     assert_ne!(vastai["status"]["state"], "Ready", "{}", vastai["status"]);
 }
