@@ -56,7 +56,8 @@ impl Daemon {
         let temp = tempfile::tempdir().expect("tempdir");
         let dir = temp.path().to_path_buf();
         let nofile = format!("--nofile={limit}:{limit}");
-        let mut daemon = Self::spawn_under(&["prlimit", &nofile, "--"], &dir, extra, &[]).expect("daemon starts");
+        let mut daemon =
+            Self::spawn_under(&["prlimit", &nofile, "--"], &dir, extra, &[]).expect("daemon starts");
         daemon._temp = Some(temp);
         Some(daemon)
     }
