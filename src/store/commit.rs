@@ -15,7 +15,7 @@ use super::error::{Error, Result};
 use super::mutation::{encode, plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
-use super::watch::{event_cost, EventType};
+use super::watch::{event_cost, EventType, History, StoreEvent};
 use super::Obj;
 
 /// What the store handles and the commit thread share.
@@ -68,6 +68,12 @@ impl Shared {
     /// The cache for writing (the commit thread, and watch registration).
     pub fn write(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl History for Shared {
+    fn retained(&self, kind: &str, cursor: u64, end: u64, max: usize) -> Result<(Vec<StoreEvent>, u64)> {
+        self.read().retained(kind, cursor, end, max)
     }
 }
 
