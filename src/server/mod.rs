@@ -13,6 +13,7 @@ pub mod events;
 pub mod fleet;
 pub mod jobs;
 pub mod kinds;
+pub mod metrics;
 pub mod openapi;
 pub mod params;
 pub mod resources;
@@ -82,6 +83,8 @@ pub struct AppState {
     pub engine: Option<Arc<crate::daemon::engine::Engine>>,
     /// The fleet (providers, offers, telemetry), when the daemon runs it.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// The registry `/metrics` serves and the handles the request layer records into.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AppState {
@@ -96,7 +99,14 @@ impl AppState {
             openapi_hash: Arc::from(hash),
             engine: None,
             fleet: None,
+            metrics: Arc::new(crate::metrics::Metrics::default()),
         }
+    }
+
+    /// The same state recording into (and serving) `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> AppState {
+        self.metrics = metrics;
+        self
     }
 
     /// The same state with the engine that runs Jobs.
@@ -144,6 +154,7 @@ pub fn api_routes() -> ApiRouter {
         .merge(audit::router())
         .merge(approval_diff::router())
         .merge(fleet::router())
+        .merge(metrics::router())
 }
 
 /// The whole API as one router.
@@ -183,6 +194,7 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
         .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::record_request))
         // No response is ever sniffed into another type (a JSON error as HTML, say).
         .layer(middleware::map_response(|mut response: Response| async move {
             response
@@ -439,6 +451,7 @@ mod tests {
         POST   /hive/v1/tokens                                admin
         DELETE /hive/v1/tokens/{name}                         admin
         GET    /hive/v1/whoami                                read
+        GET    /metrics                                       read
         GET    /openapi/v2                                    read
         GET    /openapi/v3                                    read
         GET    /openapi/v3/apis/hive.dev/v1                   read

@@ -140,7 +140,12 @@ pub(super) fn run(
             }
         }
         let Some(db) = &exit.db else { continue };
-        if let Err(why) = commit_batch(&exit.shared, db, batch) {
+        let (started, size) = (std::time::Instant::now(), batch.len());
+        let committed = commit_batch(&exit.shared, db, batch);
+        let metrics = &exit.shared.config.metrics;
+        metrics.commit_duration.observe(crate::metrics::seconds(started.elapsed()));
+        metrics.batch_size.observe(size as f64);
+        if let Err(why) = committed {
             exit.shared.set_unhealthy(Some(why));
             drop(exit.db.take());
         }

@@ -33,6 +33,7 @@ mod jobs;
 mod kubectl;
 mod manifests;
 mod mcp;
+mod metrics;
 mod power;
 mod readme;
 mod vastai;
