@@ -107,6 +107,11 @@ pub struct Args {
     /// Also print the results as a Markdown section for docs/benchmarks.md.
     #[arg(long)]
     pub markdown: bool,
+
+    /// One more `hive serve` flag for the daemon under test; repeat for several. E.g.
+    /// `--serve-arg=--metrics=false` measures without request metrics.
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
+    pub serve_arg: Vec<String>,
 }
 
 /// What one run measures, with `--quick` and the defaults resolved.
@@ -122,6 +127,8 @@ struct Plan {
     fill_clients: usize,
     list_runs: usize,
     power_cycles: usize,
+    /// Extra `hive serve` flags (`--serve-arg`).
+    serve_args: Vec<String>,
 }
 
 impl Plan {
@@ -141,6 +148,7 @@ impl Plan {
             fill_clients: args.fill_clients,
             list_runs: pick(args.list_runs, 5, 3),
             power_cycles: pick(args.power_cycles, 10, 3),
+            serve_args: args.serve_arg.clone(),
         };
         ensure!(!plan.clients.is_empty(), "--clients needs at least one level");
         for n in plan.clients.iter().chain([&plan.fill_clients]) {
@@ -182,7 +190,7 @@ impl Plan {
             self.fill_clients,
             self.list_runs,
             self.power_cycles
-        )
+        ) + &self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect::<String>()
     }
 }
 
@@ -230,7 +238,7 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     let fsync = tokio::task::spawn_blocking(move || fdatasync_latencies(&dir, n)).await??;
 
     progress(format_args!("starting the daemon"));
-    let daemon = Daemon::start(work.path()).await?;
+    let daemon = Daemon::start(work.path(), &plan.serve_args).await?;
     let idle = daemon.memory()?;
 
     let mut creates = Vec::new();
@@ -363,7 +371,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    async fn start(work: &Path) -> Result<Daemon> {
+    async fn start(work: &Path, extra: &[String]) -> Result<Daemon> {
         let state = work.join("state");
         let log_path = work.join("daemon.log");
         let log =
@@ -384,6 +392,7 @@ impl Daemon {
             ])
             .arg("--state-dir")
             .arg(&state)
+            .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(log)

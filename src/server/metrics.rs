@@ -109,10 +109,11 @@ pub async fn record_request(State(state): State<AppState>, request: Request, nex
         Method::GET | Method::HEAD => "readOnly",
         _ => "mutating",
     };
-    let inflight = metrics.api.inflight.get_or_create_owned(&InflightLabels { request_kind });
-    inflight.inc();
+    // A guard, so a request whose client went away (its future dropped) leaves too.
+    let inflight =
+        Decrement::after_inc(metrics.api.inflight.get_or_create_owned(&InflightLabels { request_kind }));
     let response = next.run(request).await;
-    inflight.dec();
+    drop(inflight);
     let code = response.status().as_u16();
     let RouteLabels { verb, resource, subresource } = route.clone();
     metrics.api.requests.get_or_create(&RequestLabels { verb, resource, subresource, code }).inc();
@@ -120,9 +121,7 @@ pub async fn record_request(State(state): State<AppState>, request: Request, nex
         metrics.api.duration.get_or_create(&route).observe(crate::metrics::seconds(started.elapsed()));
         return response;
     }
-    let open = metrics.api.longrunning.get_or_create_owned(&route);
-    open.inc();
-    let guard = Decrement(open);
+    let guard = Decrement::after_inc(metrics.api.longrunning.get_or_create_owned(&route));
     let (parts, body) = response.into_parts();
     let body = body.into_data_stream().map(move |chunk| {
         let _held = &guard;
@@ -131,8 +130,16 @@ pub async fn record_request(State(state): State<AppState>, request: Request, nex
     Response::from_parts(parts, Body::from_stream(body))
 }
 
-/// Takes one off a gauge when dropped (a stream's body ended or was abandoned).
+/// One on a gauge while it lives: taken off when dropped (the request answered or
+/// abandoned, a stream's body ended or dropped).
 struct Decrement(prometheus_client::metrics::gauge::Gauge);
+
+impl Decrement {
+    fn after_inc(gauge: prometheus_client::metrics::gauge::Gauge) -> Decrement {
+        gauge.inc();
+        Decrement(gauge)
+    }
+}
 
 impl Drop for Decrement {
     fn drop(&mut self) {
@@ -224,6 +231,41 @@ fn plain_verb(method: &Method) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What recording costs one request: the same trivial route through `oneshot` with
+    /// the layer recording and with it off (`--metrics=false`). A measurement, not a
+    /// check: run it with `--run-ignored only --no-capture` (docs/benchmarks.md).
+    #[tokio::test]
+    #[ignore = "a measurement, printed; see docs/benchmarks.md"]
+    async fn recording_costs_per_request() {
+        use tower::ServiceExt as _;
+        const N: u32 = 200_000;
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            crate::store::Store::open(crate::store::StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        let tokens = crate::auth::TokenStore::open(dir.path()).unwrap();
+        let state = AppState::new(store, tokens, super::super::ServerConfig::default());
+        for recording in [false, true, false, true] {
+            let state =
+                state.clone().with_metrics(std::sync::Arc::new(crate::metrics::Metrics::new(recording)));
+            let app: Router = Router::new()
+                .route("/apis/hive.dev/v1/agents", axum::routing::post(|| async { "ok" }))
+                .layer(axum::middleware::from_fn_with_state(state.clone(), record_request))
+                .with_state(state);
+            let started = Instant::now();
+            for _ in 0..N {
+                let request = Request::builder()
+                    .method(Method::POST)
+                    .uri("/apis/hive.dev/v1/agents")
+                    .body(Body::empty())
+                    .unwrap();
+                let response = app.clone().oneshot(request).await.unwrap();
+                assert_eq!(response.status(), 200);
+            }
+            let per = started.elapsed() / N;
+            println!("recording={recording}: {per:?} per request through the layer ({N} requests)");
+        }
+    }
 
     #[test]
     fn requests_are_labelled_as_kube_does_and_boundedly() {
