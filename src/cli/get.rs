@@ -163,8 +163,8 @@ fn list_query(args: &Args, name: Option<&str>) -> Query {
         .push_opt("fieldSelector", (!fields.is_empty()).then(|| fields.join(",")))
 }
 
-/// Every page of a list, following `continue` tokens.
-async fn list_pages(client: &Client, kind: &KindInfo, args: &Args, table: bool) -> Result<Vec<Value>> {
+/// Every page of a list, following `continue` tokens (`table`: as server-side Tables).
+pub async fn list_pages(client: &Client, kind: &KindInfo, args: &Args, table: bool) -> Result<Vec<Value>> {
     let mut pages = Vec::new();
     let mut token: Option<String> = None;
     loop {

@@ -33,6 +33,7 @@ pub mod power;
 pub mod progress;
 pub mod schemas;
 pub mod serve;
+pub mod terminal;
 pub mod token;
 pub mod version;
 pub mod wait;
@@ -77,7 +78,7 @@ pub enum Command {
     Describe(describe::Args),
     /// Delete objects by kind and name, by label, or from manifests.
     Delete(delete::Args),
-    /// Show the events recorded about an object (or all), and follow them with -w.
+    /// Show the events recorded about an object (or all), oldest first; follow them with -w.
     Events(events::Args),
     /// Wait until objects meet a condition, match a JSONPath value, or are deleted.
     Wait(wait::Args),

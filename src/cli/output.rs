@@ -289,6 +289,28 @@ pub fn align(lines: &[Vec<String>], widths: &mut Vec<usize>) -> String {
     out
 }
 
+/// Cuts the last cell of each line (with `…`) so that, aligned by [`align`] with
+/// `widths`, no line is wider than `max`. `widths` grows as `align` would grow it, so
+/// the rows a watch prints later are cut against the columns already on screen. The
+/// last cell keeps at least 10 characters: a narrow terminal wraps rather than losing
+/// the whole message.
+pub fn fit_last_column(lines: &mut [Vec<String>], widths: &mut Vec<usize>, max: usize) {
+    for line in lines.iter() {
+        for (c, cell) in line.iter().enumerate().take(line.len().saturating_sub(1)) {
+            if widths.len() <= c {
+                widths.push(MIN_WIDTH);
+            }
+            widths[c] = widths[c].max(width_of(cell) + PADDING);
+        }
+    }
+    for line in lines.iter_mut() {
+        let used: usize = widths.iter().take(line.len().saturating_sub(1)).sum();
+        if let Some(last) = line.last_mut() {
+            *last = super::terminal::ellipsize(last, max.saturating_sub(used).max(10));
+        }
+    }
+}
+
 fn width_of(text: &str) -> usize {
     text.chars().count()
 }

@@ -14,6 +14,7 @@ mod architecture;
 mod auth;
 mod browser;
 mod cli;
+mod cli_habits;
 mod crash;
 mod deploy;
 mod deploy_paths;

@@ -1,0 +1,82 @@
+//! The kubectl habits of the hive CLI against the real daemon (issue 15): `hive events`
+//! ordered by time, filtered and fitted to the terminal, and the rest of the habits.
+//!
+//! `HIVE_IT_CLI` (optional) runs another `hive` binary as the CLI against this suite's
+//! daemon, e.g. main's, to see these tests fail before a change.
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::json;
+
+use crate::harness::{fails, hive_bin, ok, Daemon};
+
+/// Runs the CLI with `env` set and `COLUMNS` unset unless given (stdout is a pipe).
+fn hive(d: &Daemon, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let bin = std::env::var("HIVE_IT_CLI").unwrap_or_else(|_| hive_bin().to_string());
+    let mut cmd = Command::new(bin);
+    cmd.arg("--kubeconfig").arg(&d.kubeconfig).args(args).env_remove("COLUMNS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null()).output().expect("run hive")
+}
+
+async fn post_event(d: &Daemon, name: &str, about: &str, type_: &str, last: &str, message: &str) {
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+        "involvedObject": {"apiVersion": "hive.dev/v1", "kind": "Agent", "name": about},
+        "reason": if type_ == "Warning" { "Crashed" } else { "Started" }, "message": message, "type": type_,
+        "count": 1, "firstTimestamp": last, "lastTimestamp": last, "source": {"component": "hive-test"}
+    });
+    let created = d.client().post("/api/v1/events", &event).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+}
+
+/// The names of the events' messages in the order `hive events` printed them.
+fn order(text: &str) -> Vec<&str> {
+    text.lines().skip(1).filter_map(|l| l.split_whitespace().find(|w| w.starts_with("msg-"))).collect()
+}
+
+#[tokio::test]
+async fn events_read_in_time_order_filtered_and_fitted_to_the_width() {
+    let d = Daemon::start();
+    let long =
+        format!("msg-crash {}", "the harness exited with status 1 after printing a long trace; ".repeat(5));
+    // Names in the reverse of time order: sorting by name would print them backwards.
+    post_event(&d, "a-last", "k1", "Normal", "2026-11-29T10:30:00Z", "msg-restarted").await;
+    post_event(&d, "b-middle", "k1", "Warning", "2026-11-29T10:20:00Z", &long).await;
+    post_event(&d, "c-first", "k1", "Normal", "2026-11-29T10:10:00Z", "msg-started").await;
+    post_event(&d, "d-other", "other", "Normal", "2026-11-29T10:15:00Z", "msg-other").await;
+
+    let all = ok(hive(&d, &[], &["events"]));
+    assert_eq!(order(&all), ["msg-started", "msg-other", "msg-crash", "msg-restarted"], "{all}");
+    assert!(all.lines().next().unwrap().starts_with("LAST SEEN"), "{all}");
+    assert!(all.contains(long.trim_end()), "a pipe gets the full message:\n{all}");
+
+    let fitted = ok(hive(&d, &[("COLUMNS", "100")], &["events"]));
+    for line in fitted.lines() {
+        assert!(line.chars().count() <= 100, "wider than COLUMNS=100: {line:?}\n{fitted}");
+    }
+    assert!(fitted.contains("msg-crash the harness") && fitted.contains('…'), "{fitted}");
+    let wide = ok(hive(&d, &[("COLUMNS", "100")], &["events", "-o", "wide"]));
+    assert!(wide.contains(long.trim_end()) && wide.contains("hive-test"), "-o wide is never cut:\n{wide}");
+
+    let about_k1 = ok(hive(&d, &[], &["events", "--for", "agent/k1"]));
+    assert_eq!(order(&about_k1), ["msg-started", "msg-crash", "msg-restarted"], "{about_k1}");
+    let warnings = ok(hive(&d, &[], &["events", "--for", "agent/k1", "--types", "Warning"]));
+    assert_eq!(order(&warnings), ["msg-crash"], "{warnings}");
+    let both = ok(hive(&d, &[], &["events", "--types", "warning,Normal"]));
+    assert_eq!(order(&both).len(), 4, "{both}");
+    let names = ok(hive(&d, &[], &["events", "-o", "name"]));
+    let names: Vec<&str> = names.lines().filter_map(|l| l.rsplit('/').next()).collect();
+    assert_eq!(names, ["c-first", "d-other", "b-middle", "a-last"], "time order in -o name too");
+
+    let refused = hive(&d, &[], &["events", "--types", "Loud"]);
+    assert_eq!(refused.status.code(), Some(2), "a usage error: {refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("valid --types are Normal or Warning"),
+        "{refused:?}"
+    );
+    let err = fails(hive(&d, &[], &["events", "--for", "manager"]));
+    assert!(err.contains("KIND/NAME"), "{err}");
+}
