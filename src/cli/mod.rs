@@ -12,6 +12,7 @@ pub mod apply;
 pub mod approve;
 pub mod audit;
 pub mod bench;
+pub mod board;
 pub mod cancel;
 pub mod client;
 pub mod delete;
@@ -84,13 +85,14 @@ pub enum Command {
     Wait(wait::Args),
     /// Start agents (a stale agent is rebuilt first), as one Job; follow its progress.
     ///
-    /// Submits one Job for all the agents named (or every agent with --all) and prints
-    /// one progress line per DAG until it ends: the roll-up glyph (· queued, ⟳ running,
-    /// ✓ done, ✗ failed, ⊘ cancelled, ! interrupted), the template, and each agent's
-    /// node chain with the running node's step. Fan-out children show up indented
-    /// under their parent. On a terminal the lines update in place; otherwise a line is
-    /// printed each time it changes. Exits 1 if any DAG did not end done, naming the
-    /// failed nodes and their errors.
+    /// Submits one Job for all the agents named (or every agent with --all) and follows
+    /// it until it ends. On a terminal: one line per agent, redrawn in place, with its
+    /// state glyph (· queued, ⟳ running, ✓ done, ✗ failed, ⊘ cancelled, ! interrupted),
+    /// the template, the time it took and its node chain with the running node's step,
+    /// each cut to the width; then a summary (`5/6 done, 1 failed: researcher`).
+    /// Otherwise (a pipe, a log): one line per DAG, printed each time it changes.
+    /// Fan-out children show up indented under their parent. Exits 1 if any DAG did not
+    /// end done, naming the failed nodes and their errors.
     #[command(after_help = "Examples:
   hive start alpha
   hive start alpha beta --reason 'after maintenance'

@@ -1,5 +1,6 @@
 //! `hive start|stop|restart|rebuild|kill AGENT… | --all`: one Job through the submit
-//! layer (`POST /apis/hive.dev/v1/jobs`), then a progress line per DAG until every DAG
+//! layer (`POST /apis/hive.dev/v1/jobs`), then its progress (on a terminal a line per
+//! agent and a summary, otherwise a line per DAG) until every DAG
 //! of the tree (fan-out children included) is terminal. Exit 0 when all are done, 1
 //! when any failed, was cancelled or was interrupted.
 
@@ -13,7 +14,7 @@ use hive_api::{Job, JobList};
 use serde_json::{json, Value};
 
 use super::client::{self, Client};
-use super::{output, progress, Context};
+use super::{board, output, progress, terminal, Context};
 
 /// How often the Job tree is read while waiting.
 const POLL: Duration = Duration::from_millis(250);
@@ -110,14 +111,23 @@ async fn all_agents(client: &Client) -> Result<Vec<String>> {
 
 /// Polls the Job tree rooted at `name`, printing progress, until every DAG in it is
 /// terminal; returns the last Jobs read. `first` is the Job as created, shown at once.
+///
+/// On a terminal: [`board`]'s one line per agent, redrawn in place, then its summary;
+/// otherwise [`progress::frame`]'s line per DAG, printed again when it changed.
 async fn follow(client: &Client, name: &str, first: Job, tty: bool) -> Result<Vec<Job>> {
     let mut screen = progress::Screen::new(tty);
+    let width = terminal::width().unwrap_or(80);
     let mut jobs = vec![first];
     let mut unreachable_since: Option<tokio::time::Instant> = None;
     loop {
-        output::print(&screen.update(&progress::frame(name, &jobs)))?;
+        let now = crate::host::now();
+        let lines = if tty { board::lines(name, &jobs, now, width) } else { progress::frame(name, &jobs) };
+        output::print(&screen.update(&lines))?;
         let tree = progress::tree(name, &jobs);
         if !tree.is_empty() && tree.iter().all(|(_, j)| progress::is_terminal(j)) {
+            if tty {
+                output::print(&format!("{}\n", board::summary(name, &jobs, now)))?;
+            }
             return Ok(jobs);
         }
         tokio::time::sleep(POLL).await;

@@ -1,7 +1,8 @@
 //! Progress of submitted Jobs as one line per DAG: the roll-up glyph, the template,
 //! each agent's node chain with the running node's step label, and fan-out children
 //! indented under their parent. Pure (Jobs in, text out); [`Screen`] turns successive
-//! frames into terminal output, in place on a TTY and as plain changed lines otherwise.
+//! frames into terminal output, in place on a TTY and as plain changed lines otherwise;
+//! on a TTY the lines are [`super::board`]'s, one per agent.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -70,7 +71,9 @@ fn node_label(node: &JobNode) -> &str {
     }
 }
 
-fn chain(job: &Job, nodes: &[&JobNode]) -> String {
+/// The node chain `set-wanted ✓ → drain ⟳ waiting… → reconcile ·` of `nodes` (one agent's, or
+/// the agent-less ones) in `job`.
+pub fn chain(job: &Job, nodes: &[&JobNode]) -> String {
     nodes
         .iter()
         .map(|node| {
@@ -208,9 +211,10 @@ pub fn failures(root: &str, jobs: &[Job]) -> Vec<String> {
 }
 
 /// Turns successive frames into terminal output. On a TTY, the whole block is redrawn
-/// in place (cursor up, clear each line; auto-wrap off while drawing so a long line
-/// stays one row and the cursor arithmetic holds). Otherwise a DAG's line is printed
-/// again only when it changed, so logs and pipes get one line per change.
+/// in place (cursor up, clear each line); the caller cuts each line to the terminal's
+/// width ([`super::board::lines`]), so every line is one row and the cursor arithmetic
+/// holds. Otherwise a DAG's line is printed again only when it changed, so logs and
+/// pipes get one line per change.
 #[derive(Debug, Default)]
 pub struct Screen {
     tty: bool,
@@ -231,7 +235,6 @@ impl Screen {
         }
         let mut out = String::new();
         if self.tty {
-            out.push_str("\x1b[?7l");
             if !self.previous.is_empty() {
                 out.push_str(&format!("\x1b[{}A", self.previous.len()));
             }
@@ -244,7 +247,6 @@ impl Screen {
                 // A DAG left the tree (pruned from the history): clear what is below.
                 out.push_str("\x1b[J");
             }
-            out.push_str("\x1b[?7h");
         } else {
             for (i, line) in lines.iter().enumerate() {
                 if self.previous.get(i) != Some(line) {
@@ -465,6 +467,6 @@ mod tests {
     fn screen_clears_lines_that_went_away() {
         let mut screen = Screen::new(true);
         screen.update(&["a".to_string(), "b".to_string()]);
-        assert_eq!(visible(&screen.update(&["c".to_string()])), "⎋[?7l⎋[2A⏎⎋[2Kc\n⎋[J⎋[?7h");
+        assert_eq!(visible(&screen.update(&["c".to_string()])), "⎋[2A⏎⎋[2Kc\n⎋[J");
     }
 }
