@@ -145,7 +145,7 @@ pub enum Command {
     Audit(audit::Args),
     /// Print a Job node's build log or an agent's output.
     Logs(logs::Args),
-    /// Create and list API tokens (admin only).
+    /// Create, list and revoke API tokens (admin only).
     Token(token::Args),
     /// Run the hive daemon.
     Serve(Box<serve::Args>),

@@ -1,4 +1,4 @@
-//! `hive token`: create and list API bearer tokens (admin only). A token's secret is
+//! `hive token`: create, list and revoke API bearer tokens (admin only). A token's secret is
 //! shown once, at creation, on stdout alone so it can be captured by a script.
 
 use anyhow::Result;
@@ -12,7 +12,7 @@ use super::{output, Context};
 /// Where the server keeps tokens.
 const TOKENS_PATH: &str = "/hive/v1/tokens";
 
-/// Create and list API tokens (admin only).
+/// Create, list and revoke API tokens (admin only).
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(subcommand)]
@@ -25,18 +25,40 @@ pub enum TokenCommand {
     /// Create a token and print it (only this once) on stdout.
     #[command(after_help = "Example:
   TOKEN=$(hive token create --name ci --role operator)
+  TOKEN=$(hive token create ci --role operator)      # the name may also come first
   TOKEN=$(hive token create --name alpha --role agent --agent alpha)")]
     Create(CreateArgs),
     /// List tokens: name, role and age (never the secret).
     List(ListArgs),
+    /// Revoke a token: it stops working at once, for every request after this one.
+    #[command(after_help = "Example:
+  hive token revoke ci")]
+    Revoke(RevokeArgs),
+}
+
+/// Arguments of `hive token revoke`.
+#[derive(clap::Args, Debug)]
+pub struct RevokeArgs {
+    /// Name of the token to revoke (as `hive token list` shows it).
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 /// Arguments of `hive token create`.
 #[derive(clap::Args, Debug)]
 pub struct CreateArgs {
     /// Name of the token (who or what uses it), e.g. `ci`.
-    #[arg(long)]
-    pub name: String,
+    #[arg(
+        long = "name",
+        value_name = "NAME",
+        required_unless_present = "name_arg",
+        conflicts_with = "name_arg"
+    )]
+    pub name: Option<String>,
+
+    /// The name, given as kubectl's `create` verbs take it (`hive token create ci …`).
+    #[arg(value_name = "NAME", hide = true)]
+    pub name_arg: Option<String>,
 
     /// What the token may do: viewer (read), agent (read, and request approvals for
     /// its own agent), operator (read and write), admin (everything, including tokens).
@@ -86,7 +108,8 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let client = ctx.client()?;
     match args.command {
         TokenCommand::Create(create) => {
-            let mut body = json!({"name": create.name, "role": create.role.as_str()});
+            let name = create.name.or(create.name_arg).unwrap_or_default();
+            let mut body = json!({"name": name, "role": create.role.as_str()});
             if let Some(agent) = &create.agent {
                 body["agent"] = json!(agent);
             }
@@ -98,7 +121,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             output::print(&format!("{token}\n"))?;
             eprintln!(
                 "token {:?} (role {}) created; store it now, it will not be shown again",
-                create.name,
+                name,
                 create.role.as_str()
             );
         }
@@ -113,6 +136,11 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                 eprintln!("No tokens found");
             }
             output::print(&text)?;
+        }
+        TokenCommand::Revoke(revoke) => {
+            let path = format!("{TOKENS_PATH}/{}", super::client::encode(&revoke.name));
+            client.delete(&path, &json!({})).await?;
+            output::print(&format!("token {:?} revoked\n", revoke.name))?;
         }
     }
     Ok(())

@@ -80,3 +80,41 @@ async fn events_read_in_time_order_filtered_and_fitted_to_the_width() {
     let err = fails(hive(&d, &[], &["events", "--for", "manager"]));
     assert!(err.contains("KIND/NAME"), "{err}");
 }
+
+/// The command between `<code>` and `</code>` that starts with `hive token create`.
+fn hint_command(html: &str) -> String {
+    html.split("<code>")
+        .filter_map(|c| c.split("</code>").next())
+        .find(|c| c.starts_with("hive token create"))
+        .unwrap_or_else(|| panic!("no token hint on the login page:\n{html}"))
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_login_hint_works_as_written_and_tokens_can_be_revoked() {
+    let d = Daemon::start();
+    let login = d.client_with(None).get("/login").await;
+    let hint = hint_command(login.body.as_str().expect("the login page is HTML"));
+    let words: Vec<String> = hint
+        .split_whitespace()
+        .skip(1)
+        .map(|w| if w == "NAME" { "oncall".into() } else { w.into() })
+        .collect();
+    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+    let secret = ok(hive(&d, &[], &words)).trim().to_string();
+    assert!(secret.starts_with("hive_"), "the hint {hint:?} printed a token: {secret:?}");
+    let viewer = d.client_with(Some(&secret));
+    assert_eq!(viewer.get("/hive/v1/whoami").await.code, 200);
+
+    // kubectl's `create NAME` order works too.
+    let second = ok(hive(&d, &[], &["token", "create", "ci", "--role", "viewer"])).trim().to_string();
+    assert!(second.starts_with("hive_"), "{second}");
+
+    let revoked = ok(hive(&d, &[], &["token", "revoke", "oncall"]));
+    assert!(revoked.contains("oncall") && revoked.contains("revoked"), "{revoked}");
+    assert_eq!(viewer.get("/hive/v1/whoami").await.code, 401, "a revoked token stops working");
+    let listed = ok(hive(&d, &[], &["token", "list"]));
+    assert!(!listed.contains("oncall") && listed.contains("ci"), "{listed}");
+    let again = fails(hive(&d, &[], &["token", "revoke", "oncall"]));
+    assert!(again.contains("not found") && again.contains("oncall"), "{again}");
+}

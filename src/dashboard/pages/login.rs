@@ -57,7 +57,7 @@ fn render(error: Option<&str>) -> String {
         .text("The admin token is in the kubeconfig hive serve wrote (")
         .elem("code", &[], "<state-dir>/kubeconfig.yaml")
         .text("); mint others with ")
-        .elem("code", &[], "hive token create NAME --role viewer")
+        .elem("code", &[], "hive token create --name NAME --role viewer")
         .text(".")
         .close("p");
     m.close("main").close("body").close("html");
