@@ -44,7 +44,8 @@ pub struct Args {
     #[arg(short, long)]
     pub watch: bool,
 
-    /// Output format: table (default), wide, yaml, json, name, jsonpath=TEMPLATE.
+    /// Output format: table (default), wide, yaml, json, name, jsonpath=TEMPLATE,
+    /// custom-columns=HEADER:PATH,….
     #[arg(short, long, value_name = "FORMAT", value_parser = super::output::Format::parse)]
     pub output: Option<super::output::Format>,
 }
@@ -98,6 +99,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         ignore_not_found: false,
         show_managed_fields: false,
         chunk_size: 500,
+        sort_by: None,
     };
     if args.watch && !format.is_table() {
         return get::exec(get_args, ctx).await;

@@ -55,6 +55,9 @@ pub struct Path(Vec<Step>);
 enum Piece {
     Text(String),
     Path(Path),
+    /// `{range PATH}…{end}`: the body once per value the path reaches, with paths in
+    /// the body relative to that value.
+    Range(Path, Vec<Piece>),
 }
 
 /// A parsed template: text with `{…}` expressions.
@@ -74,6 +77,8 @@ impl Template {
             return Ok(Template { source, pieces: vec![Piece::Path(path)] });
         }
         let mut pieces = Vec::new();
+        // The pieces outside each open `{range}`, innermost last, with its path.
+        let mut ranges: Vec<(Vec<Piece>, Path)> = Vec::new();
         let mut text = String::new();
         let mut rest = template;
         let mut offset = 0;
@@ -91,19 +96,31 @@ impl Template {
                 text.push_str(&literal);
             } else {
                 let word = inner.split_whitespace().next().unwrap_or("");
-                if matches!(word, "range" | "end" | "else" | "if") {
-                    return Err(ParseError {
-                        template: source.clone(),
-                        offset: inner_offset,
-                        message: format!(
-                            "{{{word}}} is not supported; use a wildcard such as {{.items[*].metadata.name}}"
-                        ),
-                    });
-                }
                 if !text.is_empty() {
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
-                pieces.push(Piece::Path(Parser::new(template, inner, inner_offset).path_to_end()?));
+                let error =
+                    |message: String| ParseError { template: source.clone(), offset: inner_offset, message };
+                match word {
+                    "range" => {
+                        let expr = inner["range".len()..].trim_start();
+                        let at = inner_offset + (inner.len() - expr.len());
+                        let path = Parser::new(template, expr, at).path_to_end()?;
+                        ranges.push((std::mem::take(&mut pieces), path));
+                    }
+                    "end" => {
+                        let (outer, path) =
+                            ranges.pop().ok_or_else(|| error("{end} without a {range} before it".into()))?;
+                        let body = std::mem::replace(&mut pieces, outer);
+                        pieces.push(Piece::Range(path, body));
+                    }
+                    "else" | "if" => {
+                        return Err(error(format!(
+                            "{{{word}}} is not supported; use a filter such as {{.items[?(@.spec.wanted==\"Up\")].metadata.name}}"
+                        )))
+                    }
+                    _ => pieces.push(Piece::Path(Parser::new(template, inner, inner_offset).path_to_end()?)),
+                }
             }
             offset += open + 1 + close + 1;
             rest = &after[close + 1..];
@@ -118,6 +135,13 @@ impl Template {
         text.push_str(rest);
         if !text.is_empty() {
             pieces.push(Piece::Text(text));
+        }
+        if !ranges.is_empty() {
+            return Err(ParseError {
+                template: source.clone(),
+                offset: template.len(),
+                message: "{range} without its {end}".into(),
+            });
         }
         Ok(Template { source, pieces })
     }
@@ -141,7 +165,7 @@ impl Template {
             .iter()
             .filter_map(|p| match p {
                 Piece::Path(path) => Some(path.eval(root)),
-                Piece::Text(_) => None,
+                Piece::Text(_) | Piece::Range(..) => None,
             })
             .collect()
     }
@@ -150,16 +174,25 @@ impl Template {
     /// as compact JSON, several matches joined by a space.
     pub fn render(&self, root: &Value) -> String {
         let mut out = String::new();
-        for piece in &self.pieces {
-            match piece {
-                Piece::Text(text) => out.push_str(text),
-                Piece::Path(path) => {
-                    let values: Vec<String> = path.eval(root).into_iter().map(scalar_text).collect();
-                    out.push_str(&values.join(" "));
+        render_pieces(&self.pieces, root, &mut out);
+        out
+    }
+}
+
+fn render_pieces(pieces: &[Piece], root: &Value, out: &mut String) {
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => out.push_str(text),
+            Piece::Path(path) => {
+                let values: Vec<String> = path.eval(root).into_iter().map(scalar_text).collect();
+                out.push_str(&values.join(" "));
+            }
+            Piece::Range(path, body) => {
+                for value in path.eval(root) {
+                    render_pieces(body, value, out);
                 }
             }
         }
-        out
     }
 }
 
@@ -559,6 +592,9 @@ mod tests {
             ("name={.metadata.name}{\"\\n\"}", "name=a1\n"),
             ("{.status.conditions[0]}", "{\"type\":\"Ready\",\"status\":\"True\"}"),
             ("{.metadata.labels.*}", "x gold"),
+            ("{range .items[*]}{.metadata.name}{\"\\n\"}{end}", "a\nb\n"),
+            ("{range .items[*]}[{.metadata.name}]{end} done", "[a][b] done"),
+            ("{range .spec.ports[*]}{range .missing[*]}x{end}{end}", ""),
         ];
         for (template, expected) in cases {
             assert_eq!(render(template), expected, "{template}");
@@ -571,7 +607,9 @@ mod tests {
             ("{..name}", "recursive descent (..) is not supported"),
             ("{.spec.ports[0:1]}", "slices ([a:b]) are not supported; use an index or [*]"),
             ("{.spec.ports[0,1]}", "unions ([a,b]) are not supported"),
-            ("{range .items[*]}{.metadata.name}{end}", "{range} is not supported"),
+            ("{range .items[*]}{.metadata.name}", "{range} without its {end}"),
+            ("{.metadata.name}{end}", "{end} without a {range} before it"),
+            ("{if .x}", "{if} is not supported"),
             ("{.status.conditions[?(@.count>1)]}", "only == and != are supported in filters"),
             ("{.status.phase", "unclosed '{'"),
             ("{.a[x]}", "expected an index, '*', a quoted name or ?(…) inside [ ]"),

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod board;
 pub mod cancel;
 pub mod client;
+pub mod columns;
 pub mod delete;
 pub mod describe;
 pub mod duration;
@@ -82,6 +83,11 @@ pub enum Command {
     /// Show the events recorded about an object (or all), oldest first; follow them with -w.
     Events(events::Args),
     /// Wait until objects meet a condition, match a JSONPath value, or are deleted.
+    ///
+    /// A wait for a condition or a value ends at once (exit 1, naming the phase and the
+    /// failed node's error) when the object reaches a failed terminal phase it cannot
+    /// leave: a Job Failed, Cancelled or Interrupted, an Approval Denied or Failed, a
+    /// FleetCommand Failed.
     Wait(wait::Args),
     /// Start agents (a stale agent is rebuilt first), as one Job; follow its progress.
     ///

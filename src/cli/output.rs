@@ -27,6 +27,8 @@ pub enum Format {
     Name,
     /// `jsonpath=TEMPLATE`.
     JsonPath(Template),
+    /// `custom-columns=HEADER:PATH,…`.
+    CustomColumns(Vec<super::columns::Column>),
 }
 
 impl Format {
@@ -34,6 +36,9 @@ impl Format {
     pub fn parse(text: &str) -> Result<Format, String> {
         if let Some(template) = text.strip_prefix("jsonpath=") {
             return Template::parse(template).map(Format::JsonPath).map_err(|e| e.to_string());
+        }
+        if let Some(spec) = text.strip_prefix("custom-columns=") {
+            return super::columns::parse(spec).map(Format::CustomColumns);
         }
         match text {
             "table" | "" => Ok(Format::Table),
@@ -43,7 +48,7 @@ impl Format {
             "name" => Ok(Format::Name),
             other => Err(format!(
                 "unable to match a printer suitable for the output format {other:?}, allowed formats are: \
-                 table, wide, yaml, json, name, jsonpath=TEMPLATE"
+                 table, wide, yaml, json, name, jsonpath=TEMPLATE, custom-columns=HEADER:PATH,..."
             )),
         }
     }

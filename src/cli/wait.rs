@@ -1,7 +1,8 @@
 //! `hive wait`: list + watch (by `metadata.name` field selector) until each object meets
 //! a condition, matches a JSONPath value, exists, or is gone. Conditions computed from an
 //! older generation than the object's (`observedGeneration` < `metadata.generation`)
-//! do not count, as in kubectl.
+//! do not count, as in kubectl. Unlike kubectl, a wait on an object that reached a failed
+//! terminal phase (a Job `Failed`) ends at once instead of running out its timeout.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -154,6 +155,47 @@ impl WaitFor {
     }
 }
 
+/// The phases after which an object of `kind` will not change by itself any more,
+/// having failed: a Job `Failed`, `Cancelled` or `Interrupted`, an Approval `Denied` or
+/// `Failed`, a FleetCommand `Failed`.
+fn failed_phases(kind: &KindInfo) -> &'static [&'static str] {
+    match kind.kind {
+        "Job" => &["Failed", "Cancelled", "Interrupted"],
+        "Approval" => &["Denied", "Failed"],
+        "FleetCommand" => &["Failed"],
+        _ => &[],
+    }
+}
+
+/// Why waiting on `object` for `for_` (a condition or a JSONPath, not yet met) is
+/// hopeless: it reached a failed terminal phase. `hive wait job/x --for=condition=Complete`
+/// then fails at once, naming the phase and the reason, instead of running out its
+/// timeout.
+pub fn terminal_failure(kind: &KindInfo, name: &str, for_: &WaitFor, object: &Value) -> Option<String> {
+    if matches!(for_, WaitFor::Delete | WaitFor::Create) {
+        return None;
+    }
+    let phase = object.pointer("/status/phase").and_then(Value::as_str)?;
+    if !failed_phases(kind).contains(&phase) {
+        return None;
+    }
+    let why = object
+        .pointer("/status/nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|n| n.get("state").and_then(Value::as_str) == Some("Failed"))
+        .and_then(|n| Some(format!("node {}: {}", n.get("id")?.as_str()?, n.get("error")?.as_str()?)))
+        .or_else(|| object.pointer("/status/message").and_then(Value::as_str).map(str::to_string))
+        .or_else(|| object.pointer("/status/error").and_then(Value::as_str).map(str::to_string));
+    let mut text =
+        format!("{}/{name} reached the terminal phase {phase}, so the wait cannot be met", kind.singular);
+    if let Some(why) = why.filter(|w| !w.is_empty()) {
+        text.push_str(&format!(": {why}"));
+    }
+    Some(text)
+}
+
 /// kubectl's condition check: the first condition of that type decides; it is stale
 /// (unmet) when its `observedGeneration`, else `status.observedGeneration`, is behind
 /// `metadata.generation`.
@@ -273,7 +315,13 @@ pub async fn wait_one(
 async fn until_met(client: &Client, kind: &KindInfo, name: &str, for_: &WaitFor, once: bool) -> Result<bool> {
     let path = kind::collection_path(kind);
     let selector = format!("metadata.name={name}");
-    let check = |object: Option<&Value>| for_.is_met(object).map_err(|e| anyhow!(e));
+    let check = |object: Option<&Value>| match for_.is_met(object) {
+        Ok(false) => match object.and_then(|o| terminal_failure(kind, name, for_, o)) {
+            Some(failure) => Err(anyhow!(failure)),
+            None => Ok(false),
+        },
+        other => other.map_err(|e| anyhow!(e)),
+    };
     let is_ours = |object: &Value| object.pointer("/metadata/name").and_then(Value::as_str) == Some(name);
     loop {
         let list =
@@ -343,6 +391,23 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn failed_jobs_end_a_wait_for_anything_else() {
+        let job = *kind::all().iter().find(|k| k.kind == "Job").unwrap();
+        let failed = json!({"status": {"phase": "Failed", "nodes": [
+            {"id": "a/prebuild", "state": "Failed", "error": "build exited with status 1"}]}});
+        let complete = WaitFor::parse("condition=Complete").unwrap();
+        assert_eq!(
+            terminal_failure(&job, "j1", &complete, &failed).unwrap(),
+            "job/j1 reached the terminal phase Failed, so the wait cannot be met: node a/prebuild: build exited with status 1"
+        );
+        let done = WaitFor::parse("jsonpath={.status.phase}=Done").unwrap();
+        assert!(terminal_failure(&job, "j1", &done, &json!({"status": {"phase": "Running"}})).is_none());
+        assert!(terminal_failure(&job, "j1", &WaitFor::Delete, &failed).is_none());
+        let agent = *kind::all().iter().find(|k| k.kind == "Agent").unwrap();
+        assert!(terminal_failure(&agent, "a", &complete, &failed).is_none(), "only kinds with failed phases");
+    }
 
     fn agent(generation: i64, observed: i64, ready: &str) -> Value {
         json!({

@@ -118,3 +118,89 @@ async fn the_login_hint_works_as_written_and_tokens_can_be_revoked() {
     let again = fails(hive(&d, &[], &["token", "revoke", "oncall"]));
     assert!(again.contains("not found") && again.contains("oncall"), "{again}");
 }
+
+#[tokio::test]
+async fn wait_fails_fast_when_the_job_failed() {
+    let d = Daemon::start();
+    // Applied, a Job for an agent that does not exist is stored and ends Failed.
+    let yaml = "apiVersion: hive.dev/v1\nkind: Job\nmetadata:\n  name: restart-ghost\nspec:\n  template: Restart\n  agents: [ghost]\n";
+    ok(d.hive_stdin(&["apply", "-f", "-"], Some(yaml)));
+    for wanted in ["--for=jsonpath={.status.phase}=Done", "--for=condition=Complete"] {
+        // The timeout is long; the wait must end on the Failed phase, not on the clock.
+        let err = fails(hive(&d, &[], &["wait", "job/restart-ghost", wanted, "--timeout", "20s"]));
+        assert!(err.contains("job/restart-ghost reached the terminal phase Failed"), "{wanted}: {err}");
+        assert!(err.contains("ghost") && !err.contains("timed out"), "{wanted}: {err}");
+    }
+    // Waiting for the failure itself still succeeds.
+    let met = ok(hive(
+        &d,
+        &[],
+        &["wait", "job/restart-ghost", "--for=jsonpath={.status.phase}=Failed", "--timeout", "60s"],
+    ));
+    assert!(met.contains("condition met"), "{met}");
+}
+
+#[tokio::test]
+async fn get_speaks_custom_columns_sort_by_and_jsonpath_range() {
+    let d = Daemon::start();
+    let api = d.client();
+    for (name, rank) in [("a", "3"), ("b", "1"), ("c", "2")] {
+        let mut agent = crate::harness::agent(name);
+        agent["metadata"]["labels"]["rank"] = json!(rank);
+        agent["spec"]["wanted"] = json!("Offline");
+        let created = api.post("/apis/hive.dev/v1/agents", &agent).await;
+        assert_eq!(created.code, 201, "{:?}", created.body);
+    }
+    let columns = ok(hive(
+        &d,
+        &[],
+        &[
+            "get",
+            "agents",
+            "-o",
+            "custom-columns=NAME:.metadata.name,RANK:{.metadata.labels.rank},GONE:.spec.nothing",
+        ],
+    ));
+    assert_eq!(
+        columns,
+        "NAME   RANK   GONE\na      3      <none>\nb      1      <none>\nc      2      <none>\n"
+    );
+    let sorted = ok(hive(
+        &d,
+        &[],
+        &[
+            "get",
+            "agents",
+            "--sort-by=.metadata.labels.rank",
+            "-o",
+            "custom-columns=NAME:.metadata.name",
+            "--no-headers",
+        ],
+    ));
+    assert_eq!(sorted, "b\nc\na\n");
+    let table = ok(hive(&d, &[], &["get", "agents", "--sort-by", "{.metadata.labels.rank}"]));
+    let names: Vec<&str> = table.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(names, ["b", "c", "a"], "the server's table sorted too:\n{table}");
+    let by_time =
+        ok(hive(&d, &[], &["get", "agents", "--sort-by=.metadata.creationTimestamp", "-o", "name"]));
+    assert_eq!(by_time.lines().count(), 3, "{by_time}");
+    let ranged = ok(hive(
+        &d,
+        &[],
+        &[
+            "get",
+            "agents",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.rank}{\"\\n\"}{end}",
+        ],
+    ));
+    assert_eq!(ranged, "a=3\nb=1\nc=2\n");
+
+    let bad = hive(&d, &[], &["get", "agents", "-o", "custom-columns=NAME"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("<header>:<json-path-expr>"), "{bad:?}");
+    let bad = hive(&d, &[], &["get", "agents", "-o", "jsonpath={range .items[*]}{.metadata.name}"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("{range} without its {end}"), "{bad:?}");
+    let bad = hive(&d, &[], &["get", "agents", "--sort-by", "{.a}{.b}"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
