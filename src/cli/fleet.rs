@@ -185,8 +185,32 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
         }
         Verb::Kill { node, command_id, no_wait } => (command_id, json!({"kill": {"node": node}}), no_wait),
     };
+    let generated = id.is_none();
     let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    eprintln!("command id: {id} (rerun with --command-id {id} to retry safely)");
+    if generated {
+        // Printed first, so `hive fleet status` and a retry can name the command.
+        eprintln!("command id: {id}");
+    }
+    let outcome = submit_and_follow(&client, &id, spec, no_wait).await;
+    if let Err(err) = &outcome {
+        // Only when it helps: the id was made up here (a given one the user already
+        // has) and the server's answer was lost, so the command may or may not exist.
+        // A refusal created nothing; a Failed command stays failed under its id.
+        if generated && err.chain().any(|e| e.is::<super::client::ConnectError>()) {
+            eprintln!("rerun with --command-id {id} to retry safely");
+        }
+    }
+    outcome
+}
+
+/// Creates the FleetCommand `id` and prints its progress until it succeeds (or at once
+/// with `no_wait`); an error when it fails.
+async fn submit_and_follow(
+    client: &super::client::Client,
+    id: &str,
+    spec: Value,
+    no_wait: bool,
+) -> anyhow::Result<()> {
     let body =
         json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id}, "spec": spec});
     let mut command: FleetCommand = decode(&client.post(COMMANDS, &body).await?, "FleetCommand")?;

@@ -204,3 +204,29 @@ async fn get_speaks_custom_columns_sort_by_and_jsonpath_range() {
     let bad = hive(&d, &[], &["get", "agents", "--sort-by", "{.a}{.b}"]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
+
+#[tokio::test]
+async fn fleet_suggests_a_retry_only_when_it_helps() {
+    let mut d = Daemon::start();
+    let stderr = |out: &Output| String::from_utf8_lossy(&out.stderr).into_owned();
+    // Given an id: the user has it already.
+    let given = hive(&d, &[], &["fleet", "provision", "--count", "1", "--command-id", "first"]);
+    assert!(given.status.success(), "{}", stderr(&given));
+    assert!(!stderr(&given).contains("rerun"), "{}", stderr(&given));
+    // Succeeded with a generated id: the id is printed, no retry is needed.
+    let generated = hive(&d, &[], &["fleet", "provision", "--count", "1"]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    assert!(
+        stderr(&generated).contains("command id: ") && !stderr(&generated).contains("rerun"),
+        "{}",
+        stderr(&generated)
+    );
+    // Refused by the server: nothing was created, a retry would be refused the same way.
+    let refused = hive(&d, &[], &["fleet", "kill", "node-99"]);
+    assert!(!refused.status.success() && !stderr(&refused).contains("rerun"), "{}", stderr(&refused));
+    // The server's answer lost: the command may exist, and the same id is the safe retry.
+    d.kill9();
+    let lost = hive(&d, &[], &["fleet", "provision", "--count", "1"]);
+    assert!(!lost.status.success(), "{}", stderr(&lost));
+    assert!(stderr(&lost).contains("rerun with --command-id "), "{}", stderr(&lost));
+}
