@@ -223,6 +223,16 @@ pub async fn run(
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
     println!("hive: serving {url}");
     println!("hive: kubeconfig {}", kubeconfig.display());
+    if dashboard.is_none() {
+        println!("hive: dashboard {url}/");
+    }
+    // A first-time user's next questions: where the dashboard is (above, or the
+    // --dashboard-listen line) and what to type into its sign-in form.
+    println!(
+        "hive: sign in with a token: the admin one is the kubeconfig's `token:`; for a read-only one run \
+         `hive --kubeconfig {} token create --name NAME --role viewer`",
+        kubeconfig.display()
+    );
     tracing::info!(
         max_connections = config.http.max_connections,
         header_timeout = ?config.http.timeouts.header,
