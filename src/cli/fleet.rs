@@ -216,7 +216,7 @@ async fn submit_and_follow(
     let mut command: FleetCommand = decode(&client.post(COMMANDS, &body).await?, "FleetCommand")?;
     let mut last = String::new();
     loop {
-        let line = progress(&command, &client_nodes(&client, &command).await?);
+        let line = progress(&command, &client_nodes(client, &command).await?);
         if line != last {
             println!("{line}");
             last = line;

@@ -44,8 +44,9 @@ pub struct Args {
     #[arg(long, value_name = "SELECTOR")]
     pub field_selector: Option<String>,
 
-    /// After listing, watch for changes and print each changed object as it happens.
-    /// Ends when the server closes the stream.
+    /// After listing, watch for changes and print each changed object as it happens
+    /// (in a table, only when a column other than AGE changed). Ends when the server
+    /// closes the stream.
     #[arg(short, long)]
     pub watch: bool,
 
@@ -327,6 +328,7 @@ async fn watch(client: &Client, target: &Target, args: &Args, format: &Format) -
         header_done: false,
         printed: 0,
         columns: Vec::new(),
+        shown: std::collections::HashMap::new(),
     };
 
     let list_path = format!("{path}{}", list_query(args, name));
@@ -349,6 +351,7 @@ async fn watch(client: &Client, target: &Target, args: &Args, format: &Format) -
         match event.type_.as_str() {
             "BOOKMARK" => continue,
             "ERROR" => return Err(client::event_error(&event).into()),
+            "MODIFIED" if table_mode => output::print(&printer.render_changed(event.object)?)?,
             _ => output::print(&printer.render(&target.kind, event.object, args.show_managed_fields)?)?,
         }
     }
@@ -366,25 +369,79 @@ struct WatchPrinter {
     /// The last column definitions seen: like the Kubernetes API server, ours may send
     /// them with the list and the first event only.
     columns: Vec<ColumnDefinition>,
+    /// The cells last printed for each object, by name (AGE aside): a MODIFIED event
+    /// that changes nothing the user sees (a Node's telemetry summary, every 2 s)
+    /// prints nothing.
+    shown: std::collections::HashMap<String, Vec<String>>,
 }
 
 impl WatchPrinter {
+    /// A MODIFIED event's rows, leaving out those whose visible cells are what was last
+    /// printed for that object.
+    fn render_changed(&mut self, body: Value) -> Result<String> {
+        let mut table = self.table(body);
+        let seen = self.seen(&table);
+        let rows = std::mem::take(&mut table.rows);
+        table.rows = rows
+            .into_iter()
+            .zip(&seen)
+            .filter(|(_, (name, cells))| self.shown.get(name) != Some(cells))
+            .map(|(row, _)| row)
+            .collect();
+        Ok(self.render_table(table))
+    }
+
+    /// Each row's object name and what it shows, AGE left out: an age that ticked is
+    /// no news, and would reprint every young object on every write.
+    fn seen(&self, table: &Table) -> Vec<(String, Vec<String>)> {
+        let visible: Vec<bool> = table
+            .column_definitions
+            .iter()
+            .filter(|c| c.priority == 0 || self.opts.wide)
+            .map(|c| !c.name.eq_ignore_ascii_case("age"))
+            .collect();
+        let cells = output::table_cells(table, &TableOptions { no_headers: true, ..self.opts.clone() });
+        table
+            .row_names()
+            .into_iter()
+            .zip(cells)
+            .map(|(name, cells)| {
+                let shown = cells.into_iter().enumerate().filter(|(i, _)| visible.get(*i) != Some(&false));
+                (name, shown.map(|(_, c)| c).collect())
+            })
+            .collect()
+    }
+
+    /// A watch's Table, with the column definitions remembered from earlier answers.
+    fn table(&mut self, body: Value) -> Table {
+        let mut table = Table::from_response(body, crate::host::now());
+        if table.column_definitions.is_empty() {
+            table.column_definitions = self.columns.clone();
+        } else {
+            self.columns = table.column_definitions.clone();
+        }
+        table
+    }
+
+    /// Table rows aligned with those printed before (the header once), remembering what
+    /// each object's row showed.
+    fn render_table(&mut self, table: Table) -> String {
+        if table.rows.is_empty() {
+            return String::new();
+        }
+        for (name, cells) in self.seen(&table) {
+            self.shown.insert(name, cells);
+        }
+        self.printed += table.rows.len();
+        let opts = TableOptions { no_headers: self.opts.no_headers || self.header_done, ..self.opts.clone() };
+        self.header_done = true;
+        output::align(&output::table_cells(&table, &opts), &mut self.widths)
+    }
+
     fn render(&mut self, kind: &KindInfo, body: Value, show_managed_fields: bool) -> Result<String> {
         if self.format.is_table() {
-            let mut table = Table::from_response(body, crate::host::now());
-            if table.column_definitions.is_empty() {
-                table.column_definitions = self.columns.clone();
-            } else {
-                self.columns = table.column_definitions.clone();
-            }
-            if table.rows.is_empty() {
-                return Ok(String::new());
-            }
-            self.printed += table.rows.len();
-            let opts =
-                TableOptions { no_headers: self.opts.no_headers || self.header_done, ..self.opts.clone() };
-            self.header_done = true;
-            return Ok(output::align(&output::table_cells(&table, &opts), &mut self.widths));
+            let table = self.table(body);
+            return Ok(self.render_table(table));
         }
         let objects: Vec<Value> = match body.get("items") {
             Some(Value::Array(items))
@@ -484,6 +541,7 @@ mod tests {
             header_done: false,
             printed: 0,
             columns: Vec::new(),
+            shown: std::collections::HashMap::new(),
         };
         // Column definitions come with the list only; events carry rows alone.
         let table = |name: &str, wanted: &str| json!({"kind": "Table", "rows": [{"cells": [name, wanted, "1s"], "object": {"metadata": {"name": name}}}]});
@@ -500,6 +558,11 @@ mod tests {
             out,
             "NAME   WANTED   AGE\na1     Up       1s\na1     Offline   1s\na-longer-name   Up        1s\n"
         );
+        // A MODIFIED event that changes nothing but the age prints nothing; one that
+        // changes a column prints its row.
+        let aged = json!({"kind": "Table", "rows": [{"cells": ["a1", "Offline", "9s"], "object": {"metadata": {"name": "a1"}}}]});
+        assert_eq!(printer.render_changed(aged).unwrap(), "");
+        assert_eq!(printer.render_changed(table("a1", "Up")).unwrap(), "a1              Up        1s\n");
     }
 
     #[test]

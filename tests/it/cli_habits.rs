@@ -284,3 +284,54 @@ fn serve_says_where_the_dashboard_is_and_how_to_sign_in() {
     assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("hive_"), "{command} printed a token");
 }
+
+#[tokio::test]
+async fn get_watch_prints_a_row_only_when_a_column_changed() {
+    use std::io::{BufRead, BufReader};
+    let d = Daemon::start();
+    let api = d.client();
+    let mut agent = crate::harness::agent("w1");
+    agent["spec"]["wanted"] = json!("Offline");
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent).await.code, 201);
+    let bin = std::env::var("HIVE_IT_CLI").unwrap_or_else(|_| hive_bin().to_string());
+    let mut child = Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(&d.kubeconfig)
+        .args(["get", "agents", "-w"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn get -w");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = |what: &str| {
+        rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|_| panic!("no line: {what}"))
+    };
+    assert!(next("header").starts_with("NAME"));
+    assert!(next("the listed row").starts_with("w1"));
+    // Invisible changes: annotations (as a Node's telemetry summary is to its table).
+    for i in 0..3 {
+        let patch = json!({"metadata": {"annotations": {"touch": i.to_string()}}});
+        let patched = api.patch("/apis/hive.dev/v1/agents/w1", "application/merge-patch+json", &patch).await;
+        assert_eq!(patched.code, 200, "{:?}", patched.body);
+    }
+    // A visible one: the WANTED column.
+    let patch = json!({"spec": {"wanted": "Up"}});
+    assert_eq!(
+        api.patch("/apis/hive.dev/v1/agents/w1", "application/merge-patch+json", &patch).await.code,
+        200
+    );
+    let line = next("the changed row");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.starts_with("w1") && line.contains("Up"),
+        "the first row printed after the list is the visible change: {line:?}"
+    );
+}
