@@ -16,6 +16,7 @@ pub mod board;
 pub mod cancel;
 pub mod client;
 pub mod columns;
+pub mod completion;
 pub mod delete;
 pub mod describe;
 pub mod duration;
@@ -161,6 +162,8 @@ pub enum Command {
     Schemas(schemas::Args),
     /// Print the client and server versions.
     Version(version::Args),
+    /// Print a shell completion script (bash, zsh, fish).
+    Completion(completion::Args),
     /// Measure a fresh daemon from outside: durable creates, watch delivery, list, memory.
     Bench(bench::Args),
     /// Serve the Model Context Protocol on stdin/stdout, so AI agents use the API as tools.
@@ -229,6 +232,7 @@ pub async fn main() -> ExitCode {
         Command::Openapi(args) => openapi::exec(args, &ctx).await,
         Command::Schemas(args) => schemas::exec(args, &ctx).await,
         Command::Version(args) => version::exec(args, &ctx).await,
+        Command::Completion(args) => completion::exec(args, &ctx).await,
         Command::Bench(args) => bench::exec(args, &ctx).await,
         Command::Mcp(args) => mcp::exec(args, &ctx).await,
         Command::Fleet(args) => fleet::exec(args, &ctx).await,

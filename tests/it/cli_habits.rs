@@ -335,3 +335,28 @@ async fn get_watch_prints_a_row_only_when_a_column_changed() {
         "the first row printed after the list is the visible change: {line:?}"
     );
 }
+
+#[test]
+fn completion_scripts_load_in_their_shells() {
+    let bash = Command::new(hive_bin()).args(["completion", "bash"]).output().expect("run");
+    assert!(bash.status.success());
+    let script = String::from_utf8_lossy(&bash.stdout).into_owned();
+    assert!(script.contains("complete") && script.contains("hive"), "{script}");
+    // bash parses it and registers the completion.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("hive.bash");
+    std::fs::write(&file, &script).unwrap();
+    let loaded = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p hive", file.display()))
+        .output()
+        .expect("bash");
+    assert!(loaded.status.success(), "{}", String::from_utf8_lossy(&loaded.stderr));
+    assert!(String::from_utf8_lossy(&loaded.stdout).contains("hive"));
+    for shell in ["zsh", "fish"] {
+        let out = Command::new(hive_bin()).args(["completion", shell]).output().expect("run");
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+    let bad = Command::new(hive_bin()).args(["completion", "tcsh"]).output().expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+}
