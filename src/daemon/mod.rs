@@ -82,6 +82,8 @@ pub struct DaemonConfig {
     pub dashboard_listen: Option<SocketAddr>,
     /// The listeners' timeouts and connection cap (shared by the API and the dashboard).
     pub http: server::serve::ServeConfig,
+    /// The API audit log; `None` writes none.
+    pub audit: Option<server::audit_log::AuditConfig>,
 }
 
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the fleet, the
@@ -183,7 +185,13 @@ pub async fn run(
         agent_controller::spawn(engine.clone());
     }
     approval_controller::spawn(engine.clone());
-    let state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
+    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
+    if let Some(audit) = &config.audit {
+        let log = server::audit_log::AuditLog::start(audit.clone())
+            .with_context(|| format!("opening the audit log {}", audit.path.display()))?;
+        tracing::info!(path = %audit.path.display(), reads = audit.reads, "writing the API audit log");
+        state = state.with_audit(log);
+    }
     let app = server::app_with_pages(state, crate::dashboard::router());
     let connections = server::serve::Connections::new(config.http);
     let dashboard = crate::dashboard::serve_extra(
