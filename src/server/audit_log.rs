@@ -96,7 +96,9 @@ struct Entry {
     watch: bool,
     code: u16,
     source: Option<SocketAddr>,
-    /// A mutation's response body, read for its resourceVersion and name only.
+    /// What the handler said it wrote, when it said so.
+    written: Option<Written>,
+    /// Else a mutation's response body, read for its resourceVersion and name only.
     body: Option<Bytes>,
 }
 
@@ -139,6 +141,15 @@ impl AuditLog {
     }
 
     async fn send(&self, entry: Entry) {
+        // The common case takes no timer: only a full queue waits.
+        let entry = match self.tx.try_send(entry) {
+            Ok(()) => return,
+            Err(mpsc::error::TrySendError::Full(entry)) => entry,
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        };
         if self.tx.send_timeout(entry, SEND_WAIT).await.is_err() {
             let n = self.counters.dropped.fetch_add(1, Ordering::Relaxed) + 1;
             if n == 1 || n % 1000 == 0 {
@@ -167,9 +178,10 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         request.uri().query().is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
     let mut response = next.run(request).await;
     let principal = response.extensions_mut().remove::<Principal>();
+    let written = response.extensions_mut().remove::<Written>();
     let code = response.status().as_u16();
     let mut body = None;
-    if mutation && streams::is_sized(&response) {
+    if mutation && written.is_none() && streams::is_sized(&response) {
         let (parts, inner) = response.into_parts();
         match axum::body::to_bytes(inner, BODY_LIMIT).await {
             Ok(bytes) => {
@@ -191,6 +203,7 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
         watch,
         code,
         source,
+        written,
         body,
     };
     log.send(entry).await;
@@ -225,7 +238,7 @@ fn write_all(mut rx: mpsc::Receiver<Entry>, mut file: Appender, counters: &Count
 /// `details.name`).
 fn line(entry: Entry) -> Line {
     let target = Target::of(&entry.path);
-    let written = entry.body.as_deref().and_then(Written::of);
+    let written = entry.written.or_else(|| entry.body.as_deref().and_then(Written::of));
     let name = target.name.clone().or_else(|| written.as_ref().and_then(|w| w.name.clone()));
     let verb = match entry.method {
         Method::POST => "create",
@@ -291,14 +304,31 @@ impl Target {
     }
 }
 
-/// The two facts an audit line takes from a response body.
-#[derive(Debug, Default)]
-struct Written {
-    name: Option<String>,
-    resource_version: Option<String>,
+/// The two facts an audit line takes from an answer: the object's name and its
+/// resourceVersion. A handler that answers with a stored object (or an error naming
+/// one) leaves this in the response's extensions, so the audit layer neither buffers nor
+/// parses the body; without it, the writer reads them from the body.
+#[derive(Clone, Debug, Default)]
+pub struct Written {
+    /// The object's name.
+    pub name: Option<String>,
+    /// Its resourceVersion in the answer.
+    pub resource_version: Option<String>,
 }
 
 impl Written {
+    /// From an object (`metadata.name`, `metadata.resourceVersion`).
+    pub fn of_object(object: &serde_json::Value) -> Written {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(serde_json::Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        Written { name: text("/metadata/name"), resource_version: text("/metadata/resourceVersion") }
+    }
+
     fn of(body: &[u8]) -> Option<Written> {
         #[derive(Deserialize)]
         struct Object {
@@ -461,6 +491,7 @@ mod tests {
             watch: false,
             code: 201,
             source: Some("127.0.0.1:5000".parse().unwrap()),
+            written: None,
             body: body.map(Bytes::from_static),
         }
     }
@@ -490,6 +521,22 @@ mod tests {
         assert_eq!(verb(Method::DELETE, "/apis/hive.dev/v1/agents"), "deletecollection");
         assert_eq!(verb(Method::GET, "/apis/hive.dev/v1/agents"), "list");
         assert_eq!(verb(Method::GET, "/apis/hive.dev/v1/agents/a"), "get");
+    }
+
+    /// A full queue makes a request wait [`SEND_WAIT`], then drops its entry and counts
+    /// it; the request goes on.
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_waits_then_drops_and_counts() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let log = AuditLog { tx, reads: false, counters: Arc::default() };
+        log.send(entry(Method::POST, "/apis/hive.dev/v1/agents", None)).await;
+        assert_eq!(log.dropped(), 0);
+        let started = tokio::time::Instant::now();
+        log.send(entry(Method::POST, "/apis/hive.dev/v1/agents", None)).await;
+        assert_eq!((log.dropped(), started.elapsed()), (1, SEND_WAIT));
+        assert!(rx.try_recv().is_ok(), "the first entry is queued");
+        log.send(entry(Method::POST, "/apis/hive.dev/v1/agents", None)).await;
+        assert_eq!(log.dropped(), 1, "room again: nothing dropped");
     }
 
     #[test]
