@@ -107,6 +107,11 @@ pub struct Args {
     /// Also print the results as a Markdown section for docs/benchmarks.md.
     #[arg(long)]
     pub markdown: bool,
+
+    /// An extra `hive serve` flag for the daemon under test, e.g.
+    /// `--serve-arg=--no-audit-log` (repeat for several), to compare a feature's cost.
+    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    pub serve_arg: Vec<String>,
 }
 
 /// What one run measures, with `--quick` and the defaults resolved.
@@ -122,6 +127,7 @@ struct Plan {
     fill_clients: usize,
     list_runs: usize,
     power_cycles: usize,
+    serve_args: Vec<String>,
 }
 
 impl Plan {
@@ -141,6 +147,7 @@ impl Plan {
             fill_clients: args.fill_clients,
             list_runs: pick(args.list_runs, 5, 3),
             power_cycles: pick(args.power_cycles, 10, 3),
+            serve_args: args.serve_arg.clone(),
         };
         ensure!(!plan.clients.is_empty(), "--clients needs at least one level");
         for n in plan.clients.iter().chain([&plan.fill_clients]) {
@@ -169,9 +176,10 @@ impl Plan {
     /// The flags that reproduce this plan.
     fn flags(&self) -> String {
         let clients: Vec<String> = self.clients.iter().map(ToString::to_string).collect();
+        let serve_args: String = self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watchers {} --watch-rate {} \
-             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}",
+             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}{serve_args}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
@@ -230,7 +238,7 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     let fsync = tokio::task::spawn_blocking(move || fdatasync_latencies(&dir, n)).await??;
 
     progress(format_args!("starting the daemon"));
-    let daemon = Daemon::start(work.path()).await?;
+    let daemon = Daemon::start(work.path(), &plan.serve_args).await?;
     let idle = daemon.memory()?;
 
     let mut creates = Vec::new();
@@ -363,7 +371,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    async fn start(work: &Path) -> Result<Daemon> {
+    async fn start(work: &Path, serve_args: &[String]) -> Result<Daemon> {
         let state = work.join("state");
         let log_path = work.join("daemon.log");
         let log =
@@ -384,6 +392,7 @@ impl Daemon {
             ])
             .arg("--state-dir")
             .arg(&state)
+            .args(serve_args)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(log)
