@@ -10,6 +10,7 @@ pub mod executor;
 pub mod fleet;
 pub mod host;
 pub mod meta;
+pub mod metrics;
 pub mod runtime;
 pub mod scheduler;
 pub mod server;

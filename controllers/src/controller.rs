@@ -124,18 +124,39 @@ impl Default for Config {
     }
 }
 
+/// Told about each reconcile run, for metrics: the controller (its kind), how long the
+/// run took, whether it failed (an error or a panic), and how many names were queued
+/// when it ended. The daemon passes its Prometheus handles; nothing here knows them.
+pub trait Observer: Send + Sync {
+    /// One reconcile run of a `controller` name ended.
+    fn reconciled(&self, controller: &'static str, took: Duration, failed: bool, queued: usize);
+}
+
 /// One kind's controller, ready to [`run`](Controller::run).
 pub struct Controller<K: Object, C> {
     client: C,
     config: Config,
     writer: Writer<K>,
     queue: WorkQueue,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 impl<K: Object, C: Client<K>> Controller<K, C> {
     /// A controller that will watch `K` through `client`.
     pub fn new(client: C, config: Config) -> Controller<K, C> {
-        Controller { client, config, writer: Writer::new(), queue: WorkQueue::new(config.backoff) }
+        Controller {
+            client,
+            config,
+            writer: Writer::new(),
+            queue: WorkQueue::new(config.backoff),
+            observer: None,
+        }
+    }
+
+    /// The same controller, telling `observer` about every reconcile run.
+    pub fn observed_by(mut self, observer: Arc<dyn Observer>) -> Controller<K, C> {
+        self.observer = Some(observer);
+        self
     }
 
     /// A read handle on the controller's cache of `K`, e.g. for the reconcile context.
@@ -167,7 +188,7 @@ impl<K: Object, C: Client<K>> Controller<K, C> {
         E: Display + Send + 'static,
         P: Fn(&Target<K>, &E, &Ctx) -> Action + Send + Sync,
     {
-        let Controller { client, config, mut writer, queue } = self;
+        let Controller { client, config, mut writer, queue, observer } = self;
         let store = writer.store();
 
         let feed = async {
@@ -194,17 +215,21 @@ impl<K: Object, C: Client<K>> Controller<K, C> {
                     Some(object) => Target::Present(object),
                     None => Target::Absent(name.clone()),
                 };
-                let action = match tokio::spawn(reconcile(target.clone(), ctx.clone())).await {
-                    Ok(Ok(action)) => action,
+                let started = std::time::Instant::now();
+                let (action, failed) = match tokio::spawn(reconcile(target.clone(), ctx.clone())).await {
+                    Ok(Ok(action)) => (action, false),
                     Ok(Err(e)) => {
                         tracing::warn!(kind = K::KIND, %name, "reconcile failed: {e}");
-                        error_policy(&target, &e, &ctx)
+                        (error_policy(&target, &e, &ctx), true)
                     }
                     Err(e) => {
                         tracing::error!(kind = K::KIND, %name, "reconcile panicked: {e}");
-                        Action::backoff()
+                        (Action::backoff(), true)
                     }
                 };
+                if let Some(observer) = &observer {
+                    observer.reconciled(K::KIND, started.elapsed(), failed, queue.len());
+                }
                 match action.0 {
                     Next::AwaitChange => queue.forget(&name),
                     Next::Requeue(delay) => {

@@ -30,7 +30,7 @@ mod testing;
 
 pub use backoff::Backoff;
 pub use client::{Client, ClientError, ObjectList, WatchEvent};
-pub use controller::{Action, Config, Controller, Target};
+pub use controller::{Action, Config, Controller, Observer, Target};
 pub use queue::{Claim, WorkQueue};
 pub use reflector::{reflector, Store, Writer};
 pub use watcher::{watcher, Event};

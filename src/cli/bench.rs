@@ -108,9 +108,9 @@ pub struct Args {
     #[arg(long)]
     pub markdown: bool,
 
-    /// An extra `hive serve` flag for the daemon under test, e.g.
-    /// `--serve-arg=--no-audit-log` (repeat for several), to compare a feature's cost.
-    #[arg(long, value_name = "ARG", allow_hyphen_values = true)]
+    /// One more `hive serve` flag for the daemon under test; repeat for several. E.g.
+    /// `--serve-arg=--metrics=false` measures without request metrics.
+    #[arg(long, value_name = "FLAG", allow_hyphen_values = true)]
     pub serve_arg: Vec<String>,
 }
 
@@ -127,6 +127,7 @@ struct Plan {
     fill_clients: usize,
     list_runs: usize,
     power_cycles: usize,
+    /// Extra `hive serve` flags (`--serve-arg`).
     serve_args: Vec<String>,
 }
 
@@ -176,10 +177,9 @@ impl Plan {
     /// The flags that reproduce this plan.
     fn flags(&self) -> String {
         let clients: Vec<String> = self.clients.iter().map(ToString::to_string).collect();
-        let serve_args: String = self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watchers {} --watch-rate {} \
-             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}{serve_args}",
+             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
@@ -190,7 +190,7 @@ impl Plan {
             self.fill_clients,
             self.list_runs,
             self.power_cycles
-        )
+        ) + &self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect::<String>()
     }
 }
 
@@ -371,7 +371,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    async fn start(work: &Path, serve_args: &[String]) -> Result<Daemon> {
+    async fn start(work: &Path, extra: &[String]) -> Result<Daemon> {
         let state = work.join("state");
         let log_path = work.join("daemon.log");
         let log =
@@ -392,7 +392,7 @@ impl Daemon {
             ])
             .arg("--state-dir")
             .arg(&state)
-            .args(serve_args)
+            .args(extra)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(log)

@@ -183,6 +183,19 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", env = "HIVE_DASHBOARD_PORT", value_parser = crate::dashboard::parse_listen)]
     pub dashboard_listen: Option<SocketAddr>,
 
+    /// Also serve `GET /metrics` (Prometheus/OpenMetrics text) on this address over
+    /// plain HTTP with no authentication, for a scraper on this host: bind it to a
+    /// loopback address. It is always on --listen at `/metrics` for any token that may
+    /// read (viewer and up).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
+    /// Record API request metrics (counts, latencies, in-flight and long-running
+    /// requests, watch events). `--metrics=false` turns recording off, to measure what it
+    /// costs; `/metrics` still answers, with the levels read at scrape time.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    pub metrics: bool,
+
     /// How long a client may take to send a request's head: from the TLS handshake, or on
     /// a kept-alive connection from the request's first byte. Slower connections are
     /// closed. `0` turns it off.
@@ -295,8 +308,11 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
             docker_network: args.docker_network.clone(),
             vastai_base_url: args.vastai_base_url.clone(),
             key_sources,
+            controller_metrics: Default::default(),
         },
         dashboard_listen: args.dashboard_listen,
+        metrics_listen: args.metrics_listen,
+        metrics: args.metrics,
         http: serve_config(&args),
     };
     crate::daemon::run(config, shutdown_signal()).await

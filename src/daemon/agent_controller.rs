@@ -49,7 +49,8 @@ pub enum Error {
 /// Runs the controller until the process ends.
 pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Agent>::new(&engine.store);
-    let controller = Controller::new(client, Config::default());
+    let controller =
+        Controller::new(client, Config::default()).observed_by(engine.controller_metrics.clone());
     tokio::spawn(wake_on_jobs(Api::<Job>::new(&engine.store), controller.store(), controller.queue()));
     let ctx = Arc::new(Context { engine, reconciles: Mutex::new(HashMap::new()) });
     tokio::spawn(controller.run(

@@ -42,7 +42,8 @@ pub struct Context {
 /// Runs the controller until the process ends.
 pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Approval>::new(&engine.store);
-    let controller = Controller::new(client, Config::default());
+    let controller =
+        Controller::new(client, Config::default()).observed_by(engine.controller_metrics.clone());
     let recorder = crate::client::events::Recorder::new(engine.store.clone(), "hive-approvals");
     let ctx = Arc::new(Context { engine, recorder });
     tokio::spawn(wake_on_jobs(ctx.clone(), controller.queue()));

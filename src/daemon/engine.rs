@@ -49,6 +49,11 @@ pub struct EngineConfig {
     pub process: Option<ProcessConfig>,
     /// Run agents as NixOS containers with these settings instead of as processes.
     pub nixos: Option<NixosConfig>,
+    /// Where the scheduler records node durations, lease waits and build-slot use.
+    pub metrics: crate::metrics::SchedulerMetrics,
+    /// Where the controllers the engine runs (Agent, Approval, the Job intake) record
+    /// their reconcile runs.
+    pub controllers: Arc<crate::metrics::ControllerMetrics>,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +64,8 @@ impl Default for EngineConfig {
             hive_url: DEFAULT_HIVE_URL.into(),
             process: None,
             nixos: None,
+            metrics: crate::metrics::SchedulerMetrics::default(),
+            controllers: Arc::default(),
         }
     }
 }
@@ -75,6 +82,8 @@ pub struct Engine {
     pub deploy: Deploy,
     /// This daemon run's name, unique per start: what its claims on Jobs say.
     pub run: String,
+    /// Where its controllers record their reconcile runs.
+    pub controller_metrics: Arc<crate::metrics::ControllerMetrics>,
 }
 
 impl LiveState for Engine {
@@ -144,7 +153,11 @@ impl Engine {
         let scheduler = Scheduler::start(
             executor,
             tx,
-            SchedulerConfig { build_slots: config.build_slots.max(1), ..Default::default() },
+            SchedulerConfig {
+                build_slots: config.build_slots.max(1),
+                metrics: config.metrics.clone(),
+                ..Default::default()
+            },
         );
         let engine = Arc::new(Engine {
             store: store.clone(),
@@ -152,6 +165,7 @@ impl Engine {
             runtime: runtime.clone(),
             deploy,
             run,
+            controller_metrics: config.controllers.clone(),
         });
 
         crate::daemon::crashwatch::spawn(store.clone(), runtime.clone(), scheduler.watch_leased_agents());
@@ -159,7 +173,13 @@ impl Engine {
         engine.boot_reconcile(&swept).await;
         // Jobs written while no daemon ran, and from now on every Job any write path
         // stores, are taken by the intake.
-        job_intake::spawn(store.clone(), engine.clone(), engine.scheduler.clone(), engine.run.clone());
+        job_intake::spawn(
+            store.clone(),
+            engine.clone(),
+            engine.scheduler.clone(),
+            engine.run.clone(),
+            engine.controller_metrics.clone(),
+        );
         Ok(engine)
     }
 

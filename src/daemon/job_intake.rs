@@ -224,8 +224,15 @@ struct Intake {
 /// Runs the controller until the process ends: every Job written to the store that is
 /// still waiting is taken, one at a time in the order the watch delivers them (so Jobs
 /// applied one after another queue in that order).
-pub fn spawn(store: Store, live: Arc<dyn LiveState>, scheduler: SchedulerHandle, run: String) {
-    let controller = Controller::new(Api::<Job>::new(&store), Config { concurrency: 1, ..Config::default() });
+pub fn spawn(
+    store: Store,
+    live: Arc<dyn LiveState>,
+    scheduler: SchedulerHandle,
+    run: String,
+    metrics: Arc<crate::metrics::ControllerMetrics>,
+) {
+    let controller = Controller::new(Api::<Job>::new(&store), Config { concurrency: 1, ..Config::default() })
+        .observed_by(metrics);
     let ctx = Arc::new(Intake { store, live, scheduler, run });
     tokio::spawn(controller.run(
         reconcile,

@@ -80,6 +80,10 @@ pub struct DaemonConfig {
     pub fleet: crate::fleet::FleetConfig,
     /// Also serve the dashboard (and the API) here.
     pub dashboard_listen: Option<SocketAddr>,
+    /// Where `/metrics` is also served, over plain HTTP without authentication.
+    pub metrics_listen: Option<SocketAddr>,
+    /// Whether the API records request metrics (`--metrics`).
+    pub metrics: bool,
     /// The listeners' timeouts and connection cap (shared by the API and the dashboard).
     pub http: server::serve::ServeConfig,
     /// The API audit log; `None` writes none.
@@ -119,13 +123,17 @@ pub async fn run(
     store_config.watch_buffer = config.watch_buffer;
     store_config.watch_buffer_bytes = config.watch_buffer_bytes;
     store_config.retention_bytes = config.retention_bytes;
+    let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(config.metrics));
+    store_config.metrics = metrics.store.clone();
     let store = Store::open(store_config).map_err(|e| {
         anyhow::anyhow!(
             "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
         )
     })?;
     let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
-    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, config.fleet.clone()).await?;
+    let fleet_config =
+        crate::fleet::FleetConfig { controller_metrics: metrics.controllers.clone(), ..config.fleet.clone() };
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, fleet_config).await?;
 
     let listener =
         TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
@@ -163,6 +171,8 @@ pub async fn run(
                 process.default_memory_max = config.agent_memory_max.clone();
                 process
             }),
+            metrics: metrics.scheduler.clone(),
+            controllers: metrics.controllers.clone(),
             nixos: config.nixos_containers.then(|| {
                 let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
                 nixos.default_cpu_quota = config.agent_cpu_quota.clone();
@@ -185,13 +195,30 @@ pub async fn run(
         agent_controller::spawn(engine.clone());
     }
     approval_controller::spawn(engine.clone());
-    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone());
+    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
     if let Some(audit) = &config.audit {
         let log = server::audit_log::AuditLog::start(audit.clone())
             .with_context(|| format!("opening the audit log {}", audit.path.display()))?;
         tracing::info!(path = %audit.path.display(), reads = audit.reads, "writing the API audit log");
         state = state.with_audit(log);
     }
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening for metrics scrapes on {addr}"))?;
+            let local = listener.local_addr()?;
+            let plain = server::metrics::plain_router(state.clone());
+            tracing::info!(%local, "serving /metrics over plain HTTP, without authentication");
+            println!("hive: metrics http://{local}/metrics");
+            Some(tokio::spawn(async move {
+                if let Err(why) = axum::serve(listener, plain).await {
+                    tracing::warn!(error = %why, "the metrics listener stopped");
+                }
+            }))
+        }
+        None => None,
+    };
     let app = server::app_with_pages(state, crate::dashboard::router());
     let connections = server::serve::Connections::new(config.http);
     let dashboard = crate::dashboard::serve_extra(
@@ -213,6 +240,9 @@ pub async fn run(
     server::serve::serve_tls(listener, tls_config, app, connections, shutdown).await?;
     if let Some(dashboard) = dashboard {
         dashboard.abort();
+    }
+    if let Some(metrics_listener) = metrics_listener {
+        metrics_listener.abort();
     }
     tracing::info!("shutting down: stopping agents and draining pending commits");
     fleet.shutdown().await;

@@ -118,6 +118,8 @@ pub struct FleetConfig {
     /// Where Providers may take a Vast.ai key from on this host (`--provider-key-dir`,
     /// `--provider-key-env`, `--provider-base-url`).
     pub key_sources: providers::keys::KeySources,
+    /// Where the Provider controller records its reconcile runs.
+    pub controller_metrics: Arc<crate::metrics::ControllerMetrics>,
 }
 
 fn is_terminal(phase: Option<NodePhase>) -> bool {
@@ -172,6 +174,7 @@ impl Fleet {
     /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
     /// execution of newly recorded commands.
     pub async fn start(store: Store, identity: &Identity, config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+        let observer = config.controller_metrics.clone();
         let exe = std::env::current_exe().context("finding the hive executable for fleet workers")?;
         let (exits_tx, exits) = mpsc::unbounded_channel();
         let generation =
@@ -213,7 +216,7 @@ impl Fleet {
         let providers = fleet.providers.clone();
         let weak = Arc::downgrade(&fleet);
         fleet.spawn(async move {
-            status::run(controller.store.clone(), providers, move |name| {
+            status::run(controller.store.clone(), providers, observer, move |name| {
                 if let Some(fleet) = weak.upgrade() {
                     fleet.provider_ready(&name);
                 }

@@ -84,9 +84,14 @@ struct Context {
 /// Provider is checked when it appears and whenever its spec changes, a provider that is
 /// not Ready again every [`RECHECK`]; `on_ready` is called with the name of each
 /// provider found ready (recovery adopts its resources).
-pub async fn run(store: Store, providers: Arc<Providers>, on_ready: impl Fn(String) + Send + Sync + 'static) {
+pub async fn run(
+    store: Store,
+    providers: Arc<Providers>,
+    observer: Arc<crate::metrics::ControllerMetrics>,
+    on_ready: impl Fn(String) + Send + Sync + 'static,
+) {
     let client = Api::<Provider>::new(&store);
-    let controller = Controller::new(client, Config::default());
+    let controller = Controller::new(client, Config::default()).observed_by(observer);
     let ctx = Arc::new(Context { store, providers, on_ready: Box::new(on_ready) });
     controller
         .run(

@@ -209,6 +209,11 @@ impl Dag {
         self.started_at.get_or_insert(now);
     }
 
+    /// When node `i` started running, if it has.
+    pub(super) fn node_started_at(&self, i: u32) -> Option<Time> {
+        self.nodes[i as usize].started_at
+    }
+
     /// Sets node `i`'s step label.
     pub(super) fn set_step(&mut self, i: u32, label: String) {
         if self.nodes[i as usize].state == JobNodeState::Running {

@@ -246,6 +246,16 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         let Some(dag) = self.dags.get_mut(&seq) else { return };
         if dag.is_heavy(index) {
             self.resources.give_slot();
+            self.config.metrics.build_slots_in_use.dec();
+        }
+        if let Some(started) = dag.node_started_at(index) {
+            let took = (now.0 - started.0).to_std().unwrap_or_default();
+            let kind = format!("{:?}", dag.spec.nodes[index as usize].kind);
+            self.config
+                .metrics
+                .node_duration
+                .get_or_create(&crate::metrics::NodeKindLabels { kind })
+                .observe(crate::metrics::seconds(took));
         }
         let ok = result.is_ok();
         let ending = match result {
@@ -331,8 +341,10 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     /// earliest waiter is first in the next pass.
     fn pass(&mut self, now: Time) {
         if self.ready.is_empty() {
+            self.config.metrics.lease_waits.set(0);
             return;
         }
+        let mut lease_waits = 0;
         // Leases taken in this pass are applied at once, so the deadlock check of a
         // later candidate sees them.
         let candidates: Vec<(u64, u32)> = self.ready.iter().copied().collect();
@@ -348,6 +360,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                     let free = self.resources.holder(agent).is_none()
                         && !reserved.iter().any(|(a, s)| a == agent && *s != seq);
                     if !free || would_deadlock(&self.dags, &self.resources, seq, agent) {
+                        lease_waits += 1;
                         continue;
                     }
                     Some(agent.to_string())
@@ -364,6 +377,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             self.ready.remove(&(seq, i));
             self.start_node(seq, i, now);
         }
+        self.config.metrics.lease_waits.set(lease_waits);
     }
 
     fn start_node(&mut self, seq: u64, i: u32, now: Time) {
@@ -371,6 +385,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         let dag = self.dags.get_mut(&seq).expect("ready DAG exists");
         if dag.is_heavy(i) {
             self.resources.take_slot();
+            self.config.metrics.build_slots_in_use.inc();
         }
         let log = dag.nodes[i as usize].log.clone().unwrap_or_else(|| NodeLog::new(limit));
         dag.start(i, now, log.clone());

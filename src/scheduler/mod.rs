@@ -87,11 +87,18 @@ pub struct SchedulerConfig {
     pub log_limit: usize,
     /// Terminal Jobs kept per template.
     pub history_per_template: usize,
+    /// Where node durations, lease waits and build-slot use are recorded.
+    pub metrics: crate::metrics::SchedulerMetrics,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { build_slots: 1, log_limit: 1 << 20, history_per_template: 5 }
+        SchedulerConfig {
+            build_slots: 1,
+            log_limit: 1 << 20,
+            history_per_template: 5,
+            metrics: crate::metrics::SchedulerMetrics::default(),
+        }
     }
 }
 
@@ -132,6 +139,7 @@ impl Scheduler {
     pub fn start<E: Executor, S: JobSink>(executor: E, sink: S, config: SchedulerConfig) -> SchedulerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let (resources, leased) = Resources::new(config.build_slots);
+        config.metrics.build_slots.set(config.build_slots as i64);
         let engine = Engine::new(executor, sink, config, tx.downgrade(), resources);
         tokio::spawn(engine.run(rx));
         SchedulerHandle { tx, leased }

@@ -14,6 +14,7 @@ pub mod events;
 pub mod fleet;
 pub mod jobs;
 pub mod kinds;
+pub mod metrics;
 pub mod openapi;
 pub mod params;
 pub mod request_id;
@@ -86,6 +87,8 @@ pub struct AppState {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The API audit log, when `hive serve` writes one.
     pub audit: Option<audit_log::AuditLog>,
+    /// The registry `/metrics` serves and the handles the request layer records into.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 impl AppState {
@@ -101,12 +104,19 @@ impl AppState {
             engine: None,
             fleet: None,
             audit: None,
+            metrics: Arc::new(crate::metrics::Metrics::default()),
         }
     }
 
     /// The same state writing the API audit log.
     pub fn with_audit(mut self, audit: audit_log::AuditLog) -> AppState {
         self.audit = Some(audit);
+        self
+    }
+
+    /// The same state recording into (and serving) `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> AppState {
+        self.metrics = metrics;
         self
     }
 
@@ -155,6 +165,7 @@ pub fn api_routes() -> ApiRouter {
         .merge(audit::router())
         .merge(approval_diff::router())
         .merge(fleet::router())
+        .merge(metrics::router())
 }
 
 /// The whole API as one router.
@@ -195,6 +206,7 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
         .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(log_request))
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::record_request))
         // No response is ever sniffed into another type (a JSON error as HTML, say).
         .layer(middleware::map_response(|mut response: Response| async move {
             response
@@ -465,6 +477,7 @@ mod tests {
         POST   /hive/v1/tokens                                admin
         DELETE /hive/v1/tokens/{name}                         admin
         GET    /hive/v1/whoami                                read
+        GET    /metrics                                       read
         GET    /openapi/v2                                    read
         GET    /openapi/v3                                    read
         GET    /openapi/v3/apis/hive.dev/v1                   read

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use hive_api::meta::Status;
 use hive_api::KindInfo;
+use prometheus_client::metrics::counter::Counter;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
@@ -30,6 +31,35 @@ struct Sink {
     lines: mpsc::Sender<Bytes>,
     abort: Option<oneshot::Sender<()>>,
     write_timeout: Duration,
+    counts: WatchCounts,
+}
+
+/// The counters one watch adds to (`apiserver_watch_events_total`,
+/// `hive_watch_dropped_total`), taken once when it starts.
+struct WatchCounts {
+    sent: Counter,
+    overflow: Counter,
+    expired: Counter,
+    not_reading: Counter,
+}
+
+impl WatchCounts {
+    fn of(metrics: &crate::metrics::ApiMetrics, resource: &str) -> WatchCounts {
+        let dropped = |reason| {
+            metrics.watch_dropped.get_or_create_owned(&crate::metrics::DroppedLabels {
+                resource: resource.to_string(),
+                reason,
+            })
+        };
+        WatchCounts {
+            sent: metrics
+                .watch_events
+                .get_or_create_owned(&crate::metrics::ResourceLabels { resource: resource.to_string() }),
+            overflow: dropped("overflow"),
+            expired: dropped("expired"),
+            not_reading: dropped("not_reading"),
+        }
+    }
 }
 
 /// Why a watch task stops sending.
@@ -49,6 +79,7 @@ impl Sink {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(Stop::Gone),
             Err(_) => {
+                self.counts.not_reading.inc();
                 if let Some(abort) = self.abort.take() {
                     let _ = abort.send(());
                 }
@@ -250,9 +281,11 @@ pub async fn serve(
     };
     let (tx, rx) = mpsc::channel::<Bytes>(LINE_BUFFER);
     let (abort, aborted) = oneshot::channel();
+    let counts = WatchCounts::of(&state.metrics.api, kind.plural);
     let mut events = match state.store.watch(kind.plural, start) {
         Ok(w) => Some(w),
         Err(store::Error::Expired { requested, oldest }) => {
+            counts.expired.inc();
             let _ = tx.try_send(error_line(
                 410,
                 "Expired",
@@ -263,13 +296,15 @@ pub async fn serve(
         Err(other) => return Err(other.into()),
     };
     let bookmark_every = state.config.bookmark_interval;
-    let mut tx = Sink { lines: tx, abort: Some(abort), write_timeout: state.config.watch_write_timeout };
+    let mut tx =
+        Sink { lines: tx, abort: Some(abort), write_timeout: state.config.watch_write_timeout, counts };
     tokio::spawn(async move {
         if let Some(objects) = initial {
             for (object, encoded) in objects.iter().filter(|(o, _)| selectors.matches(o)) {
                 if tx.send(encoder.object_event("ADDED", object, Some(encoded))).await.is_err() {
                     return;
                 }
+                tx.counts.sent.inc();
             }
             if send_initial && tx.send(encoder.bookmark(start, true)).await.is_err() {
                 return;
@@ -312,8 +347,13 @@ pub async fn serve(
                     if tx.send(line).await.is_err() {
                         return;
                     }
+                    tx.counts.sent.inc();
                 }
                 Some(Err(err)) => {
+                    match err {
+                        store::Error::WatchOverflow => tx.counts.overflow.inc(),
+                        _ => tx.counts.expired.inc(),
+                    };
                     let message = match err {
                         store::Error::WatchOverflow => format!(
                             "the watch fell behind the event stream and was closed; list again from revision {last} or later"

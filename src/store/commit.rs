@@ -15,7 +15,7 @@ use super::error::{Error, Result};
 use super::mutation::{encode, plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
-use super::watch::{event_cost, EventType};
+use super::watch::{event_cost, EventType, History, StoreEvent};
 use super::Obj;
 
 /// What the store handles and the commit thread share.
@@ -68,6 +68,12 @@ impl Shared {
     /// The cache for writing (the commit thread, and watch registration).
     pub fn write(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl History for Shared {
+    fn retained(&self, kind: &str, cursor: u64, end: u64, max: usize) -> Result<(Vec<StoreEvent>, u64)> {
+        self.read().retained(kind, cursor, end, max)
     }
 }
 
@@ -134,7 +140,12 @@ pub(super) fn run(
             }
         }
         let Some(db) = &exit.db else { continue };
-        if let Err(why) = commit_batch(&exit.shared, db, batch) {
+        let (started, size) = (std::time::Instant::now(), batch.len());
+        let committed = commit_batch(&exit.shared, db, batch);
+        let metrics = &exit.shared.config.metrics;
+        metrics.commit_duration.observe(crate::metrics::seconds(started.elapsed()));
+        metrics.batch_size.observe(size as f64);
+        if let Err(why) = committed {
             exit.shared.set_unhealthy(Some(why));
             drop(exit.db.take());
         }

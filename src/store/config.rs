@@ -29,6 +29,8 @@ pub struct StoreConfig {
     pub max_batch: usize,
     /// Where `creationTimestamp`, `deletionTimestamp` and event ages come from.
     pub clock: Clock,
+    /// Where the commit thread records each batch's latency and size.
+    pub metrics: crate::metrics::StoreMetrics,
 }
 
 impl StoreConfig {
@@ -43,6 +45,7 @@ impl StoreConfig {
             watch_buffer_bytes: 16 << 20,
             max_batch: 256,
             clock: Clock::system(),
+            metrics: crate::metrics::StoreMetrics::default(),
         }
     }
 }

@@ -37,17 +37,22 @@ pub(super) fn open(path: &Path) -> Result<(Database, State)> {
     if !exists {
         create(path, 0)?;
     }
-    // redb validates headers and checksums and repairs after an unclean shutdown; a
-    // panic inside it on a damaged file must not take the daemon down unexplained.
-    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
-    let db = match opened {
-        Ok(Ok(db)) => db,
-        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => return Err(Error::Locked { path: path.to_owned() }),
-        Ok(Err(e)) => return Err(Error::corrupt(path, e)),
-        Err(_) => return Err(Error::corrupt(path, "the database engine panicked while opening the file")),
-    };
+    let db = open_file(path)?;
     let state = load(&db, path)?;
     Ok((db, state))
+}
+
+/// Opens the redb file at `path`: `Locked` when another store has it, `Corrupt` when
+/// redb refuses it. redb validates headers and checksums and repairs after an unclean
+/// shutdown; a panic inside it on a damaged file must not take the daemon down
+/// unexplained.
+fn open_file(path: &Path) -> Result<Database> {
+    match std::panic::catch_unwind(|| Database::builder().open(path)) {
+        Ok(Ok(db)) => Ok(db),
+        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Err(Error::Locked { path: path.to_owned() }),
+        Ok(Err(e)) => Err(Error::corrupt(path, e)),
+        Err(_) => Err(Error::corrupt(path, "the database engine panicked while opening the file")),
+    }
 }
 
 /// Creates an empty store at `path` atomically: it is built under a temporary name and
@@ -319,13 +324,7 @@ pub(super) fn reset(path: &Path, now: chrono::DateTime<chrono::Utc>) -> Result<u
 
 /// The revision counter of the store at `path`, read without loading it.
 fn old_revision(path: &Path) -> Result<u64> {
-    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
-    let db = match opened {
-        Ok(Ok(db)) => db,
-        Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => return Err(Error::Locked { path: path.to_owned() }),
-        Ok(Err(e)) => return Err(Error::corrupt(path, e)),
-        Err(_) => return Err(Error::corrupt(path, "the database engine panicked while opening the file")),
-    };
+    let db = open_file(path)?;
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
     let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;

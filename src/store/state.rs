@@ -7,10 +7,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::commit::Shared;
 use super::error::{Error, Result};
 use super::mutation::Change;
-use super::watch::{EventType, StoreEvent, Watch, Watcher};
+use super::watch::{EventType, History, StoreEvent, Watch, Watcher};
 use super::Obj;
 
 /// One retained event and when it was committed (Unix milliseconds), for retention.
@@ -170,7 +169,7 @@ impl State {
     /// between the two. `limits` are the live buffer's events and bytes.
     pub fn watch(
         &mut self,
-        shared: Arc<Shared>,
+        history: Arc<dyn History>,
         kind: &str,
         after: u64,
         limits: (usize, usize),
@@ -182,7 +181,7 @@ impl State {
             return Err(Error::Expired { requested: after, oldest: self.compacted });
         }
         let kind_name = self.intern(kind);
-        let (watch, watcher) = Watch::new(shared, kind_name, after, self.revision.max(after), limits);
+        let (watch, watcher) = Watch::new(history, kind_name, after, self.revision.max(after), limits);
         let watchers = self.watchers.entry(kind.to_owned()).or_default();
         watchers.retain(|w| !w.is_closed());
         watchers.push(watcher);

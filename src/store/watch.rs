@@ -10,7 +10,6 @@ use std::task::{Context, Poll};
 use futures_util::Stream;
 use tokio::sync::mpsc;
 
-use super::commit::Shared;
 use super::error::{Error, Result};
 use super::Obj;
 
@@ -110,7 +109,7 @@ impl std::fmt::Debug for Encoded {
 /// `Err(Error::WatchOverflow)`, then ends.
 pub struct Watch {
     kind: Arc<str>,
-    shared: Arc<Shared>,
+    history: Arc<dyn History>,
     /// Retained events read but not yet yielded.
     replay: VecDeque<StoreEvent>,
     /// The last revision the replay has read up to, and the last one it covers (the
@@ -122,6 +121,13 @@ pub struct Watch {
     /// Live events at or below this revision are skipped (a watch from the future).
     after: u64,
     finished: bool,
+}
+
+/// Where a watch reads the retained events from: the store's log.
+pub(super) trait History: Send + Sync {
+    /// Up to `max` retained events of `kind` after revision `cursor`, up to `end`, and
+    /// the revision read up to; `Expired` once retention dropped what follows `cursor`.
+    fn retained(&self, kind: &str, cursor: u64, end: u64, max: usize) -> Result<(Vec<StoreEvent>, u64)>;
 }
 
 /// Retained events a watch reads from the log at a time.
@@ -136,7 +142,7 @@ struct Budget {
 
 impl Watch {
     pub(super) fn new(
-        shared: Arc<Shared>,
+        history: Arc<dyn History>,
         kind: Arc<str>,
         after: u64,
         replay_end: u64,
@@ -149,7 +155,7 @@ impl Watch {
         let watcher = Watcher { tx, budget: budget.clone() };
         let watch = Watch {
             kind,
-            shared,
+            history,
             replay: VecDeque::new(),
             replay_cursor: after,
             replay_end,
@@ -171,8 +177,7 @@ impl Watch {
             return Poll::Ready(None);
         }
         while self.replay.is_empty() && self.replay_cursor < self.replay_end {
-            let read =
-                self.shared.read().retained(&self.kind, self.replay_cursor, self.replay_end, REPLAY_CHUNK);
+            let read = self.history.retained(&self.kind, self.replay_cursor, self.replay_end, REPLAY_CHUNK);
             match read {
                 Ok((events, cursor)) => {
                     self.replay.extend(events);

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use crate::agents::{config_repo, git, wait_power, wait_terminal};
 use crate::harness::{eventually, fails, ok, Api, Daemon};
 
-/// The Jobs whose `spec.agents` name `agent`, oldest first.
-async fn jobs_of(api: &Api, agent: &str) -> Vec<Value> {
+/// The Jobs whose `spec.agents` name `agent`, oldest first (by resourceVersion).
+pub(crate) async fn jobs_of(api: &Api, agent: &str) -> Vec<Value> {
     let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
     let mut jobs: Vec<Value> = jobs["items"]
         .as_array()

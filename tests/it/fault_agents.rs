@@ -42,19 +42,7 @@ async fn events_of(api: &Api, agent: &str) -> Vec<(String, String)> {
 
 /// The newest Job of `template` whose `spec.agents` names `agent`.
 async fn job_of(api: &Api, template: &str, agent: &str) -> Option<Value> {
-    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
-    let mut jobs: Vec<Value> = jobs["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|j| j["spec"]["template"] == template)
-        .filter(|j| j["spec"]["agents"].as_array().is_some_and(|a| a.iter().any(|n| n == agent)))
-        .collect();
-    jobs.sort_by_key(|j| {
-        j["metadata"]["resourceVersion"].as_str().unwrap_or("0").parse::<u64>().unwrap_or(0)
-    });
-    jobs.pop()
+    crate::agent_contract::jobs_of(api, agent).await.into_iter().rfind(|j| j["spec"]["template"] == template)
 }
 
 /// The step label a Job's node `id` ended on.

@@ -245,14 +245,7 @@ async fn memory_stays_within_the_watch_budgets_with_a_watcher_that_never_reads()
     let (baseline, _) = rss_kib(daemon.pid());
 
     // The stuck watcher: its response is held, its body never read.
-    let stuck = api
-        .http
-        .get(format!("{}{AGENTS}?watch=true&resourceVersion={start}", api.base))
-        .bearer_auth(api.token())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(stuck.status().as_u16(), 200);
+    let stuck = unread_watch(&api, &start).await;
     // The one that keeps up counts what it gets.
     let reader = {
         let mut watch = api.watch(&format!("{AGENTS}?watch=true&resourceVersion={start}")).await;
@@ -304,6 +297,14 @@ async fn memory_stays_within_the_watch_budgets_with_a_watcher_that_never_reads()
     }
 }
 
+/// A watch from `start` whose response is held and its body never read.
+async fn unread_watch(api: &Api, start: &str) -> reqwest::Response {
+    let url = format!("{}{AGENTS}?watch=true&resourceVersion={start}", api.base);
+    let response = api.http.get(url).bearer_auth(api.token()).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    response
+}
+
 enum Ending {
     Clean,
     Aborted,
@@ -338,13 +339,7 @@ async fn a_watch_whose_client_reads_nothing_is_closed_after_the_write_timeout() 
     let api = daemon.client();
     let created = api.post(AGENTS, &agent("big")).await;
     let start = created.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
-    let stuck = api
-        .http
-        .get(format!("{}{AGENTS}?watch=true&resourceVersion={start}", api.base))
-        .bearer_auth(api.token())
-        .send()
-        .await
-        .unwrap();
+    let stuck = unread_watch(&api, &start).await;
     // 100 × 200 KiB: far more than the sockets' buffers and the 16 lines in flight hold,
     // far less than the watcher's budget.
     let blob = "x".repeat(200 * 1024);

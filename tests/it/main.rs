@@ -34,6 +34,7 @@ mod jobs;
 mod kubectl;
 mod manifests;
 mod mcp;
+mod metrics;
 mod power;
 mod readme;
 mod vastai;
