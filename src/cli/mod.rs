@@ -148,7 +148,7 @@ pub enum Command {
     Approve(approve::ApproveArgs),
     /// Deny a pending Approval, saying why.
     Deny(approve::DenyArgs),
-    /// Show the deploy audit trail: the meta repo's git log, optionally for one agent.
+    /// Show the deploy audit trail (the meta repo's git log), or with --api the API audit log.
     Audit(audit::Args),
     /// Print a Job node's build log or an agent's output.
     Logs(logs::Args),

@@ -12,6 +12,9 @@ use super::Context;
 use crate::daemon::DaemonConfig;
 pub use crate::daemon::{DB_FILE, DEFAULT_LISTEN};
 
+/// The API audit log's file in the state directory, unless `--audit-log` names another.
+pub const AUDIT_LOG_FILE: &str = "audit.log";
+
 /// Arguments of `hive serve`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -215,6 +218,44 @@ pub struct Args {
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
+
+    /// The API audit log: every mutation (and with --audit-reads every read) as one JSON
+    /// line — time, request id, user and role, verb, resource, name, subresource, code,
+    /// resulting resourceVersion, source address; never a body or a token (docs/api.md).
+    /// Default: `<state-dir>/audit.log`.
+    #[arg(long, value_name = "PATH", conflicts_with = "no_audit_log")]
+    pub audit_log: Option<PathBuf>,
+
+    /// Write no API audit log.
+    #[arg(long)]
+    pub no_audit_log: bool,
+
+    /// Also record reads (get, list, watch) in the audit log.
+    #[arg(long)]
+    pub audit_reads: bool,
+
+    /// Rotate the audit log before it would grow past this size, e.g. `100M`.
+    #[arg(long, value_name = "SIZE", default_value = "100M", value_parser = parse_size)]
+    pub audit_log_max_size: usize,
+
+    /// Rotated audit logs kept (`PATH.1` newest … `PATH.N`); 0 keeps none.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub audit_log_max_backups: usize,
+
+    /// Log line format on stderr: `text` (for people; coloured only when stderr is a
+    /// terminal) or `json` (one JSON object a line, with the request's span and its
+    /// `request_id`, for a log collector).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The log formats `hive serve --log-format` accepts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colour only on a terminal, never in a file or pipe.
+    Text,
+    /// One JSON object a line (tracing-subscriber's JSON formatter).
+    Json,
 }
 
 /// The agent runtimes `hive serve --runtime` accepts.
@@ -230,10 +271,17 @@ pub enum RuntimeChoice {
 pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     check(&args)?;
     let key_sources = key_sources(&args)?;
-    init_tracing(&args.log);
+    init_tracing(&args.log, args.log_format);
+    let state_dir = args.state_dir.clone().unwrap_or_else(crate::auth::kubeconfig::default_state_dir);
     let config = DaemonConfig {
         listen: args.listen,
-        state_dir: args.state_dir.clone().unwrap_or_else(crate::auth::kubeconfig::default_state_dir),
+        audit: (!args.no_audit_log).then(|| crate::server::audit_log::AuditConfig {
+            path: args.audit_log.clone().unwrap_or_else(|| state_dir.join(AUDIT_LOG_FILE)),
+            max_size: args.audit_log_max_size as u64,
+            max_backups: args.audit_log_max_backups,
+            reads: args.audit_reads,
+        }),
+        state_dir,
         reset_state: args.reset_state,
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         retention_events: args.retention_events,
@@ -285,10 +333,21 @@ fn serve_config(args: &Args) -> crate::server::serve::ServeConfig {
     }
 }
 
-fn init_tracing(filter: &str) {
+/// Installs the log subscriber: `filter` on stderr in `format`. Colour only when stderr
+/// is a terminal, so a log redirected to a file or a journal has no escape codes in it.
+fn init_tracing(filter: &str, format: LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        // Each line carries the fields of the spans it was logged in (the request's
+        // `request_id` among them), so one request's lines can be found by its id.
+        LogFormat::Json => {
+            builder.with_ansi(false).json().with_current_span(true).with_span_list(false).try_init()
+        }
+    };
 }
 
 /// Registers for SIGTERM at once (before the daemon says it is serving, so a prompt
@@ -357,6 +416,9 @@ fn check(args: &Args) -> anyhow::Result<()> {
     }
     if args.build_slots == 0 {
         bail!("--build-slots must be at least 1");
+    }
+    if args.audit_log_max_size == 0 {
+        bail!("--audit-log-max-size must be more than 0");
     }
     if args.max_connections == Some(0) {
         bail!("--max-connections must be at least 1");

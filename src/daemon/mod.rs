@@ -86,6 +86,8 @@ pub struct DaemonConfig {
     pub metrics: bool,
     /// The listeners' timeouts and connection cap (shared by the API and the dashboard).
     pub http: server::serve::ServeConfig,
+    /// The API audit log; `None` writes none.
+    pub audit: Option<server::audit_log::AuditConfig>,
 }
 
 /// Runs the daemon until `shutdown` resolves: opens the store, starts the fleet, the
@@ -193,7 +195,13 @@ pub async fn run(
         agent_controller::spawn(engine.clone());
     }
     approval_controller::spawn(engine.clone());
-    let state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
+    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
+    if let Some(audit) = &config.audit {
+        let log = server::audit_log::AuditLog::start(audit.clone())
+            .with_context(|| format!("opening the audit log {}", audit.path.display()))?;
+        tracing::info!(path = %audit.path.display(), reads = audit.reads, "writing the API audit log");
+        state = state.with_audit(log);
+    }
     let metrics_listener = match config.metrics_listen {
         Some(addr) => {
             let listener = TcpListener::bind(addr)

@@ -245,6 +245,11 @@ impl IntoResponse for ApiError {
         }
         let status = self.status();
         let retry_after = status.details.as_ref().and_then(|d| d.retry_after_seconds);
+        // For the audit log: the object a refusal names, so it need not parse the body.
+        let written = super::audit_log::Written {
+            name: status.details.as_ref().map(|d| d.name.clone()).filter(|n| !n.is_empty()),
+            resource_version: None,
+        };
         let body = serde_json::to_vec(&status).unwrap_or_default();
         let mut response = (self.code(), body).into_response();
         let headers = response.headers_mut();
@@ -252,6 +257,7 @@ impl IntoResponse for ApiError {
         if let Some(seconds) = retry_after {
             headers.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
         }
+        response.extensions_mut().insert(written);
         response
     }
 }

@@ -6,6 +6,7 @@ pub mod admission;
 pub mod apply;
 pub mod approval_diff;
 pub mod audit;
+pub mod audit_log;
 pub mod body;
 pub mod discovery;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod kinds;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
+pub mod request_id;
 pub mod resources;
 pub mod routes;
 pub mod selectors;
@@ -83,6 +85,8 @@ pub struct AppState {
     pub engine: Option<Arc<crate::daemon::engine::Engine>>,
     /// The fleet (providers, offers, telemetry), when the daemon runs it.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// The API audit log, when `hive serve` writes one.
+    pub audit: Option<audit_log::AuditLog>,
     /// The registry `/metrics` serves and the handles the request layer records into.
     pub metrics: Arc<crate::metrics::Metrics>,
 }
@@ -99,8 +103,15 @@ impl AppState {
             openapi_hash: Arc::from(hash),
             engine: None,
             fleet: None,
+            audit: None,
             metrics: Arc::new(crate::metrics::Metrics::default()),
         }
+    }
+
+    /// The same state writing the API audit log.
+    pub fn with_audit(mut self, audit: audit_log::AuditLog) -> AppState {
+        self.audit = Some(audit);
+        self
     }
 
     /// The same state recording into (and serving) `metrics`.
@@ -185,7 +196,8 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .into_router()
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    Router::new()
+    let authenticated = audited(authenticated, &state);
+    let app = Router::new()
         .route("/version", get(discovery::version))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -201,8 +213,20 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
                 .headers_mut()
                 .insert(header::X_CONTENT_TYPE_OPTIONS, axum::http::HeaderValue::from_static("nosniff"));
             response
-        }))
-        .with_state(state)
+        }));
+    with_request_ids(app).with_state(state)
+}
+
+/// The API audit log around the authenticated routes (outside `authenticate`, so a
+/// refused request is recorded too; it sees who called through the response).
+fn audited(router: Router<AppState>, state: &AppState) -> Router<AppState> {
+    router.layer(middleware::from_fn_with_state(state.clone(), audit_log::record))
+}
+
+/// A request id on every request, outermost, so every layer, log line and audit entry
+/// of the request has it.
+fn with_request_ids(router: Router<AppState>) -> Router<AppState> {
+    router.layer(middleware::from_fn(request_id::assign))
 }
 
 async fn not_found() -> ApiError {
@@ -242,8 +266,10 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     let Some(principal) = principal else {
         return ApiError::Unauthorized.into_response();
     };
-    request.extensions_mut().insert::<Principal>(principal);
-    let response = next.run(request).await;
+    request.extensions_mut().insert::<Principal>(principal.clone());
+    let mut response = next.run(request).await;
+    // Who called, for the audit log outside this layer (extensions are never sent).
+    response.extensions_mut().insert::<Principal>(principal);
     if streams::is_sized(&response) {
         return response; // not a stream: nothing to cut, nothing to clone
     }

@@ -41,10 +41,13 @@ fn object_response(
     object: &Obj,
     warnings: &[String],
 ) -> Response {
-    match state.store.encoded_of(kind.plural, object) {
+    let mut response = match state.store.encoded_of(kind.plural, object) {
         Some(encoded) => encoded_response(code, encoded, warnings),
         None => json_response(code, object, warnings),
-    }
+    };
+    // For the audit log, so it need not parse the body back.
+    response.extensions_mut().insert(super::audit_log::Written::of_object(object));
+    response
 }
 
 /// A response whose body is already JSON, with an optional list of `Warning` headers.

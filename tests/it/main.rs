@@ -11,6 +11,7 @@ mod agents;
 mod api;
 mod approvals;
 mod architecture;
+mod audit;
 mod auth;
 mod browser;
 mod cli;

@@ -66,7 +66,7 @@ where
 {
     let activity = Arc::new(Activity::new(Instant::now()));
     let io = TokioIo::new(Tracked { inner: io, activity: activity.clone() });
-    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone() });
+    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer });
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
         // Our own header timer (see the module's note) replaces hyper's.
@@ -245,6 +245,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 struct Tracking {
     app: Router,
     activity: Arc<Activity>,
+    /// The client's address, handed to the router as `ConnectInfo` (the audit log's
+    /// source address).
+    peer: SocketAddr,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -259,7 +262,8 @@ impl tower::Service<Request<Incoming>> for Tracking {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Incoming>) -> Answer {
+    fn call(&mut self, mut request: Request<Incoming>) -> Answer {
+        request.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
         let in_flight = InFlight::start(self.activity.clone());
         let app = self.app.clone();
         Box::pin(async move {
