@@ -29,7 +29,6 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use super::error::ApiError;
 use super::request_id::RequestId;
 use super::{streams, AppState};
 use crate::auth::Principal;
@@ -189,8 +188,17 @@ pub async fn record(State(state): State<AppState>, request: Request, next: Next)
                 response = Response::from_parts(parts, Body::from(bytes));
             }
             Err(err) => {
-                response =
-                    ApiError::Internal(anyhow::anyhow!("reading a response body: {err}")).into_response()
+                // As `ApiError::Internal` answers (error.rs depends on this module, so
+                // not through it): the cause logged, not sent.
+                tracing::error!(error = %err, "request failed: reading a response body");
+                let status = hive_api::meta::Status::failure(500, "InternalError", "internal error");
+                let body = serde_json::to_vec(&status).unwrap_or_default();
+                let mut failed = (axum::http::StatusCode::INTERNAL_SERVER_ERROR, body).into_response();
+                failed.headers_mut().insert(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                );
+                response = failed;
             }
         }
     }
