@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::resource::KindInfo;
-use crate::validation::ValidationError;
+use crate::validation::{self, summary, ValidationError};
 
 /// What to do with fields the kind does not define (`fieldValidation`, as upstream).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -89,15 +89,25 @@ fn at(field: &str) -> String {
     }
 }
 
-fn summary(errors: &[ValidationError]) -> String {
-    match errors {
-        [one] => one.to_string(),
-        many => format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")),
-    }
+fn unknown_list(fields: &[String]) -> String {
+    unknown_field_warnings(fields).join(", ")
 }
 
-fn unknown_list(fields: &[String]) -> String {
-    fields.iter().map(|f| format!("unknown field \"{f}\"")).collect::<Vec<_>>().join(", ")
+/// `unknown field "…"` for each of the first [`validation::MAX_CAUSES`] fields, then one
+/// that counts the rest: as many unknown fields as a body holds make neither a message nor
+/// the `Warning` headers of an answer grow with them.
+fn unknown_field_warnings(fields: &[String]) -> Vec<String> {
+    let max = validation::MAX_CAUSES;
+    let listed = if fields.len() <= max + 1 { fields } else { &fields[..max] };
+    let mut words: Vec<String> = listed.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if listed.len() < fields.len() {
+        let more = fields.len() - max;
+        words.push(format!(
+            "{more} more unknown fields not listed, the first \"{}\" (at most {max} are listed)",
+            fields[max]
+        ));
+    }
+    words
 }
 
 /// Decodes, defaults and validates a whole object of `kind`.
@@ -130,9 +140,7 @@ pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> 
             FieldValidation::Strict => {
                 return Err(AdmitError::Strict { kind: kind.kind, fields: decoded.unknown_fields })
             }
-            FieldValidation::Warn => {
-                warnings = decoded.unknown_fields.iter().map(|f| format!("unknown field \"{f}\"")).collect()
-            }
+            FieldValidation::Warn => warnings = unknown_field_warnings(&decoded.unknown_fields),
             FieldValidation::Ignore => {}
         }
     }
@@ -194,5 +202,24 @@ mod tests {
         let Err(AdmitError::Invalid { name, errors, .. }) = invalid else { panic!("{invalid:?}") };
         assert_eq!(name, "Not_A_Name");
         assert!(errors.iter().any(|e| e.field == "metadata.name"), "{errors:?}");
+    }
+
+    #[test]
+    fn thousands_of_unknown_fields_are_listed_up_to_a_bound() {
+        let mut body = json!({"metadata": {"name": "a"},
+                              "spec": {"config": {"repo": "r"}, "runtime": {"type": "process", "process": {"command": ["x"]}}}});
+        for i in 0..3000 {
+            body["spec"][format!("bogus{i:04}")] = json!(1);
+        }
+        let warned = admit(agents(), body.clone(), FieldValidation::Warn).unwrap();
+        assert_eq!(warned.warnings.len(), validation::MAX_CAUSES + 1);
+        assert_eq!(warned.warnings[0], "unknown field \"spec.bogus0000\"");
+        assert_eq!(
+            warned.warnings[validation::MAX_CAUSES],
+            "2950 more unknown fields not listed, the first \"spec.bogus0050\" (at most 50 are listed)"
+        );
+        let refused = admit(agents(), body, FieldValidation::Strict).unwrap_err().to_string();
+        assert_eq!(refused.matches("unknown field \"").count(), validation::MAX_CAUSES);
+        assert!(refused.ends_with("unknown field \"spec.bogus0049\", 2950 more unknown fields not listed, the first \"spec.bogus0050\" (at most 50 are listed)"), "{refused}");
     }
 }

@@ -81,6 +81,51 @@ impl fmt::Display for ValidationError {
     }
 }
 
+/// At most this many problems are listed in one refusal (its causes, its message, its
+/// warnings); the rest are counted in one more. A client fixes the first and sends again,
+/// and no request, however many fields it gets wrong, makes an answer grow with it.
+pub const MAX_CAUSES: usize = 50;
+
+/// The first [`MAX_CAUSES`] of `errors`, then one error at the first field left out
+/// that counts the rest: `Too many: 4950 more problems not listed …`. A list of up to
+/// `MAX_CAUSES + 1` is kept whole (one cause is no longer than the one counting it), so
+/// bounding a bounded list changes nothing.
+pub fn bounded(mut errors: Vec<ValidationError>) -> Vec<ValidationError> {
+    if errors.len() <= MAX_CAUSES + 1 {
+        return errors;
+    }
+    let more = errors.len() - MAX_CAUSES;
+    let first_left_out = std::mem::take(&mut errors[MAX_CAUSES].field);
+    errors.truncate(MAX_CAUSES);
+    errors.push(ValidationError::new(first_left_out, Reason::TooMany, not_listed(more, "problems")));
+    errors
+}
+
+/// `4950 more problems not listed …`: the words of the entry that counts what a bounded
+/// list leaves out.
+pub fn not_listed(more: usize, what: &str) -> String {
+    format!("{more} more {what} not listed, the first at this field (at most {MAX_CAUSES} are listed)")
+}
+
+/// `field: message` of each error, in brackets when there are several, bounded as
+/// [`bounded`] bounds them: the message of a refusal.
+pub fn summary(errors: &[ValidationError]) -> String {
+    match errors {
+        [one] => one.to_string(),
+        many if many.len() <= MAX_CAUSES + 1 => {
+            format!("[{}]", many.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))
+        }
+        many => {
+            let mut listed: Vec<String> = many[..MAX_CAUSES].iter().map(ToString::to_string).collect();
+            let more = not_listed(many.len() - MAX_CAUSES, "problems");
+            listed.push(
+                ValidationError::new(many[MAX_CAUSES].field.clone(), Reason::TooMany, more).to_string(),
+            );
+            format!("[{}]", listed.join(", "))
+        }
+    }
+}
+
 /// Collects validation errors under a growing field path.
 #[derive(Debug, Default)]
 pub struct Errors(pub Vec<ValidationError>);
@@ -349,6 +394,39 @@ mod tests {
         labels(&mut e, "metadata.labels", &ls);
         let fields: Vec<_> = e.0.iter().map(|x| x.field.as_str()).collect();
         assert_eq!(fields, ["metadata.labels", "metadata.labels.ok"]);
+    }
+
+    #[test]
+    fn a_refusal_lists_at_most_max_causes_and_counts_the_rest() {
+        let errors = |n: usize| -> Vec<ValidationError> {
+            (0..n)
+                .map(|i| ValidationError::new(format!("spec.nodes[{i}].id"), Reason::Invalid, "bad"))
+                .collect()
+        };
+        assert_eq!(bounded(errors(MAX_CAUSES + 1)), errors(MAX_CAUSES + 1), "a full list is kept whole");
+        let capped = bounded(errors(5000));
+        assert_eq!(capped.len(), MAX_CAUSES + 1);
+        assert_eq!(capped[..MAX_CAUSES], errors(MAX_CAUSES)[..]);
+        let last = &capped[MAX_CAUSES];
+        assert_eq!((last.field.as_str(), last.reason), ("spec.nodes[50].id", Reason::TooMany));
+        assert_eq!(
+            last.cause_message(),
+            "Too many: 4950 more problems not listed, the first at this field (at most 50 are listed)"
+        );
+
+        assert_eq!(summary(&errors(1)), "spec.nodes[0].id: Invalid value: bad");
+        assert_eq!(
+            summary(&errors(2)),
+            "[spec.nodes[0].id: Invalid value: bad, spec.nodes[1].id: Invalid value: bad]"
+        );
+        let long = summary(&errors(5000));
+        assert_eq!(long.matches("Invalid value: bad").count(), MAX_CAUSES);
+        assert!(
+            long.ends_with(", spec.nodes[50].id: Too many: 4950 more problems not listed, the first at this field (at most 50 are listed)]"),
+            "{long}"
+        );
+        // Bounding first changes nothing in the summary.
+        assert_eq!(summary(&bounded(errors(5000))), long);
     }
 
     #[test]

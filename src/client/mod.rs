@@ -14,7 +14,7 @@ mod watch;
 use std::marker::PhantomData;
 
 use hive_api::resource::{validate, HasStatus};
-use hive_api::validation::ValidationError;
+use hive_api::validation::{summary, ValidationError};
 use hive_api::{Object, Resource};
 use serde_json::Value;
 
@@ -67,10 +67,6 @@ pub enum Error {
     /// The store refused or failed the write.
     #[error(transparent)]
     Store(#[from] store::Error),
-}
-
-fn summary(errors: &[ValidationError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
 
 impl Error {

@@ -1,7 +1,7 @@
 //! What a scheduler request can fail with, and what an executor reports when a node fails.
 
 use hive_api::job::{JobNodeKind, JobPhase};
-use hive_api::validation::ValidationError;
+use hive_api::validation::{summary, ValidationError};
 
 /// A scheduler result.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -51,10 +51,6 @@ pub enum Error {
     /// The scheduler task has shut down; nothing more can be submitted or read.
     #[error("the scheduler has shut down")]
     Stopped,
-}
-
-fn summary(errors: &[ValidationError]) -> String {
-    errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
 /// Why a node failed, as its executor reports it. The message becomes the node's

@@ -4,7 +4,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hive_api::meta::{Status, StatusCause, StatusDetails, GROUP};
-use hive_api::validation::ValidationError;
+use hive_api::validation::{self, summary, ValidationError};
 
 use crate::store;
 
@@ -106,13 +106,6 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
-fn summary(errors: &[ValidationError]) -> String {
-    match errors {
-        [one] => one.to_string(),
-        many => format!("[{}]", many.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ")),
-    }
-}
-
 impl From<hive_api::AdmitError> for ApiError {
     fn from(err: hive_api::AdmitError) -> ApiError {
         match err {
@@ -172,15 +165,15 @@ impl ApiError {
             }
             ApiError::Conflict { plural, name, .. } => ("Conflict", Some(details(plural, name, vec![]))),
             ApiError::ApplyConflict { plural, name, causes, .. } => {
-                ("Conflict", Some(details(plural, name, causes.clone())))
+                ("Conflict", Some(details(plural, name, bounded_causes(causes))))
             }
             ApiError::Invalid { kind, name, errors } => {
-                let causes = errors
-                    .iter()
+                let causes = validation::bounded(errors.clone())
+                    .into_iter()
                     .map(|e| StatusCause {
                         reason: e.reason.as_str().into(),
                         message: e.cause_message(),
-                        field: e.field.clone(),
+                        field: e.field,
                     })
                     .collect();
                 (
@@ -226,6 +219,22 @@ impl ApiError {
 
 fn retry_after(seconds: i64) -> StatusDetails {
     StatusDetails { retry_after_seconds: Some(seconds), ..Default::default() }
+}
+
+/// The first [`validation::MAX_CAUSES`] causes, then one at the first field left out
+/// that counts the rest, as [`validation::bounded`] does for validation errors.
+fn bounded_causes(causes: &[StatusCause]) -> Vec<StatusCause> {
+    let max = validation::MAX_CAUSES;
+    if causes.len() <= max + 1 {
+        return causes.to_vec();
+    }
+    let mut listed = causes[..max].to_vec();
+    listed.push(StatusCause {
+        reason: validation::Reason::TooMany.as_str().into(),
+        message: validation::not_listed(causes.len() - max, "conflicts"),
+        field: causes[max].field.clone(),
+    });
+    listed
 }
 
 fn details(plural: &str, name: &str, causes: Vec<StatusCause>) -> StatusDetails {
@@ -279,5 +288,50 @@ impl From<store::Error> for ApiError {
             down @ store::Error::Unavailable { .. } => ApiError::Unavailable(down.to_string()),
             other => ApiError::Internal(anyhow::Error::new(other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use hive_api::validation::{Reason, MAX_CAUSES};
+
+    use super::*;
+
+    fn causes_of(err: &ApiError) -> Vec<StatusCause> {
+        err.status().details.map(|d| d.causes).unwrap_or_default()
+    }
+
+    #[test]
+    fn every_refusal_lists_at_most_max_causes_and_counts_the_rest() {
+        let errors: Vec<ValidationError> = (0..5000)
+            .map(|i| ValidationError::new(format!("spec.nodes[{i}].id"), Reason::Invalid, "bad"))
+            .collect();
+        let invalid = ApiError::Invalid { kind: "Job".into(), name: "j".into(), errors };
+        let causes = causes_of(&invalid);
+        assert_eq!(causes.len(), MAX_CAUSES + 1);
+        let last = &causes[MAX_CAUSES];
+        assert_eq!((last.field.as_str(), last.reason.as_str()), ("spec.nodes[50].id", "FieldValueTooMany"));
+        assert!(last.message.starts_with("Too many: 4950 more problems not listed"), "{}", last.message);
+        let message = invalid.status().message;
+        assert!(message.len() < 4 * 1024, "{} bytes", message.len());
+        assert!(message.contains("4950 more problems not listed"), "{message}");
+
+        let conflicts: Vec<StatusCause> = (0..3000)
+            .map(|i| StatusCause {
+                reason: "FieldManagerConflict".into(),
+                message: "conflict with \"alice\"".into(),
+                field: format!(".metadata.labels.l{i}"),
+            })
+            .collect();
+        let conflict = ApiError::ApplyConflict {
+            plural: "agents".into(),
+            name: "a".into(),
+            message: "Apply failed with 3000 conflicts".into(),
+            causes: conflicts,
+        };
+        let causes = causes_of(&conflict);
+        assert_eq!(causes.len(), MAX_CAUSES + 1);
+        assert_eq!(causes[MAX_CAUSES].field, ".metadata.labels.l50");
+        assert!(causes[MAX_CAUSES].message.starts_with("2950 more conflicts not listed"));
     }
 }

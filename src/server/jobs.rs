@@ -115,11 +115,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
             invalid("", &field, e.message)
         })?;
         if !unknown.is_empty() && params.field_validation()? == super::params::FieldValidation::Strict {
-            let listed: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-            return Err(ApiError::BadRequest(format!(
-                "Job in version \"v1\" cannot be handled as a Job: strict decoding error: {}",
-                listed.join(", ")
-            )));
+            return Err(hive_api::AdmitError::Strict { kind: "Job", fields: unknown }.into());
         }
         let (template, agents, source, reason) =
             (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);

@@ -21,6 +21,7 @@ mod deploy;
 mod deploy_paths;
 mod fault_agents;
 mod fault_connections;
+mod fault_inputs;
 mod fault_provider_keys;
 mod fault_store;
 mod fleet;

@@ -204,22 +204,29 @@ impl fmt::Display for Conflict {
 /// The `Status.message` of a 409 apply conflict, worded as the apiserver does so kubectl
 /// prints it (and its `--force-conflicts` advice) well:
 /// `Apply failed with 1 conflict: conflict with "hive-controller": .spec.wanted`, or for
-/// several, one `conflicts with <manager>:` line per manager followed by `- <field>` lines.
+/// several, one `conflicts with <manager>:` line per manager followed by `- <field>` lines,
+/// at most [`MAX_CAUSES`](hive_api::validation::MAX_CAUSES) of them and a line counting
+/// the rest.
 pub fn conflict_message(conflicts: &[Conflict]) -> String {
     if let [only] = conflicts {
         return format!("Apply failed with 1 conflict: {only}");
     }
     let mut sorted: Vec<&Conflict> = conflicts.iter().collect();
     sorted.sort();
+    let max = hive_api::validation::MAX_CAUSES;
+    let listed = if sorted.len() <= max + 1 { sorted.len() } else { max };
     let mut lines = Vec::new();
     let mut current = None;
-    for c in sorted {
+    for c in &sorted[..listed] {
         let who = c.manager_description();
         if current.as_ref() != Some(&who) {
             lines.push(format!("conflicts with {who}:"));
             current = Some(who);
         }
         lines.push(format!("- {}", c.field));
+    }
+    if listed < sorted.len() {
+        lines.push(format!("- … and {} more conflicts, not listed", sorted.len() - listed));
     }
     format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
 }
