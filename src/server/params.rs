@@ -59,9 +59,32 @@ impl Params {
     /// Parses the query string of `uri`.
     pub fn from_uri(uri: &Uri) -> ApiResult<Params> {
         let query = uri.query().unwrap_or("");
-        axum::extract::Query::<Params>::try_from_uri(uri)
-            .map(|q| q.0)
-            .map_err(|e| ApiError::BadRequest(format!("invalid query string {query:?}: {}", e.body_text())))
+        let params = axum::extract::Query::<Params>::try_from_uri(uri).map(|q| q.0).map_err(|e| {
+            ApiError::BadRequest(format!("invalid query string {query:?}: {}", e.body_text()))
+        })?;
+        params.check()?;
+        Ok(params)
+    }
+
+    /// Checks every parameter the request carries, whether or not its route reads it: a
+    /// list used to ignore its watch-only flags, so `allowWatchBookmarks=-1` was a 200
+    /// there and a 400 on a watch. A bad value is a 400 naming the parameter.
+    fn check(&self) -> ApiResult<()> {
+        self.watch()?;
+        self.bookmarks()?;
+        self.send_initial_events()?;
+        self.force()?;
+        self.dry_run()?;
+        self.limit()?;
+        self.timeout_seconds()?;
+        self.field_validation()?;
+        super::table::IncludeObject::parse(self.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+        match self.resource_version_match.as_deref() {
+            None | Some("") | Some("NotOlderThan") | Some("Exact") => Ok(()),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "resourceVersionMatch: unsupported value {other:?}: supported values are NotOlderThan, Exact"
+            ))),
+        }
     }
 
     /// `watch=true`.

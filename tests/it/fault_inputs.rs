@@ -112,3 +112,37 @@ async fn an_apply_with_thousands_of_conflicts_lists_a_bounded_number() {
     assert_eq!(causes(&conflict)[0]["field"], ".metadata.labels.l0000");
     assert_bounded(&conflict, 3000, ".metadata.labels.l0050");
 }
+
+/// Found by schemathesis: a list ignored its watch-only flags, so `allowWatchBookmarks=-1`
+/// or `sendInitialEvents=<garbage>` was a 200 (a watch refused them). Every parameter is
+/// checked on every request that carries it, and a bad value is a 400 naming it.
+#[tokio::test]
+async fn a_bad_query_parameter_is_a_400_naming_it_whatever_the_route() {
+    let d = Daemon::start();
+    let api = d.client();
+    let created = api.post(AGENTS, &agent("params")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let item = format!("{AGENTS}/params");
+    let cases = [
+        (format!("{AGENTS}?allowWatchBookmarks=-1"), "allowWatchBookmarks"),
+        (format!("{AGENTS}?sendInitialEvents=maybe"), "sendInitialEvents"),
+        (format!("{AGENTS}?timeoutSeconds=soon"), "timeoutSeconds"),
+        (format!("{AGENTS}?resourceVersionMatch=Newest"), "resourceVersionMatch"),
+        (format!("{item}?includeObject=Everything"), "includeObject"),
+        (format!("{item}?force=perhaps"), "force"),
+    ];
+    for (path, param) in cases {
+        let reply = api.get(&path).await;
+        assert_eq!(reply.code, 400, "{path}: {}", reply.body);
+        let message = reply.body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("{param}: ")), "{path}: {message}");
+    }
+    for good in [
+        format!(
+            "{AGENTS}?allowWatchBookmarks=false&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
+        ),
+        format!("{item}?includeObject=Object"),
+    ] {
+        assert_eq!(api.get(&good).await.code, 200, "{good}");
+    }
+}
