@@ -1,10 +1,20 @@
 //! Request bodies: a size limit with a `Status` error, JSON or YAML by content type,
-//! and parse errors that name the line and column.
+//! parse errors that name the line and column, and the rest of a body nobody read
+//! discarded before the answer goes out.
 
-use axum::body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::{Body, BodyDataStream, HttpBody};
+use axum::extract::Request;
 use axum::http::{header, HeaderMap};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures_util::{Stream, StreamExt};
 use http_body_util::BodyExt;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use super::error::{ApiError, ApiResult};
 
@@ -49,32 +59,86 @@ impl MediaType {
     }
 }
 
-/// An oversized body is read and discarded up to this many bytes, so that the client,
-/// still sending, receives the 413 instead of a reset connection. Past it the
-/// connection is dropped.
+/// A body the answer does not need (an oversized one, or one the request was refused
+/// before reading: a bad parameter, a role that may not write, an unknown path) is read
+/// and discarded up to this many bytes, so that a client still sending it receives the
+/// answer instead of a reset connection. Past it the connection is dropped.
 const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
 
-/// Reads the whole body, failing with 413 past [`MAX_BODY_BYTES`].
+/// How long a client may take to send the rest of a body nobody reads.
+const DRAIN_TIME: Duration = Duration::from_secs(15);
+
+/// Reads the whole body, failing with 413 past [`MAX_BODY_BYTES`] (the rest is left to
+/// [`drain_unread`]).
 pub async fn read(body: Body) -> ApiResult<bytes::Bytes> {
     let mut body = body;
     let mut collected = bytes::BytesMut::new();
-    let mut seen = 0usize;
     while let Some(frame) = body.frame().await {
         let frame =
             frame.map_err(|e| ApiError::BadRequest(format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
-        seen += data.len();
-        if seen > DRAIN_LIMIT {
-            break;
+        if collected.len() + data.len() > MAX_BODY_BYTES {
+            return Err(ApiError::TooLarge { limit: MAX_BODY_BYTES });
         }
-        if seen <= MAX_BODY_BYTES {
-            collected.extend_from_slice(&data);
-        }
-    }
-    if seen > MAX_BODY_BYTES {
-        return Err(ApiError::TooLarge { limit: MAX_BODY_BYTES });
+        collected.extend_from_slice(&data);
     }
     Ok(collected.freeze())
+}
+
+/// Middleware: when the answer is ready and the request's body was not read to its end,
+/// reads and discards the rest (at most [`DRAIN_LIMIT`] bytes within [`DRAIN_TIME`])
+/// before answering. A client that sends its whole body before it reads (Python's
+/// `requests`, for one) otherwise gets a reset connection in place of the 4xx: the
+/// unread bytes make the socket close with a reset.
+pub async fn drain_unread(request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    if body.is_end_stream() {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let (back, mut unread) = oneshot::channel();
+    let tracked = Tracked { rest: Some(body.into_data_stream()), back: Some(back) };
+    let response = next.run(Request::from_parts(parts, Body::from_stream(tracked))).await;
+    if let Ok(mut rest) = unread.try_recv() {
+        let discard = async {
+            let mut seen = 0usize;
+            while let Some(Ok(chunk)) = rest.next().await {
+                seen += chunk.len();
+                if seen > DRAIN_LIMIT {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, discard).await;
+    }
+    response
+}
+
+/// A request body that, dropped before its end, hands what is left back to
+/// [`drain_unread`].
+struct Tracked {
+    rest: Option<BodyDataStream>,
+    back: Option<oneshot::Sender<BodyDataStream>>,
+}
+
+impl Stream for Tracked {
+    type Item = Result<bytes::Bytes, axum::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let Some(rest) = self.rest.as_mut() else { return Poll::Ready(None) };
+        let next = std::task::ready!(Pin::new(rest).poll_next(cx));
+        if next.is_none() {
+            self.rest = None;
+        }
+        Poll::Ready(next)
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if let (Some(rest), Some(back)) = (self.rest.take(), self.back.take()) {
+            let _ = back.send(rest);
+        }
+    }
 }
 
 /// Parses a body as JSON, naming the position of a syntax error.

@@ -205,6 +205,7 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .merge(pages)
         .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
         .layer(middleware::from_fn(catch_panic))
+        .layer(middleware::from_fn(body::drain_unread))
         .layer(middleware::from_fn(log_request))
         .layer(middleware::from_fn_with_state(state.clone(), metrics::record_request))
         // No response is ever sniffed into another type (a JSON error as HTML, say).
