@@ -71,6 +71,7 @@ pub struct ObjectMeta {
     /// Unique name of the object within its kind: a DNS-1123 label (lowercase letters,
     /// digits and '-', starting and ending alphanumeric, at most 63 characters).
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)]
     pub name: String,
     /// Ignored: every hive kind is cluster-scoped. Accepted so that manifests written for
     /// namespaced tools apply; the server always clears it.

@@ -7,6 +7,39 @@ use utoipa::IntoParams;
 
 use super::routes::ApiRouter;
 
+// The values `dryRun` takes.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+enum DryRun {
+    All,
+}
+
+// The values `fieldValidation` takes.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+enum FieldValidation {
+    Strict,
+    Warn,
+    Ignore,
+}
+
+// The values `resourceVersionMatch` takes.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+enum ResourceVersionMatch {
+    NotOlderThan,
+    Exact,
+}
+
+// The values `includeObject` takes.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)]
+enum IncludeObject {
+    None,
+    Metadata,
+    Object,
+}
+
 /// Query parameters of list and watch.
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -18,6 +51,7 @@ pub struct ListQuery {
     /// Select objects by field: only `metadata.name=NAME` (and `!=`) is supported.
     field_selector: Option<String>,
     /// Maximum number of items to return; with more, `metadata.continue` holds a token for the next page.
+    #[param(minimum = 0)]
     limit: Option<i64>,
     /// The continue token of the previous page.
     #[serde(rename = "continue")]
@@ -28,16 +62,19 @@ pub struct ListQuery {
     /// `Expired` when N is older than the retained history.
     resource_version: Option<String>,
     /// Accepted for compatibility (`NotOlderThan`, `Exact`); the cache is always current.
+    #[param(value_type = Option<ResourceVersionMatch>, inline)]
     resource_version_match: Option<String>,
     /// Stream changes instead of returning a list.
     watch: Option<bool>,
     /// Send periodic BOOKMARK events carrying the latest revision.
     allow_watch_bookmarks: Option<bool>,
     /// End the watch after this many seconds.
+    #[param(minimum = 0)]
     timeout_seconds: Option<i64>,
     /// Watch: first send ADDED for every current object, then a BOOKMARK annotated `k8s.io/initial-events-end`.
     send_initial_events: Option<bool>,
     /// Table output (`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`): `None`, `Metadata` (default) or `Object`.
+    #[param(value_type = Option<IncludeObject>, inline)]
     include_object: Option<String>,
 }
 
@@ -48,11 +85,13 @@ pub struct ListQuery {
 #[allow(dead_code)]
 pub struct WriteQuery {
     /// `All`: validate and return the result without persisting anything.
+    #[param(value_type = Option<DryRun>, inline)]
     dry_run: Option<String>,
     /// Name of the actor making the change, recorded in `metadata.managedFields`.
     field_manager: Option<String>,
     /// Unknown fields: `Strict` rejects the request naming each, `Warn` (default) drops them with a `Warning`
     /// header, `Ignore` drops them silently.
+    #[param(value_type = Option<FieldValidation>, inline)]
     field_validation: Option<String>,
 }
 
@@ -63,11 +102,13 @@ pub struct WriteQuery {
 #[allow(dead_code)]
 pub struct PatchQuery {
     /// `All`: validate and return the result without persisting anything.
+    #[param(value_type = Option<DryRun>, inline)]
     dry_run: Option<String>,
     /// Name of the actor making the change; required for server-side apply (`application/apply-patch+yaml`).
     field_manager: Option<String>,
     /// Unknown fields: `Strict` rejects the request naming each, `Warn` (default) drops them with a `Warning`
     /// header, `Ignore` drops them silently.
+    #[param(value_type = Option<FieldValidation>, inline)]
     field_validation: Option<String>,
     /// Server-side apply: take ownership of fields other managers own instead of failing with a conflict.
     force: Option<bool>,
@@ -80,6 +121,7 @@ pub struct PatchQuery {
 #[allow(dead_code)]
 pub struct DeleteQuery {
     /// `All`: report what would happen without deleting.
+    #[param(value_type = Option<DryRun>, inline)]
     dry_run: Option<String>,
 }
 
@@ -90,7 +132,8 @@ pub struct DeleteQuery {
 /// [`Verb::Read`](crate::auth::Verb::Read).
 macro_rules! kind_routes {
     ($module:ident, $kind:ident, $list:ident, $collection:literal, $item:literal, $status:literal,
-     create: $create:ident, write: $write:ident, intake: $intake:path) => {
+     create: $create:ident, write: $write:ident, intake: $intake:path,
+     create_responses: [$($create_responses:tt)*]) => {
         /// Routes of one kind.
         pub mod $module {
             use axum::body::Body;
@@ -117,7 +160,10 @@ macro_rules! kind_routes {
             /// List or watch objects.
             #[utoipa::path(get, path = $collection, tag = "hive.dev/v1", params(ListQuery),
                 responses((status = 200, description = "The list, a Table, or a watch stream of WatchEvents", body = $list),
-                          (status = 400, description = "Bad parameters", body = Status)))]
+                          (status = 400, description = "A bad parameter, named in the message", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 410, description = "The continue token is older than the retained history", body = Status)))]
             pub async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
                 resources::list(state, info(), headers, uri).await
             }
@@ -125,72 +171,115 @@ macro_rules! kind_routes {
             /// Create an object.
             #[utoipa::path(post, path = $collection, tag = "hive.dev/v1", params(WriteQuery), request_body = $kind,
                 responses((status = 201, description = "Created", body = $kind),
+                          $($create_responses)*
+                          (status = 400, description = "A malformed body or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 409, description = "Already exists", body = Status),
-                          (status = 422, description = "Invalid", body = Status)))]
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 415, description = "A content type other than JSON or YAML", body = Status),
+                          (status = 422, description = "Invalid: each problem names its field", body = Status)))]
             pub async fn create(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 $intake(info(), state, &principal, headers, uri, body).await
             }
 
             /// Read an object.
-            #[utoipa::path(get, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name")),
+            #[utoipa::path(get, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)),
                 responses((status = 200, description = "The object", body = $kind),
+                          (status = 400, description = "A bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 404, description = "Not found", body = Status)))]
             pub async fn read(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
                 resources::get(state, info(), name, headers, uri).await
             }
 
             /// Replace an object's spec and metadata (optimistic concurrency on `metadata.resourceVersion`).
-            #[utoipa::path(put, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name"), WriteQuery),
+            #[utoipa::path(put, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63), WriteQuery),
                 request_body = $kind,
                 responses((status = 200, description = "Replaced", body = $kind),
+                          (status = 400, description = "A malformed body or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 404, description = "Not found", body = Status),
                           (status = 409, description = "Stale resourceVersion", body = Status),
-                          (status = 422, description = "Invalid", body = Status)))]
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 415, description = "A content type other than JSON or YAML", body = Status),
+                          (status = 422, description = "Invalid, or a change to a field that may not change", body = Status)))]
             pub async fn replace(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::replace(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
 
             /// Patch an object: `application/merge-patch+json`, `application/json-patch+json`, or server-side apply
             /// with `application/apply-patch+yaml` (creates the object when absent).
-            #[utoipa::path(patch, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name"), PatchQuery),
-                request_body(content = Object, content_type = "application/merge-patch+json"),
+            #[utoipa::path(patch, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63), PatchQuery),
+                request_body(content((Object = "application/merge-patch+json"), (Vec<Object> = "application/json-patch+json"), (Object = "application/apply-patch+yaml"))),
                 responses((status = 200, description = "Patched", body = $kind),
                           (status = 201, description = "Created by server-side apply", body = $kind),
+                          (status = 400, description = "A malformed patch or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 404, description = "Not found", body = Status),
                           (status = 409, description = "Conflict", body = Status),
-                          (status = 415, description = "Unsupported patch type", body = Status)))]
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 415, description = "Unsupported patch type", body = Status),
+                          (status = 422, description = "The patched object is invalid", body = Status)))]
             pub async fn patch(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::patch(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
 
             /// Delete an object. With finalizers it is marked (`deletionTimestamp`) and goes when the last is removed.
-            #[utoipa::path(delete, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name"), DeleteQuery),
+            #[utoipa::path(delete, path = $item, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63), DeleteQuery),
                 responses((status = 200, description = "Deleted, or marked for deletion", body = $kind),
-                          (status = 404, description = "Not found", body = Status)))]
+                          (status = 400, description = "Malformed DeleteOptions or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 404, description = "Not found", body = Status),
+                          (status = 409, description = "A precondition (uid, resourceVersion) does not hold", body = Status),
+                          (status = 413, description = "The body is larger than the limit", body = Status)))]
             pub async fn delete(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::delete(state, info(), name, headers, uri, body).await
             }
 
             /// Read an object (status subresource).
-            #[utoipa::path(get, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name")),
+            #[utoipa::path(get, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)),
                 responses((status = 200, description = "The object", body = $kind),
+                          (status = 400, description = "A bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 404, description = "Not found", body = Status)))]
             pub async fn read_status(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
                 resources::get(state, info(), name, headers, uri).await
             }
 
             /// Replace an object's status; `generation` does not change.
-            #[utoipa::path(put, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name"), WriteQuery),
+            #[utoipa::path(put, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63), WriteQuery),
                 request_body = $kind,
                 responses((status = 200, description = "Replaced", body = $kind),
-                          (status = 409, description = "Stale resourceVersion", body = Status)))]
+                          (status = 400, description = "A malformed body or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 404, description = "Not found", body = Status),
+                          (status = 409, description = "Stale resourceVersion", body = Status),
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 415, description = "A content type other than JSON or YAML", body = Status),
+                          (status = 422, description = "The status is invalid", body = Status)))]
             pub async fn replace_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::replace(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
 
             /// Patch an object's status.
-            #[utoipa::path(patch, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name"), PatchQuery),
-                request_body(content = Object, content_type = "application/merge-patch+json"),
+            #[utoipa::path(patch, path = $status, tag = "hive.dev/v1", params(("name" = String, Path, description = "Object name: a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63), PatchQuery),
+                request_body(content((Object = "application/merge-patch+json"), (Vec<Object> = "application/json-patch+json"), (Object = "application/apply-patch+yaml"))),
                 responses((status = 200, description = "Patched", body = $kind),
-                          (status = 409, description = "Conflict", body = Status)))]
+                          (status = 400, description = "A malformed patch or a bad parameter", body = Status),
+                          (status = 401, description = "No token, or one the daemon does not know", body = Status),
+                          (status = 403, description = "The token's role does not allow the request", body = Status),
+                          (status = 404, description = "Not found", body = Status),
+                          (status = 409, description = "Conflict", body = Status),
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 415, description = "Unsupported patch type", body = Status),
+                          (status = 422, description = "The patched status is invalid", body = Status)))]
             pub async fn patch_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::patch(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
@@ -234,7 +323,8 @@ kind_routes!(
     "/apis/hive.dev/v1/agents/{name}/status",
     create: Write,
     write: Write,
-    intake: crate::server::kinds::intake::stored
+    intake: crate::server::kinds::intake::stored,
+    create_responses: []
 );
 kind_routes!(
     jobs,
@@ -245,7 +335,8 @@ kind_routes!(
     "/apis/hive.dev/v1/jobs/{name}/status",
     create: Write,
     write: Write,
-    intake: crate::server::kinds::intake::job
+    intake: crate::server::kinds::intake::job,
+    create_responses: [(status = 404, description = "An agent the template Job names does not exist", body = Status),]
 );
 kind_routes!(
     approvals,
@@ -256,7 +347,8 @@ kind_routes!(
     "/apis/hive.dev/v1/approvals/{name}/status",
     create: Request,
     write: Write,
-    intake: crate::server::kinds::intake::stored
+    intake: crate::server::kinds::intake::stored,
+    create_responses: []
 );
 kind_routes!(
     nodes,
@@ -267,7 +359,8 @@ kind_routes!(
     "/apis/hive.dev/v1/nodes/{name}/status",
     create: Write,
     write: Write,
-    intake: crate::server::kinds::intake::stored
+    intake: crate::server::kinds::intake::stored,
+    create_responses: []
 );
 kind_routes!(
     fleetcommands,
@@ -278,7 +371,8 @@ kind_routes!(
     "/apis/hive.dev/v1/fleetcommands/{name}/status",
     create: Write,
     write: Write,
-    intake: crate::server::kinds::intake::fleet_command
+    intake: crate::server::kinds::intake::fleet_command,
+    create_responses: [(status = 200, description = "The command id was used before: its original record", body = FleetCommand),]
 );
 kind_routes!(
     providers,
@@ -289,7 +383,8 @@ kind_routes!(
     "/apis/hive.dev/v1/providers/{name}/status",
     create: Admin,
     write: Admin,
-    intake: crate::server::kinds::intake::stored
+    intake: crate::server::kinds::intake::stored,
+    create_responses: []
 );
 
 /// How each kind's `POST` is taken in: most kinds are stored as they are; a Job goes

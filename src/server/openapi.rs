@@ -37,9 +37,28 @@ use super::AppState;
         hive_api::ProviderList,
         hive_api::meta::Status,
         hive_api::meta::WatchEvent,
-    ))
+    )),
+    modifiers(&BearerToken),
+    security(("BearerToken" = []))
 )]
 struct ApiDoc;
+
+/// Every route but discovery and `/version` needs a bearer token (the kubeconfig's, or
+/// one from `hive token create`), as kube-apiserver's document says of its own.
+struct BearerToken;
+
+impl utoipa::Modify for BearerToken {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let scheme = HttpBuilder::new()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some("A hive token: the kubeconfig's, or one `hive token create` printed."))
+            .build();
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme("BearerToken", SecurityScheme::Http(scheme));
+    }
+}
 
 /// The raw utoipa document (OpenAPI 3.1 as utoipa writes it).
 pub fn raw_document() -> utoipa::openapi::OpenApi {
@@ -83,6 +102,14 @@ fn kubernetes_flavour(doc: &mut Value) {
                 if let Some(op) = op.as_object_mut() {
                     op.insert("x-kubernetes-group-version-kind".into(), gvk(kind.kind));
                     op.insert("x-kubernetes-action".into(), json!(action));
+                    // `?limit=`, `?dryRun=`, `?force=`: an empty value is read as the
+                    // parameter left out (utoipa has no attribute for it).
+                    for param in op.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten()
+                    {
+                        if param["in"] == "query" {
+                            param["allowEmptyValue"] = json!(true);
+                        }
+                    }
                 }
             }
         }
@@ -95,6 +122,15 @@ fn kubernetes_flavour(doc: &mut Value) {
             for name in [kind.kind, kind.list_kind] {
                 if let Some(schema) = schemas.get_mut(name).and_then(Value::as_object_mut) {
                     schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk(name)]));
+                    // The one value each may have (admission refuses any other), so
+                    // that clients and fuzzers generate objects of this kind.
+                    if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+                        for (field, value) in [("apiVersion", kind.api_version), ("kind", name)] {
+                            if let Some(property) = properties.get_mut(field).and_then(Value::as_object_mut) {
+                                property.insert("enum".into(), json!([value]));
+                            }
+                        }
+                    }
                 }
             }
         }
