@@ -23,6 +23,7 @@ mod fault_agents;
 mod fault_connections;
 mod fault_inputs;
 mod fault_provider_keys;
+mod fault_schemathesis;
 mod fault_store;
 mod fleet;
 mod fleet_docker;
