@@ -61,7 +61,7 @@ async fn a_job_with_5000_bad_node_ids_lists_a_bounded_number_of_causes() {
 }
 
 /// Unknown fields: `Strict` names each in the message, `Warn` sends one `Warning` header
-/// each. 3,000 of them made a 100 KB message and 3,000 headers, more than a client reads
+/// each. 3,000 of them made a 102 KB message and 3,000 headers, more than a client reads
 /// (reqwest gives up on the response).
 #[tokio::test]
 async fn thousands_of_unknown_fields_are_a_bounded_refusal_and_bounded_warnings() {
