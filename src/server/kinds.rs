@@ -163,7 +163,8 @@ macro_rules! kind_routes {
                           (status = 400, description = "A bad parameter, named in the message", body = Status),
                           (status = 401, description = "No token, or one the daemon does not know", body = Status),
                           (status = 403, description = "The token's role does not allow the request", body = Status),
-                          (status = 410, description = "The continue token is older than the retained history", body = Status)))]
+                          (status = 410, description = "The continue token is older than the retained history", body = Status),
+                          (status = 504, description = "resourceVersion names a revision the store did not reach within 3 s (Too large resource version)", body = Status)))]
             pub async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
                 resources::list(state, info(), headers, uri).await
             }
@@ -178,7 +179,9 @@ macro_rules! kind_routes {
                           (status = 409, description = "Already exists", body = Status),
                           (status = 413, description = "The body is larger than the limit", body = Status),
                           (status = 415, description = "A content type other than JSON or YAML", body = Status),
-                          (status = 422, description = "Invalid: each problem names its field", body = Status)))]
+                          (status = 422, description = "Invalid: each problem names its field", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn create(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 $intake(info(), state, &principal, headers, uri, body).await
             }
@@ -205,7 +208,9 @@ macro_rules! kind_routes {
                           (status = 409, description = "Stale resourceVersion", body = Status),
                           (status = 413, description = "The body is larger than the limit", body = Status),
                           (status = 415, description = "A content type other than JSON or YAML", body = Status),
-                          (status = 422, description = "Invalid, or a change to a field that may not change", body = Status)))]
+                          (status = 422, description = "Invalid, or a change to a field that may not change", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn replace(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::replace(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
@@ -223,7 +228,9 @@ macro_rules! kind_routes {
                           (status = 409, description = "Conflict", body = Status),
                           (status = 413, description = "The body is larger than the limit", body = Status),
                           (status = 415, description = "Unsupported patch type", body = Status),
-                          (status = 422, description = "The patched object is invalid", body = Status)))]
+                          (status = 422, description = "The patched object is invalid", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn patch(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::patch(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
             }
@@ -236,7 +243,9 @@ macro_rules! kind_routes {
                           (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 404, description = "Not found", body = Status),
                           (status = 409, description = "A precondition (uid, resourceVersion) does not hold", body = Status),
-                          (status = 413, description = "The body is larger than the limit", body = Status)))]
+                          (status = 413, description = "The body is larger than the limit", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn delete(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::delete(state, info(), name, headers, uri, body).await
             }
@@ -263,7 +272,9 @@ macro_rules! kind_routes {
                           (status = 409, description = "Stale resourceVersion", body = Status),
                           (status = 413, description = "The body is larger than the limit", body = Status),
                           (status = 415, description = "A content type other than JSON or YAML", body = Status),
-                          (status = 422, description = "The status is invalid", body = Status)))]
+                          (status = 422, description = "The status is invalid", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn replace_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::replace(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
@@ -279,7 +290,9 @@ macro_rules! kind_routes {
                           (status = 409, description = "Conflict", body = Status),
                           (status = 413, description = "The body is larger than the limit", body = Status),
                           (status = 415, description = "Unsupported patch type", body = Status),
-                          (status = 422, description = "The patched status is invalid", body = Status)))]
+                          (status = 422, description = "The patched status is invalid", body = Status),
+                          (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
+                          (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn patch_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
                 resources::patch(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
             }
