@@ -5,7 +5,7 @@
 //! (`5/6 done, 1 failed: researcher`). Pure: Jobs and a clock reading in, lines out.
 
 use chrono::{DateTime, Utc};
-use hive_api::job::{JobNode, JobPhase};
+use hive_api::job::JobPhase;
 use hive_api::Job;
 
 use super::{output, progress, terminal};
@@ -33,15 +33,7 @@ pub struct Row {
 pub fn rows(root: &str, jobs: &[Job], now: DateTime<Utc>) -> Vec<Row> {
     let mut out = Vec::new();
     for (depth, job) in progress::tree(root, jobs) {
-        let mut groups: Vec<(Option<&str>, Vec<&JobNode>)> = Vec::new();
-        for node in &job.spec.nodes {
-            let key = node.agent.as_deref();
-            match groups.iter_mut().find(|(agent, _)| *agent == key) {
-                Some((_, nodes)) => nodes.push(node),
-                None => groups.push((key, vec![node])),
-            }
-        }
-        groups.sort_by_key(|(agent, _)| agent.is_some());
+        let groups = progress::by_agent(job);
         let job_phase = progress::phase(job);
         if groups.is_empty() {
             out.push(Row {

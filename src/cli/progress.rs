@@ -95,9 +95,9 @@ pub fn chain(job: &Job, nodes: &[&JobNode]) -> String {
 
 /// One DAG's progress line (without children), e.g.
 /// `⟳ Stop alpha: set-wanted ✓ → drain ⟳ waiting for the harness… → reconcile ·`.
-/// A DAG spanning agents shows one chain per agent, separated by ` | `; nodes acting on
-/// no agent (a MetaLock) form a chain of their own, first.
-pub fn line(job: &Job) -> String {
+/// A Job's nodes grouped per agent, in node order; the agent-less chain (a MetaLock)
+/// first.
+pub fn by_agent(job: &Job) -> Vec<(Option<&str>, Vec<&JobNode>)> {
     let mut groups: Vec<(Option<&str>, Vec<&JobNode>)> = Vec::new();
     for node in &job.spec.nodes {
         let key = node.agent.as_deref();
@@ -106,8 +106,14 @@ pub fn line(job: &Job) -> String {
             None => groups.push((key, vec![node])),
         }
     }
-    // The agent-less chain (a MetaLock) goes first.
     groups.sort_by_key(|(agent, _)| agent.is_some());
+    groups
+}
+
+/// A DAG spanning agents shows one chain per agent, separated by ` | `; nodes acting on
+/// no agent (a MetaLock) form a chain of their own, first.
+pub fn line(job: &Job) -> String {
+    let groups = by_agent(job);
     let parts: Vec<String> = groups
         .iter()
         .map(|(agent, nodes)| match agent {
