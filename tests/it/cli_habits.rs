@@ -233,43 +233,17 @@ async fn fleet_suggests_a_retry_only_when_it_helps() {
 
 #[test]
 fn serve_says_where_the_dashboard_is_and_how_to_sign_in() {
-    use std::io::{BufRead, BufReader};
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(hive_bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--fleet-listen",
-            "127.0.0.1:0",
-            "--agent-controller=false",
-            "--state-dir",
-        ])
-        .arg(dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn hive serve");
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let last = line.starts_with("hive: sign in");
-            let _ = tx.send(line);
-            if last {
-                break;
-            }
+    let daemon = Daemon::start();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let banner = loop {
+        let mut lines = daemon.stdout_lines();
+        if let Some(end) = lines.iter().position(|l| l.starts_with("hive: sign in")) {
+            lines.truncate(end + 1);
+            break lines;
         }
-    });
-    let mut banner = Vec::new();
-    while let Ok(line) = rx.recv_timeout(std::time::Duration::from_secs(60)) {
-        let last = line.starts_with("hive: sign in");
-        banner.push(line);
-        if last {
-            break;
-        }
-    }
+        assert!(std::time::Instant::now() < deadline, "no sign-in line in {lines:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let text = banner.join("\n");
     let url = banner.iter().find_map(|l| l.strip_prefix("hive: serving ")).expect(&text).to_string();
     assert!(banner.contains(&format!("hive: dashboard {url}/")), "{text}");
@@ -279,8 +253,6 @@ fn serve_says_where_the_dashboard_is_and_how_to_sign_in() {
     let words: Vec<&str> = command.split_whitespace().collect();
     assert_eq!(words[0], "hive", "{command}");
     let out = Command::new(hive_bin()).args(&words[1..]).stdin(Stdio::null()).output().expect("run the hint");
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("hive_"), "{command} printed a token");
 }

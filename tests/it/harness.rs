@@ -24,6 +24,8 @@ pub struct Daemon {
     pub ca_pem: Vec<u8>,
     /// The extra `serve` flags, kept for restarts.
     extra: Vec<String>,
+    /// Every line the daemon printed on stdout (its banner), as it prints them.
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 pub fn hive_bin() -> &'static str {
@@ -131,11 +133,14 @@ impl Daemon {
             .expect("spawn hive serve");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = printed.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(url) = line.strip_prefix("hive: serving ") {
                     let _ = tx.send(url.to_string());
                 }
+                lines.lock().unwrap_or_else(|e| e.into_inner()).push(line);
             }
         });
         let url = match rx.recv_timeout(Duration::from_secs(60)) {
@@ -158,12 +163,18 @@ impl Daemon {
             token: resolved.token.expect("token"),
             ca_pem: resolved.ca_pem.expect("ca"),
             extra: extra.iter().map(|a| a.to_string()).collect(),
+            stdout: printed,
         })
     }
 
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// The lines the daemon printed on stdout so far (its banner).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Everything the daemon logged so far.
@@ -189,6 +200,7 @@ impl Daemon {
         self.url = std::mem::take(&mut fresh.url);
         self.token = std::mem::take(&mut fresh.token);
         self.ca_pem = std::mem::take(&mut fresh.ca_pem);
+        self.stdout = fresh.stdout.clone();
     }
 
     /// An HTTP client trusting the daemon's CA, sending `token` (if any).
@@ -247,6 +259,7 @@ impl Daemon {
         self.url = std::mem::take(&mut fresh.url);
         self.token = std::mem::take(&mut fresh.token);
         self.ca_pem = std::mem::take(&mut fresh.ca_pem);
+        self.stdout = fresh.stdout.clone();
         self.extra = extra.iter().map(|a| a.to_string()).collect();
     }
 
