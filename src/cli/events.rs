@@ -168,8 +168,7 @@ fn seen(event: &Value) -> Option<DateTime<Utc>> {
 
 /// Oldest first, then by name; events with no time at all first.
 pub fn sort(events: &mut [Value]) {
-    let name =
-        |e: &Value| e.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let name = |e: &Value| hive_api::meta::name_of(e).to_string();
     events.sort_by(|a, b| match seen(a).cmp(&seen(b)) {
         Ordering::Equal => name(a).cmp(&name(b)),
         other => other,

@@ -167,6 +167,37 @@ fn failed_phases(kind: &KindInfo) -> &'static [&'static str] {
     }
 }
 
+/// The phase of a Job, Approval or FleetCommand, decoded as its api type, and what its
+/// status says went wrong (a Job's first failed node, else its message).
+fn terminal_phase(kind: &KindInfo, object: &Value) -> Option<(String, Option<String>)> {
+    use hive_api::approval::Approval;
+    use hive_api::fleet_command::FleetCommand;
+    use hive_api::job::{Job, JobNodeState};
+    fn wire<T: serde::Serialize>(phase: &T) -> Option<String> {
+        serde_json::to_value(phase).ok()?.as_str().map(str::to_string)
+    }
+    fn decode<T: serde::de::DeserializeOwned>(object: &Value) -> Option<T> {
+        serde_json::from_value(object.clone()).ok()
+    }
+    match kind.kind {
+        "Job" => {
+            let status = decode::<Job>(object)?.status;
+            let failed = status.nodes.iter().find(|n| n.state == JobNodeState::Failed);
+            let node = failed.and_then(|n| Some(format!("node {}: {}", n.id, n.error.as_deref()?)));
+            Some((wire(&status.phase?)?, node.or(status.message)))
+        }
+        "Approval" => {
+            let status = decode::<Approval>(object)?.status;
+            Some((wire(&status.phase?)?, status.message))
+        }
+        "FleetCommand" => {
+            let status = decode::<FleetCommand>(object)?.status;
+            Some((wire(&status.phase?)?, status.error))
+        }
+        _ => None,
+    }
+}
+
 /// Why waiting on `object` for `for_` (a condition or a JSONPath, not yet met) is
 /// hopeless: it reached a failed terminal phase. `hive wait job/x --for=condition=Complete`
 /// then fails at once, naming the phase and the reason, instead of running out its
@@ -175,19 +206,10 @@ pub fn terminal_failure(kind: &KindInfo, name: &str, for_: &WaitFor, object: &Va
     if matches!(for_, WaitFor::Delete | WaitFor::Create) {
         return None;
     }
-    let phase = object.pointer("/status/phase").and_then(Value::as_str)?;
-    if !failed_phases(kind).contains(&phase) {
+    let (phase, why) = terminal_phase(kind, object)?;
+    if !failed_phases(kind).contains(&phase.as_str()) {
         return None;
     }
-    let why = object
-        .pointer("/status/nodes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|n| n.get("state").and_then(Value::as_str) == Some("Failed"))
-        .and_then(|n| Some(format!("node {}: {}", n.get("id")?.as_str()?, n.get("error")?.as_str()?)))
-        .or_else(|| object.pointer("/status/message").and_then(Value::as_str).map(str::to_string))
-        .or_else(|| object.pointer("/status/error").and_then(Value::as_str).map(str::to_string));
     let mut text =
         format!("{}/{name} reached the terminal phase {phase}, so the wait cannot be met", kind.singular);
     if let Some(why) = why.filter(|w| !w.is_empty()) {
