@@ -147,11 +147,11 @@ mod tests {
         recorder.record(&agent, EventType::Normal, "Started", "started generation 2").await.unwrap();
         let (_, events) = store.list("events");
         assert_eq!(events.len(), 2);
-        let crashed = events.iter().find(|e| e["reason"] == "Crashed").unwrap();
-        assert_eq!(crashed["count"], 2);
-        assert_eq!(crashed["involvedObject"]["name"], "a1");
-        assert_eq!(crashed["type"], "Warning");
-        let decoded: Event = serde_json::from_value((**crashed).clone()).unwrap();
+        let crashed = events.iter().find(|e| e.value()["reason"] == "Crashed").unwrap();
+        assert_eq!(crashed.value()["count"], 2);
+        assert_eq!(crashed.value()["involvedObject"]["name"], "a1");
+        assert_eq!(crashed.value()["type"], "Warning");
+        let decoded: Event = crashed.decode().unwrap();
         assert!(hive_api::resource::validate(&decoded).is_empty());
 
         assert_eq!(recorder.expire(Duration::from_secs(3600)).await.unwrap(), 0);

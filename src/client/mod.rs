@@ -114,11 +114,20 @@ impl<K> Clone for Api<K> {
     }
 }
 
-/// Decodes a stored object as `K`.
-pub fn decode<K: Object>(object: &Value) -> Result<K> {
+/// Decodes an object as `K`.
+pub fn decode_value<K: Object>(object: &Value) -> Result<K> {
     K::deserialize(object).map_err(|source| Error::Decode {
         kind: K::KIND,
         name: hive_api::meta::name_of(object).to_string(),
+        source,
+    })
+}
+
+/// Decodes a stored object as `K`.
+pub fn decode<K: Object>(object: &Obj) -> Result<K> {
+    object.decode::<K>().map_err(|source| Error::Decode {
+        kind: K::KIND,
+        name: hive_api::meta::name_of(&object.value()).to_string(),
         source,
     })
 }

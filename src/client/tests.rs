@@ -75,7 +75,7 @@ fn open() -> (tempfile::TempDir, Store) {
 }
 
 fn typed_agent(name: &str) -> Agent {
-    decode(&agent(name)).unwrap()
+    super::decode_value(&agent(name)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,7 +142,7 @@ async fn every_write_is_validated_and_a_refused_one_changes_nothing() {
 
     // The kind's update rules hold as over HTTP: a FleetCommand's spec is immutable.
     let commands = Api::<hive_api::FleetCommand>::new(&store);
-    let command: hive_api::FleetCommand = decode(&json!({"metadata": {"name": "c"},
+    let command: hive_api::FleetCommand = super::decode_value(&json!({"metadata": {"name": "c"},
         "spec": {"provision": {"provider": "process", "count": 1}}}))
     .unwrap();
     commands.create(&command).await.unwrap();

@@ -152,7 +152,8 @@ mod tests {
     async fn phase_of(store: &Store, job: &str) -> Option<String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let phase = store.get(KIND, job).and_then(|j| j["status"]["phase"].as_str().map(str::to_string));
+            let phase =
+                store.get(KIND, job).and_then(|j| j.value()["status"]["phase"].as_str().map(str::to_string));
             if phase.as_deref().is_some_and(|p| !matches!(p, "Queued" | "Running"))
                 || tokio::time::Instant::now() > deadline
             {
@@ -189,7 +190,7 @@ mod tests {
         }
         assert_eq!(phase_of(&store, &names[0]).await.as_deref(), Some("Done"));
         assert_eq!(phase_of(&store, &names[1]).await.as_deref(), Some("Failed"));
-        let failed = store.get(KIND, &names[1]).unwrap();
+        let failed = store.get(KIND, &names[1]).unwrap().value();
         let nodes = failed["status"]["nodes"].as_array().unwrap();
         let states: HashSet<(&str, &str)> =
             nodes.iter().map(|n| (n["id"].as_str().unwrap(), n["state"].as_str().unwrap())).collect();
@@ -221,8 +222,11 @@ mod tests {
         }
         let marked = mark_interrupted(&store).await.unwrap();
         assert_eq!(marked, ["a", "c", "e"], "claimed (or mirrored) and unfinished");
-        assert_eq!(store.get(KIND, "a").unwrap()["status"]["phase"], "Interrupted");
-        assert_eq!(store.get(KIND, "b").unwrap()["status"]["phase"], "Done");
-        assert!(store.get(KIND, "d").unwrap()["status"].get("phase").is_none(), "left for the intake");
+        assert_eq!(store.get(KIND, "a").unwrap().value()["status"]["phase"], "Interrupted");
+        assert_eq!(store.get(KIND, "b").unwrap().value()["status"]["phase"], "Done");
+        assert!(
+            store.get(KIND, "d").unwrap().value()["status"].get("phase").is_none(),
+            "left for the intake"
+        );
     }
 }

@@ -343,7 +343,7 @@ while true; do sleep 0.1; done
             self.scheduler.submit(name.clone(), job.spec).await.unwrap();
             let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
             loop {
-                let job = self.store.get("jobs", &name).unwrap();
+                let job = self.store.get("jobs", &name).unwrap().value();
                 let phase = job["status"]["phase"].as_str().unwrap_or("Queued").to_string();
                 if !matches!(phase.as_str(), "Queued" | "Running") {
                     return (phase, job["status"].clone());
@@ -424,14 +424,14 @@ while true; do sleep 0.1; done
             let steps: Vec<&str> = status["nodes"].as_array().unwrap().iter().filter_map(|n| n["step"].as_str()).collect();
             assert!(steps.contains(&"drained"), "{steps:?}");
             assert!(!world.running());
-            assert_eq!(store.get("agents", "alpha").unwrap()["spec"]["wanted"], "Offline");
+            assert_eq!(store.get("agents", "alpha").unwrap().value()["spec"]["wanted"], "Offline");
 
             let (phase, _) = world.run(JobTemplate::Start).await;
             assert_eq!(phase, "Done");
             assert!(world.running());
 
             // A new rev: prebuild while v1 serves, stop for the update, swap, start.
-            let mut agent = (*store.get("agents", "alpha").unwrap()).clone();
+            let mut agent = store.get("agents", "alpha").unwrap().value();
             agent["spec"]["config"]["rev"] = json!("v2");
             store.commit(Mutation::Update { kind: "agents", object: agent, subresource: Subresource::Main }, false).await.unwrap();
             std::fs::remove_file(&marker).unwrap();
@@ -493,7 +493,7 @@ while true; do sleep 0.1; done
             let deploy = test_deploy(tmp.path()).await;
             let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
             let set_rev = |rev: &str| {
-                let mut agent = (*store.get("agents", "alpha").unwrap()).clone();
+                let mut agent = store.get("agents", "alpha").unwrap().value();
                 agent["spec"]["config"]["rev"] = json!(rev);
                 store.commit(
                     Mutation::Update { kind: "agents", object: agent, subresource: Subresource::Main },

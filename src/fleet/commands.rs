@@ -74,7 +74,7 @@ impl Counter {
     /// The counter `name` as stored, if it is and decodes.
     fn get(store: &Store, name: &str) -> Option<Counter> {
         let object = store.get(COUNTER_KIND, name)?;
-        match Counter::deserialize(&*object) {
+        match object.decode::<Counter>() {
             Ok(counter) => Some(counter),
             Err(err) => {
                 tracing::warn!(counter = name, %err, "fleet counter does not decode; starting it afresh");
@@ -505,7 +505,7 @@ mod tests {
     }
 
     fn ids(store: &Store) -> Vec<u64> {
-        store.list("nodes").1.iter().filter_map(|n| n["spec"]["logicalId"].as_u64()).collect()
+        store.list("nodes").1.iter().filter_map(|n| n.value()["spec"]["logicalId"].as_u64()).collect()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -528,11 +528,11 @@ mod tests {
         got.sort();
         assert_eq!(got, [1, 2, 3]);
         let command = store.get("fleetcommands", "c1").unwrap();
-        assert_eq!(command["status"]["phase"], "Pending");
-        assert_eq!(command["status"]["nodes"], json!(["node-1", "node-2", "node-3"]));
+        assert_eq!(command.value()["status"]["phase"], "Pending");
+        assert_eq!(command.value()["status"]["nodes"], json!(["node-1", "node-2", "node-3"]));
         let node = store.get("nodes", "node-2").unwrap();
         assert_eq!(
-            (node["spec"]["command"].as_str(), node["status"]["phase"].as_str()),
+            (node.value()["spec"]["command"].as_str(), node.value()["status"]["phase"].as_str()),
             (Some("c1"), Some("Pending"))
         );
     }
@@ -570,7 +570,7 @@ mod tests {
         let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
                           "spec": {"kill": {"node": "node-1"}}, "status": {}});
         record(&store, command(kill), false).await.unwrap();
-        assert_eq!(store.get("nodes", "node-1").unwrap()["metadata"]["annotations"][KILLED_BY], "k");
+        assert_eq!(store.get("nodes", "node-1").unwrap().value()["metadata"]["annotations"][KILLED_BY], "k");
     }
 
     #[tokio::test]

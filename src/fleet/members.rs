@@ -107,7 +107,7 @@ pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String> {
 /// Whether `hello` carries the join token recorded for its node.
 fn token_matches(store: &Store, hello: &Hello) -> bool {
     let Some(recorded) = store.get(TOKEN_KIND, &hello.node) else { return false };
-    let Ok(recorded) = TokenRecord::deserialize(&*recorded) else { return false };
+    let Ok(recorded) = recorded.decode::<TokenRecord>() else { return false };
     let Some(token) = &hello.join_token else { return false };
     let (want, got) = (recorded.sha256.as_str(), digest(&token.0));
     // Digests of a 256-bit secret: compared without an early exit all the same.

@@ -40,7 +40,7 @@ struct Meta {
 
 fn read(store: &Store, id: &str) -> Option<Retained> {
     let object = store.get(KIND, id)?;
-    match Retained::deserialize(&*object) {
+    match object.decode::<Retained>() {
         Ok(retained) => Some(retained),
         Err(err) => {
             // Still a claim on the id: the caller sees a record with what is known.
@@ -60,7 +60,7 @@ pub fn get(store: &Store, id: &str) -> Option<FleetCommand> {
 /// Every retained command.
 pub fn list(store: &Store) -> Vec<FleetCommand> {
     let (_, objects) = store.list(KIND);
-    objects.iter().filter_map(|o| Retained::deserialize(&**o).ok()).map(|r| r.command).collect()
+    objects.iter().filter_map(|o| o.decode::<Retained>().ok()).map(|r| r.command).collect()
 }
 
 /// The write that claims `command`'s id and retains it: a create, so it fails with

@@ -33,7 +33,7 @@ async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiRes
         .store
         .get("approvals", &name)
         .ok_or_else(|| ApiError::NotFound { plural: "approvals".into(), name: name.clone() })?;
-    let approval: Approval = decode(&object)?;
+    let approval: Approval = decode(&object.value())?;
     let payload = &approval.spec.payload;
     let head = match approval.spec.kind {
         ApprovalKind::ApplyCommit => payload.commit.clone(),
@@ -54,7 +54,7 @@ async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiRes
         .store
         .get("agents", &target)
         .ok_or_else(|| ApiError::NotFound { plural: "agents".into(), name: target.clone() })?;
-    let agent: Agent = decode(&agent_object)?;
+    let agent: Agent = decode(&agent_object.value())?;
     let Some(base) = agent.status.applied_rev.clone() else {
         return Ok(Json(json!({"approval": name, "agent": target, "head": head, "base": null,
             "message": format!("agent {target:?} has no applied commit yet: everything would be new")}))

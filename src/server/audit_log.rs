@@ -326,15 +326,23 @@ pub struct Written {
 
 impl Written {
     /// From an object (`metadata.name`, `metadata.resourceVersion`).
-    pub fn of_object(object: &serde_json::Value) -> Written {
-        let text = |pointer: &str| {
-            object
-                .pointer(pointer)
-                .and_then(serde_json::Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-        };
-        Written { name: text("/metadata/name"), resource_version: text("/metadata/resourceVersion") }
+    pub fn of_object(object: &crate::store::Obj) -> Written {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default, rename = "resourceVersion")]
+            resource_version: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Shape {
+            #[serde(default)]
+            metadata: Option<Meta>,
+        }
+        let meta = object.decode::<Shape>().ok().and_then(|s| s.metadata);
+        let text = |s: Option<String>| s.filter(|s| !s.is_empty());
+        let (name, resource_version) = meta.map_or((None, None), |m| (m.name, m.resource_version));
+        Written { name: text(name), resource_version: text(resource_version) }
     }
 
     fn of(body: &[u8]) -> Option<Written> {

@@ -283,7 +283,7 @@ async fn configure(
     }
     let object =
         providers.get_raw(&name).ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
-    Ok((StatusCode::OK, Json((*object).clone())).into_response())
+    Ok((StatusCode::OK, Json(object.value())).into_response())
 }
 
 /// `POST /apis/hive.dev/v1/fleetcommands` (routed here by `kinds.rs`): admits the body,
@@ -303,7 +303,7 @@ pub async fn create_command(
     let value = super::body::parse_object(MediaType::of(&headers), &bytes)?;
     let admitted =
         hive_api::admit(&hive_api::KindInfo::of::<FleetCommand>(), value, params.field_validation()?)?;
-    let mut command: FleetCommand = crate::client::decode(&admitted.object)?;
+    let mut command: FleetCommand = crate::client::decode_value(&admitted.object)?;
     if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
         let default = state.fleet.as_ref().map_or(commands::DEFAULT_PROVIDER, |f| f.default_provider());
         provision.provider = default.to_string();

@@ -131,7 +131,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     }
     // A custom DAG: validated like any Job, stored, then scheduled.
     let admitted = hive_api::admit(&hive_api::KindInfo::of::<Job>(), value, params.field_validation()?)?;
-    let mut job: Job = crate::client::decode(&admitted.object)?;
+    let mut job: Job = crate::client::decode_value(&admitted.object)?;
     job.status = Default::default();
     if job.metadata.name.is_empty() {
         let suffix = uuid::Uuid::new_v4().simple().to_string();
@@ -222,7 +222,8 @@ async fn cancel(
         let phase = client::decode::<Job>(&job)?.status.phase.unwrap_or(hive_api::job::JobPhase::Queued);
         return Err(scheduler_error(crate::scheduler::Error::NotCancellable { name, phase }));
     }
-    Ok((StatusCode::OK, axum::Json(json!({"job": *job, "cancelled": cancelled_names}))).into_response())
+    Ok((StatusCode::OK, axum::Json(json!({"job": job.value(), "cancelled": cancelled_names})))
+        .into_response())
 }
 
 async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {

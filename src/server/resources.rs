@@ -31,20 +31,9 @@ pub fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Re
     encoded_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()), warnings)
 }
 
-/// The response for a stored object: its JSON as committed when the cache still holds
-/// this very object (no re-encoding), else encoded now (a deleted object, a dry run, or
-/// one a later write already replaced). The bytes are the same either way.
-fn object_response(
-    state: &AppState,
-    kind: &KindInfo,
-    code: StatusCode,
-    object: &Obj,
-    warnings: &[String],
-) -> Response {
-    let mut response = match state.store.encoded_of(kind.plural, object) {
-        Some(encoded) => encoded_response(code, encoded, warnings),
-        None => json_response(code, object, warnings),
-    };
+/// The response for a stored object: its JSON as committed (no re-encoding).
+fn object_response(code: StatusCode, object: &Obj, warnings: &[String]) -> Response {
+    let mut response = encoded_response(code, object.json().clone(), warnings);
     // For the audit log, so it need not parse the body back.
     response.extensions_mut().insert(super::audit_log::Written::of_object(object));
     response
@@ -253,10 +242,10 @@ pub async fn get(
     uri: Uri,
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
-    let (object, encoded) =
-        state.store.get_encoded(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     if table::wants_table(&headers) {
         let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
+        let object = object.value();
         let rv = resource_version_of(&object).unwrap_or("").to_string();
         return Ok(table_response(&table::table(
             kind,
@@ -266,7 +255,7 @@ pub async fn get(
             true,
         )));
     }
-    Ok(encoded_response(StatusCode::OK, encoded, &[]))
+    Ok(encoded_response(StatusCode::OK, object.json().clone(), &[]))
 }
 
 fn not_found(kind: &KindInfo, name: &str) -> ApiError {
@@ -309,7 +298,6 @@ pub async fn list(
     // Served from the cache, which is never older than a revision a client has seen; the
     // value must still be one, not silently ignored, and not one from the future.
     params.reached_revision(&state.store).await?;
-    let (revision, objects) = state.store.list_encoded(kind.plural);
     let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {
             let token = decode_continue(token)?;
@@ -322,14 +310,12 @@ pub async fn list(
             }
             (token.rv, Some(token.start))
         }
-        None => (revision, None),
+        None => (state.store.revision(), None),
     };
-    let matching = objects
-        .into_iter()
-        .filter(|(o, _)| start_after.as_deref().is_none_or(|s| name_of(o) > s))
-        .filter(|(o, _)| selectors.matches(o));
+    let (_, objects) = state.store.list_after(kind.plural, start_after.as_deref());
+    let matching = objects.into_iter().filter(|(_, o)| selectors.matches_stored(o));
     let limit = params.limit()?;
-    let mut items: Vec<(Obj, Bytes)> = Vec::new();
+    let mut items: Vec<(std::sync::Arc<str>, Obj)> = Vec::new();
     let mut remaining = 0i64;
     for object in matching {
         if limit.is_some_and(|l| items.len() >= l) {
@@ -340,17 +326,17 @@ pub async fn list(
     }
     let mut list_meta = json!({"resourceVersion": list_rv.to_string()});
     if remaining > 0 {
-        let last = items.last().map(|(o, _)| name_of(o).to_string()).unwrap_or_default();
+        let last = items.last().map(|(name, _)| name.to_string()).unwrap_or_default();
         list_meta["continue"] = json!(encode_continue(&ContinueToken { rv: list_rv, start: last }));
         list_meta["remainingItemCount"] = json!(remaining);
     }
     if table::wants_table(&headers) {
-        let objects: Vec<Obj> = items.into_iter().map(|(o, _)| o).collect();
+        let objects: Vec<Value> = items.iter().map(|(_, o)| o.value()).collect();
         return Ok(table_response(&table::table(kind, &objects, include, list_meta, true)));
     }
     // Assemble the list by hand from each object's JSON as committed: no object is
     // copied or encoded again.
-    let size: usize = items.iter().map(|(_, e)| e.len() + 1).sum();
+    let size: usize = items.iter().map(|(_, o)| o.len() + 1).sum();
     let mut out = Vec::with_capacity(128 + size);
     out.extend_from_slice(
         format!("{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":", kind.api_version, kind.list_kind)
@@ -358,11 +344,11 @@ pub async fn list(
     );
     serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
     out.extend_from_slice(b",\"items\":[");
-    for (i, (_, encoded)) in items.iter().enumerate() {
+    for (i, (_, object)) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(encoded);
+        out.extend_from_slice(object.json());
     }
     out.extend_from_slice(b"]}");
     let mut response = (StatusCode::OK, out).into_response();
@@ -394,7 +380,7 @@ pub async fn create(
     let outcome =
         state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
     let (code, object) = outcome_object(outcome);
-    Ok(object_response(&state, kind, code, &object, &warnings))
+    Ok(object_response(code, &object, &warnings))
 }
 
 /// `PUT /apis/hive.dev/v1/{plural}/{name}[/status]`.
@@ -415,7 +401,7 @@ pub async fn replace(
     let mut value = body::parse_object(MediaType::of(&headers), &bytes)?;
     ensure_body_name(kind, &mut value, &name)?;
     let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
-    let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?.value();
     let sub = matches!(subresource, Subresource::Status).then_some("status");
     check_update(kind, &object, &current, sub)?;
     admission::check(kind, principal, Some(&current), &mut object, sub, &state.admission_facts())?;
@@ -425,7 +411,7 @@ pub async fn replace(
         .commit(Mutation::Update { kind: kind.plural, object, subresource }, params.dry_run()?)
         .await?;
     let (code, object) = outcome_object(outcome);
-    Ok(object_response(&state, kind, code, &object, &warnings))
+    Ok(object_response(code, &object, &warnings))
 }
 
 /// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
@@ -494,7 +480,7 @@ pub async fn patch(
             // Spread the racers out a little so they stop landing in the same batch.
             tokio::time::sleep(retry_delay(attempt)).await;
         }
-        let current = state.store.get(kind.plural, &name);
+        let current = state.store.get(kind.plural, &name).map(|o| o.value());
         let (mutation, warnings, client_precondition) = match (&patch, current) {
             (Patch::Apply(applied), None) => {
                 if sub.is_some() {
@@ -519,7 +505,7 @@ pub async fn patch(
                 let current_rv = resource_version_of(&current).map(str::to_string);
                 let (object, warnings) = match patch {
                     Patch::Merge(_) | Patch::Json(_) => {
-                        let mut doc = (*current).clone();
+                        let mut doc = current.clone();
                         match patch {
                             Patch::Merge(p) => json_patch::merge(&mut doc, p),
                             Patch::Json(ops) => {
@@ -561,7 +547,7 @@ pub async fn patch(
                         // normalizes back to the live object: then nothing changed, and the
                         // applier's ownership timestamp must not move either.
                         if same_apart_from_managed_fields(&object, &current) {
-                            ((*current).clone(), warnings)
+                            (current.clone(), warnings)
                         } else {
                             (object, warnings)
                         }
@@ -591,7 +577,7 @@ pub async fn patch(
         match state.store.commit(mutation, dry_run).await {
             Ok(outcome) => {
                 let (code, object) = outcome_object(outcome);
-                return Ok(object_response(&state, kind, code, &object, &warnings));
+                return Ok(object_response(code, &object, &warnings));
             }
             // A concurrent write won the race: re-read and re-apply the patch, unless the
             // client itself asked for a specific resourceVersion.
@@ -677,5 +663,5 @@ pub async fn delete(
         )
         .await?;
     let (_, object) = outcome_object(outcome);
-    Ok(object_response(&state, kind, StatusCode::OK, &object, &[]))
+    Ok(object_response(StatusCode::OK, &object, &[]))
 }

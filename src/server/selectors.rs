@@ -39,6 +39,11 @@ impl Selectors {
         self.labels.is_none() && self.fields.is_none()
     }
 
+    /// Whether a stored object passes both selectors (parsed only when there are any).
+    pub fn matches_stored(&self, object: &crate::store::Obj) -> bool {
+        self.is_empty() || self.matches(&object.value())
+    }
+
     /// Whether an object passes both selectors.
     pub fn matches(&self, object: &Value) -> bool {
         if let Some(fields) = &self.fields {

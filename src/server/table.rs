@@ -105,12 +105,12 @@ pub fn partial_metadata(object: &Value) -> Value {
 /// A Table of `objects`; `with_columns` is false for watch events after the first.
 pub fn table(
     kind: &KindInfo,
-    objects: &[impl AsRef<Value>],
+    objects: &[Value],
     include: IncludeObject,
     list_meta: Value,
     with_columns: bool,
 ) -> Value {
-    let rows: Vec<Value> = objects.iter().map(|o| row(kind, o.as_ref(), include)).collect();
+    let rows: Vec<Value> = objects.iter().map(|o| row(kind, o, include)).collect();
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

@@ -128,25 +128,29 @@ struct Encoder {
 }
 
 impl Encoder {
-    /// One event line; `encoded` is the object's JSON as committed, when known.
-    fn object_event(&mut self, type_: &str, object: &Obj, encoded: Option<&Bytes>) -> Bytes {
-        let rendered = if self.as_table {
-            let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
-            let t = table::table(
-                self.kind,
-                std::slice::from_ref(object),
-                self.include,
-                json!({"resourceVersion": rv}),
-                !self.sent_columns,
-            );
-            self.sent_columns = true;
-            t
-        } else {
-            return match encoded {
-                Some(encoded) => line_with_encoded(type_, encoded),
-                None => line_with_object(type_, object),
-            };
-        };
+    /// One event line of a stored object: its JSON as committed, or its table row.
+    fn object_event(&mut self, type_: &str, object: &Obj) -> Bytes {
+        if self.as_table {
+            return self.value_event(type_, &object.value());
+        }
+        line_with_encoded(type_, object.json())
+    }
+
+    /// One event line of an object the watch changed (a `DELETED` of an object that
+    /// stopped matching, at the event's revision).
+    fn value_event(&mut self, type_: &str, object: &Value) -> Bytes {
+        if !self.as_table {
+            return line(&json!({"type": type_, "object": object}));
+        }
+        let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
+        let rendered = table::table(
+            self.kind,
+            std::slice::from_ref(object),
+            self.include,
+            json!({"resourceVersion": rv}),
+            !self.sent_columns,
+        );
+        self.sent_columns = true;
         line(&json!({"type": type_, "object": rendered}))
     }
 
@@ -167,19 +171,8 @@ fn line(value: &Value) -> Bytes {
     Bytes::from(out)
 }
 
-/// Writes `{"type":T,"object":<stored object>}` without cloning the object.
-fn line_with_object(type_: &str, object: &Obj) -> Bytes {
-    let mut out = Vec::with_capacity(256);
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(type_.as_bytes());
-    out.extend_from_slice(b"\",\"object\":");
-    let _ = serde_json::to_writer(&mut out, object.as_ref());
-    out.extend_from_slice(b"}\n");
-    Bytes::from(out)
-}
-
-/// Writes `{"type":T,"object":<object JSON>}` around an object's committed encoding:
-/// the same bytes as [`line_with_object`], without encoding anything.
+/// Writes `{"type":T,"object":<object JSON>}` around an object's committed encoding,
+/// without encoding anything.
 fn line_with_encoded(type_: &str, encoded: &[u8]) -> Bytes {
     let mut out = Vec::with_capacity(32 + encoded.len());
     out.extend_from_slice(b"{\"type\":\"");
@@ -219,12 +212,12 @@ fn selected<'a>(selectors: &Selectors, event: &'a store::StoreEvent) -> Selected
     if selectors.is_empty() {
         return Selected::AsStored;
     }
-    let now = event.type_ != EventType::Deleted && selectors.matches(&event.object);
+    let now = event.type_ != EventType::Deleted && selectors.matches(&event.object.value());
     let before = match (&event.previous, event.type_) {
-        (Some(previous), _) => selectors.matches(previous),
+        (Some(previous), _) => selectors.matches(&previous.value()),
         (None, EventType::Added) => false,
         (None, EventType::Modified) => now,
-        (None, EventType::Deleted) => selectors.matches(&event.object),
+        (None, EventType::Deleted) => selectors.matches(&event.object.value()),
     };
     match (before, now) {
         (false, false) => Selected::Nothing,
@@ -240,12 +233,12 @@ fn selected<'a>(selectors: &Selectors, event: &'a store::StoreEvent) -> Selected
 }
 
 /// `object` with `metadata.resourceVersion` set to `revision`.
-fn at_revision(object: &Obj, revision: u64) -> Obj {
-    let mut object = object.as_ref().clone();
+fn at_revision(object: &Obj, revision: u64) -> Value {
+    let mut object = object.value();
     if let Some(rv) = object.pointer_mut("/metadata/resourceVersion") {
         *rv = Value::String(revision.to_string());
     }
-    std::sync::Arc::new(object)
+    object
 }
 
 /// Starts a watch of `kind` and returns the streaming response.
@@ -267,14 +260,14 @@ pub async fn serve(
     // "N": every change after N, or an in-stream 410 when N is no longer retained.
     let (start, initial) = match requested {
         None => {
-            let (revision, objects) = state.store.list_encoded(kind.plural);
+            let (revision, objects) = state.store.list(kind.plural);
             (revision, Some(objects))
         }
         Some(n) if send_initial => {
             // sendInitialEvents with resourceVersionMatch=NotOlderThan: the current
             // state (which is not older than N), then live.
             let _ = n;
-            let (revision, objects) = state.store.list_encoded(kind.plural);
+            let (revision, objects) = state.store.list(kind.plural);
             (revision, Some(objects))
         }
         Some(n) => (n, None),
@@ -300,8 +293,8 @@ pub async fn serve(
         Sink { lines: tx, abort: Some(abort), write_timeout: state.config.watch_write_timeout, counts };
     tokio::spawn(async move {
         if let Some(objects) = initial {
-            for (object, encoded) in objects.iter().filter(|(o, _)| selectors.matches(o)) {
-                if tx.send(encoder.object_event("ADDED", object, Some(encoded))).await.is_err() {
+            for object in objects.iter().filter(|o| selectors.matches_stored(o)) {
+                if tx.send(encoder.object_event("ADDED", object)).await.is_err() {
                     return;
                 }
                 tx.counts.sent.inc();
@@ -334,14 +327,12 @@ pub async fn serve(
                         // watcher: built once, around the object's JSON from the commit.
                         Selected::AsStored if !encoder.as_table => {
                             let type_ = event.type_.as_str();
-                            event.encoded.get_or_init(|| line_with_encoded(type_, &event.object_json))
+                            event.encoded.get_or_init(|| line_with_encoded(type_, event.object.json()))
                         }
-                        Selected::AsStored => encoder.object_event(event.type_.as_str(), &event.object, None),
-                        Selected::Added => {
-                            encoder.object_event("ADDED", &event.object, Some(&event.object_json))
-                        }
+                        Selected::AsStored => encoder.object_event(event.type_.as_str(), &event.object),
+                        Selected::Added => encoder.object_event("ADDED", &event.object),
                         Selected::Left(previous) => {
-                            encoder.object_event("DELETED", &at_revision(previous, event.revision), None)
+                            encoder.value_event("DELETED", &at_revision(previous, event.revision))
                         }
                     };
                     if tx.send(line).await.is_err() {

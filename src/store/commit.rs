@@ -12,10 +12,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::config::StoreConfig;
 use super::disk::{self, BatchWrite};
 use super::error::{Error, Result};
-use super::mutation::{encode, plan, Change, Mutation, Outcome};
+use super::mutation::{plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
-use super::watch::{event_cost, EventType, History, StoreEvent};
+use super::watch::{EventType, History, StoreEvent};
 use super::Obj;
 
 /// What the store handles and the commit thread share.
@@ -204,12 +204,6 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
     }
 
     if !changes.is_empty() {
-        // Encoded once, outside the lock: redb stores these bytes, and the cache keeps
-        // them for lists, reads and watch lines.
-        for change in &mut changes {
-            change.encoded = encode(&change.object);
-            change.cost = event_cost(&change.object, change.encoded.len());
-        }
         // Only this thread changes the log, so it is as the plan saw it.
         let compacted = compacted_after(&shared.read(), &shared.config, &changes, time_ms);
         if let Err(e) = write(shared, db, &BatchWrite { changes: &changes, time_ms, compacted }) {

@@ -6,9 +6,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
 use redb::{Database, DatabaseError, Durability, ReadableTable};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::error::{Error, Result};
@@ -18,6 +18,7 @@ use super::tables::{
     object_key, EVENTS, META, META_COMPACTED, META_REVISION, META_SCHEMA, OBJECTS, SCHEMA_VERSION,
 };
 use super::watch::{EventType, StoreEvent};
+use super::Obj;
 
 /// One event as the `EVENTS` table stores it.
 #[derive(Deserialize)]
@@ -27,7 +28,8 @@ struct EventRecord {
     kind: String,
     /// Commit time, Unix milliseconds.
     time: i64,
-    object: Value,
+    /// The object's JSON as it was committed, byte for byte.
+    object: Box<RawValue>,
 }
 
 /// Opens the database at `path`, creating it when there is no file, and loads it.
@@ -46,8 +48,21 @@ pub(super) fn open(path: &Path) -> Result<(Database, State)> {
 /// redb refuses it. redb validates headers and checksums and repairs after an unclean
 /// shutdown; a panic inside it on a damaged file must not take the daemon down
 /// unexplained.
+/// redb's page cache. The store reads the file only when it opens it (every read after
+/// that is served from memory), so the cache serves the write path alone: the pages a
+/// batch's inserts walk. redb's default of 1 GiB would keep every page that loading
+/// read, which is the whole file.
+const CACHE_BYTES: usize = 64 << 20;
+
+/// How the store opens a database file.
+fn builder() -> redb::Builder {
+    let mut builder = Database::builder();
+    builder.set_cache_size(CACHE_BYTES);
+    builder
+}
+
 fn open_file(path: &Path) -> Result<Database> {
-    match std::panic::catch_unwind(|| Database::builder().open(path)) {
+    match std::panic::catch_unwind(|| builder().open(path)) {
         Ok(Ok(db)) => Ok(db),
         Ok(Err(DatabaseError::DatabaseAlreadyOpen)) => Err(Error::Locked { path: path.to_owned() }),
         Ok(Err(e)) => Err(Error::corrupt(path, e)),
@@ -121,16 +136,15 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         let Some((kind, name)) = key.split_once('/') else {
             return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
         };
-        let bytes = bytes.value();
-        let object: Value =
-            serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
         // The stored bytes are what `serde_json::to_vec` wrote for this very object.
-        state.load_object(kind, name, Arc::new(object), Bytes::copy_from_slice(bytes));
+        let (object, _) =
+            Obj::load(bytes.value()).map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
+        state.load_object(kind, name, object);
     }
 
     let events = read.open_table(EVENTS).map_err(|e| corrupt(e.into()))?;
     let mut expected = compacted + 1;
-    let mut last_of: std::collections::HashMap<(String, Option<String>), super::Obj> = Default::default();
+    let mut last_of: std::collections::HashMap<(String, Option<String>), Obj> = Default::default();
     for entry in events.iter().map_err(|e| corrupt(e.into()))? {
         let (revision, bytes) = entry.map_err(|e| corrupt(e.into()))?;
         let revision = revision.value();
@@ -146,12 +160,15 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         let Some(type_) = EventType::parse(&record.type_) else {
             return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
         };
-        let object = Arc::new(record.object);
-        // The version before this one, when the log still holds it (as it was live).
-        let key = (
-            record.kind.clone(),
-            Some(hive_api::meta::name_of(&object).to_owned()).filter(|n| !n.is_empty()),
-        );
+        let (loaded, name) = Obj::load(record.object.get().as_bytes())
+            .map_err(|e| Error::corrupt(path, format!("event {revision}: {e}")))?;
+        // The latest event of an object holds what the cache holds: share those bytes
+        // rather than keep a second copy of every object written within retention.
+        let object = match state.get(&record.kind, &name) {
+            Some(current) if current == loaded => current,
+            _ => loaded,
+        };
+        let key = (record.kind.clone(), Some(name).filter(|n| !n.is_empty()));
         let previous = match type_ {
             EventType::Added => None,
             _ => last_of.get(&key).cloned(),
@@ -161,13 +178,11 @@ fn load(db: &Database, path: &Path) -> Result<State> {
         } else {
             last_of.insert(key, object.clone());
         }
-        let object_json = super::mutation::encode(&object);
         let event = StoreEvent {
             revision,
             kind: state.intern(&record.kind),
             type_,
-            cost: super::watch::event_cost(&object, object_json.len()),
-            object_json,
+            cost: super::watch::event_cost(object.len()),
             object,
             previous,
             encoded: Default::default(),
@@ -207,7 +222,7 @@ pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
             unavailable(format!("reopening it after a failed write: {e}"))
         }
     };
-    let opened = std::panic::catch_unwind(|| Database::builder().open(path));
+    let opened = std::panic::catch_unwind(|| builder().open(path));
     let db = match opened {
         Ok(Ok(db)) => db,
         Ok(Err(e)) => return Err(failed(e.into())),
@@ -259,7 +274,7 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
         for change in batch.changes {
             let key = object_key(change.kind, &change.name);
             // Encoded by the commit thread before the write (`mutation::encode`).
-            let object: &[u8] = &change.encoded;
+            let object: &[u8] = change.object.json();
             if change.type_ == EventType::Deleted {
                 objects.remove(key.as_str()).map_err(shared)?;
             } else {

@@ -17,6 +17,7 @@ mod config;
 mod disk;
 mod error;
 mod mutation;
+mod object;
 mod state;
 mod tables;
 mod watch;
@@ -27,19 +28,16 @@ mod tests;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 pub use config::{Clock, StoreConfig};
 pub use error::{Error, Result};
 pub use mutation::{Mutation, Outcome, Subresource};
+pub use object::Obj;
 pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
 use commit::{Request, Shared};
 use state::State;
-
-/// A stored object, shared between the cache, events and readers.
-pub type Obj = Arc<serde_json::Value>;
 
 /// How many write requests may wait for the commit thread before writers wait too.
 const REQUEST_QUEUE: usize = 4096;
@@ -133,7 +131,7 @@ impl Store {
         answer.await.map_err(|_| Error::Closed)?
     }
 
-    /// The current object `name` of `kind`.
+    /// The current object `name` of `kind` (its JSON, as committed).
     pub fn get(&self, kind: &str, name: &str) -> Option<Obj> {
         self.inner.shared.read().get(kind, name)
     }
@@ -144,29 +142,11 @@ impl Store {
         (state.revision, state.list(kind))
     }
 
-    /// The current object `name` of `kind` with its JSON (`serde_json::to_vec` of the
-    /// object, byte for byte), encoded once when it was committed or loaded.
-    pub fn get_encoded(&self, kind: &str, name: &str) -> Option<(Obj, Bytes)> {
+    /// The objects of `kind` named after `after` (every one for `None`), sorted by name,
+    /// each with its name, and the revision they are current at: a page of a list.
+    pub fn list_after(&self, kind: &str, after: Option<&str>) -> (u64, Vec<(Arc<str>, Obj)>) {
         let state = self.inner.shared.read();
-        let entry = state.get_entry(kind, name)?;
-        Some((entry.object.clone(), entry.encoded.clone()))
-    }
-
-    /// Every object of `kind` with its JSON, sorted by name, and the revision they are
-    /// current at (as [`Store::list`]).
-    pub fn list_encoded(&self, kind: &str) -> (u64, Vec<(Obj, Bytes)>) {
-        let state = self.inner.shared.read();
-        (state.revision, state.list_encoded(kind))
-    }
-
-    /// The JSON of `object` if it is still the current object of `kind` (the very same
-    /// `Arc`, as a write's [`Outcome`] returns it); `None` once a later write replaced
-    /// it, after a delete, or for a dry run.
-    pub fn encoded_of(&self, kind: &str, object: &Obj) -> Option<Bytes> {
-        let name = object.pointer("/metadata/name").and_then(serde_json::Value::as_str)?;
-        let state = self.inner.shared.read();
-        let entry = state.get_entry(kind, name)?;
-        Arc::ptr_eq(&entry.object, object).then(|| entry.encoded.clone())
+        (state.revision, state.list_after(kind, after))
     }
 
     /// The current time on the store's clock: what every in-daemon writer stamps

@@ -2,13 +2,12 @@
 //! one into the other. Pure: no IO, no locks, so the commit thread and dry runs share it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::error::{Error, Result};
-use super::watch::EventType;
+use super::watch::{event_cost, EventType};
 use super::Obj;
 
 /// Which part of an object an update writes.
@@ -123,11 +122,6 @@ impl Outcome {
     }
 }
 
-/// The JSON of a stored object, exactly as `serde_json::to_vec` writes it.
-pub(super) fn encode(object: &Obj) -> bytes::Bytes {
-    bytes::Bytes::from(serde_json::to_vec(&**object).expect("a serde_json::Value always serializes"))
-}
-
 /// A planned write: the new state of one object at one revision.
 #[derive(Clone, Debug)]
 pub(super) struct Change {
@@ -136,12 +130,17 @@ pub(super) struct Change {
     pub revision: u64,
     /// `Deleted` removes the object; the others store it.
     pub type_: EventType,
+    /// Encoded when planned, then shared by redb, the cache and watchers.
     pub object: Obj,
-    /// `serde_json::to_vec(&object)`: empty when planned, filled by the commit thread
-    /// just before the batch is written, then shared by redb, the cache and watchers.
-    pub encoded: bytes::Bytes,
-    /// The event's `cost`, filled with `encoded`.
+    /// The event's `cost`.
     pub cost: usize,
+}
+
+impl Change {
+    fn new(kind: &'static str, name: &str, revision: u64, type_: EventType, object: Obj) -> Change {
+        let cost = event_cost(object.len());
+        Change { kind, name: name.to_owned(), revision, type_, object, cost }
+    }
 }
 
 /// One mutation's planned result: what to answer and, unless nothing changes, what to
@@ -193,7 +192,8 @@ fn apply(
     match mutation {
         Mutation::Create { kind, object } => create(kind, name, current, object, revision, now),
         Mutation::Update { kind, object, subresource } => {
-            let current = current.ok_or_else(|| not_found(kind, name))?;
+            let stored = current.ok_or_else(|| not_found(kind, name))?;
+            let current = stored.value();
             check_preconditions(
                 kind,
                 name,
@@ -203,17 +203,18 @@ fn apply(
             )?;
             let updated = match subresource {
                 Subresource::Main => update_main(&current, object),
-                Subresource::Status => update_status(&current, object),
+                Subresource::Status => update_status(current.clone(), object),
             };
-            if updated == *current {
-                return Ok(Applied { outcome: Outcome::Unchanged(current), change: None });
+            if updated == current {
+                return Ok(Applied { outcome: Outcome::Unchanged(stored), change: None });
             }
             Ok(finish_update(kind, name, updated, revision))
         }
         Mutation::Delete { kind, name: _, uid, resource_version } => {
-            let current = current.ok_or_else(|| not_found(kind, name))?;
+            let stored = current.ok_or_else(|| not_found(kind, name))?;
+            let current = stored.value();
             check_preconditions(kind, name, &current, uid.as_deref(), resource_version.as_deref())?;
-            delete(kind, name, current, revision, now)
+            delete(kind, name, stored, current, revision, now)
         }
     }
 }
@@ -236,18 +237,10 @@ fn create(
     meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
     meta.remove("deletionTimestamp");
     meta.remove("namespace");
-    let object = Arc::new(object);
+    let object = Obj::encode(&object);
     Ok(Applied {
         outcome: Outcome::Created(object.clone()),
-        change: Some(Change {
-            kind,
-            name: name.to_owned(),
-            revision,
-            type_: EventType::Added,
-            object,
-            encoded: Default::default(),
-            cost: 0,
-        }),
+        change: Some(Change::new(kind, name, revision, EventType::Added, object)),
     })
 }
 
@@ -275,15 +268,14 @@ fn update_main(current: &Value, mut incoming: Value) -> Value {
 }
 
 /// `current` with the incoming `status` (or none, if the incoming object has none).
-fn update_status(current: &Value, incoming: Value) -> Value {
-    let mut updated = current.clone();
-    if let Some(body) = updated.as_object_mut() {
-        match incoming.get("status") {
-            Some(status) => body.insert("status".into(), status.clone()),
+fn update_status(mut current: Value, mut incoming: Value) -> Value {
+    if let Some(body) = current.as_object_mut() {
+        match incoming.as_object_mut().and_then(|i| i.remove("status")) {
+            Some(status) => body.insert("status".into(), status),
             None => body.remove("status"),
         };
     }
-    updated
+    current
 }
 
 /// Stamps the update's revision; an update that leaves a deleting object without
@@ -291,60 +283,40 @@ fn update_status(current: &Value, incoming: Value) -> Value {
 fn finish_update(kind: &'static str, name: &str, mut updated: Value, revision: u64) -> Applied {
     metadata_mut(&mut updated).insert("resourceVersion".into(), Value::String(revision.to_string()));
     let deleting = updated.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
-    let object = Arc::new(updated);
-    let (outcome, type_) = if deleting && finalizers_empty(&object) {
+    let gone = deleting && finalizers_empty(&updated);
+    let object = Obj::encode(&updated);
+    let (outcome, type_) = if gone {
         (Outcome::Deleted(object.clone()), EventType::Deleted)
     } else {
         (Outcome::Updated(object.clone()), EventType::Modified)
     };
-    Applied {
-        outcome,
-        change: Some(Change {
-            kind,
-            name: name.to_owned(),
-            revision,
-            type_,
-            object,
-            encoded: Default::default(),
-            cost: 0,
-        }),
-    }
+    Applied { outcome, change: Some(Change::new(kind, name, revision, type_, object)) }
 }
 
+/// Deletes `stored` (parsed: `current`), or marks it for deletion while finalizers
+/// remain.
 fn delete(
     kind: &'static str,
     name: &str,
-    current: Obj,
+    stored: Obj,
+    mut current: Value,
     revision: u64,
     now: DateTime<Utc>,
 ) -> Result<Applied> {
-    let mut last = (*current).clone();
     let (outcome, type_) = if finalizers_empty(&current) {
-        metadata_mut(&mut last).insert("resourceVersion".into(), Value::String(revision.to_string()));
-        let last = Arc::new(last);
-        (Outcome::Deleted(last), EventType::Deleted)
+        metadata_mut(&mut current).insert("resourceVersion".into(), Value::String(revision.to_string()));
+        (Outcome::Deleted(Obj::encode(&current)), EventType::Deleted)
     } else if current.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
         // Already marked: Kubernetes answers with the object and writes nothing.
-        return Ok(Applied { outcome: Outcome::Deleting(current), change: None });
+        return Ok(Applied { outcome: Outcome::Deleting(stored), change: None });
     } else {
-        let meta = metadata_mut(&mut last);
+        let meta = metadata_mut(&mut current);
         meta.insert("deletionTimestamp".into(), timestamp(now));
         meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
-        (Outcome::Deleting(Arc::new(last)), EventType::Modified)
+        (Outcome::Deleting(Obj::encode(&current)), EventType::Modified)
     };
     let object = outcome.object().clone();
-    Ok(Applied {
-        outcome,
-        change: Some(Change {
-            kind,
-            name: name.to_owned(),
-            revision,
-            type_,
-            object,
-            encoded: Default::default(),
-            cost: 0,
-        }),
-    })
+    Ok(Applied { outcome, change: Some(Change::new(kind, name, revision, type_, object)) })
 }
 
 /// The uid and resourceVersion preconditions shared by update and delete; empty values

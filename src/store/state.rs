@@ -5,8 +5,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::error::{Error, Result};
 use super::mutation::Change;
 use super::watch::{EventType, History, StoreEvent, Watch, Watcher};
@@ -18,22 +16,14 @@ pub(super) struct LogEntry {
     pub time_ms: i64,
 }
 
-/// One cached object with its JSON, as committed to redb.
-#[derive(Clone)]
-pub(super) struct Entry {
-    pub object: Obj,
-    /// `serde_json::to_vec(&object)`: served as-is by lists, reads and watches.
-    pub encoded: Bytes,
-}
-
 #[derive(Default)]
 pub(super) struct State {
     /// Revision of the last committed mutation.
     pub revision: u64,
     /// Events at or below this revision are gone.
     pub compacted: u64,
-    /// kind → name → object.
-    pub objects: HashMap<String, BTreeMap<String, Entry>>,
+    /// kind → name → object. Names are shared, so a page of a list copies none.
+    pub objects: HashMap<String, BTreeMap<Arc<str>, Obj>>,
     /// Exactly the events `compacted + 1 ..= revision`, in order.
     pub log: VecDeque<LogEntry>,
     /// The sum of the retained events' `cost`, for retention by bytes.
@@ -53,25 +43,19 @@ impl State {
     }
 
     pub fn get(&self, kind: &str, name: &str) -> Option<Obj> {
-        Some(self.objects.get(kind)?.get(name)?.object.clone())
-    }
-
-    pub fn get_entry(&self, kind: &str, name: &str) -> Option<&Entry> {
-        self.objects.get(kind)?.get(name)
+        self.objects.get(kind)?.get(name).cloned()
     }
 
     pub fn list(&self, kind: &str) -> Vec<Obj> {
-        self.objects
-            .get(kind)
-            .map(|objects| objects.values().map(|e| e.object.clone()).collect())
-            .unwrap_or_default()
+        self.objects.get(kind).map(|objects| objects.values().cloned().collect()).unwrap_or_default()
     }
 
-    pub fn list_encoded(&self, kind: &str) -> Vec<(Obj, Bytes)> {
-        self.objects
-            .get(kind)
-            .map(|objects| objects.values().map(|e| (e.object.clone(), e.encoded.clone())).collect())
-            .unwrap_or_default()
+    /// The objects of `kind` named after `after` (all of them for `None`), by name.
+    pub fn list_after(&self, kind: &str, after: Option<&str>) -> Vec<(Arc<str>, Obj)> {
+        use std::ops::Bound;
+        let Some(objects) = self.objects.get(kind) else { return Vec::new() };
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        objects.range::<str, _>((from, Bound::Unbounded)).map(|(n, o)| (n.clone(), o.clone())).collect()
     }
 
     pub fn object_count(&self) -> usize {
@@ -89,27 +73,25 @@ impl State {
     }
 
     /// Puts a loaded object in place (opening the store).
-    pub fn load_object(&mut self, kind: &str, name: &str, object: Obj, encoded: Bytes) {
-        self.objects.entry(kind.to_owned()).or_default().insert(name.to_owned(), Entry { object, encoded });
+    pub fn load_object(&mut self, kind: &str, name: &str, object: Obj) {
+        self.objects.entry(kind.to_owned()).or_default().insert(Arc::from(name), object);
     }
 
     /// Applies one durable change: the object, the log, and every watcher of its kind.
     /// Never blocks: a watcher whose buffer is full is dropped as overflowed.
     pub fn apply(&mut self, change: &Change, time_ms: i64) {
         let objects = self.objects.entry(change.kind.to_owned()).or_default();
-        let replaced = if change.type_ == EventType::Deleted {
-            objects.remove(&change.name)
+        let previous = if change.type_ == EventType::Deleted {
+            objects.remove(change.name.as_str())
         } else {
-            let entry = Entry { object: change.object.clone(), encoded: change.encoded.clone() };
-            objects.insert(change.name.clone(), entry)
+            objects.insert(Arc::from(change.name.as_str()), change.object.clone())
         };
         let event = StoreEvent {
             revision: change.revision,
             kind: self.intern(change.kind),
             type_: change.type_,
             object: change.object.clone(),
-            previous: replaced.map(|entry| entry.object),
-            object_json: change.encoded.clone(),
+            previous,
             encoded: Default::default(),
             cost: change.cost,
         };

@@ -54,17 +54,16 @@ pub struct StoreEvent {
     pub kind: Arc<str>,
     /// What happened.
     pub type_: EventType,
-    /// The object after the change (for `Deleted`, its last state).
+    /// The object after the change (for `Deleted`, its last state), as JSON exactly as
+    /// `serde_json::to_vec` writes it (and as redb stores it): encoded once when the
+    /// change was committed, shared with the cache while it is current.
     pub object: Obj,
-    /// The object as it was just before this change: the very `Arc` the cache held
+    /// The object as it was just before this change: the very bytes the cache held
     /// (shared with the previous event of the object, so it costs no copy), or `None`
     /// for `Added` and for an event whose previous version had left the log before the
     /// store was reopened. Selector watches use it to tell an object that stopped (or
     /// started) matching from one that merely changed.
     pub previous: Option<Obj>,
-    /// `object` as JSON, exactly as `serde_json::to_vec` writes it (and as redb stores
-    /// it): encoded once when the change was committed.
-    pub object_json: bytes::Bytes,
     /// A slot where the first consumer may keep this event's wire encoding, so that a
     /// thousand watchers of one kind serialize each event once, not a thousand times.
     pub encoded: Encoded,
@@ -259,32 +258,8 @@ impl Watcher {
     }
 }
 
-/// About how much memory `object` holds beyond its own `Value` slot: strings, keys,
-/// arrays and maps (with `preserve_order`, an index entry per key), each allocation
-/// with a word of allocator overhead. Walks the object once, as encoding it does.
-pub(super) fn heap_size(value: &serde_json::Value) -> usize {
-    use serde_json::Value;
-    const SLOT: usize = std::mem::size_of::<Value>();
-    const ALLOCATION: usize = 16;
-    match value {
-        Value::String(s) => s.len() + ALLOCATION,
-        Value::Array(items) => ALLOCATION + items.iter().map(|v| SLOT + heap_size(v)).sum::<usize>(),
-        Value::Object(map) => {
-            // Per entry: the key's String and bytes, the value, the stored hash and
-            // the index slot.
-            ALLOCATION
-                + map.iter().map(|(k, v)| 24 + k.len() + ALLOCATION + SLOT + 16 + heap_size(v)).sum::<usize>()
-        }
-        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
-    }
-}
-
-/// What one event costs to keep: the event, its object parsed (shared with the cache
-/// while current), its JSON, and room for its watch line (built once, shared).
-pub(super) fn event_cost(object: &serde_json::Value, json_len: usize) -> usize {
-    std::mem::size_of::<StoreEvent>()
-        + std::mem::size_of::<serde_json::Value>()
-        + heap_size(object)
-        + 2 * json_len
-        + 64
+/// What one event costs to keep: the event, its object's JSON (shared with the cache
+/// while current), and room for its watch line (built once, shared).
+pub(super) fn event_cost(json_len: usize) -> usize {
+    std::mem::size_of::<StoreEvent>() + 2 * json_len + 64
 }

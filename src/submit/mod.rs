@@ -325,8 +325,8 @@ mod tests {
         );
         for name in ["a", "b"] {
             let stored = store.get("agents", name).unwrap();
-            assert_eq!(stored["spec"]["wanted"], "Offline");
-            assert_eq!(stored["metadata"]["generation"], 2);
+            assert_eq!(stored.value()["spec"]["wanted"], "Offline");
+            assert_eq!(stored.value()["metadata"]["generation"], 2);
         }
         // One transaction: two intent writes and the Job, consecutive revisions.
         assert_eq!(store.revision(), before + 3);
@@ -373,6 +373,6 @@ mod tests {
         let meta = Request { template: JobTemplate::MetaUpdate, ..unknown };
         assert!(matches!(submit(&store, &live, &meta).await, Err(Error::NotAgentTemplate(_))));
         assert_eq!(store.revision(), before);
-        assert_eq!(store.get("agents", "a").unwrap()["spec"]["wanted"], "Up");
+        assert_eq!(store.get("agents", "a").unwrap().value()["spec"]["wanted"], "Up");
     }
 }

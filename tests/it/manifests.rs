@@ -119,9 +119,9 @@ async fn approval_yaml_deploys_spawns_and_bumps_when_approved() {
     let api = d.client();
     ok(d.hive(&["apply", "-f", &manifest("agent.yaml")]));
     ok(d.hive(&["apply", "-f", &manifest("approval.yaml")]));
+    // The Approval controller marks each new approval Pending (asynchronously).
     for name in ["manager-apply-1", "spawn-scout", "bump-hive-base"] {
-        let approval = object(&api, "approvals", name).await;
-        assert_eq!(approval["status"]["phase"], "Pending", "{name}: {}", approval["status"]);
+        wait_approval(&api, name, "Pending").await;
     }
     wait_ready(&api, "manager").await;
 

@@ -45,7 +45,7 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     assert!(matches!(&answers[0], Ok(o) if matches!(&o[0], Outcome::Created(x) if rv(x) == 1)));
     let Ok(updated) = &answers[1] else { panic!("{:?}", answers[1]) };
     assert_eq!(rv(updated[0].object()), 2, "the update saw the create of the same batch");
-    assert_eq!(updated[0].object()["metadata"]["generation"], 2);
+    assert_eq!(updated[0].object().value()["metadata"]["generation"], 2);
     assert!(matches!(answers[2], Err(Error::AlreadyExists { .. })));
     assert!(matches!(answers[3], Err(Error::NotFound { .. })));
     assert!(matches!(&answers[4], Ok(o) if rv(o[0].object()) == 3));
@@ -54,7 +54,7 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     drop(db);
     let (_db, state) = disk::open(&db_path(dir.path())).unwrap();
     assert_eq!(state.revision, 3);
-    assert_eq!(state.get("agents", "a1").unwrap()["spec"]["wanted"], "Offline");
+    assert_eq!(state.get("agents", "a1").unwrap().value()["spec"]["wanted"], "Offline");
     assert_eq!(state.log.len(), 3);
 }
 
@@ -109,13 +109,14 @@ async fn concurrent_writers_are_all_durable_with_unique_revisions() {
             let store = store.clone();
             tokio::spawn(async move {
                 let name = format!("a{w}");
-                let mut object =
-                    store.commit(create(agent(&name, "0")), false).await.unwrap().object().as_ref().clone();
-                let mut revisions = vec![rv(&object)];
+                let created = store.commit(create(agent(&name, "0")), false).await.unwrap();
+                let mut revisions = vec![rv(created.object())];
+                let mut object = created.object().value();
                 for i in 1..WRITES {
                     object["spec"]["wanted"] = json!(i.to_string());
-                    object = store.commit(update(object), false).await.unwrap().object().as_ref().clone();
-                    revisions.push(rv(&object));
+                    let updated = store.commit(update(object), false).await.unwrap();
+                    revisions.push(rv(updated.object()));
+                    object = updated.object().value();
                 }
                 revisions
             })
@@ -142,8 +143,8 @@ async fn concurrent_writers_are_all_durable_with_unique_revisions() {
     let (_, objects) = store.list("agents");
     assert_eq!(objects.len(), WRITERS);
     for object in objects {
-        assert_eq!(object["spec"]["wanted"], (WRITES - 1).to_string());
-        assert_eq!(object["metadata"]["generation"], WRITES as i64);
+        assert_eq!(object.value()["spec"]["wanted"], (WRITES - 1).to_string());
+        assert_eq!(object.value()["metadata"]["generation"], WRITES as i64);
     }
 }
 

@@ -16,7 +16,7 @@ async fn reopen_keeps_objects_revision_and_events() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let created = store.commit(create(agent("a1", "Up")), false).await.unwrap().into_object();
-    let mut respec = (*created).clone();
+    let mut respec = created.value();
     respec["spec"]["wanted"] = "Offline".into();
     store.commit(update(respec), false).await.unwrap();
     store.commit(create(agent("a2", "Up")), false).await.unwrap();
@@ -37,56 +37,52 @@ async fn reopen_keeps_objects_revision_and_events() {
         assert_eq!(watch.next().await.unwrap().unwrap(), event);
     }
     let next = store.commit(create(agent("a3", "Up")), false).await.unwrap();
-    assert_eq!(next.object()["metadata"]["resourceVersion"], "5", "revisions continue");
+    assert_eq!(next.object().value()["metadata"]["resourceVersion"], "5", "revisions continue");
 }
 
 /// Every cached object's JSON (and every event's) must be byte for byte what
 /// `serde_json::to_vec` makes of the object, as committed and after a reopen: lists,
-/// reads and watch lines send these bytes instead of encoding the object.
+/// reads and watch lines send these bytes instead of encoding the object. The cache and
+/// the latest event of an object share one copy of them, after a reopen too.
 #[tokio::test]
-async fn encoded_objects_equal_serde_json_before_and_after_reopen() {
-    fn check(store: &Store) {
-        let (revision, encoded) = store.list_encoded("agents");
+async fn stored_json_equals_serde_json_and_is_shared_before_and_after_reopen() {
+    async fn check(store: &Store) {
+        let (revision, named) = store.list_after("agents", None);
         assert_eq!(revision, store.revision());
-        assert_eq!(encoded.iter().map(|(o, _)| o.clone()).collect::<Vec<_>>(), store.list("agents").1);
-        assert_eq!(encoded.len(), 2);
-        for (object, bytes) in &encoded {
-            assert_eq!(&bytes[..], serde_json::to_vec(&**object).unwrap(), "{object}");
-            let name = object["metadata"]["name"].as_str().unwrap();
-            let (got, got_bytes) = store.get_encoded("agents", name).unwrap();
-            assert_eq!((&got, &got_bytes), (object, bytes));
-            assert_eq!(store.encoded_of("agents", object).as_ref(), Some(bytes));
+        assert_eq!(named.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>(), store.list("agents").1);
+        assert_eq!(named.iter().map(|(n, _)| &**n).collect::<Vec<_>>(), ["a1", "a2"]);
+        for (name, object) in &named {
+            assert_eq!(object.json()[..], serde_json::to_vec(&object.value()).unwrap(), "{object:?}");
+            assert!(store.get("agents", name).unwrap().is(object), "one copy");
         }
-        assert!(store.get_encoded("agents", "gone").is_none());
+        assert!(store.get("agents", "gone").is_none());
+        assert_eq!(store.list_after("agents", Some("a1")).1.len(), 1, "a page after a1");
+        let mut watch = store.watch("agents", 0).unwrap();
+        let mut last = std::collections::HashMap::new();
+        for _ in 0..5 {
+            let event = watch.next().await.unwrap().unwrap();
+            assert_eq!(event.object.json()[..], serde_json::to_vec(&event.object.value()).unwrap());
+            last.insert(hive_api::meta::name_of(&event.object.value()).to_string(), event.object);
+        }
+        for (name, object) in &named {
+            assert!(last[&**name].is(object), "the cache and {name}'s latest event share its JSON");
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let created = store.commit(create(agent("a1", "Up")), false).await.unwrap().into_object();
-    let mut respec = (*created).clone();
+    let mut respec = created.value();
     respec["spec"]["wanted"] = "Offline".into();
     respec["metadata"]["annotations"] = serde_json::json!({"note": "quotes \" and \u{e9} and \n"});
     store.commit(update(respec), false).await.unwrap();
     store.commit(create(agent("a2", "Up")), false).await.unwrap();
     store.commit(create(agent("gone", "Up")), false).await.unwrap();
-    let deleted = store.commit(super::delete("gone"), false).await.unwrap().into_object();
-    // A replaced or deleted object is no longer the cached one: its caller encodes it.
-    assert_eq!(store.encoded_of("agents", &created), None);
-    assert_eq!(store.encoded_of("agents", &deleted), None);
-    check(&store);
-    let mut watch = store.watch("agents", 0).unwrap();
-    for _ in 0..5 {
-        let event = watch.next().await.unwrap().unwrap();
-        assert_eq!(&event.object_json[..], serde_json::to_vec(&*event.object).unwrap());
-    }
+    store.commit(super::delete("gone"), false).await.unwrap();
+    check(&store).await;
     store.shutdown().await;
 
     let store = open(dir.path());
-    check(&store);
-    let mut watch = store.watch("agents", 0).unwrap();
-    for _ in 0..5 {
-        let event = watch.next().await.unwrap().unwrap();
-        assert_eq!(&event.object_json[..], serde_json::to_vec(&*event.object).unwrap());
-    }
+    check(&store).await;
 }
 
 fn assert_corrupt(dir: &std::path::Path, what: &str) {
@@ -231,8 +227,12 @@ fn crash_child_writer() {
                         let name = format!("w{w}-{i}");
                         let outcome = store.commit(create(agent(&name, "Up")), false).await.unwrap();
                         let mut out = std::io::stdout().lock();
-                        writeln!(out, "acked {name} {}", outcome.object()["metadata"]["resourceVersion"])
-                            .unwrap();
+                        writeln!(
+                            out,
+                            "acked {name} {}",
+                            outcome.object().value()["metadata"]["resourceVersion"]
+                        )
+                        .unwrap();
                         out.flush().unwrap();
                     }
                 })
@@ -274,6 +274,6 @@ fn acknowledged_writes_survive_kill_9() {
     assert!(store.revision() >= max_acked, "revision went backwards");
     for (name, revision) in &acked {
         let object = store.get("agents", name).unwrap_or_else(|| panic!("acknowledged {name} lost"));
-        assert_eq!(object["metadata"]["resourceVersion"], revision.to_string());
+        assert_eq!(object.value()["metadata"]["resourceVersion"], revision.to_string());
     }
 }

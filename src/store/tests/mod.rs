@@ -75,13 +75,13 @@ pub(super) fn delete(name: &str) -> Mutation {
 }
 
 /// `metadata.resourceVersion` as a number.
-pub(super) fn rv(object: &Value) -> u64 {
-    object["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+pub(super) fn rv(object: &super::Obj) -> u64 {
+    object.value()["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
 }
 
 /// The object of an outcome, as an owned value to edit.
 pub(super) fn owned(outcome: &Outcome) -> Value {
-    (**outcome.object()).clone()
+    outcome.object().value()
 }
 
 /// Asserts `Error` is usable with `anyhow` (Send + Sync + 'static).

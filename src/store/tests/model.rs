@@ -144,7 +144,7 @@ impl Model {
 
 /// The incoming object of an update: the stored one (or a fresh one) with edits.
 fn base(store: &Store, key: (usize, usize)) -> Value {
-    store.get(KINDS[key.0], NAMES[key.1]).map(|o| (*o).clone()).unwrap_or_else(|| {
+    store.get(KINDS[key.0], NAMES[key.1]).map(|o| o.value()).unwrap_or_else(|| {
         json!({"apiVersion": "hive.dev/v1", "kind": "Thing", "metadata": {"name": NAMES[key.1]}, "spec": {"n": 0}})
     })
 }
@@ -246,7 +246,7 @@ async fn step(store: &mut Store, model: &mut Model, op: &Op, dir: &std::path::Pa
     let result = store.commit(mutation, false).await;
     assert_eq!(observed(&result), expect, "{op:?}");
     let Ok(outcome) = result else { return };
-    let written = ModelObject::of(outcome.object());
+    let written = ModelObject::of(&outcome.object().value());
     let before = model.objects.get(&key).cloned();
     match (&outcome, op) {
         (Outcome::Created(_), _) => {
@@ -301,7 +301,12 @@ fn check_state(store: &Store, model: &Model) {
         assert_eq!(revision, model.revision);
         let stored: BTreeMap<_, _> = objects
             .iter()
-            .map(|o| (NAMES.iter().position(|n| o["metadata"]["name"] == *n).unwrap(), ModelObject::of(o)))
+            .map(|o| {
+                (
+                    NAMES.iter().position(|n| o.value()["metadata"]["name"] == *n).unwrap(),
+                    ModelObject::of(&o.value()),
+                )
+            })
             .collect();
         let wanted: BTreeMap<_, _> =
             model.objects.iter().filter(|((kk, _), _)| *kk == k).map(|((_, n), o)| (*n, o.clone())).collect();
@@ -316,7 +321,7 @@ async fn check_events(store: &Store, model: &Model) {
             let event =
                 tokio::time::timeout(Duration::from_secs(5), watch.next()).await.unwrap().unwrap().unwrap();
             assert_eq!((event.revision, event.type_), (revision, type_), "{kind}");
-            assert_eq!(event.object["metadata"]["resourceVersion"], revision.to_string());
+            assert_eq!(event.object.value()["metadata"]["resourceVersion"], revision.to_string());
         }
         assert!(watch.next().now_or_never().is_none(), "{kind}: an event the model does not have");
     }

@@ -24,7 +24,7 @@ async fn create_sets_server_fields_and_clears_client_ones() {
 
     let outcome = store.commit(create(object), false).await.unwrap();
     let Outcome::Created(created) = &outcome else { panic!("{outcome:?}") };
-    let meta = &created["metadata"];
+    let meta = &created.value()["metadata"];
     assert_eq!(meta["resourceVersion"], "1");
     assert_eq!(meta["generation"], 1);
     assert_eq!(meta["creationTimestamp"], "2026-01-01T00:00:00Z");
@@ -79,21 +79,28 @@ async fn update_keeps_server_fields_and_status_and_bumps_generation_on_spec_only
         panic!()
     };
     assert_eq!(rv(&after_label), 3);
-    assert_eq!(after_label["metadata"]["generation"], 1);
-    assert_eq!(after_label["metadata"]["labels"], json!({"tier": "gold"}));
-    assert_eq!(after_label["metadata"]["uid"], created["metadata"]["uid"]);
-    assert_eq!(after_label["metadata"]["creationTimestamp"], created["metadata"]["creationTimestamp"]);
-    assert_eq!(after_label["status"], json!({"power": "Up"}), "status is written through Status only");
+    assert_eq!(after_label.value()["metadata"]["generation"], 1);
+    assert_eq!(after_label.value()["metadata"]["labels"], json!({"tier": "gold"}));
+    assert_eq!(after_label.value()["metadata"]["uid"], created["metadata"]["uid"]);
+    assert_eq!(
+        after_label.value()["metadata"]["creationTimestamp"],
+        created["metadata"]["creationTimestamp"]
+    );
+    assert_eq!(
+        after_label.value()["status"],
+        json!({"power": "Up"}),
+        "status is written through Status only"
+    );
 
     // A spec change: generation + 1, and labels the writer left out are gone.
-    let mut respec = (*after_label).clone();
+    let mut respec = after_label.value();
     respec["spec"]["wanted"] = json!("Offline");
     respec["metadata"].as_object_mut().unwrap().remove("labels");
     let Outcome::Updated(after_spec) = store.commit(update(respec), false).await.unwrap() else { panic!() };
     assert_eq!(rv(&after_spec), 4);
-    assert_eq!(after_spec["metadata"]["generation"], 2);
-    assert!(after_spec["metadata"].get("labels").is_none());
-    assert_eq!(after_spec["spec"], json!({"wanted": "Offline"}));
+    assert_eq!(after_spec.value()["metadata"]["generation"], 2);
+    assert!(after_spec.value()["metadata"].get("labels").is_none());
+    assert_eq!(after_spec.value()["spec"], json!({"wanted": "Offline"}));
 }
 
 #[tokio::test]
@@ -101,14 +108,14 @@ async fn update_that_changes_nothing_is_unchanged_without_revision_or_event() {
     let (_dir, store) = store(&TestClock::new());
     let created = store.commit(create(agent("a1", "Up")), false).await.unwrap().into_object();
     let mut watch = store.watch("agents", 1).unwrap();
-    let outcome = store.commit(update((*created).clone()), false).await.unwrap();
+    let outcome = store.commit(update(created.value()), false).await.unwrap();
     assert_eq!(outcome, Outcome::Unchanged(created.clone()));
     // Also without a resourceVersion, and for a status write of the same status.
-    let mut no_rv = (*created).clone();
+    let mut no_rv = created.value();
     no_rv["metadata"].as_object_mut().unwrap().remove("resourceVersion");
     assert!(matches!(store.commit(update(no_rv), false).await.unwrap(), Outcome::Unchanged(_)));
     assert!(matches!(
-        store.commit(update_status((*created).clone()), false).await.unwrap(),
+        store.commit(update_status(created.value()), false).await.unwrap(),
         Outcome::Unchanged(_)
     ));
     assert_eq!(store.revision(), 1);
@@ -166,10 +173,10 @@ async fn status_update_takes_only_status_and_keeps_generation() {
         panic!()
     };
     assert_eq!(rv(&updated), 2);
-    assert_eq!(updated["status"], json!({"observedGeneration": 1, "power": "Up"}));
-    assert_eq!(updated["spec"], created["spec"]);
-    assert_eq!(updated["metadata"]["generation"], 1);
-    assert!(updated["metadata"].get("labels").is_none());
+    assert_eq!(updated.value()["status"], json!({"observedGeneration": 1, "power": "Up"}));
+    assert_eq!(updated.value()["spec"], created["spec"]);
+    assert_eq!(updated.value()["metadata"]["generation"], 1);
+    assert!(updated.value()["metadata"].get("labels").is_none());
 }
 
 #[tokio::test]
@@ -179,7 +186,7 @@ async fn delete_without_finalizers_removes_with_a_new_revision() {
     let mut watch = store.watch("agents", 1).unwrap();
     let Outcome::Deleted(last) = store.commit(delete("a1"), false).await.unwrap() else { panic!() };
     assert_eq!(rv(&last), 2);
-    assert_eq!(last["spec"], json!({"wanted": "Up"}));
+    assert_eq!(last.value()["spec"], json!({"wanted": "Up"}));
     assert!(store.get("agents", "a1").is_none());
     let event = watch.next().await.unwrap().unwrap();
     assert_eq!((event.revision, event.type_, event.object), (2, EventType::Deleted, last));
@@ -197,7 +204,7 @@ async fn delete_with_finalizers_marks_once_and_the_last_finalizer_removes() {
 
     let Outcome::Deleting(marked) = store.commit(delete("a1"), false).await.unwrap() else { panic!() };
     assert_eq!(rv(&marked), 2);
-    assert_eq!(marked["metadata"]["deletionTimestamp"], "2026-01-01T00:00:05Z");
+    assert_eq!(marked.value()["metadata"]["deletionTimestamp"], "2026-01-01T00:00:05Z");
     let event = watch.next().await.unwrap().unwrap();
     assert_eq!((event.revision, event.type_), (2, EventType::Modified));
 
@@ -208,12 +215,12 @@ async fn delete_with_finalizers_marks_once_and_the_last_finalizer_removes() {
     assert_eq!(store.revision(), 2);
 
     // An update cannot clear deletionTimestamp; dropping the last finalizer deletes.
-    let mut keep = (*marked).clone();
+    let mut keep = marked.value();
     keep["metadata"].as_object_mut().unwrap().remove("deletionTimestamp");
     keep["spec"]["wanted"] = json!("Offline");
     let Outcome::Updated(kept) = store.commit(update(keep), false).await.unwrap() else { panic!() };
-    assert_eq!(kept["metadata"]["deletionTimestamp"], "2026-01-01T00:00:05Z");
-    let mut done = (*kept).clone();
+    assert_eq!(kept.value()["metadata"]["deletionTimestamp"], "2026-01-01T00:00:05Z");
+    let mut done = kept.value();
     done["metadata"]["finalizers"] = json!([]);
     let Outcome::Deleted(last) = store.commit(update(done), false).await.unwrap() else { panic!() };
     assert_eq!(rv(&last), 4);
@@ -227,7 +234,7 @@ async fn delete_with_finalizers_marks_once_and_the_last_finalizer_removes() {
 async fn delete_preconditions_are_checked() {
     let (_dir, store) = store(&TestClock::new());
     let created = store.commit(create(agent("a1", "Up")), false).await.unwrap().into_object();
-    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    let uid = created.value()["metadata"]["uid"].as_str().unwrap().to_owned();
     let with = |uid: Option<&str>, rv: Option<&str>| Mutation::Delete {
         kind: "agents",
         name: "a1".into(),
@@ -266,20 +273,20 @@ async fn dry_run_computes_the_outcome_and_changes_nothing() {
     let mut respec = created.clone();
     respec["spec"]["wanted"] = json!("Offline");
     let Outcome::Updated(would) = store.commit(update(respec), true).await.unwrap() else { panic!() };
-    assert_eq!((rv(&would), would["metadata"]["generation"].as_i64()), (2, Some(2)));
+    assert_eq!((rv(&would), would.value()["metadata"]["generation"].as_i64()), (2, Some(2)));
     let mut stale = created.clone();
     stale["metadata"]["resourceVersion"] = json!("9");
     assert!(matches!(store.commit(update(stale), true).await, Err(Error::Conflict { .. })));
     assert!(matches!(store.commit(delete("a1"), true).await.unwrap(), Outcome::Deleted(_)));
 
     assert_eq!(store.revision(), 1);
-    assert_eq!(*store.get("agents", "a1").unwrap(), created);
+    assert_eq!(store.get("agents", "a1").unwrap().value(), created);
     assert_eq!(watch.next().await.unwrap().unwrap().revision, 1);
     store.shutdown().await;
     assert!(watch.next().await.is_none(), "no event from any dry run");
     let reopened = Store::open(config(dir.path(), &TestClock::new())).unwrap();
     assert_eq!(reopened.revision(), 1);
-    assert_eq!(*reopened.get("agents", "a1").unwrap(), created);
+    assert_eq!(reopened.get("agents", "a1").unwrap().value(), created);
 }
 
 #[tokio::test]
@@ -293,7 +300,7 @@ async fn commit_all_is_atomic_and_each_mutation_sees_the_previous_ones() {
         .unwrap();
     let revisions: Vec<u64> = outcomes.iter().map(|o| rv(o.object())).collect();
     assert_eq!(revisions, [1, 2, 3]);
-    assert_eq!(store.get("agents", "a1").unwrap()["metadata"]["generation"], 2);
+    assert_eq!(store.get("agents", "a1").unwrap().value()["metadata"]["generation"], 2);
 
     // One failure anywhere: nothing of the group is written.
     let err = store
@@ -313,7 +320,7 @@ async fn kinds_are_separate() {
     let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": {}});
     store.commit(Mutation::Create { kind: "jobs", object: job }, false).await.unwrap();
     assert_eq!(store.list("agents").1.len(), 1);
-    assert_eq!(store.list("jobs").1[0]["kind"], "Job");
+    assert_eq!(store.list("jobs").1[0].value()["kind"], "Job");
     assert_eq!(store.list("approvals"), (2, vec![]));
     let err = store
         .commit(

@@ -35,7 +35,7 @@ async fn replay_then_live_filters_by_kind() {
 
     let first = from_start.next().await.unwrap().unwrap();
     assert_eq!((first.revision, &*first.kind, first.type_), (1, "agents", EventType::Added));
-    assert_eq!(first.object["metadata"]["name"], "a1");
+    assert_eq!(first.object.value()["metadata"]["name"], "a1");
     assert_eq!(collect_until(&mut from_start, 4).await, [3, 4]);
     assert_eq!(collect_until(&mut from_one, 4).await, [3, 4]);
     assert_eq!(jobs.next().await.unwrap().unwrap().revision, 2);
@@ -51,11 +51,11 @@ async fn watches_started_during_writes_have_no_gaps_or_duplicates() {
     let created = store.commit(create(agent("a1", "0")), false).await.unwrap();
     let writer = {
         let store = store.clone();
-        let mut object = created.object().as_ref().clone();
+        let mut object = created.object().value();
         tokio::spawn(async move {
             for i in 1..WRITES {
                 object["spec"]["wanted"] = json!(i);
-                object = store.commit(update(object), false).await.unwrap().object().as_ref().clone();
+                object = store.commit(update(object), false).await.unwrap().object().value();
             }
         })
     };
@@ -169,7 +169,7 @@ async fn shutdown_ends_watches_and_refuses_new_work() {
     assert!(StreamExt::next(&mut watch).await.is_none());
     assert!(matches!(clone.watch("agents", 0), Err(Error::Closed)));
     assert!(matches!(clone.commit(create(agent("a2", "Up")), false).await, Err(Error::Closed)));
-    assert_eq!(clone.get("agents", "a1").unwrap()["metadata"]["name"], "a1");
+    assert_eq!(clone.get("agents", "a1").unwrap().value()["metadata"]["name"], "a1");
     clone.shutdown().await;
 }
 
@@ -228,7 +228,7 @@ async fn a_watcher_over_its_byte_budget_overflows_and_one_that_keeps_up_never_do
     assert!(slow.next().await.is_none());
     // One event larger than the whole budget still reaches a watcher that keeps up.
     store.commit(create(big_agent("huge", 2 << 20)), false).await.unwrap();
-    assert_eq!(keeping_up.next().await.unwrap().unwrap().object["metadata"]["name"], "huge");
+    assert_eq!(keeping_up.next().await.unwrap().unwrap().object.value()["metadata"]["name"], "huge");
 }
 
 #[tokio::test]
