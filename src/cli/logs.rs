@@ -1,6 +1,7 @@
 //! `hive logs job/NAME [--node ID] [-f]` prints a Job node's build log (by default the
-//! running node, else the last one that ran); `hive logs agent/NAME [-f] [--tail N]`
-//! prints an agent's captured stdout/stderr. Both stream the server's `text/plain`.
+//! running node, else the last one that ran); `hive logs agent/NAME [-f] [--tail N]
+//! [--since D | --since-time T] [--timestamps] [--previous]` prints an agent's captured
+//! stdout/stderr, as `kubectl logs` does a pod's. Both stream the server's `text/plain`.
 
 use std::io::Write as _;
 
@@ -17,7 +18,10 @@ use super::Context;
   hive logs job/stop-1a2b3c4d                      # the running node, else the last that ran
   hive logs job/stop-1a2b3c4d --node alpha/drain -f
   hive logs agent/alpha --tail 100
-  hive logs agent/alpha -f")]
+  hive logs agent/alpha -f
+  hive logs agent/alpha --since 10m --timestamps   # the last ten minutes, each line with its time
+  hive logs agent/alpha --since-time 2026-12-01T17:00:00Z
+  hive logs agent/alpha --previous                 # the run before the current one (before a crash)")]
 pub struct Args {
     /// What to read: `job/NAME` or `agent/NAME` (also `jobs/`, `jb/`, `agents/`, `ag/`).
     #[arg(value_name = "job/NAME|agent/NAME")]
@@ -35,6 +39,68 @@ pub struct Args {
     /// Only the last N lines of an agent's log. Agents only.
     #[arg(long, value_name = "N")]
     pub tail: Option<u64>,
+
+    /// Only lines written in the last DURATION (`30s`, `10m`, `2h`). Agents only.
+    #[arg(long, value_name = "DURATION", value_parser = super::duration::parse, conflicts_with = "since_time")]
+    pub since: Option<std::time::Duration>,
+
+    /// Only lines written at or after TIME (RFC 3339, e.g. `2026-12-01T17:00:00Z`). Agents only.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    pub since_time: Option<chrono::DateTime<chrono::Utc>>,
+
+    /// Prefix each line with the time it was written (RFC 3339, nanoseconds). Agents only.
+    #[arg(long)]
+    pub timestamps: bool,
+
+    /// The agent's run before the current one: what it printed before it last
+    /// (re)started, e.g. before a crash. Agents only.
+    #[arg(short, long)]
+    pub previous: bool,
+}
+
+fn parse_time(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.to_utc())
+        .map_err(|e| format!("expected an RFC 3339 time such as 2026-12-01T17:00:00Z: {e}"))
+}
+
+/// What `hive logs agent/NAME` asks of the agent's log, beside `follow`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AgentLogQuery {
+    /// `--tail N`.
+    pub tail: Option<u64>,
+    /// `--since D`.
+    pub since: Option<std::time::Duration>,
+    /// `--since-time T`.
+    pub since_time: Option<chrono::DateTime<chrono::Utc>>,
+    /// `--timestamps`.
+    pub timestamps: bool,
+    /// `--previous`.
+    pub previous: bool,
+}
+
+impl AgentLogQuery {
+    fn of(args: &Args) -> AgentLogQuery {
+        AgentLogQuery {
+            tail: args.tail,
+            since: args.since,
+            since_time: args.since_time,
+            timestamps: args.timestamps,
+            previous: args.previous,
+        }
+    }
+
+    /// The agent-only flags given, by name, for the refusal on a Job.
+    fn given(&self) -> Vec<&'static str> {
+        let flags = [
+            ("--tail", self.tail.is_some()),
+            ("--since", self.since.is_some()),
+            ("--since-time", self.since_time.is_some()),
+            ("--timestamps", self.timestamps),
+            ("--previous", self.previous),
+        ];
+        flags.iter().filter(|(_, given)| *given).map(|(name, _)| *name).collect()
+    }
 }
 
 /// What `hive logs` reads.
@@ -101,16 +167,25 @@ fn node_ids(job: &Job) -> String {
 }
 
 /// The log path for a target, given the node picked for a Job.
-pub fn log_path(target: &Target, node: Option<&str>, follow: bool, tail: Option<u64>) -> String {
+pub fn log_path(target: &Target, node: Option<&str>, follow: bool, agent: &AgentLogQuery) -> String {
     match target {
         Target::Job(name) => {
             let query = Query::default().push_opt("node", node).push("follow", follow.to_string());
             format!("/apis/hive.dev/v1/jobs/{}/log{query}", encode(name))
         }
         Target::Agent(name) => {
+            let flag = |on: bool| on.then(|| "true".to_string());
             let query = Query::default()
                 .push("follow", follow.to_string())
-                .push_opt("tail", tail.map(|n| n.to_string()));
+                .push_opt("tail", agent.tail.map(|n| n.to_string()))
+                // Rounded up, so `--since 1500ms` still covers the whole span.
+                .push_opt("sinceSeconds", agent.since.map(|d| d.as_secs_f64().ceil().max(1.0).to_string()))
+                .push_opt(
+                    "sinceTime",
+                    agent.since_time.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+                )
+                .push_opt("timestamps", flag(agent.timestamps))
+                .push_opt("previous", flag(agent.previous));
             format!("/apis/hive.dev/v1/agents/{}/log{query}", encode(name))
         }
     }
@@ -122,8 +197,10 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let client = ctx.client()?;
     let node = match &target {
         Target::Job(name) => {
-            if args.tail.is_some() {
-                anyhow::bail!("--tail applies to agent logs; a node's build log is printed whole");
+            if let Some(flag) = AgentLogQuery::of(&args).given().first() {
+                anyhow::bail!(
+                    "{flag} applies to agent logs; a node's build log is printed whole, without times"
+                );
             }
             let job = client.get(&format!("/apis/hive.dev/v1/jobs/{}", encode(name))).await?;
             let job: Job = serde_json::from_value(job).context("the server sent a malformed Job")?;
@@ -136,7 +213,8 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             None
         }
     };
-    let mut stream = client.stream(&log_path(&target, node.as_deref(), args.follow, args.tail)).await?;
+    let path = log_path(&target, node.as_deref(), args.follow, &AgentLogQuery::of(&args));
+    let mut stream = client.stream(&path).await?;
     let mut out = std::io::stdout().lock();
     while let Some(chunk) = stream.next().await? {
         out.write_all(&chunk)?;
@@ -199,12 +277,40 @@ mod tests {
     #[test]
     fn paths_carry_node_follow_and_tail() {
         assert_eq!(
-            log_path(&Target::Job("j".into()), Some("a/drain"), true, None),
+            log_path(&Target::Job("j".into()), Some("a/drain"), true, &AgentLogQuery::default()),
             "/apis/hive.dev/v1/jobs/j/log?node=a%2Fdrain&follow=true"
         );
+        let none = AgentLogQuery::default();
         assert_eq!(
-            log_path(&Target::Agent("a".into()), None, false, Some(10)),
+            log_path(&Target::Job("j".into()), Some("a/drain"), false, &none),
+            "/apis/hive.dev/v1/jobs/j/log?node=a%2Fdrain&follow=false"
+        );
+        let tail = AgentLogQuery { tail: Some(10), ..none.clone() };
+        assert_eq!(
+            log_path(&Target::Agent("a".into()), None, false, &tail),
             "/apis/hive.dev/v1/agents/a/log?follow=false&tail=10"
         );
+    }
+
+    #[test]
+    fn agent_paths_carry_since_timestamps_and_previous() {
+        let agent = Target::Agent("a".into());
+        let since = AgentLogQuery {
+            since: Some(std::time::Duration::from_millis(600_500)),
+            timestamps: true,
+            previous: true,
+            ..AgentLogQuery::default()
+        };
+        assert_eq!(
+            log_path(&agent, None, false, &since),
+            "/apis/hive.dev/v1/agents/a/log?follow=false&sinceSeconds=601&timestamps=true&previous=true"
+        );
+        let at = parse_time("2026-12-01T18:00:00+01:00").unwrap();
+        let since_time = AgentLogQuery { since_time: Some(at), ..AgentLogQuery::default() };
+        assert_eq!(
+            log_path(&agent, None, true, &since_time),
+            "/apis/hive.dev/v1/agents/a/log?follow=true&sinceTime=2026-12-01T17%3A00%3A00Z"
+        );
+        assert!(parse_time("10m").unwrap_err().contains("RFC 3339"));
     }
 }

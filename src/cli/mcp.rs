@@ -345,7 +345,8 @@ impl Server {
 
     /// The end of a node's build log; `None` when the server keeps none for it.
     async fn log_tail(&self, job: &str, node: &str) -> Option<String> {
-        let path = logs::log_path(&Target::Job(job.to_string()), Some(node), false, None);
+        let path =
+            logs::log_path(&Target::Job(job.to_string()), Some(node), false, &logs::AgentLogQuery::default());
         let mut stream = match self.client.stream(&path).await {
             Ok(stream) => stream,
             Err(err) => {

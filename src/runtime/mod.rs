@@ -133,13 +133,19 @@ pub trait Runtime: Send + Sync {
     fn agents_outlive_daemon(&self) -> bool;
 }
 
-/// What [`Runtime::logs`] returns.
+/// What [`Runtime::logs`] returns, as kubectl's pod-log options.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LogOptions {
     /// Keep sending what the agent prints next.
     pub follow: bool,
     /// Only the last this many lines of what it printed so far.
     pub tail: Option<usize>,
+    /// Only lines written at or after this time.
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Prefix each line with the time it was written (RFC 3339, nanoseconds).
+    pub timestamps: bool,
+    /// The run before the current one (its lines only, never followed).
+    pub previous: bool,
 }
 
 /// An agent's output as it arrives, chunk by chunk.
@@ -335,6 +341,12 @@ pub enum Error {
         /// Where its output is, e.g. the container's journal.
         hint: String,
     },
+    /// The previous run's output was asked for, and the retained log holds only one run.
+    #[error("agent {agent:?} has no previous run in its retained log")]
+    NoPreviousRun {
+        /// The agent.
+        agent: String,
+    },
     /// A command ran and failed (git, the build command, `nixos-container`, …).
     #[error("agent {agent:?}: `{command}` in {} failed: {status}{}", dir.display(), tail(output))]
     Command {
@@ -466,7 +478,8 @@ impl Error {
             | Error::Signal { agent, .. }
             | Error::Unkillable { agent, .. }
             | Error::Unsupported { agent, .. }
-            | Error::LogsElsewhere { agent, .. } => agent,
+            | Error::LogsElsewhere { agent, .. }
+            | Error::NoPreviousRun { agent } => agent,
         }
     }
 }

@@ -236,26 +236,99 @@ async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {
     }
 }
 
-#[derive(Default, Deserialize)]
-struct LogQuery {
+/// The query of the log routes, as kubectl's pod-log parameters. Every parameter the
+/// request carries is checked, whichever route reads it, and a bad value is a 400 naming
+/// the parameter.
+#[derive(Default, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase")]
+#[into_params(parameter_in = Query, rename_all = "camelCase")]
+pub struct LogQuery {
+    /// A Job's node, e.g. `alpha/prebuild` (the Job log route only).
     node: Option<String>,
+    /// `true`: keep the response open and send what is written next.
     follow: Option<String>,
+    /// Only the last this many lines of what was written so far.
     tail: Option<String>,
+    /// Only lines written in the last this many seconds (a positive integer).
+    since_seconds: Option<String>,
+    /// Only lines written at or after this time (RFC 3339).
+    since_time: Option<String>,
+    /// `true`: prefix each line with the time it was written (RFC 3339, nanoseconds).
+    timestamps: Option<String>,
+    /// `true`: the agent's run before the current one (its lines only, never followed).
+    previous: Option<String>,
+}
+
+fn log_flag(name: &str, value: &Option<String>) -> ApiResult<bool> {
+    match value.as_deref() {
+        None | Some("") | Some("false") | Some("0") => Ok(false),
+        Some("true") | Some("1") => Ok(true),
+        Some(other) => {
+            Err(ApiError::BadRequest(format!("{name}: invalid boolean {other:?}; use true or false")))
+        }
+    }
 }
 
 impl LogQuery {
     fn from_uri(uri: &Uri) -> ApiResult<LogQuery> {
-        axum::extract::Query::<LogQuery>::try_from_uri(uri)
+        let query = axum::extract::Query::<LogQuery>::try_from_uri(uri)
             .map(|q| q.0)
-            .map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))
+            .map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
+        query.options(crate::host::now())?;
+        Ok(query)
     }
 
     fn follow(&self) -> ApiResult<bool> {
-        match self.follow.as_deref() {
-            None | Some("") | Some("false") | Some("0") => Ok(false),
-            Some("true") | Some("1") => Ok(true),
-            Some(other) => Err(ApiError::BadRequest(format!("follow: invalid boolean {other:?}"))),
-        }
+        log_flag("follow", &self.follow)
+    }
+
+    /// The runtime's options, with `sinceSeconds` counted back from `now`.
+    fn options(&self, now: chrono::DateTime<chrono::Utc>) -> ApiResult<crate::runtime::LogOptions> {
+        let tail = match self.tail.as_deref() {
+            None | Some("") => None,
+            Some(n) => Some(n.parse::<usize>().map_err(|_| {
+                ApiError::BadRequest(format!("tail: invalid count {n:?}; expected a non-negative integer"))
+            })?),
+        };
+        let since_seconds = match self.since_seconds.as_deref() {
+            None | Some("") => None,
+            Some(n) => match n.parse::<i64>() {
+                Ok(secs) if secs > 0 => Some(secs),
+                _ => {
+                    return Err(ApiError::BadRequest(format!(
+                        "sinceSeconds: invalid value {n:?}; expected a positive integer"
+                    )))
+                }
+            },
+        };
+        let since_time = match self.since_time.as_deref() {
+            None | Some("") => None,
+            Some(t) => Some(chrono::DateTime::parse_from_rfc3339(t).map(|t| t.to_utc()).map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "sinceTime: invalid time {t:?}; expected RFC 3339, e.g. 2026-12-01T17:00:00Z"
+                ))
+            })?),
+        };
+        let since = match (since_seconds, since_time) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::BadRequest(
+                    "sinceSeconds, sinceTime: at most one of them may be given".into(),
+                ))
+            }
+            (Some(secs), None) => Some(
+                chrono::TimeDelta::try_seconds(secs)
+                    .and_then(|ago| now.checked_sub_signed(ago))
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC),
+            ),
+            (None, since) => since,
+        };
+        Ok(crate::runtime::LogOptions {
+            follow: self.follow()?,
+            tail,
+            since,
+            timestamps: log_flag("timestamps", &self.timestamps)?,
+            previous: log_flag("previous", &self.previous)?,
+        })
     }
 }
 
@@ -278,6 +351,18 @@ async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: U
     let Some(node) = query.node.clone().filter(|n| !n.is_empty()) else {
         return Err(ApiError::BadRequest("node: required, e.g. ?node=alpha/prebuild".into()));
     };
+    let options = query.options(crate::host::now())?;
+    let agent_only = [
+        ("tail", options.tail.is_some()),
+        ("sinceSeconds, sinceTime", options.since.is_some()),
+        ("timestamps", options.timestamps),
+        ("previous", options.previous),
+    ];
+    if let Some((name, _)) = agent_only.iter().find(|(_, given)| *given) {
+        return Err(ApiError::BadRequest(format!(
+            "{name}: applies to agent logs; a node's build log is sent whole, without times"
+        )));
+    }
     let (so_far, follower) = engine.scheduler.log(&name, &node).await.map_err(scheduler_error)?;
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let follow = query.follow()?;
@@ -296,23 +381,31 @@ async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: U
     Ok(text_stream(rx))
 }
 
-/// `GET /apis/hive.dev/v1/agents/{name}/log?follow=true&tail=N`: the agent process's
-/// stdout and stderr, oldest rotated file first.
-async fn agent_log(State(state): State<AppState>, Path(name): Path<String>, uri: Uri) -> ApiResult<Response> {
+/// `GET /apis/hive.dev/v1/agents/{name}/log`: the agent process's stdout and stderr,
+/// oldest rotated file first, as kubectl's pod log: `follow`, `tail`, `sinceSeconds` or
+/// `sinceTime`, `timestamps`, `previous`. Without them the answer is the agent's plain
+/// lines, as before lines carried their time.
+#[utoipa::path(get, path = "/apis/hive.dev/v1/agents/{name}/log", tag = "hive.dev/v1",
+    params(("name" = String, Path, description = "The agent's name"), LogQuery),
+    responses(
+        (status = 200, description = "The agent's output, one line per line it printed", content_type = "text/plain", body = String),
+        (status = 400, description = "A bad parameter (named in the message), no previous run, or a runtime that keeps no output (it says where it is)"),
+        (status = 404, description = "No such agent"),
+    ))]
+pub async fn agent_log(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    uri: Uri,
+) -> ApiResult<Response> {
     let engine = engine(&state)?;
     if state.store.get("agents", &name).is_none() {
         return Err(ApiError::NotFound { plural: "agents".into(), name });
     }
-    let query = LogQuery::from_uri(&uri)?;
-    let tail = match query.tail.as_deref() {
-        None | Some("") => None,
-        Some(n) => {
-            Some(n.parse::<usize>().map_err(|_| ApiError::BadRequest(format!("tail: invalid count {n:?}")))?)
-        }
-    };
-    let options = crate::runtime::LogOptions { follow: query.follow()?, tail };
+    let options = LogQuery::from_uri(&uri)?.options(crate::host::now())?;
     let rx = engine.runtime.logs(&name, options).await.map_err(|e| match e {
-        crate::runtime::Error::LogsElsewhere { .. } => ApiError::BadRequest(e.to_string()),
+        crate::runtime::Error::LogsElsewhere { .. } | crate::runtime::Error::NoPreviousRun { .. } => {
+            ApiError::BadRequest(e.to_string())
+        }
         other => ApiError::Internal(anyhow::Error::new(other)),
     })?;
     Ok(text_stream(rx))

@@ -66,6 +66,9 @@ pub fn raw_document() -> utoipa::openapi::OpenApi {
     for paths in super::kinds::paths() {
         doc.paths.paths.extend(paths.paths);
     }
+    let logs =
+        utoipa::openapi::path::PathsBuilder::new().path_from::<super::jobs::__path_agent_log>().build();
+    doc.paths.paths.extend(logs.paths);
     doc
 }
 

@@ -7,6 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod agent_contract;
+mod agent_logs;
 mod agents;
 mod api;
 mod approvals;

@@ -702,14 +702,14 @@ impl Runtime for NixosRuntime {
         self.inner.slots().get(agent).is_some_and(|s| s.watched)
     }
 
-    fn logs<'a>(&'a self, agent: &'a str, _options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
+    fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
         Box::pin(async move {
             let c = Container::new(agent)?;
+            let command = journal_command(&c.name, &options).join(" ");
             Err(Error::LogsElsewhere {
                 agent: c.agent,
                 hint: format!(
-                    "runs in a NixOS container: its output is in the container's journal (journalctl -M {})",
-                    c.name
+                    "runs in a NixOS container: its output is in the container's journal ({command})"
                 ),
             })
         })
@@ -733,4 +733,26 @@ impl Runtime for NixosRuntime {
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.inner.events.subscribe()
     }
+}
+
+/// The `journalctl` command that reads what `options` ask of container `name`'s journal:
+/// the container's boots are its runs, so the previous run is boot `-1`; timestamps are
+/// journald's `short-iso-precise` (microseconds); since, tail and follow map one to one.
+/// The daemon reads no journal itself, so the log route answers with this command.
+pub fn journal_command(name: &str, options: &LogOptions) -> Vec<String> {
+    let mut command: Vec<String> = vec!["journalctl".into(), "-M".into(), name.into()];
+    if options.previous {
+        command.extend(["-b".into(), "-1".into()]);
+    }
+    if let Some(since) = options.since {
+        command.push(format!("--since='{}'", since.format("%Y-%m-%d %H:%M:%S UTC")));
+    }
+    if let Some(n) = options.tail {
+        command.push(format!("-n {n}"));
+    }
+    command.extend(["-o".into(), if options.timestamps { "short-iso-precise" } else { "cat" }.into()]);
+    if options.follow && !options.previous {
+        command.push("-f".into());
+    }
+    command
 }

@@ -1084,3 +1084,25 @@ async fn a_command_that_cannot_be_launched_is_a_spawn_error() {
     })
     .await;
 }
+
+/// `hive logs --previous --since … --timestamps` on a container agent names the journal
+/// command that reads the same; the log route passes it on in its 400.
+#[test]
+fn the_log_options_map_onto_a_journalctl_command() {
+    use crate::runtime::LogOptions;
+    let since = chrono::DateTime::parse_from_rfc3339("2026-12-01T17:00:00Z").unwrap().to_utc();
+    let cases = [
+        (LogOptions::default(), "journalctl -M hive-a -o cat"),
+        (
+            LogOptions { follow: true, tail: Some(5), ..LogOptions::default() },
+            "journalctl -M hive-a -n 5 -o cat -f",
+        ),
+        (
+            LogOptions { previous: true, follow: true, timestamps: true, since: Some(since), tail: None },
+            "journalctl -M hive-a -b -1 --since='2026-12-01 17:00:00 UTC' -o short-iso-precise",
+        ),
+    ];
+    for (options, want) in cases {
+        assert_eq!(super::journal_command("hive-a", &options).join(" "), want, "{options:?}");
+    }
+}

@@ -1,11 +1,15 @@
 //! The agent's rotating output log: stdout and stderr of the agent process, appended to
 //! `logs/agent.log`; when a write would pass the size bound, the file is shifted to
 //! `agent.log.1` (`.1` to `.2`, …) and a fresh one started, so disk use stays under
-//! `files × max_bytes`.
+//! `files × max_bytes`. Each line is stored with its time and stream, and each run's
+//! start is marked (`log_format.rs`); [`stream`] selects and renders from that.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+
+use super::log_format::{NoPreviousRun, Renderer};
+use crate::runtime::{LogOptions, LogStream};
 
 /// Name of the live log file inside an agent's `logs/` directory.
 pub const LOG_FILE: &str = "agent.log";
@@ -38,7 +42,8 @@ impl RotatingLog {
     }
 
     /// Appends `bytes`, rotating first whenever they would not fit in the live file;
-    /// a chunk larger than the bound is split across files.
+    /// a chunk larger than the bound is split across files, after a newline when one
+    /// fits.
     pub fn write(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
             if self.size >= self.max_bytes {
@@ -49,7 +54,14 @@ impl RotatingLog {
                 self.rotate()?;
                 continue;
             }
-            let (now, rest) = bytes.split_at(bytes.len().min(room));
+            let mut take = bytes.len().min(room);
+            if take < bytes.len() {
+                // Cut after a whole line when one fits, so each file starts with an entry.
+                if let Some(end) = bytes[..take].iter().rposition(|b| *b == b'\n') {
+                    take = end + 1;
+                }
+            }
+            let (now, rest) = bytes.split_at(take);
             self.file.write_all(now)?;
             self.size += now.len() as u64;
             bytes = rest;
@@ -106,30 +118,30 @@ pub fn log_files(dir: &Path) -> Vec<PathBuf> {
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// The agent's output in `dir` as [`Runtime::logs`](crate::runtime::Runtime::logs)
-/// serves it: every file oldest first (the last `tail` lines of them, when given), then
-/// with `follow` what is appended to the live file. The live file is followed through an
-/// open handle, so a rotation loses nothing: the renamed file is read to its end before
-/// the new live file is opened.
-pub async fn stream(dir: &Path, options: crate::runtime::LogOptions) -> crate::runtime::LogStream {
+/// serves it: every file oldest first, selected and rendered by `options` (the previous
+/// run, since a time, the last `tail` lines, with timestamps), then with `follow` what is
+/// appended to the live file. The live file is followed through an open handle, so a
+/// rotation loses nothing: the renamed file is read to its end before the new live file
+/// is opened. The previous run is finished, so it is never followed.
+pub async fn stream(dir: &Path, options: LogOptions) -> Result<LogStream, NoPreviousRun> {
     use tokio::io::AsyncReadExt;
     let live = dir.join(LOG_FILE);
-    let mut text = Vec::new();
+    let mut stored = Vec::new();
     for file in log_files(dir).iter().filter(|f| **f != live) {
         if let Ok(bytes) = tokio::fs::read(file).await {
-            text.extend_from_slice(&bytes);
+            stored.extend_from_slice(&bytes);
         }
     }
     let mut handle = tokio::fs::File::open(&live).await.ok();
     if let Some(file) = &mut handle {
-        let _ = file.read_to_end(&mut text).await;
+        let _ = file.read_to_end(&mut stored).await;
     }
-    if let Some(n) = options.tail {
-        let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();
-        text = lines[lines.len().saturating_sub(n)..].concat();
-    }
+    let mut renderer = Renderer::new(&options);
+    let text = renderer.select(&stored, &options)?;
+    let follow = options.follow && !options.previous;
     let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(16);
     tokio::spawn(async move {
-        if tx.send(bytes::Bytes::from(text)).await.is_err() || !options.follow {
+        if tx.send(bytes::Bytes::from(text)).await.is_err() || !follow {
             return;
         }
         loop {
@@ -148,12 +160,13 @@ pub async fn stream(dir: &Path, options: crate::runtime::LogOptions) -> crate::r
                     let _ = file.read_to_end(&mut chunk).await;
                 }
             }
-            if !chunk.is_empty() && tx.send(bytes::Bytes::from(chunk)).await.is_err() {
+            let shown = renderer.follow(&chunk);
+            if !shown.is_empty() && tx.send(bytes::Bytes::from(shown)).await.is_err() {
                 return;
             }
         }
     });
-    rx
+    Ok(rx)
 }
 
 /// Whether `path` is no longer the file `held` (rotated away, or created since).
@@ -169,25 +182,31 @@ async fn is_rotated(held: Option<&tokio::fs::File>, path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::LogOptions;
+    use crate::runtime::process::log_format::{encode, Stream};
+
+    fn entries(text: &str) -> Vec<u8> {
+        encode(crate::host::now(), Stream::Stdout, text.as_bytes())
+    }
 
     /// What `hive logs agent/x --tail 2 -f` sees: the last lines across a rotation, then
     /// what is appended, also after the live file rotates again.
     #[tokio::test(start_paused = true)]
     async fn a_stream_tails_across_rotations_then_follows() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = RotatingLog::open(dir.path(), 8, 3).unwrap();
-        log.write(b"one\ntwo\n").unwrap();
-        log.write(b"three\n").unwrap();
-        let mut rx = stream(dir.path(), LogOptions { follow: true, tail: Some(2) }).await;
+        // Room for two entries of 45 bytes per file.
+        let mut log = RotatingLog::open(dir.path(), 90, 3).unwrap();
+        log.write(&entries("one\ntwo\n")).unwrap();
+        log.write(&entries("three\n")).unwrap();
+        let options = LogOptions { follow: true, tail: Some(2), ..LogOptions::default() };
+        let mut rx = stream(dir.path(), options).await.unwrap();
         assert_eq!(rx.recv().await.unwrap(), "two\nthree\n");
-        log.write(b"four\n").unwrap();
+        log.write(&entries("four\n")).unwrap();
         assert_eq!(rx.recv().await.unwrap(), "four\n");
-        log.write(b"fives\n").unwrap(); // past the bound: the live file starts over
+        log.write(&entries("fives\n")).unwrap(); // past the bound: the live file starts over
         assert_eq!(rx.recv().await.unwrap(), "fives\n");
 
-        let mut all = stream(dir.path(), LogOptions::default()).await;
-        // Three files of at most 8 bytes: the oldest lines are gone.
+        let mut all = stream(dir.path(), LogOptions::default()).await.unwrap();
+        // Three files of at most two entries: the oldest lines are gone.
         assert_eq!(all.recv().await.unwrap(), "three\nfour\nfives\n");
         assert!(all.recv().await.is_none(), "without follow the stream ends");
     }

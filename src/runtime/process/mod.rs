@@ -29,6 +29,7 @@ pub mod generation;
 pub mod git;
 pub mod kick;
 pub mod limits;
+pub mod log_format;
 pub mod logs;
 mod orphans;
 pub mod supervisor;
@@ -661,7 +662,11 @@ impl Runtime for ProcessRuntime {
 
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
         let dir = self.agent_dir(agent).join("logs");
-        Box::pin(async move { Ok(logs::stream(&dir, options).await) })
+        Box::pin(async move {
+            logs::stream(&dir, options)
+                .await
+                .map_err(|log_format::NoPreviousRun| Error::NoPreviousRun { agent: agent.into() })
+        })
     }
 
     fn attach<'a>(&'a self, _agents: &'a [Agent]) -> BoxFuture<'a, ()> {

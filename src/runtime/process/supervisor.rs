@@ -30,6 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::watch;
 
+use super::log_format::{self, Stream};
 use super::logs::RotatingLog;
 use crate::runtime::{Error, Exit, Generation, Result};
 
@@ -155,8 +156,14 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
     let start_ticks = start_ticks(pid);
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
-    tokio::spawn(pump(stdout, log.clone()));
-    tokio::spawn(pump(stderr, log));
+    // The run's mark goes in before anything it prints, so `--previous` can tell runs apart.
+    let mark = match &generation {
+        Some(generation) => format!("pid {pid} generation {}", generation.id),
+        None => format!("pid {pid}"),
+    };
+    append(&log, &log_format::encode(crate::host::now(), Stream::Run, mark.as_bytes()));
+    tokio::spawn(pump(stdout, Stream::Stdout, log.clone()));
+    tokio::spawn(pump(stderr, Stream::Stderr, log));
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (tx, exited) = watch::channel(None);
     let requested = stop_requested.clone();
@@ -175,19 +182,22 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
     Ok(Running { pid, since: crate::host::now(), start_ticks, generation, stop_requested, exited })
 }
 
-/// Copies everything `reader` yields into the log until end of file.
-async fn pump(mut reader: impl AsyncRead + Unpin, log: Arc<Mutex<RotatingLog>>) {
+/// Copies everything `reader` yields into the log until end of file, each line stamped
+/// with the time it was read and `stream` (see `log_format.rs`).
+async fn pump(mut reader: impl AsyncRead + Unpin, stream: Stream, log: Arc<Mutex<RotatingLog>>) {
     let mut buf = vec![0; 8192];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => {
-                let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
-                if let Err(error) = log.write(&buf[..n]) {
-                    tracing::warn!(%error, "cannot write agent log");
-                }
-            }
+            Ok(n) => append(&log, &log_format::encode(crate::host::now(), stream, &buf[..n])),
         }
+    }
+}
+
+fn append(log: &Mutex<RotatingLog>, entries: &[u8]) {
+    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+    if let Err(error) = log.write(entries) {
+        tracing::warn!(%error, "cannot write agent log");
     }
 }
 
