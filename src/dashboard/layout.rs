@@ -48,6 +48,7 @@ pub fn head(m: &mut Markup, title: &str, csrf: Option<&str>) {
     }
     m.elem("title", &[], &format!("{title} · hive"));
     m.void("link", &[("rel", "stylesheet"), ("href", "/assets/app.css")]);
+    m.void("link", &[("rel", "stylesheet"), ("href", "/assets/views.css")]);
     m.close("head");
 }
 
@@ -101,7 +102,15 @@ pub fn page(
         .close("noscript");
     body(&mut m);
     m.close("main");
-    for script in ["/assets/app.js", "/assets/pages.js", "/assets/fleet.js"] {
+    // In order (`defer` keeps it): the core, then what replaces parts of it (the log
+    // view), then the pages that use them.
+    let scripts = [
+        "/assets/app.js",
+        "/assets/logs.js",
+        "/assets/pages.js",
+        "/assets/fleet.js",
+    ];
+    for script in scripts {
         m.open("script", &[("src", script), ("defer", "")]).close("script");
     }
     m.close("body").close("html");

@@ -77,6 +77,8 @@ impl axum::extract::FromRequestParts<AppState> for Viewer {
 const APP_JS: &str = include_str!("assets/app.js");
 const PAGES_JS: &str = include_str!("assets/pages.js");
 const FLEET_JS: &str = include_str!("assets/fleet.js");
+const LOGS_JS: &str = include_str!("assets/logs.js");
+const VIEWS_CSS: &str = include_str!("assets/views.css");
 const APP_CSS: &str = include_str!("assets/app.css");
 
 /// `GET /assets/{file}`: the embedded JavaScript and CSS.
@@ -85,6 +87,8 @@ async fn asset(Path(file): Path<String>) -> Response {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "pages.js" => (PAGES_JS, "text/javascript; charset=utf-8"),
         "fleet.js" => (FLEET_JS, "text/javascript; charset=utf-8"),
+        "logs.js" => (LOGS_JS, "text/javascript; charset=utf-8"),
+        "views.css" => (VIEWS_CSS, "text/css; charset=utf-8"),
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         _ => return (StatusCode::NOT_FOUND, "no such asset").into_response(),
     };

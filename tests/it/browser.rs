@@ -88,3 +88,101 @@ async fn the_dashboard_is_served_on_an_extra_listener_too() {
     assert_eq!(root.code, 200, "reqwest follows the redirect to /login");
     assert!(root.body.as_str().unwrap_or("").contains("Sign in"));
 }
+
+/// Logs, Jobs, charts and the metrics page in a real browser
+/// (tests/browser/logs_jobs_metrics.py): an agent with two runs and a few Jobs, and a
+/// process node whose telemetry hub holds recent frames before the page opens.
+/// Screenshots go to `$HIVE_BROWSER_ARTIFACTS` (default: the target dir's
+/// `browser-artifacts/logs-jobs-metrics`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_jobs_charts_and_metrics_work_in_a_browser() {
+    if std::env::var("HIVE_BROWSER_TESTS").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: set HIVE_BROWSER_TESTS=1 to run the browser suite (needs chromium and playwright)"
+        );
+        return;
+    }
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let created = api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("hello", &repo, "Up")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    wait_power(&api, "hello", "Running").await;
+    // A second run (a rebuild to v2), so the log holds two and the Jobs page a Rebuild.
+    let patch = json!({"spec": {"config": {"rev": "v2"}}});
+    let patched = api.patch("/apis/hive.dev/v1/agents/hello", "application/merge-patch+json", &patch).await;
+    assert_eq!(patched.code, 200, "{}", patched.body);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let log = api.get("/apis/hive.dev/v1/agents/hello/log").await.body;
+        if log.as_str().unwrap_or("").contains("hello from v2") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never rebuilt: {log}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    // A process node, Running, whose hub holds a few frames before any page opens.
+    let command = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "provision-charts"},
+                         "spec": {"provision": {"provider": "process", "count": 1}}});
+    let provisioned = api.post("/apis/hive.dev/v1/fleetcommands", &command).await;
+    assert_eq!(provisioned.code, 201, "{}", provisioned.body);
+    let node = loop {
+        let cmd = api.get("/apis/hive.dev/v1/fleetcommands/provision-charts").await.body;
+        let node = cmd["status"]["nodes"][0].as_str().map(String::from);
+        if let Some(node) = node {
+            let n = api.get(&format!("/apis/hive.dev/v1/nodes/{node}")).await.body;
+            if n["status"]["phase"] == "Running" {
+                break node;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no Running node: {cmd}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    loop {
+        let frames = api.get(&format!("/hive/v1/fleet/nodes/{node}/telemetry?follow=false")).await;
+        let text = frames.body.as_str().map(String::from).unwrap_or_else(|| frames.body.to_string());
+        if text.matches("\"cpu.percent\"").count() >= 6 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the hub holds too few frames: {text}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+
+    let token = |name: &str, role: &str| {
+        ok(d.hive(&["token", "create", "--name", name, "--role", role])).trim().to_string()
+    };
+    let viewer = token("vera", "viewer");
+    let operator = token("otto", "operator");
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let artifacts =
+        std::env::var("HIVE_BROWSER_ARTIFACTS").map(std::path::PathBuf::from).unwrap_or_else(|_| {
+            std::path::Path::new(&target).join("browser-artifacts").join("logs-jobs-metrics")
+        });
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/logs_jobs_metrics.py");
+    let out = tokio::task::spawn_blocking({
+        let (url, artifacts, admin) = (d.url.clone(), artifacts.clone(), d.token.clone());
+        move || {
+            Command::new("python3")
+                .arg(script)
+                .env("HIVE_URL", url)
+                .env("HIVE_OPERATOR_TOKEN", operator)
+                .env("HIVE_VIEWER_TOKEN", viewer)
+                .env("HIVE_ADMIN_TOKEN", admin)
+                .env("HIVE_NODE", node)
+                .env("HIVE_ARTIFACTS", &artifacts)
+                .output()
+                .expect("python3 runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "browser suite failed (screenshots in {}):\n{stdout}\n{stderr}\n--- daemon log tail ---\n{}",
+        artifacts.display(),
+        d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}
