@@ -109,6 +109,7 @@ pub fn page(
         "/assets/logs.js",
         "/assets/pages.js",
         "/assets/fleet.js",
+        "/assets/jobs_filter.js",
     ];
     for script in scripts {
         m.open("script", &[("src", script), ("defer", "")]).close("script");

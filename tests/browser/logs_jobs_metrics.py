@@ -73,6 +73,39 @@ def job_log(page):
     shot(page, "job-log-search")
 
 
+@scenario("jobs: filter by template, agent and phase in the URL, and page the history")
+def jobs_filter(page):
+    goto(page, "/jobs")
+    history = page.locator("#jobs-history article.job")
+    expect(history.first).to_be_visible(timeout=30_000)
+    page.select_option("#jobs-filter-template", "Rebuild")
+    expect(page).to_have_url(re.compile(r"/jobs\?template=Rebuild$"))
+    shown = page.locator("#jobs-history article.job:not([hidden]), #jobs-active article.job:not([hidden])")
+    expect(shown.first).to_be_visible()
+    for tag in shown.locator("header .tag").all_inner_texts():
+        assert tag == "Rebuild", tag
+    page.select_option("#jobs-filter-agent", "hello")
+    page.select_option("#jobs-filter-phase", "Done")
+    expect(page).to_have_url(re.compile(r"template=Rebuild&agent=hello&phase=Done"))
+    expect(page.locator("#jobs-filter-count")).to_contain_text("Jobs match")
+    shot(page, "jobs-filtered")
+    # A linked view opens filtered; a phase nothing has shows the empty note.
+    goto(page, "/jobs?phase=Cancelled")
+    expect(page.locator("#jobs-filter-phase")).to_have_value("Cancelled", timeout=15_000)
+    expect(page.locator("#jobs-history-empty")).to_contain_text("No finished Job matches", timeout=15_000)
+    # Pages of one: the first and second show different Jobs, and the URL says which.
+    goto(page, "/jobs?limit=1")
+    visible = page.locator("#jobs-history article.job:not([hidden])")
+    expect(visible).to_have_count(1, timeout=30_000)
+    expect(page.locator("#jobs-pages")).to_contain_text(re.compile(r"Page 1 of [2-9]"))
+    first = visible.get_attribute("data-job")
+    page.click("#jobs-pages a[rel=next]")
+    expect(page).to_have_url(re.compile(r"limit=1&page=2"))
+    expect(visible).to_have_count(1)
+    assert visible.get_attribute("data-job") != first
+    shot(page, "jobs-paged")
+
+
 def main():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=base.CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
@@ -82,6 +115,7 @@ def main():
         sign_in(page, base.OPERATOR)
         agent_log(page)
         job_log(page)
+        jobs_filter(page)
         browser.close()
     if base.failures:
         print(f"\n{len(base.failures)} failure(s):", file=sys.stderr)
