@@ -107,6 +107,7 @@ pub fn page(
     let scripts = [
         "/assets/app.js",
         "/assets/logs.js",
+        "/assets/charts.js",
         "/assets/pages.js",
         "/assets/fleet.js",
         "/assets/jobs_filter.js",

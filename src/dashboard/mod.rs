@@ -78,6 +78,7 @@ const APP_JS: &str = include_str!("assets/app.js");
 const PAGES_JS: &str = include_str!("assets/pages.js");
 const FLEET_JS: &str = include_str!("assets/fleet.js");
 const LOGS_JS: &str = include_str!("assets/logs.js");
+const CHARTS_JS: &str = include_str!("assets/charts.js");
 const JOBS_FILTER_JS: &str = include_str!("assets/jobs_filter.js");
 const VIEWS_CSS: &str = include_str!("assets/views.css");
 const APP_CSS: &str = include_str!("assets/app.css");
@@ -89,6 +90,7 @@ async fn asset(Path(file): Path<String>) -> Response {
         "pages.js" => (PAGES_JS, "text/javascript; charset=utf-8"),
         "fleet.js" => (FLEET_JS, "text/javascript; charset=utf-8"),
         "logs.js" => (LOGS_JS, "text/javascript; charset=utf-8"),
+        "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
         "jobs_filter.js" => (JOBS_FILTER_JS, "text/javascript; charset=utf-8"),
         "views.css" => (VIEWS_CSS, "text/css; charset=utf-8"),
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),

@@ -106,6 +106,27 @@ def jobs_filter(page):
     shot(page, "jobs-paged")
 
 
+@scenario("fleet charts: seeded from the hub's recent frames, with axes and a time scale")
+def charts(page):
+    goto(page, "/fleet")
+    row = page.locator(f'#nodes-rows tr[data-node="{NODE}"]')
+    expect(row).to_be_visible(timeout=30_000)
+    # Seeded: the hub held at least six CPU frames before the page opened; the row's own
+    # updates arrive one every few seconds.
+    expect(row).to_have_attribute("data-seeded", "true", timeout=10_000)
+    cpu = row.locator("td.metric").first
+    expect(cpu).to_have_attribute("title", re.compile(r"CPU.*: ([6-9]|\d\d+) samples"), timeout=10_000)
+    page.select_option("#explorer-node", NODE)
+    page.locator('#explorer-channels button[data-channel="cpu.percent"]').click()
+    chart = page.locator("#explorer-chart svg.timechart")
+    expect(chart).to_be_visible(timeout=15_000)
+    expect(chart.locator(".x-tick")).to_have_count(3)
+    expect(chart.locator(".y-tick").last).to_contain_text("%")
+    expect(chart.locator(".span")).to_contain_text("time · last")
+    expect(chart.locator("polyline.series")).to_have_count(1)
+    shot(page, "fleet-charts")
+
+
 def main():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=base.CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
@@ -116,6 +137,7 @@ def main():
         agent_log(page)
         job_log(page)
         jobs_filter(page)
+        charts(page)
         browser.close()
     if base.failures:
         print(f"\n{len(base.failures)} failure(s):", file=sys.stderr)

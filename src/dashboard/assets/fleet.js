@@ -38,6 +38,12 @@
     return svg;
   }
   const gib = (b) => (b / 1073741824).toFixed(1);
+  // What a sparkline spans: its samples, since when, their range.
+  function sparkTitle(what, hst, values) {
+    if (!values.length) return what + ': no samples yet';
+    const since = hst.first ? ' since ' + new Date(hst.first).toLocaleTimeString() : '';
+    return `${what}: ${values.length} samples${since} · min ${Math.min(...values).toFixed(0)}% · max ${Math.max(...values).toFixed(0)}%`;
+  }
   const pct = (v) => (v == null ? '—' : v.toFixed(0) + '%');
 
   function nodePhase(n) {
@@ -60,6 +66,7 @@
       const hst = history.get(n.metadata.name) || { at: null, cpu: [], mem: [], gpu: [] };
       if (hst.at !== t.updatedAt) {
         hst.at = t.updatedAt;
+        hst.first = hst.first || t.updatedAt;
         const push = (arr, v) => { if (v != null) { arr.push(v); if (arr.length > 40) arr.shift(); } };
         push(hst.cpu, t.cpuPercent);
         push(hst.mem, t.memoryTotalBytes ? (100 * t.memoryUsedBytes) / t.memoryTotalBytes : null);
@@ -80,21 +87,47 @@
       // A node that is gone keeps its last report, shown dimmed as such.
       const stale = ['Killed', 'Failed', 'Stopped'].includes(phase);
       const cls = [phase === 'Orphaned' ? 'orphan' : '', stale ? 'stale' : ''].join(' ').trim();
-      return h('tr', { 'data-node': n.metadata.name, class: cls || null, title: stale && t.updatedAt ? 'telemetry last reported ' + t.updatedAt : null },
+      return h('tr', { 'data-node': n.metadata.name, class: cls || null, title: stale && t.updatedAt ? 'telemetry last reported ' + t.updatedAt : null, 'data-seeded': hst.seeded ? 'true' : null },
         h('td', {}, h('b', {}, n.metadata.name), h('div', { class: 'muted small' }, '#' + n.spec.logicalId)),
         h('td', {}, pill(phase), phase === 'Orphaned' ? h('div', { class: 'error small' }, '⚠ found at the provider without a record; left untouched') : null),
         h('td', {}, n.spec.provider), h('td', { class: 'mono small' }, providerRef(n)),
         h('td', { class: 'small' }, facts.length ? facts.join(' · ') : '—'),
-        h('td', { class: 'metric' }, chart(hst.cpu, { max: Math.max(100, ...hst.cpu), label: 'CPU (100% = one core)' }), h('span', { 'data-metric': 'cpu' }, pct(t.cpuPercent))),
-        h('td', { class: 'metric' }, chart(hst.mem, { max: 100, label: 'memory' }), h('span', {}, t.memoryTotalBytes ? `${gib(t.memoryUsedBytes || 0)}/${gib(t.memoryTotalBytes)} GiB` : '—')),
-        h('td', { class: 'metric' }, chart(hst.gpu, { max: 100, label: 'GPU' }), h('span', {}, pct(t.gpuUtilizationPercent))),
+        h('td', { class: 'metric', title: sparkTitle('CPU, 100% = one core', hst, hst.cpu) }, chart(hst.cpu, { max: Math.max(100, ...hst.cpu), label: 'CPU (100% = one core)' }), h('span', { 'data-metric': 'cpu' }, pct(t.cpuPercent))),
+        h('td', { class: 'metric', title: sparkTitle('memory used', hst, hst.mem) }, chart(hst.mem, { max: 100, label: 'memory' }), h('span', {}, t.memoryTotalBytes ? `${gib(t.memoryUsedBytes || 0)}/${gib(t.memoryTotalBytes)} GiB` : '—')),
+        h('td', { class: 'metric', title: sparkTitle('GPU', hst, hst.gpu) }, chart(hst.gpu, { max: 100, label: 'GPU' }), h('span', {}, pct(t.gpuUtilizationPercent))),
         h('td', { class: 'error small' }, s.error || ''),
         h('td', {}, time(n.metadata.creationTimestamp)));
     };
     const rows = keyed($('#nodes-rows'), row, (a, b) => a.localeCompare(b, undefined, { numeric: true }));
     const select = $('#explorer-node');
+    // Each live node's sparklines start from the hub's recent frames, once.
+    const seeded = new Set();
+    const seed = (name) => {
+      seeded.add(name);
+      hive.seedNode(name).then((recent) => {
+        const n = items.get(name);
+        if (!n) return;
+        const hst = history.get(name) || { at: null, cpu: [], mem: [], gpu: [] };
+        const before = hst.first ? Date.parse(hst.first) : Infinity;
+        let oldest = hst.first;
+        for (const key of ['cpu', 'mem', 'gpu']) {
+          const older = recent[key].filter((f) => Date.parse(f.at) < before);
+          if (older.length && (!oldest || Date.parse(older[0].at) < Date.parse(oldest))) oldest = older[0].at;
+          hst[key] = older.map((f) => f.value).concat(hst[key]).slice(-40);
+        }
+        hst.first = oldest;
+        hst.seeded = true;
+        history.set(name, hst);
+        const old = rows.rows.get(name);
+        if (!old) return;
+        const fresh = row(n);
+        old.replaceWith(fresh);
+        rows.rows.set(name, fresh);
+      }).catch(() => {});
+    };
     const items = collection('nodes', (items, changed, reset) => {
       for (const k of reset ? items.keys() : changed) if (items.has(k)) record(items.get(k));
+      for (const [k, n] of items) if (!seeded.has(k) && !['Killed', 'Failed', 'Stopped'].includes(nodePhase(n)) && seeded.size < 24) seed(k);
       // A deleted node's chart history goes with it.
       for (const k of reset ? [...history.keys()] : changed) if (!items.has(k)) history.delete(k);
       rows.update(items, changed, reset);
@@ -128,7 +161,7 @@
       const values = (frames.get(channel) || []).map((f) => f.value);
       const last = values[values.length - 1];
       fill('#explorer-chart', channel ? [h('div', { class: 'chart-title' }, h('b', {}, channel), ' ', last != null ? `${last.toFixed(2)} ${units.get(channel) || ''}` : 'no frames yet'),
-        chart(values, { width: 600, height: 140, label: channel }),
+        hive.timeChart(frames.get(channel) || [], { unit: units.get(channel), label: channel }),
         values.length ? h('div', { class: 'muted small' }, `${values.length} frames · min ${Math.min(...values).toFixed(2)} · max ${Math.max(...values).toFixed(2)} ${units.get(channel) || ''}`) : null]
         : h('p', { class: 'muted' }, 'Pick a channel.'));
     };
