@@ -9,13 +9,14 @@ use super::html::Markup;
 use super::Viewer;
 
 /// The navigation entries, in order: (path, label).
-const NAV: [(&str, &str); 6] = [
+const NAV: [(&str, &str); 7] = [
     ("/", "Overview"),
     ("/agents", "Agents"),
     ("/jobs", "Jobs"),
     ("/approvals", "Approvals"),
     ("/fleet", "Fleet"),
     ("/provision", "Provision"),
+    ("/status", "Status"),
 ];
 
 /// Security headers for every dashboard HTML response: scripts, styles and connections
@@ -111,6 +112,7 @@ pub fn page(
         "/assets/pages.js",
         "/assets/fleet.js",
         "/assets/jobs_filter.js",
+        "/assets/metrics.js",
     ];
     for script in scripts {
         m.open("script", &[("src", script), ("defer", "")]).close("script");

@@ -36,6 +36,7 @@ pub fn router() -> Router<AppState> {
         .route("/approvals", get(pages::approvals::page))
         .route("/fleet", get(pages::fleet::page))
         .route("/provision", get(pages::provision::page))
+        .route("/status", get(pages::status::page))
         .route("/assets/{file}", get(asset))
 }
 
@@ -80,6 +81,7 @@ const FLEET_JS: &str = include_str!("assets/fleet.js");
 const LOGS_JS: &str = include_str!("assets/logs.js");
 const CHARTS_JS: &str = include_str!("assets/charts.js");
 const JOBS_FILTER_JS: &str = include_str!("assets/jobs_filter.js");
+const METRICS_JS: &str = include_str!("assets/metrics.js");
 const VIEWS_CSS: &str = include_str!("assets/views.css");
 const APP_CSS: &str = include_str!("assets/app.css");
 
@@ -92,6 +94,7 @@ async fn asset(Path(file): Path<String>) -> Response {
         "logs.js" => (LOGS_JS, "text/javascript; charset=utf-8"),
         "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
         "jobs_filter.js" => (JOBS_FILTER_JS, "text/javascript; charset=utf-8"),
+        "metrics.js" => (METRICS_JS, "text/javascript; charset=utf-8"),
         "views.css" => (VIEWS_CSS, "text/css; charset=utf-8"),
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         _ => return (StatusCode::NOT_FOUND, "no such asset").into_response(),

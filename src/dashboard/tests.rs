@@ -256,6 +256,38 @@ async fn assets_are_embedded() {
     assert_eq!(send(&f.app, get("/assets/nope.js", None)).await.status, StatusCode::NOT_FOUND);
 }
 
+/// Every script and style sheet a page names is served, in the order the log view
+/// needs (it replaces `app.js`'s tail before the pages load); `/status` is a page of
+/// its own for a viewer, and the API's `/metrics` answers the viewer's cookie.
+#[tokio::test]
+async fn every_asset_a_page_names_is_served_and_status_reads_metrics_as_a_viewer() {
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.viewer).await;
+    let page = send(&f.app, get("/status", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(page.body.contains("id=\"mx-api\""), "{}", page.body);
+    let named: Vec<&str> = page.body.split(['"', '\'']).filter(|part| part.starts_with("/assets/")).collect();
+    for asset in [
+        "/assets/logs.js",
+        "/assets/charts.js",
+        "/assets/jobs_filter.js",
+        "/assets/metrics.js",
+        "/assets/views.css",
+    ] {
+        assert!(named.contains(&asset), "{asset} not in {named:?}");
+    }
+    let at = |asset: &str| named.iter().position(|n| *n == asset).unwrap();
+    assert!(at("/assets/app.js") < at("/assets/logs.js") && at("/assets/logs.js") < at("/assets/pages.js"));
+    for asset in named {
+        let reply = send(&f.app, get(asset, None)).await;
+        assert_eq!(reply.status, StatusCode::OK, "{asset}");
+        assert!(!reply.body.is_empty(), "{asset}");
+    }
+    let metrics = send(&f.app, get("/metrics", Some(&cookie))).await;
+    assert_eq!(metrics.status, StatusCode::OK, "{}", metrics.body);
+    assert!(metrics.body.contains("apiserver_request_total"), "{}", metrics.body);
+}
+
 #[test]
 fn dashboard_listen_takes_an_address_or_a_port() {
     assert_eq!(super::parse_listen("8443").unwrap().to_string(), "127.0.0.1:8443");

@@ -127,6 +127,23 @@ def charts(page):
     shot(page, "fleet-charts")
 
 
+@scenario("status page: the key numbers from /metrics, refreshed (as a viewer)")
+def status(page):
+    goto(page, "/status")
+    expect(page.locator("main h1")).to_have_text("Status")
+    expect(page.locator("body")).to_have_attribute("data-metrics-readings", re.compile(r"^([2-9]|\d\d+)$"), timeout=30_000)
+    value = lambda key: page.locator(f'[data-metric="{key}"] .stat-value').inner_text()  # noqa: E731
+    assert value("request-rate") != "—", value("request-rate")
+    assert int(value("objects")) > 0, value("objects")
+    assert int(value("revision")) > 0, value("revision")
+    assert int(value("fleet-nodes")) >= 1, value("fleet-nodes")
+    assert re.match(r"\d+ / \d+", value("build-slots")), value("build-slots")
+    for key in ["request-latency", "inflight", "watches", "commit-latency", "queue", "running-nodes", "agent-restarts"]:
+        expect(page.locator(f'[data-metric="{key}"] .stat-value')).not_to_be_empty()
+    expect(page.locator("#mx-store")).to_contain_text("agents")
+    shot(page, "status")
+
+
 def main():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=base.CHROMIUM, args=["--no-sandbox", "--disable-dev-shm-usage"])
@@ -138,6 +155,11 @@ def main():
         job_log(page)
         jobs_filter(page)
         charts(page)
+        view = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 860})
+        viewer = view.new_page()
+        viewer.on("pageerror", lambda err: base.failures.append(f"JavaScript error: {err}"))
+        sign_in(viewer, base.VIEWER)
+        status(viewer)
         browser.close()
     if base.failures:
         print(f"\n{len(base.failures)} failure(s):", file=sys.stderr)

@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod login;
 pub mod overview;
 pub mod provision;
+pub mod status;
 
 use super::html::Markup;
 
