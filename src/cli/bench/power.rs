@@ -10,7 +10,8 @@ use hive_api::job::JobPhase;
 use hive_api::Job;
 use serde_json::{json, Value};
 
-use super::{Api, Row};
+use super::api::{snippet, Api};
+use super::report::Row;
 
 /// How long one power Job may take before the phase fails.
 const JOB_LIMIT: Duration = Duration::from_secs(60);
@@ -89,7 +90,7 @@ pub async fn phase(api: &Api, work: &Path, cycles: usize) -> Result<Vec<Row>> {
                                 "runtime": {"type": "process", "gracefulStopSeconds": 10,
                                             "process": {"command": ["sh", "run.sh"]}}}});
     let (code, body) = api.create(agent.to_string().into_bytes()).await?;
-    ensure!(code == 201, "creating the power agent: HTTP {code}: {}", super::snippet(&body));
+    ensure!(code == 201, "creating the power agent: HTTP {code}: {}", snippet(&body));
     let spawn = run_job(api, "Spawn", "power-bench").await?;
     let (mut stops, mut starts) = (Vec::with_capacity(cycles), Vec::with_capacity(cycles));
     for _ in 0..cycles {

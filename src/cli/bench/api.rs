@@ -1,0 +1,141 @@
+//! The bench's HTTP client: one connection pool per simulated client, talking to the
+//! daemon's public REST API directly (the status code without parsing every body, the
+//! raw bytes of a list), and the Agents it writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{ensure, Context as _, Result};
+use bytes::Bytes;
+use hive_api::AgentList;
+use serde_json::{json, Value};
+
+/// Where Agents are created, listed and watched.
+pub(super) const AGENTS: &str = "/apis/hive.dev/v1/agents";
+/// The annotation carrying a watch-phase write's send time (Unix nanoseconds).
+pub(super) const SENT_ANNOTATION: &str = "bench.hive.dev/sent-ns";
+/// Longest any single create or list may take before the run fails.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How to reach the daemon.
+#[derive(Clone)]
+pub(super) struct Endpoint {
+    pub(super) url: Arc<str>,
+    pub(super) ca_pem: Arc<[u8]>,
+    pub(super) token: Arc<str>,
+}
+
+/// One simulated client: its own connection pool, so its own keep-alive connection(s).
+pub(super) struct Api {
+    pub(super) http: reqwest::Client,
+    pub(super) endpoint: Endpoint,
+}
+
+impl Endpoint {
+    /// A new client; `timeout` bounds each whole request (none for watches).
+    pub(super) fn api(&self, timeout: Option<Duration>) -> Result<Api> {
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .http1_only()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(10));
+        for cert in
+            reqwest::Certificate::from_pem_bundle(&self.ca_pem).context("the daemon's CA is not PEM")?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+        if let Some(timeout) = timeout {
+            builder = builder.timeout(timeout);
+        }
+        Ok(Api { http: builder.build().context("building an HTTP client")?, endpoint: self.clone() })
+    }
+}
+
+impl Api {
+    pub(super) fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http.request(method, format!("{}{path}", self.endpoint.url)).bearer_auth(&self.endpoint.token)
+    }
+
+    /// POSTs an Agent; the status code and body.
+    pub(super) async fn create(&self, body: Vec<u8>) -> Result<(u16, Bytes)> {
+        let resp = self
+            .request(reqwest::Method::POST, AGENTS)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let code = resp.status().as_u16();
+        Ok((code, resp.bytes().await?))
+    }
+
+    /// GETs `path` as JSON; fails unless 200.
+    pub(super) async fn get(&self, path: &str) -> Result<Bytes> {
+        let resp = self
+            .request(reqwest::Method::GET, path)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .send()
+            .await?;
+        let code = resp.status().as_u16();
+        let body = resp.bytes().await?;
+        ensure!(code == 200, "GET {path}: HTTP {code}: {}", snippet(&body));
+        Ok(body)
+    }
+
+    /// The number of Agents and the current revision, from a one-item list.
+    pub(super) async fn list_head(&self) -> Result<(usize, u64)> {
+        let body = self.get(&format!("{AGENTS}?limit=1")).await?;
+        let list: Value = serde_json::from_slice(&body).context("the list is not JSON")?;
+        let list: AgentList = crate::cli::client::decode(&list, "AgentList")?;
+        list_head(&list).context("the list has no resourceVersion")
+    }
+}
+
+pub(super) fn list_head(list: &AgentList) -> Option<(usize, u64)> {
+    let remaining = list.metadata.remaining_item_count.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let revision = list.metadata.resource_version.as_deref()?.parse().ok()?;
+    Some((list.items.len() + remaining, revision))
+}
+
+pub(super) fn snippet(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(300).collect()
+}
+
+/// A valid Agent, as small as the `agent()` fixture of the integration tests but with a
+/// local config path; with `sent_ns`, carrying the send time for the watch measurement.
+pub(super) fn agent(name: &str, sent_ns: Option<u128>) -> Vec<u8> {
+    let mut metadata = json!({"name": name, "labels": {"app": "bench"}});
+    if let Some(ns) = sent_ns {
+        metadata["annotations"] = json!({SENT_ANNOTATION: ns.to_string()});
+    }
+    let object = json!({
+        "apiVersion": "hive.dev/v1",
+        "kind": "Agent",
+        "metadata": metadata,
+        "spec": {
+            // A local path that does not exist: nothing may ever fetch it over the network.
+            "config": {"repo": "/nonexistent/hive-bench/config.git", "rev": "main"},
+            "runtime": {"type": "process", "process": {"command": ["./run.sh"]}}
+        }
+    });
+    serde_json::to_vec(&object).expect("a JSON value serializes")
+}
+
+/// Wall-clock Unix nanoseconds: the watch measurement compares times taken in two
+/// tasks, so it needs a clock both read (the daemon's clock plays no part).
+pub(super) fn wall_ns() -> u128 {
+    crate::host::now().timestamp_nanos_opt().map_or(0, |n| u128::try_from(n).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_heads_count_the_remaining_items() {
+        let list = json!({"metadata": {"resourceVersion": "17", "remainingItemCount": 4}, "items": [{}]});
+        let head = |list: Value| list_head(&crate::cli::client::decode(&list, "AgentList").expect("a list"));
+        assert_eq!(head(list), Some((5, 17)));
+        assert_eq!(head(json!({"metadata": {"resourceVersion": "3"}, "items": []})), Some((0, 3)));
+    }
+}

@@ -1,0 +1,140 @@
+//! The create phases: N clients, each on its own connection, POST Agents for a while or
+//! until a count is reached; only `201 Created` counts.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use tokio::sync::Barrier;
+use tokio::task::JoinSet;
+
+use super::api::{agent, snippet, Api, Endpoint, REQUEST_TIMEOUT};
+use super::report::{fmt_count, Row};
+
+/// When a create run stops.
+#[derive(Clone)]
+pub(super) enum Until {
+    /// Each client creates until this long has passed.
+    Elapsed(Duration),
+    /// Clients take numbers from `next` until `total` are taken.
+    Count { next: Arc<AtomicUsize>, total: usize },
+}
+
+/// What a create run did.
+pub(super) struct CreateRun {
+    pub(super) clients: usize,
+    pub(super) created: usize,
+    pub(super) failed: usize,
+    pub(super) first_failure: Option<String>,
+    pub(super) elapsed: Duration,
+    pub(super) latencies: Vec<Duration>,
+}
+
+impl CreateRun {
+    pub(super) fn rate(&self) -> f64 {
+        self.created as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub(super) fn row(&self, measurement: String, aim: String) -> Row {
+        let mut result = format!(
+            "{}/s ({} in {:.1}s)",
+            fmt_count(self.rate() as u64),
+            fmt_count(self.created as u64),
+            self.elapsed.as_secs_f64()
+        );
+        if self.failed > 0 {
+            result +=
+                &format!("; {} failed, first: {}", self.failed, self.first_failure.as_deref().unwrap_or("?"));
+        }
+        Row::new(measurement, result, Some(self.latencies.as_slice()), aim)
+    }
+}
+
+/// `clients` tasks, each with its own client, POST Agents until `until`; only 201s
+/// count as created. With `warm_up`, each first creates one Agent outside the clock, so
+/// connection setup is not measured.
+pub(super) async fn create_with(
+    endpoint: &Endpoint,
+    clients: usize,
+    until: Until,
+    prefix: &str,
+    warm_up: bool,
+) -> Result<CreateRun> {
+    let barrier = Arc::new(Barrier::new(clients + 1));
+    let mut tasks = JoinSet::new();
+    for client in 0..clients {
+        let api = endpoint.api(Some(REQUEST_TIMEOUT))?;
+        let (barrier, until, prefix) = (barrier.clone(), until.clone(), prefix.to_string());
+        tasks.spawn(async move {
+            let warmed = if warm_up { warm(&api, &format!("{prefix}-w{client}")).await } else { Ok(()) };
+            barrier.wait().await;
+            warmed?;
+            let started = Instant::now();
+            let mut run = CreateRun {
+                clients: 1,
+                created: 0,
+                failed: 0,
+                first_failure: None,
+                elapsed: Duration::ZERO,
+                latencies: Vec::new(),
+            };
+            for seq in 0.. {
+                let name = match &until {
+                    Until::Elapsed(d) if started.elapsed() >= *d => break,
+                    Until::Elapsed(_) => format!("{prefix}-{client}-{seq}"),
+                    Until::Count { next, total } => match next.fetch_add(1, Ordering::Relaxed) {
+                        i if i >= *total => break,
+                        i => format!("{prefix}-{i}"),
+                    },
+                };
+                let sent = Instant::now();
+                match api.create(agent(&name, None)).await {
+                    Ok((201, _)) => {
+                        run.latencies.push(sent.elapsed());
+                        run.created += 1;
+                    }
+                    failure => {
+                        run.failed += 1;
+                        run.first_failure.get_or_insert_with(|| match failure {
+                            Ok((code, body)) => format!("HTTP {code}: {}", snippet(&body)),
+                            Err(e) => format!("{e:#}"),
+                        });
+                    }
+                }
+            }
+            anyhow::Ok(run)
+        });
+    }
+    barrier.wait().await;
+    let started = Instant::now();
+    let mut total = CreateRun {
+        clients,
+        created: 0,
+        failed: 0,
+        first_failure: None,
+        elapsed: Duration::ZERO,
+        latencies: Vec::new(),
+    };
+    while let Some(joined) = tasks.join_next().await {
+        let run = joined.context("a create client panicked")??;
+        total.created += run.created;
+        total.failed += run.failed;
+        total.first_failure = total.first_failure.or(run.first_failure);
+        total.latencies.extend(run.latencies);
+    }
+    total.elapsed = started.elapsed();
+    ensure!(
+        total.created > 0 || total.failed == 0,
+        "every create failed; first: {}",
+        total.first_failure.unwrap_or_default()
+    );
+    Ok(total)
+}
+
+pub(super) async fn warm(api: &Api, name: &str) -> Result<()> {
+    match api.create(agent(name, None)).await.context("warm-up create")? {
+        (201, _) => Ok(()),
+        (code, body) => bail!("warm-up create of {name}: HTTP {code}: {}", snippet(&body)),
+    }
+}

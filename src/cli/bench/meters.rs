@@ -1,0 +1,123 @@
+//! What the bench reads from `/proc` and the disk beside the phases: CPU time of the
+//! daemon and of this process, resident memory, and the cost of one `fdatasync`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+
+/// CPU time used by the daemon and by this process while one phase ran, as a share of
+/// one core (1.0 = one core busy the whole time; this machine's maximum is its core
+/// count). Tells whether a phase was limited by CPU or by waiting (fsync).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Cpu {
+    pub(super) daemon: f64,
+    pub(super) bench: f64,
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0}% / {:.0}%", self.daemon * 100.0, self.bench * 100.0)
+    }
+}
+
+/// Starts measuring [`Cpu`] for one phase.
+pub(super) struct CpuMeter {
+    pub(super) daemon_pid: u32,
+    pub(super) started: Instant,
+    pub(super) daemon: Option<Duration>,
+    pub(super) bench: Option<Duration>,
+}
+
+impl CpuMeter {
+    pub(super) fn start(daemon_pid: u32) -> CpuMeter {
+        let daemon = cpu_time(&daemon_pid.to_string());
+        CpuMeter { daemon_pid, started: Instant::now(), daemon, bench: cpu_time("self") }
+    }
+
+    /// `None` when `/proc` cannot tell (not Linux, or the daemon is gone).
+    pub(super) fn stop(self) -> Option<Cpu> {
+        let wall = self.started.elapsed().as_secs_f64().max(1e-9);
+        let daemon = cpu_time(&self.daemon_pid.to_string())?.checked_sub(self.daemon?)?;
+        let bench = cpu_time("self")?.checked_sub(self.bench?)?;
+        Some(Cpu { daemon: daemon.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall })
+    }
+}
+
+/// User plus system CPU time of every thread of process `pid` (or `self`) so far.
+pub(super) fn cpu_time(pid: &str) -> Option<Duration> {
+    parse_stat_cpu(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line. They count clock ticks of 1/100 s:
+/// `USER_HZ` is 100 on every Linux architecture hive runs on.
+pub(super) fn parse_stat_cpu(stat: &str) -> Option<Duration> {
+    // The command name (field 2) may hold spaces; fields after its `)` start at 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |field: usize| fields.get(field - 3)?.parse::<u64>().ok();
+    Some(Duration::from_millis((ticks(14)? + ticks(15)?) * 10))
+}
+
+/// A process's resident set size, now and at its peak.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Memory {
+    pub(super) rss_kib: u64,
+    pub(super) hwm_kib: u64,
+}
+
+impl std::fmt::Display for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "VmRSS {:.0} MiB (peak {:.0} MiB)",
+            self.rss_kib as f64 / 1024.0,
+            self.hwm_kib as f64 / 1024.0
+        )
+    }
+}
+
+/// The kB value of `key` in a `/proc/<pid>/status` text (`VmRSS:   123 kB`).
+pub(super) fn status_kib(status: &str, key: &str) -> Option<u64> {
+    status.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// `n` writes of 4 KiB at offset 0 of one file, each followed by `fdatasync`: the floor
+/// under any durable commit on this disk.
+pub(super) fn fdatasync_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
+    use std::io::{Seek, SeekFrom, Write};
+    let path = dir.join("fdatasync-bench");
+    let mut file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let block = [b'x'; 4096];
+    let mut latencies = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&block)?;
+        file.sync_data().with_context(|| format!("fdatasync of {}", path.display()))?;
+        latencies.push(started.elapsed());
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    Ok(latencies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_files_are_parsed() {
+        let status = "Name:\thive\nVmHWM:\t  20480 kB\nVmRSS:\t  10240 kB\n";
+        assert_eq!(status_kib(status, "VmRSS"), Some(10240));
+        assert_eq!(status_kib(status, "VmHWM"), Some(20480));
+        assert_eq!(status_kib(status, "VmSwap"), None);
+        let memory = Memory { rss_kib: 10240, hwm_kib: 20480 };
+        assert_eq!(memory.to_string(), "VmRSS 10 MiB (peak 20 MiB)");
+        let stat = "4242 (hive serve) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 25 0 0 20 0 9 0 77 0 0";
+        assert_eq!(parse_stat_cpu(stat), Some(Duration::from_millis(1750)));
+        assert_eq!(Cpu { daemon: 1.354, bench: 0.5 }.to_string(), "135% / 50%");
+    }
+}
