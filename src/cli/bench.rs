@@ -33,7 +33,7 @@ use self::list::list_phase;
 use self::machine::Machine;
 use self::meters::{fdatasync_latencies, CpuMeter};
 use self::report::{fmt_count, render_markdown, render_text, Row};
-use self::watch::watch_phase;
+use self::watch::{watch_phase, WatchLoad, WriterMode};
 use super::Context;
 
 /// Longest a fill of `--objects` may take.
@@ -62,14 +62,37 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub raw_commits: Option<usize>,
 
-    /// Watch streams to open, one connection each [default: 1000; 200 with --quick].
-    /// Needs that many open files in this process and in the daemon (`ulimit -n`).
+    /// Watch loads to measure one after the other, each WATCHERSxRATE: that many watch
+    /// streams (one connection each) while the writer creates RATE Agents a second
+    /// [default: 1000x10,100x1000, the two loads of issue 13; 200x10,20x200 with --quick].
+    /// Needs about WATCHERS + RATE open files in this process and in the daemon
+    /// (`ulimit -n`).
+    #[arg(long, value_name = "WxR,...", value_delimiter = ',', value_parser = WatchLoad::parse,
+          conflicts_with_all = ["watchers", "watch_rate"])]
+    pub watch_loads: Vec<WatchLoad>,
+
+    /// Shorthand for one watch load: this many watchers [default: 1000; 200 with
+    /// --quick] at --watch-rate.
     #[arg(long, value_name = "N")]
     pub watchers: Option<usize>,
 
-    /// Writes per second, from one writer, while the watchers listen.
-    #[arg(long, value_name = "N", default_value_t = 50)]
-    pub watch_rate: u32,
+    /// Shorthand for one watch load: this many writes a second [default: 50] to
+    /// --watchers watchers.
+    #[arg(long, value_name = "N")]
+    pub watch_rate: Option<u32>,
+
+    /// How the watch phase's writer paces its creates. `open`: on a fixed schedule,
+    /// each create in its own task without waiting for earlier answers (as independent
+    /// clients write; a daemon that falls behind keeps getting the load). `closed`: one
+    /// create at a time, the next tick waiting for the previous answer (the writer
+    /// before issue 13; a slow daemon slows its own load down).
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = WriterMode::Open)]
+    pub watch_writer: WriterMode,
+
+    /// Most open-loop creates in flight at once (each holds a connection). When it is
+    /// full a tick waits, and the writer's row says how many sends were late.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub watch_in_flight: usize,
 
     /// How long the writer writes to the watchers [default: 5s; 2s with --quick].
     #[arg(long, value_name = "DURATION", value_parser = super::duration::parse)]
@@ -117,8 +140,9 @@ struct Plan {
     duration: Duration,
     clients: Vec<usize>,
     raw_commits: usize,
-    watchers: usize,
-    watch_rate: u32,
+    watch_loads: Vec<WatchLoad>,
+    watch_writer: WriterMode,
+    watch_in_flight: usize,
     watch_duration: Duration,
     objects: usize,
     fill_clients: usize,
@@ -138,8 +162,17 @@ impl Plan {
             duration: args.duration.unwrap_or(Duration::from_secs(if quick { 1 } else { 5 })),
             clients: args.clients.clone(),
             raw_commits: pick(args.raw_commits, 200, 50),
-            watchers: pick(args.watchers, 1000, 200),
-            watch_rate: args.watch_rate,
+            watch_loads: if args.watchers.is_some() || args.watch_rate.is_some() {
+                let (watchers, rate) = (pick(args.watchers, 1000, 200), args.watch_rate.unwrap_or(50));
+                vec![WatchLoad::new(watchers, rate).map_err(|e| anyhow!("--watchers/--watch-rate: {e}"))?]
+            } else if args.watch_loads.is_empty() {
+                let (first, second) = if quick { ((200, 10), (20, 200)) } else { ((1000, 10), (100, 1000)) };
+                [first, second].map(|(watchers, rate)| WatchLoad { watchers, rate }).to_vec()
+            } else {
+                args.watch_loads.clone()
+            },
+            watch_writer: args.watch_writer,
+            watch_in_flight: args.watch_in_flight,
             watch_duration: args.watch_duration.unwrap_or(Duration::from_secs(if quick { 2 } else { 5 })),
             objects: pick(args.objects, 100_000, 10_000),
             fill_clients: args.fill_clients,
@@ -158,30 +191,43 @@ impl Plan {
             ensure!(!d.is_zero() && d <= MAX_PHASE, "{flag} must be more than 0 and at most 10m");
         }
         ensure!((1..=100_000).contains(&plan.raw_commits), "--raw-commits must be between 1 and 100000");
-        ensure!((1..=100_000).contains(&plan.watchers), "--watchers must be between 1 and 100000");
-        ensure!((1..=1000).contains(&plan.watch_rate), "--watch-rate must be between 1 and 1000");
+        ensure!(
+            (1..=10_000).contains(&plan.watch_in_flight),
+            "--watch-in-flight must be between 1 and 10000"
+        );
         ensure!((1..=10_000_000).contains(&plan.objects), "--objects must be between 1 and 10000000");
         ensure!((1..=100).contains(&plan.list_runs), "--list-runs must be between 1 and 100");
         ensure!((1..=1000).contains(&plan.power_cycles), "--power-cycles must be between 1 and 1000");
         Ok(plan)
     }
 
-    /// Writes the watch phase makes.
-    fn watch_writes(&self) -> usize {
-        ((self.watch_rate as f64 * self.watch_duration.as_secs_f64()).round() as usize).max(1)
+    /// Open files this process needs at most: the watchers of the largest watch load
+    /// plus the open-loop writer's connections, or the fill's clients, plus spare.
+    fn open_files_needed(&self) -> usize {
+        let watch = self.watch_loads.iter().map(|load| {
+            let writer = match self.watch_writer {
+                WriterMode::Open => self.watch_in_flight.min(load.writes(self.watch_duration)),
+                WriterMode::Closed => 1,
+            };
+            load.watchers + writer
+        });
+        watch.chain([self.fill_clients]).chain(self.clients.iter().copied()).max().unwrap_or(0) + 256
     }
 
     /// The flags that reproduce this plan.
     fn flags(&self) -> String {
         let clients: Vec<String> = self.clients.iter().map(ToString::to_string).collect();
+        let loads: Vec<String> = self.watch_loads.iter().map(ToString::to_string).collect();
         format!(
-            "--duration {}s --clients {} --raw-commits {} --watchers {} --watch-rate {} \
-             --watch-duration {}s --objects {} --fill-clients {} --list-runs {} --power-cycles {}",
+            "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
+             --watch-in-flight {} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
+             --power-cycles {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
-            self.watchers,
-            self.watch_rate,
+            loads.join(","),
+            self.watch_writer.name(),
+            self.watch_in_flight,
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,
@@ -219,13 +265,13 @@ struct Report {
 
 async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     let machine_before = Machine::read();
-    let needed = plan.watchers.max(plan.fill_clients) + 256;
+    let needed = plan.open_files_needed();
     let limit = open_files_limit()?;
     ensure!(
         limit >= needed as u64,
-        "{} watchers need about {needed} open files, but this process may open {limit}: \
-         raise the limit (`ulimit -n {needed}`, up to `ulimit -Hn`) or pass a smaller --watchers",
-        plan.watchers
+        "this plan needs about {needed} open files (watchers, the writer's connections), but this \
+         process may open {limit}: raise the limit (`ulimit -n {needed}`, up to `ulimit -Hn`) or \
+         pass smaller --watch-loads or --watch-in-flight"
     );
     let mut rows = Vec::new();
 
@@ -267,14 +313,17 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         "",
     ));
 
-    progress(format_args!(
-        "watch: {} watchers, {} writes at {}/s",
-        plan.watchers,
-        plan.watch_writes(),
-        plan.watch_rate
-    ));
-    let watch = watch_phase(&daemon.endpoint, daemon.pid, plan).await?;
-    rows.extend(watch.rows());
+    for (index, load) in plan.watch_loads.iter().enumerate() {
+        progress(format_args!(
+            "watch: {} watchers, {} writes at {}/s, {}-loop",
+            load.watchers,
+            load.writes(plan.watch_duration),
+            load.rate,
+            plan.watch_writer.name()
+        ));
+        let watch = watch_phase(&daemon.endpoint, daemon.pid, plan, index).await?;
+        rows.extend(watch.rows());
+    }
 
     progress(format_args!("power: {} stop/start cycles of a real agent process", plan.power_cycles));
     let api = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?;
@@ -344,10 +393,57 @@ mod tests {
     fn quick_shortens_what_is_not_given() {
         let plan = Plan::from_args(&Cli::parse_from(["bench", "--quick", "--watchers", "7"]).args).unwrap();
         assert_eq!(plan.duration, Duration::from_secs(1));
-        assert_eq!((plan.watchers, plan.objects, plan.raw_commits), (7, 10_000, 50));
+        assert_eq!(
+            (plan.watch_loads.as_slice(), plan.objects, plan.raw_commits),
+            (&[load(7, 50)][..], 10_000, 50)
+        );
         let plan = Plan::from_args(&Cli::parse_from(["bench"]).args).unwrap();
-        assert_eq!((plan.clients.as_slice(), plan.watchers, plan.objects), (&[1, 16, 64][..], 1000, 100_000));
-        assert_eq!(plan.watch_writes(), 250);
+        assert_eq!((plan.clients.as_slice(), plan.objects), (&[1, 16, 64][..], 100_000));
         assert!(Plan::from_args(&Cli::parse_from(["bench", "--clients", "0"]).args).is_err());
+    }
+
+    fn load(watchers: usize, rate: u32) -> WatchLoad {
+        WatchLoad { watchers, rate }
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))?;
+        Plan::from_args(&cli.args)
+    }
+
+    #[test]
+    fn watch_loads_default_to_the_two_loads_of_issue_13() {
+        let default = plan(&[]).unwrap();
+        assert_eq!(default.watch_loads, [load(1000, 10), load(100, 1000)]);
+        assert_eq!(default.watch_writer, WriterMode::Open);
+        assert_eq!(plan(&["--quick"]).unwrap().watch_loads, [load(200, 10), load(20, 200)]);
+        let given = plan(&["--watch-loads", "10x5,3x7", "--watch-writer", "closed"]).unwrap();
+        assert_eq!(
+            (given.watch_loads.as_slice(), given.watch_writer),
+            (&[load(10, 5), load(3, 7)][..], WriterMode::Closed)
+        );
+        assert_eq!(plan(&["--watch-rate", "1000"]).unwrap().watch_loads, [load(1000, 1000)]);
+        // One load is given one way.
+        assert!(plan(&["--watch-loads", "10x5", "--watchers", "3"]).is_err());
+        assert!(plan(&["--watch-loads", "10"]).is_err());
+        assert!(plan(&["--watch-rate", "0"]).is_err());
+        assert!(plan(&["--watch-in-flight", "0"]).is_err());
+    }
+
+    #[test]
+    fn the_flags_reproduce_the_plan() {
+        let given = plan(&["--quick", "--watch-loads", "10x5,3x7", "--serve-arg=--metrics=false"]).unwrap();
+        let flags: Vec<String> = given.flags().split(' ').map(String::from).collect();
+        let again = plan(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert_eq!(again, given);
+    }
+
+    #[test]
+    fn the_open_files_needed_count_the_writer_connections() {
+        // The larger of 1000 watchers + 50 writes (10/s for 5 s) and 100 watchers + 1000
+        // creates in flight.
+        assert_eq!(plan(&[]).unwrap().open_files_needed(), 1100 + 256);
+        assert_eq!(plan(&["--watch-in-flight", "10"]).unwrap().open_files_needed(), 1010 + 256);
+        assert_eq!(plan(&["--watch-writer", "closed"]).unwrap().open_files_needed(), 1001 + 256);
     }
 }

@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 pub(super) const AGENTS: &str = "/apis/hive.dev/v1/agents";
 /// The annotation carrying a watch-phase write's send time (Unix nanoseconds).
 pub(super) const SENT_ANNOTATION: &str = "bench.hive.dev/sent-ns";
+/// The annotation naming a watch-phase write: `load:seq`.
+pub(super) const WRITE_ANNOTATION: &str = "bench.hive.dev/write";
 /// Longest any single create or list may take before the run fails.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -26,6 +28,8 @@ pub(super) struct Endpoint {
 }
 
 /// One simulated client: its own connection pool, so its own keep-alive connection(s).
+/// A clone shares the pool (the open-loop writer's tasks do).
+#[derive(Clone)]
 pub(super) struct Api {
     pub(super) http: reqwest::Client,
     pub(super) endpoint: Endpoint,
@@ -101,12 +105,38 @@ pub(super) fn snippet(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
 
+/// What a watch-phase write carries in its annotations, so that every watcher can tell
+/// which write of which load it received and when that write was sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Stamp {
+    /// The watch load (its index in `--watch-loads`) the write belongs to.
+    pub(super) load: usize,
+    /// The write's number within its load, from 0.
+    pub(super) seq: usize,
+    /// Wall-clock Unix nanoseconds when the create was sent.
+    pub(super) sent_ns: u128,
+}
+
+impl Stamp {
+    /// The value of [`WRITE_ANNOTATION`]: `load:seq`.
+    fn write_id(&self) -> String {
+        format!("{}:{}", self.load, self.seq)
+    }
+
+    /// Reads a stamp back from a write's two annotation values.
+    pub(super) fn parse(write_id: &str, sent_ns: &str) -> Option<Stamp> {
+        let (load, seq) = write_id.split_once(':')?;
+        Some(Stamp { load: load.parse().ok()?, seq: seq.parse().ok()?, sent_ns: sent_ns.parse().ok()? })
+    }
+}
+
 /// A valid Agent, as small as the `agent()` fixture of the integration tests but with a
-/// local config path; with `sent_ns`, carrying the send time for the watch measurement.
-pub(super) fn agent(name: &str, sent_ns: Option<u128>) -> Vec<u8> {
+/// local config path; with a `stamp`, carrying it for the watch measurement.
+pub(super) fn agent(name: &str, stamp: Option<&Stamp>) -> Vec<u8> {
     let mut metadata = json!({"name": name, "labels": {"app": "bench"}});
-    if let Some(ns) = sent_ns {
-        metadata["annotations"] = json!({SENT_ANNOTATION: ns.to_string()});
+    if let Some(stamp) = stamp {
+        metadata["annotations"] =
+            json!({SENT_ANNOTATION: stamp.sent_ns.to_string(), WRITE_ANNOTATION: stamp.write_id()});
     }
     let object = json!({
         "apiVersion": "hive.dev/v1",
@@ -137,5 +167,16 @@ mod tests {
         let head = |list: Value| list_head(&crate::cli::client::decode(&list, "AgentList").expect("a list"));
         assert_eq!(head(list), Some((5, 17)));
         assert_eq!(head(json!({"metadata": {"resourceVersion": "3"}, "items": []})), Some((0, 3)));
+    }
+
+    #[test]
+    fn stamps_read_back_what_writes_carry() {
+        let stamp = Stamp { load: 1, seq: 42, sent_ns: 7 };
+        let body: Value = serde_json::from_slice(&agent("w", Some(&stamp))).unwrap();
+        let annotations = &body["metadata"]["annotations"];
+        let read = |key: &str| annotations[key].as_str().unwrap().to_string();
+        assert_eq!(Stamp::parse(&read(WRITE_ANNOTATION), &read(SENT_ANNOTATION)), Some(stamp));
+        assert_eq!(Stamp::parse("1", "7"), None);
+        assert_eq!(Stamp::parse("a:1", "7"), None);
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
+use bytes::Bytes;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
@@ -32,6 +33,38 @@ pub(super) struct CreateRun {
 }
 
 impl CreateRun {
+    /// Nothing done yet, by `clients` clients.
+    pub(super) fn new(clients: usize) -> CreateRun {
+        CreateRun {
+            clients,
+            created: 0,
+            failed: 0,
+            first_failure: None,
+            elapsed: Duration::ZERO,
+            latencies: Vec::new(),
+        }
+    }
+
+    /// Counts one create that took `latency` and answered `outcome`; whether it was
+    /// created (`201`).
+    pub(super) fn record(&mut self, latency: Duration, outcome: Result<(u16, Bytes)>) -> bool {
+        match outcome {
+            Ok((201, _)) => {
+                self.latencies.push(latency);
+                self.created += 1;
+                true
+            }
+            failure => {
+                self.failed += 1;
+                self.first_failure.get_or_insert_with(|| match failure {
+                    Ok((code, body)) => format!("HTTP {code}: {}", snippet(&body)),
+                    Err(e) => format!("{e:#}"),
+                });
+                false
+            }
+        }
+    }
+
     pub(super) fn rate(&self) -> f64 {
         self.created as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
@@ -71,14 +104,7 @@ pub(super) async fn create_with(
             barrier.wait().await;
             warmed?;
             let started = Instant::now();
-            let mut run = CreateRun {
-                clients: 1,
-                created: 0,
-                failed: 0,
-                first_failure: None,
-                elapsed: Duration::ZERO,
-                latencies: Vec::new(),
-            };
+            let mut run = CreateRun::new(1);
             for seq in 0.. {
                 let name = match &until {
                     Until::Elapsed(d) if started.elapsed() >= *d => break,
@@ -89,33 +115,15 @@ pub(super) async fn create_with(
                     },
                 };
                 let sent = Instant::now();
-                match api.create(agent(&name, None)).await {
-                    Ok((201, _)) => {
-                        run.latencies.push(sent.elapsed());
-                        run.created += 1;
-                    }
-                    failure => {
-                        run.failed += 1;
-                        run.first_failure.get_or_insert_with(|| match failure {
-                            Ok((code, body)) => format!("HTTP {code}: {}", snippet(&body)),
-                            Err(e) => format!("{e:#}"),
-                        });
-                    }
-                }
+                let outcome = api.create(agent(&name, None)).await;
+                run.record(sent.elapsed(), outcome);
             }
             anyhow::Ok(run)
         });
     }
     barrier.wait().await;
     let started = Instant::now();
-    let mut total = CreateRun {
-        clients,
-        created: 0,
-        failed: 0,
-        first_failure: None,
-        elapsed: Duration::ZERO,
-        latencies: Vec::new(),
-    };
+    let mut total = CreateRun::new(clients);
     while let Some(joined) = tasks.join_next().await {
         let run = joined.context("a create client panicked")??;
         total.created += run.created;

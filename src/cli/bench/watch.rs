@@ -1,49 +1,179 @@
-//! The watch phase: many watch streams open at the current revision while a writer
-//! creates Agents that carry their send time; every watcher records receive − send.
+//! The watch phase: for each `--watch-loads` entry, that many watch streams open at the
+//! current revision while a writer creates that many stamped Agents a second; every
+//! watcher records receive − send for each write, and which acknowledged writes it never
+//! received (lost) before its stream ended or the drain grace ran out.
+
+mod stream;
+mod writer;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+pub use self::writer::WriterMode;
+
+use self::stream::{read_watch, Delivery, StreamEnd, WatcherSaw};
+use self::writer::Writes;
 use super::aim_text;
-use super::api::{agent, snippet, wall_ns, Endpoint, AGENTS, REQUEST_TIMEOUT, SENT_ANNOTATION};
-use super::creates::CreateRun;
+use super::api::{snippet, Endpoint, AGENTS, REQUEST_TIMEOUT};
+use super::creates::warm;
 use super::meters::{Cpu, CpuMeter};
-use super::report::{fmt_count, summarize, Row};
+use super::report::{fmt_count, Row};
 use super::Plan;
 
-/// How long watchers may take, after the last write, to receive everything.
-pub(super) const DRAIN_GRACE: Duration = Duration::from_secs(10);
+/// How long watchers may take, after the last write was answered, to receive everything.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Watch streams opened at the same time (each is a TLS handshake).
-pub(super) const OPENING_AT_ONCE: usize = 32;
+const OPENING_AT_ONCE: usize = 32;
+/// Connections the open-loop writer opens before the clock starts (at most its cap), so
+/// its first creates do not pay TLS handshakes.
+const WRITER_WARM_CONNECTIONS: usize = 8;
 
-/// What the watch phase saw.
+/// One watch load: `watchers` streams while the writer creates `rate` Agents a second.
+/// Written `WATCHERSxRATE`, e.g. `1000x10`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchLoad {
+    pub watchers: usize,
+    pub rate: u32,
+}
+
+impl WatchLoad {
+    /// Parses `1000x10` (also `1000×10`).
+    pub fn parse(text: &str) -> Result<WatchLoad, String> {
+        let (watchers, rate) = text
+            .split_once(['x', '×'])
+            .ok_or_else(|| format!("`{text}` is not WATCHERSxRATE, e.g. 1000x10"))?;
+        let number = |what: &str, n: &str| -> Result<u64, String> {
+            n.trim().parse().map_err(|_| format!("`{n}` in `{text}` is not a number of {what}"))
+        };
+        let watchers = usize::try_from(number("watchers", watchers)?).map_err(|e| e.to_string())?;
+        let rate = u32::try_from(number("writes a second", rate)?).map_err(|e| e.to_string())?;
+        WatchLoad::new(watchers, rate)
+    }
+
+    /// A load within the bounds that keep a run bounded.
+    pub fn new(watchers: usize, rate: u32) -> Result<WatchLoad, String> {
+        if !(1..=100_000).contains(&watchers) {
+            return Err(format!("{watchers}x{rate}: watchers must be between 1 and 100000"));
+        }
+        if !(1..=10_000).contains(&rate) {
+            return Err(format!("{watchers}x{rate}: writes a second must be between 1 and 10000"));
+        }
+        Ok(WatchLoad { watchers, rate })
+    }
+
+    /// Writes made in `duration`, at least one.
+    pub(super) fn writes(&self, duration: Duration) -> usize {
+        ((f64::from(self.rate) * duration.as_secs_f64()).round() as usize).max(1)
+    }
+}
+
+impl std::fmt::Display for WatchLoad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.watchers, self.rate)
+    }
+}
+
+/// What the watch phase saw for one load.
 pub(super) struct WatchRun {
-    pub(super) watchers: usize,
-    pub(super) writes: usize,
-    pub(super) deliveries: Vec<Delivery>,
-    /// Watchers whose stream ended early, with the first reason.
-    pub(super) broken: usize,
-    pub(super) first_break: Option<String>,
-    pub(super) writer: CreateRun,
+    load: WatchLoad,
+    writes: Writes,
+    deliveries: Vec<Delivery>,
+    lost: Lost,
+    /// Streams ended by an in-stream 410 (the daemon dropped the watcher).
+    gone: usize,
+    first_gone: Option<String>,
+    /// Streams that ended early for another reason, with the first.
+    broken: usize,
+    first_break: Option<String>,
     /// While writing and until every watcher had everything.
-    pub(super) cpu: Option<Cpu>,
+    cpu: Option<Cpu>,
+}
+
+/// Acknowledged writes that watchers never received.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Lost {
+    /// (write, watcher) pairs missing.
+    events: usize,
+    /// Watchers missing at least one.
+    watchers: usize,
+}
+
+impl Lost {
+    fn add(&mut self, missing: usize) {
+        self.events += missing;
+        self.watchers += usize::from(missing > 0);
+    }
+}
+
+/// How many of the `acked` writes (by write number) are not among `received`.
+fn missing(acked: &[bool], received: &[Delivery]) -> usize {
+    let mut seen = vec![false; acked.len()];
+    for d in received {
+        if let Some(s) = seen.get_mut(d.seq) {
+            *s = true;
+        }
+    }
+    acked.iter().zip(&seen).filter(|(acked, seen)| **acked && !**seen).count()
 }
 
 impl WatchRun {
+    fn new(load: WatchLoad, writes: Writes) -> WatchRun {
+        WatchRun {
+            load,
+            writes,
+            deliveries: Vec::new(),
+            lost: Lost::default(),
+            gone: 0,
+            first_gone: None,
+            broken: 0,
+            first_break: None,
+            cpu: None,
+        }
+    }
+
+    /// Takes in what one watcher saw: its deliveries, what it lost, how it ended.
+    fn collect(&mut self, saw: WatcherSaw) {
+        self.lost.add(missing(&self.writes.acked, &saw.deliveries));
+        self.deliveries.extend(saw.deliveries);
+        match saw.end {
+            Some(StreamEnd::Gone(why)) => {
+                self.gone += 1;
+                self.first_gone.get_or_insert(why);
+            }
+            Some(StreamEnd::Broke(why)) => {
+                self.broken += 1;
+                self.first_break.get_or_insert(why);
+            }
+            None => {}
+        }
+    }
+
     pub(super) fn rows(&self) -> Vec<Row> {
-        let expected = self.writes * self.watchers;
+        let expected = self.writes.run.created * self.load.watchers;
         let mut result = format!(
             "{} of {} deliveries",
             fmt_count(self.deliveries.len() as u64),
             fmt_count(expected as u64)
         );
-        if self.deliveries.len() < expected {
-            result += &format!(" ({} missing)", fmt_count((expected - self.deliveries.len()) as u64));
+        if self.lost.events == 0 {
+            result += "; nothing lost";
+        } else {
+            result += &format!(
+                "; {} lost at {} watchers",
+                fmt_count(self.lost.events as u64),
+                fmt_count(self.lost.watchers as u64)
+            );
+        }
+        if self.gone > 0 {
+            result += &format!(
+                "; {} streams ended by 410, first: {}",
+                self.gone,
+                self.first_gone.as_deref().unwrap_or("?")
+            );
         }
         if self.broken > 0 {
             result += &format!(
@@ -53,32 +183,57 @@ impl WatchRun {
             );
         }
         let latencies: Vec<Duration> = self.deliveries.iter().map(Delivery::latency).collect();
-        let p99 = summarize(&latencies).map(|s| s.p99);
+        let what = format!(
+            "{} watchers × {}/s",
+            fmt_count(self.load.watchers as u64),
+            fmt_count(self.load.rate.into())
+        );
         vec![
             Row::new(
-                format!("watch delivery, {} watchers, send → receive", self.watchers),
+                format!("watch delivery, {what}, {}-loop, send → receive", self.writes.mode.name()),
                 result,
                 Some(latencies.as_slice()),
-                aim_text(p99.is_some_and(|p| p < Duration::from_millis(20)), "p99 < 20 ms"),
+                aim_text(self.lost.events == 0 && self.gone == 0, "nothing lost"),
             )
             .with_cpu(self.cpu),
             Row::new(
-                "watch fan-out, first → each watcher",
+                format!("watch fan-out, {what}, first → each watcher"),
                 "after the same write reached its first watcher",
                 Some(fan_out(&self.deliveries).as_slice()),
                 "",
             ),
-            self.writer.row("the writer's creates meanwhile".to_string(), String::new()),
+            self.writes.row(),
         ]
     }
 }
 
-/// Opens the watchers at the current revision, writes at a steady rate from one client,
-/// and collects every watcher's receive − send times.
-pub(super) async fn watch_phase(endpoint: &Endpoint, daemon_pid: u32, plan: &Plan) -> Result<WatchRun> {
+/// Runs load number `index` of the plan: opens its watchers at the current revision,
+/// writes at its rate (open- or closed-loop), and collects every watcher's receive −
+/// send times and losses.
+pub(super) async fn watch_phase(
+    endpoint: &Endpoint,
+    daemon_pid: u32,
+    plan: &Plan,
+    index: usize,
+) -> Result<WatchRun> {
+    let load = plan.watch_loads[index];
+    let planned = load.writes(plan.watch_duration);
     let writer = endpoint.api(Some(REQUEST_TIMEOUT))?;
+    // Open the writer's connections outside the clock (and before the watchers, so the
+    // warm-up creates are not events they see).
+    let warm_connections = match plan.watch_writer {
+        WriterMode::Open => plan.watch_in_flight.min(WRITER_WARM_CONNECTIONS),
+        WriterMode::Closed => 1,
+    };
+    let mut warming = JoinSet::new();
+    for n in 0..warm_connections {
+        let (writer, name) = (writer.clone(), format!("watch-{index}-warm-{n}"));
+        warming.spawn(async move { warm(&writer, &name).await });
+    }
+    while let Some(warmed) = warming.join_next().await {
+        warmed.context("a warm-up create panicked")??;
+    }
     let (_, revision) = writer.list_head().await?;
-    let writes = plan.watch_writes();
     let path = format!("{AGENTS}?watch=true&resourceVersion={revision}");
 
     // One client for all streams: its pool opens a new connection for each, since a
@@ -86,7 +241,7 @@ pub(super) async fn watch_phase(endpoint: &Endpoint, daemon_pid: u32, plan: &Pla
     let watch_client = Arc::new(endpoint.api(None)?);
     let opening = Arc::new(Semaphore::new(OPENING_AT_ONCE));
     let mut opened = JoinSet::new();
-    for _ in 0..plan.watchers {
+    for _ in 0..load.watchers {
         let (client, opening, path) = (watch_client.clone(), opening.clone(), path.clone());
         opened.spawn(async move {
             let _permit = opening.acquire().await?;
@@ -100,7 +255,7 @@ pub(super) async fn watch_phase(endpoint: &Endpoint, daemon_pid: u32, plan: &Pla
             anyhow::Ok(resp)
         });
     }
-    let mut streams = Vec::with_capacity(plan.watchers);
+    let mut streams = Vec::with_capacity(load.watchers);
     while let Some(joined) = opened.join_next().await {
         streams.push(joined.context("opening a watch panicked")??);
     }
@@ -108,176 +263,55 @@ pub(super) async fn watch_phase(endpoint: &Endpoint, daemon_pid: u32, plan: &Pla
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut readers = JoinSet::new();
     for resp in streams {
-        readers.spawn(read_watch(resp, writes, stopped.clone()));
+        readers.spawn(read_watch(resp, index, planned, stopped.clone()));
     }
 
-    let mut run = CreateRun {
-        clients: 1,
-        created: 0,
-        failed: 0,
-        first_failure: None,
-        elapsed: Duration::ZERO,
-        latencies: Vec::new(),
-    };
-    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / plan.watch_rate as f64));
     let meter = CpuMeter::start(daemon_pid);
-    let started = Instant::now();
-    for i in 0..writes {
-        ticker.tick().await;
-        let sent = Instant::now();
-        match writer.create(agent(&format!("watch-{i}"), Some(wall_ns()))).await? {
-            (201, _) => {
-                run.latencies.push(sent.elapsed());
-                run.created += 1;
-            }
-            (code, body) => bail!("watch-phase create: HTTP {code}: {}", snippet(&body)),
-        }
+    let writes = match plan.watch_writer {
+        WriterMode::Open => writer::open(&writer, index, load.rate, planned, plan.watch_in_flight).await?,
+        WriterMode::Closed => writer::closed(&writer, index, load.rate, planned).await,
+    };
+    if writes.run.created == 0 {
+        bail!(
+            "every watch-phase create failed; first: {}",
+            writes.run.first_failure.as_deref().unwrap_or("?")
+        );
     }
-    run.elapsed = started.elapsed();
 
-    let mut watch = WatchRun {
-        cpu: None,
-        watchers: plan.watchers,
-        writes,
-        deliveries: Vec::new(),
-        broken: 0,
-        first_break: None,
-        writer: run,
-    };
-    let mut collect = |seen: WatcherSaw| {
-        watch.deliveries.extend(seen.deliveries);
-        if let Some(why) = seen.broke {
-            watch.broken += 1;
-            watch.first_break.get_or_insert(why);
-        }
-    };
+    let mut watch = WatchRun::new(load, writes);
     let drained = tokio::time::timeout(DRAIN_GRACE, async {
         while let Some(joined) = readers.join_next().await {
-            collect(joined.context("a watcher panicked")?);
+            watch.collect(joined.context("a watcher panicked")?);
         }
         anyhow::Ok(())
     })
     .await;
-    if drained.is_err() {
-        let _ = stop.send(true);
-        while let Some(joined) = readers.join_next().await {
-            collect(joined.context("a watcher panicked")?);
+    match drained {
+        Ok(done) => done?,
+        Err(_) => {
+            // Whoever has not had every write by now has lost the rest.
+            let _ = stop.send(true);
+            while let Some(joined) = readers.join_next().await {
+                watch.collect(joined.context("a watcher panicked")?);
+            }
         }
-    } else {
-        drained??;
     }
     watch.cpu = meter.stop();
     Ok(watch)
 }
 
-/// One write seen by one watcher: when it was sent and when it arrived (Unix ns).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(super) struct Delivery {
-    pub(super) sent_ns: u128,
-    pub(super) received_ns: u128,
-}
-
-impl Delivery {
-    pub(super) fn latency(&self) -> Duration {
-        Duration::from_nanos(self.received_ns.saturating_sub(self.sent_ns) as u64)
-    }
-}
-
 /// For every delivery, how long after the first delivery of the same write it came:
 /// the fan-out alone, without the durable commit every delivery waits for.
-pub(super) fn fan_out(deliveries: &[Delivery]) -> Vec<Duration> {
-    let mut first: std::collections::HashMap<u128, u128> = std::collections::HashMap::new();
+fn fan_out(deliveries: &[Delivery]) -> Vec<Duration> {
+    let mut first: std::collections::HashMap<usize, u128> = std::collections::HashMap::new();
     for d in deliveries {
-        let earliest = first.entry(d.sent_ns).or_insert(d.received_ns);
+        let earliest = first.entry(d.seq).or_insert(d.received_ns);
         *earliest = (*earliest).min(d.received_ns);
     }
     deliveries
         .iter()
-        .map(|d| Duration::from_nanos(d.received_ns.saturating_sub(first[&d.sent_ns]) as u64))
+        .map(|d| Duration::from_nanos(d.received_ns.saturating_sub(first[&d.seq]) as u64))
         .collect()
-}
-
-/// What one watcher received.
-pub(super) struct WatcherSaw {
-    pub(super) deliveries: Vec<Delivery>,
-    pub(super) broke: Option<String>,
-}
-
-/// Reads one stream until it has seen `expected` bench writes, it ends, or `stop`.
-pub(super) async fn read_watch(
-    mut resp: reqwest::Response,
-    expected: usize,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) -> WatcherSaw {
-    let mut saw = WatcherSaw { deliveries: Vec::with_capacity(expected), broke: None };
-    let mut buffer: Vec<u8> = Vec::new();
-    while saw.deliveries.len() < expected && saw.broke.is_none() {
-        let chunk = tokio::select! {
-            chunk = resp.chunk() => chunk,
-            _ = stop.changed() => break,
-        };
-        // One receive time per chunk: parsing is the client's cost, not delivery.
-        let received = wall_ns();
-        match chunk {
-            Ok(Some(bytes)) => buffer.extend_from_slice(&bytes),
-            Ok(None) => saw.broke = Some("the server closed the stream".into()),
-            Err(e) => saw.broke = Some(format!("{e}")),
-        }
-        let mut start = 0;
-        while let Some(end) = buffer[start..].iter().position(|b| *b == b'\n') {
-            match classify(&buffer[start..start + end]) {
-                Line::Sent(sent_ns) => saw.deliveries.push(Delivery { sent_ns, received_ns: received }),
-                Line::Error(why) => saw.broke = Some(why),
-                Line::Other => {}
-            }
-            start += end + 1;
-        }
-        buffer.drain(..start);
-    }
-    saw
-}
-
-/// What a watch line is to the benchmark.
-#[derive(Debug, PartialEq)]
-pub(super) enum Line {
-    /// A bench write, sent at this Unix nanosecond.
-    Sent(u128),
-    /// An `ERROR` event (the stream is over), or a line that is not an event.
-    Error(String),
-    /// Anything else: bookmarks, objects that are not bench writes.
-    Other,
-}
-
-pub(super) fn classify(line: &[u8]) -> Line {
-    #[derive(Deserialize)]
-    struct Event {
-        #[serde(rename = "type")]
-        type_: String,
-        object: Object,
-    }
-    #[derive(Deserialize)]
-    struct Object {
-        #[serde(default)]
-        metadata: Metadata,
-        #[serde(default)]
-        message: String,
-    }
-    #[derive(Deserialize, Default)]
-    struct Metadata {
-        #[serde(default)]
-        annotations: std::collections::HashMap<String, String>,
-    }
-    if line.iter().all(u8::is_ascii_whitespace) {
-        return Line::Other;
-    }
-    match serde_json::from_slice::<Event>(line) {
-        Err(e) => Line::Error(format!("malformed event ({e}): {}", snippet(line))),
-        Ok(event) if event.type_ == "ERROR" => Line::Error(format!("ERROR event: {}", event.object.message)),
-        Ok(event) => match event.object.metadata.annotations.get(SENT_ANNOTATION).map(|v| v.parse()) {
-            Some(Ok(ns)) => Line::Sent(ns),
-            _ => Line::Other,
-        },
-    }
 }
 
 #[cfg(test)]
@@ -288,25 +322,65 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    #[test]
-    fn watch_lines_are_classified() {
-        let sent = br#"{"type":"ADDED","object":{"kind":"Agent","metadata":{"name":"w","annotations":{"bench.hive.dev/sent-ns":"42"}},"spec":{}}}"#;
-        assert_eq!(classify(sent), Line::Sent(42));
-        let other = br#"{"type":"ADDED","object":{"kind":"Agent","metadata":{"name":"x"}}}"#;
-        assert_eq!(classify(other), Line::Other);
-        let bookmark = br#"{"type":"BOOKMARK","object":{"kind":"Agent","metadata":{"resourceVersion":"9"}}}"#;
-        assert_eq!(classify(bookmark), Line::Other);
-        assert_eq!(classify(b"  "), Line::Other);
-        let error = br#"{"type":"ERROR","object":{"kind":"Status","code":410,"message":"too old"}}"#;
-        assert_eq!(classify(error), Line::Error("ERROR event: too old".into()));
-        assert!(matches!(classify(b"{nope"), Line::Error(_)));
+    fn d(seq: usize, sent_ns: u128, received_ns: u128) -> Delivery {
+        Delivery { seq, sent_ns, received_ns }
     }
 
     #[test]
     fn fan_out_counts_from_the_first_watcher_of_each_write() {
-        let d = |sent_ns, received_ns| Delivery { sent_ns, received_ns };
-        let deliveries = [d(100, 5_000_000), d(100, 3_000_000), d(200, 9_000_000), d(200, 9_000_000)];
+        let deliveries =
+            [d(0, 100, 5_000_000), d(0, 100, 3_000_000), d(1, 200, 9_000_000), d(1, 200, 9_000_000)];
         assert_eq!(fan_out(&deliveries), vec![ms(2), ms(0), ms(0), ms(0)]);
         assert_eq!(deliveries[0].latency(), Duration::from_nanos(4_999_900));
+    }
+
+    #[test]
+    fn loads_parse_as_watchers_x_rate() {
+        assert_eq!(WatchLoad::parse("1000x10"), Ok(WatchLoad { watchers: 1000, rate: 10 }));
+        assert_eq!(WatchLoad::parse("100×1000"), Ok(WatchLoad { watchers: 100, rate: 1000 }));
+        assert_eq!(WatchLoad { watchers: 100, rate: 1000 }.to_string(), "100x1000");
+        for bad in ["1000", "x10", "10x", "ax1", "0x10", "10x0", "10x20000", "-1x5"] {
+            assert!(WatchLoad::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(WatchLoad { watchers: 1, rate: 10 }.writes(Duration::from_secs(5)), 50);
+        assert_eq!(WatchLoad { watchers: 1, rate: 1 }.writes(ms(100)), 1);
+    }
+
+    #[test]
+    fn lost_events_are_acknowledged_writes_a_watcher_never_received() {
+        let acked = [true, true, false, true];
+        // Everything acknowledged arrived; the unacknowledged write 2 is not expected.
+        assert_eq!(missing(&acked, &[d(0, 0, 1), d(1, 0, 1), d(3, 0, 1)]), 0);
+        // A write received twice does not make up for one never received.
+        assert_eq!(missing(&acked, &[d(0, 0, 1), d(0, 0, 1), d(3, 0, 1)]), 1);
+        // A stream that ended early lost the rest; an out-of-range number is ignored.
+        assert_eq!(missing(&acked, &[d(0, 0, 1), d(9, 0, 1)]), 2);
+        assert_eq!(missing(&acked, &[]), 3);
+
+        let mut lost = Lost::default();
+        for m in [0, 2, 0, 1] {
+            lost.add(m);
+        }
+        assert_eq!(lost, Lost { events: 3, watchers: 2 });
+    }
+
+    #[test]
+    fn a_watcher_ended_by_410_counts_as_gone_and_its_rest_as_lost() {
+        let mut writes = Writes::for_test(WriterMode::Open, 10, &[true, true, true]);
+        writes.run.created = 3;
+        let mut run = WatchRun::new(WatchLoad { watchers: 2, rate: 10 }, writes);
+        run.collect(WatcherSaw { deliveries: vec![d(0, 0, 1), d(1, 0, 1), d(2, 0, 1)], end: None });
+        run.collect(WatcherSaw {
+            deliveries: vec![d(0, 0, 1)],
+            end: Some(StreamEnd::Gone("410: too slow".into())),
+        });
+        assert_eq!((run.lost, run.gone, run.broken), (Lost { events: 2, watchers: 1 }, 1, 0));
+        let rows = run.rows();
+        assert_eq!(rows[0].measurement, "watch delivery, 2 watchers × 10/s, open-loop, send → receive");
+        assert_eq!(
+            rows[0].result,
+            "4 of 6 deliveries; 2 lost at 1 watchers; 1 streams ended by 410, first: 410: too slow"
+        );
+        assert_eq!(rows[0].aim, "nothing lost: missed");
     }
 }
