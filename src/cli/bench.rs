@@ -10,6 +10,7 @@
 //! every body, and the raw bytes of a list. It is still only the public REST API.
 
 mod api;
+mod cold_start;
 mod creates;
 mod daemon;
 mod list;
@@ -17,6 +18,7 @@ mod machine;
 mod meters;
 mod power;
 mod report;
+mod units;
 mod watch;
 
 use std::path::PathBuf;
@@ -32,7 +34,8 @@ use self::daemon::{open_files_limit, Daemon, WorkDir};
 use self::list::list_phase;
 use self::machine::Machine;
 use self::meters::{fdatasync_latencies, CpuMeter};
-use self::report::{fmt_count, render_markdown, render_text, Row};
+use self::report::{render_markdown, render_text, Row};
+use self::units::fmt_count;
 use self::watch::{watch_phase, WatchLoad, WriterMode};
 use super::Context;
 
@@ -120,6 +123,13 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub power_cycles: Option<usize>,
 
+    /// After the fill and the lists: graceful restarts (SIGTERM, wait for the exit, start
+    /// again on the same state) to time the cold start, spawn → a full list answering
+    /// with every object, and to read the memory after each [default: 3; 1 with --quick;
+    /// 0 skips the phase].
+    #[arg(long, value_name = "N")]
+    pub restarts: Option<usize>,
+
     /// A short smoke run: 1s levels, 50 raw commits, 200 watchers for 2s, 10000 objects.
     #[arg(long)]
     pub quick: bool,
@@ -148,6 +158,7 @@ struct Plan {
     fill_clients: usize,
     list_runs: usize,
     power_cycles: usize,
+    restarts: usize,
     /// Extra `hive serve` flags (`--serve-arg`).
     serve_args: Vec<String>,
 }
@@ -178,6 +189,7 @@ impl Plan {
             fill_clients: args.fill_clients,
             list_runs: pick(args.list_runs, 5, 3),
             power_cycles: pick(args.power_cycles, 10, 3),
+            restarts: pick(args.restarts, 3, 1),
             serve_args: args.serve_arg.clone(),
         };
         ensure!(!plan.clients.is_empty(), "--clients needs at least one level");
@@ -198,6 +210,7 @@ impl Plan {
         ensure!((1..=10_000_000).contains(&plan.objects), "--objects must be between 1 and 10000000");
         ensure!((1..=100).contains(&plan.list_runs), "--list-runs must be between 1 and 100");
         ensure!((1..=1000).contains(&plan.power_cycles), "--power-cycles must be between 1 and 1000");
+        ensure!(plan.restarts <= 20, "--restarts must be at most 20");
         Ok(plan)
     }
 
@@ -221,7 +234,7 @@ impl Plan {
         format!(
             "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
              --watch-in-flight {} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
-             --power-cycles {}",
+             --power-cycles {} --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
@@ -232,7 +245,8 @@ impl Plan {
             self.objects,
             self.fill_clients,
             self.list_runs,
-            self.power_cycles
+            self.power_cycles,
+            self.restarts
         ) + &self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect::<String>()
     }
 }
@@ -284,7 +298,7 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     let fsync = tokio::task::spawn_blocking(move || fdatasync_latencies(&dir, n)).await??;
 
     progress(format_args!("starting the daemon"));
-    let daemon = Daemon::start(work.path(), &plan.serve_args).await?;
+    let daemon = Daemon::start(work.path(), &plan.serve_args, 0).await?;
     let idle = daemon.memory()?;
 
     let mut creates = Vec::new();
@@ -352,19 +366,34 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     progress(format_args!("list: {} full lists", plan.list_runs));
     let meter = CpuMeter::start(daemon.pid);
     let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
-    rows.push(list.with_cpu(meter.stop()));
+    rows.push(list.row.with_cpu(meter.stop()));
 
-    let full = daemon.memory()?;
+    let live = daemon.memory()?;
     rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
     let db_path = work.path().join("state").join(super::serve::DB_FILE);
     let db_bytes =
         std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
-    rows.push(Row::new(
-        format!("daemon memory, {} objects", fmt_count(plan.objects.max(existing) as u64)),
-        format!("{full}; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
-        None,
-        "",
+    rows.push(cold_start::memory_row(
+        format!("daemon memory, {} objects, live", fmt_count(list.listed.items as u64)),
+        &live,
+        &idle,
+        &list.listed,
+        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
     ));
+
+    let mut daemon = daemon;
+    let mut restarts = Vec::with_capacity(plan.restarts);
+    for generation in 1..=plan.restarts {
+        progress(format_args!(
+            "cold start {generation} of {}: SIGTERM, then a new daemon on the same {} objects",
+            plan.restarts, list.listed.items
+        ));
+        let (restarted, restart) =
+            cold_start::restart(daemon, work.path(), &plan.serve_args, generation, list.listed.items).await?;
+        daemon = restarted;
+        restarts.push(restart);
+    }
+    rows.extend(cold_start::rows(&restarts, &idle));
     daemon.stop().await;
     Ok(Report { rows, machine_before, load_after: Machine::load_average() })
 }

@@ -11,7 +11,8 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::api::{agent, snippet, Api, Endpoint, REQUEST_TIMEOUT};
-use super::report::{fmt_count, Row};
+use super::report::Row;
+use super::units::fmt_count;
 
 /// When a create run stops.
 #[derive(Clone)]

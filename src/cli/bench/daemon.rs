@@ -2,7 +2,7 @@
 //! its temporary work directory, and the open-file limit a run needs.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -11,8 +11,10 @@ use super::api::Endpoint;
 use super::meters::{status_kib, Memory};
 use super::progress;
 
-/// How long the daemon may take to print its URL.
-pub(super) const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the daemon may take to print its URL (a restart loads every object first).
+pub(super) const START_TIMEOUT: Duration = Duration::from_secs(180);
+/// How long the daemon may take to exit after SIGTERM.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A temporary directory, removed (with everything in it) on drop.
 pub(super) struct WorkDir(PathBuf);
@@ -44,15 +46,21 @@ pub(super) struct Daemon {
     pub(super) endpoint: Endpoint,
     /// Its stderr (warnings and errors only).
     pub(super) log_path: PathBuf,
+    /// When it was spawned, and how long after that it printed its URL.
+    pub(super) spawned: Instant,
+    pub(super) serving_line: Duration,
 }
 
 impl Daemon {
-    pub(super) async fn start(work: &Path, extra: &[String]) -> Result<Daemon> {
+    /// Starts `hive serve` on the state in `work` (a new one, or what an earlier start
+    /// left there); `generation` counts the starts and names the log.
+    pub(super) async fn start(work: &Path, extra: &[String], generation: usize) -> Result<Daemon> {
         let state = work.join("state");
-        let log_path = work.join("daemon.log");
+        let log_path = work.join(format!("daemon-{generation}.log"));
         let log =
             std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
         let exe = std::env::current_exe().context("cannot find this executable to start the daemon")?;
+        let spawned = Instant::now();
         let mut child = tokio::process::Command::new(exe)
             // Without the Agent controller: it would give every benchmark Agent a spawn
             // Job, and this measures the API and the store, not agents starting.
@@ -88,6 +96,7 @@ impl Daemon {
         .await
         .ok()
         .flatten();
+        let serving_line = spawned.elapsed();
         let Some(url) = url else {
             let _ = child.kill().await;
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -103,7 +112,7 @@ impl Daemon {
         let token = resolved.token.context("the daemon's kubeconfig has no token")?;
         let endpoint = Endpoint { url: url.into(), ca_pem: ca_pem.into(), token: token.into() };
         let pid = child.id().context("the daemon exited at once")?;
-        Ok(Daemon { child, pid, endpoint, log_path })
+        Ok(Daemon { child, pid, endpoint, log_path, spawned, serving_line })
     }
 
     /// Resident memory now and at its peak, from `/proc/<pid>/status`.
@@ -118,6 +127,32 @@ impl Daemon {
     /// dropped, a failed commit) changes what the numbers mean.
     pub(super) async fn stop(mut self) {
         let _ = self.child.kill().await;
+        self.pass_on_log();
+    }
+
+    /// Stops the daemon as a supervisor does, with SIGTERM, and waits for it to exit;
+    /// how long that took. Fails (after killing it) when it does not exit in time or
+    /// exits with an error.
+    pub(super) async fn stop_gracefully(mut self) -> Result<Duration> {
+        let started = Instant::now();
+        let pid = i32::try_from(self.pid).ok().and_then(rustix::process::Pid::from_raw);
+        let pid = pid.context("the daemon's pid is not a pid")?;
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+            .context("sending SIGTERM to the daemon")?;
+        let exited = tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await;
+        self.pass_on_log();
+        match exited {
+            Ok(Ok(status)) if status.success() => Ok(started.elapsed()),
+            Ok(Ok(status)) => bail!("the daemon exited with {status} after SIGTERM"),
+            Ok(Err(e)) => Err(e).context("waiting for the daemon to exit"),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                bail!("the daemon did not exit within {STOP_TIMEOUT:?} of SIGTERM")
+            }
+        }
+    }
+
+    fn pass_on_log(&self) {
         let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
         if !log.trim().is_empty() {
             let first: Vec<&str> = log.lines().take(5).collect();

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 
+use super::units::fmt_bytes;
+
 /// CPU time used by the daemon and by this process while one phase ran, as a share of
 /// one core (1.0 = one core busy the whole time; this machine's maximum is its core
 /// count). Tells whether a phase was limited by CPU or by waiting (fsync).
@@ -84,6 +86,48 @@ pub(super) fn status_kib(status: &str, key: &str) -> Option<u64> {
     })
 }
 
+/// The daemon's resident memory per object, above what it held idle after its first
+/// start, and the average size of one object's JSON (a full list's bytes per item):
+/// what is beyond the JSON is the cost of how the daemon holds an object.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct PerObject {
+    /// (VmRSS − VmRSS idle) / objects, in bytes.
+    pub(super) bytes: f64,
+    /// List body bytes / items.
+    pub(super) json: f64,
+}
+
+impl PerObject {
+    /// `None` without objects.
+    pub(super) fn new(
+        rss: &Memory,
+        idle: &Memory,
+        listed_items: usize,
+        list_bytes: usize,
+    ) -> Option<PerObject> {
+        (listed_items > 0).then(|| {
+            let above = rss.rss_kib as f64 * 1024.0 - idle.rss_kib as f64 * 1024.0;
+            PerObject { bytes: above / listed_items as f64, json: list_bytes as f64 / listed_items as f64 }
+        })
+    }
+
+    pub(super) fn beyond_json(&self) -> f64 {
+        self.bytes - self.json
+    }
+}
+
+impl std::fmt::Display for PerObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}/object, {} beyond its {} of JSON",
+            fmt_bytes(self.bytes),
+            fmt_bytes(self.beyond_json()),
+            fmt_bytes(self.json)
+        )
+    }
+}
+
 /// `n` writes of 4 KiB at offset 0 of one file, each followed by `fdatasync`: the floor
 /// under any durable commit on this disk.
 pub(super) fn fdatasync_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
@@ -119,5 +163,20 @@ mod tests {
         let stat = "4242 (hive serve) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 25 0 0 20 0 9 0 77 0 0";
         assert_eq!(parse_stat_cpu(stat), Some(Duration::from_millis(1750)));
         assert_eq!(Cpu { daemon: 1.354, bench: 0.5 }.to_string(), "135% / 50%");
+    }
+
+    #[test]
+    fn memory_per_object_is_above_idle_and_beyond_the_json() {
+        let mib = |n: u64| Memory { rss_kib: n * 1024, hwm_kib: n * 1024 };
+        // 100,000 objects took 1,000 MiB above an idle 50 MiB; each is 700 B of JSON.
+        let per = PerObject::new(&mib(1050), &mib(50), 100_000, 70_000_000).unwrap();
+        assert_eq!(per.bytes, 1000.0 * 1024.0 * 1024.0 / 100_000.0);
+        assert_eq!(per.json, 700.0);
+        assert_eq!(per.beyond_json(), per.bytes - 700.0);
+        assert_eq!(per.to_string(), "10.2 KiB/object, 9.6 KiB beyond its 700 B of JSON");
+        // A daemon that gave memory back shows it as negative, not as a wrapped number.
+        let shrunk = PerObject::new(&mib(40), &mib(50), 10, 1000).unwrap();
+        assert!(shrunk.bytes < 0.0);
+        assert_eq!(PerObject::new(&mib(60), &mib(50), 0, 0), None);
     }
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::machine::Machine;
 use super::meters::Cpu;
+use super::units::fmt_duration;
 
 /// The value at percentile `p` (0 < p ≤ 100) of ascending `sorted`, by nearest rank.
 pub(super) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
@@ -27,31 +28,6 @@ pub(super) fn summarize(latencies: &[Duration]) -> Option<Summary> {
     let mut sorted = latencies.to_vec();
     sorted.sort_unstable();
     Some(Summary { p50: percentile(&sorted, 50.0)?, p99: percentile(&sorted, 99.0)?, max: *sorted.last()? })
-}
-
-/// `0.42 ms`, `12.3 ms`, `1.25 s`.
-pub(super) fn fmt_duration(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 {
-        format!("{ms:.2} ms")
-    } else if ms < 1000.0 {
-        format!("{ms:.1} ms")
-    } else {
-        format!("{:.2} s", ms / 1000.0)
-    }
-}
-
-/// `12,345`.
-pub(super) fn fmt_count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// One line of the results table.
@@ -177,17 +153,6 @@ mod tests {
         let s = summarize(&[ms(3), ms(1), ms(2)]).unwrap();
         assert_eq!(s, Summary { p50: ms(2), p99: ms(3), max: ms(3) });
         assert_eq!(summarize(&[]), None);
-    }
-
-    #[test]
-    fn numbers_are_formatted_for_people() {
-        assert_eq!(fmt_count(0), "0");
-        assert_eq!(fmt_count(999), "999");
-        assert_eq!(fmt_count(1000), "1,000");
-        assert_eq!(fmt_count(1_234_567), "1,234,567");
-        assert_eq!(fmt_duration(Duration::from_micros(420)), "0.42 ms");
-        assert_eq!(fmt_duration(Duration::from_micros(12_345)), "12.3 ms");
-        assert_eq!(fmt_duration(ms(1250)), "1.25 s");
     }
 
     #[test]

@@ -21,7 +21,8 @@ use super::aim_text;
 use super::api::{snippet, Endpoint, AGENTS, REQUEST_TIMEOUT};
 use super::creates::warm;
 use super::meters::{Cpu, CpuMeter};
-use super::report::{fmt_count, Row};
+use super::report::Row;
+use super::units::fmt_count;
 use super::Plan;
 
 /// How long watchers may take, after the last write was answered, to receive everything.

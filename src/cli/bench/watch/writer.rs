@@ -14,7 +14,8 @@ use tokio::time::MissedTickBehavior;
 
 use crate::cli::bench::api::{agent, wall_ns, Api, Stamp};
 use crate::cli::bench::creates::CreateRun;
-use crate::cli::bench::report::{fmt_count, Row};
+use crate::cli::bench::report::Row;
+use crate::cli::bench::units::fmt_count;
 
 /// How the watch phase's writer paces its creates.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
