@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The etcd side of issue 13's side-by-side table: starts Debian's etcd (one member, on
+# 127.0.0.1, plaintext, its data in a new temporary directory), runs the load generator
+# against it, then stops etcd and removes the directory (also on error and on Ctrl-C).
+#
+#   bench/etcd/run.sh                       # the issue's rows: puts at 1/16/64 clients for 5s, 1000x10 and 100x1000 watches
+#   bench/etcd/run.sh --duration 2s --watch-duration 2s   # a short smoke run
+#   bench/etcd/run.sh --markdown            # also the rows as Markdown
+#
+# Every argument goes to the load generator (`run.sh --help` lists them). Needs
+# `etcd` (Debian: etcd-server) and, to build the generator, `protoc` (protobuf-compiler).
+# ETCD_DIR sets the parent of the data directory (its disk is the one fsynced; default:
+# the system's temporary directory), like `hive bench --dir`.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+
+for tool in etcd protoc cargo; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "run.sh: $tool is missing (apt-get install etcd-server protobuf-compiler; cargo from rustup)" >&2
+    exit 1
+  fi
+done
+
+case " $* " in
+  *" --help "*|*" -h "*)
+    cargo run --quiet --release --manifest-path "$here/Cargo.toml" -- --help
+    exit 0 ;;
+esac
+
+cargo build --quiet --release --manifest-path "$here/Cargo.toml"
+generator="${CARGO_TARGET_DIR:-$here/target}/release/hive-bench-etcd"
+
+dir="$(mktemp -d "${ETCD_DIR:-${TMPDIR:-/tmp}}/hive-bench-etcd.XXXXXX")"
+etcd_pid=""
+cleanup() {
+  if [ -n "$etcd_pid" ] && kill -0 "$etcd_pid" 2>/dev/null; then
+    kill -TERM "$etcd_pid" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$etcd_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$etcd_pid" 2>/dev/null || true
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Free ports on 127.0.0.1 for the client and peer URLs.
+read -r client_port peer_port < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+endpoint="http://127.0.0.1:$client_port"
+
+# The defaults of etcd 3.4 otherwise: fsync on every commit (--unsafe-no-fsync is off),
+# 512-byte values fit its request limit; quotas and snapshots as shipped.
+etcd --name bench --data-dir "$dir/data" \
+  --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
+  --listen-peer-urls "http://127.0.0.1:$peer_port" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+  --initial-cluster "bench=http://127.0.0.1:$peer_port" \
+  --log-level warn >"$dir/etcd.log" 2>&1 &
+etcd_pid=$!
+
+for _ in $(seq 300); do
+  if ETCDCTL_API=3 etcdctl --endpoints "$endpoint" endpoint health >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$etcd_pid" 2>/dev/null; then
+    echo "run.sh: etcd exited; its log:" >&2; cat "$dir/etcd.log" >&2; exit 1
+  fi
+  sleep 0.1
+done
+echo "run.sh: etcd $(etcd --version | head -1 | awk '{print $3}') pid $etcd_pid at $endpoint, data in $dir" >&2
+
+"$generator" --endpoint "$endpoint" --etcd-pid "$etcd_pid" "$@"

@@ -1,0 +1,118 @@
+//! `hive-bench-etcd`: the etcd side of issue 13's side-by-side table. It measures etcd
+//! (started by `run.sh`, one member on 127.0.0.1, plaintext gRPC) the way `hive bench`
+//! measures hive: durable puts per second at several client counts, each client on its
+//! own connection, and watch delivery latency with an open-loop writer at the same
+//! loads. It prints rows in `hive bench`'s columns, so both land in one table.
+
+mod puts;
+mod table;
+mod watch;
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Parser;
+
+/// Measures an etcd at --endpoint as `hive bench` measures hive; see run.sh.
+#[derive(Parser, Debug)]
+#[command(name = "hive-bench-etcd")]
+struct Args {
+    /// etcd's client URL (plaintext gRPC).
+    #[arg(long, default_value = "http://127.0.0.1:2379")]
+    endpoint: String,
+
+    /// etcd's pid, for the CPU column (run.sh passes it).
+    #[arg(long)]
+    etcd_pid: Option<u32>,
+
+    /// How long each put level runs, e.g. `5s` or `500ms`.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    duration: Duration,
+
+    /// Concurrent put clients of each level, each with its own connection.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    clients: Vec<usize>,
+
+    /// Watch loads, each WATCHERSxRATE, as `hive bench --watch-loads`.
+    #[arg(long, value_delimiter = ',', default_value = "1000x10,100x1000", value_parser = watch::Load::parse)]
+    watch_loads: Vec<watch::Load>,
+
+    /// How long the writer writes for each watch load.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    watch_duration: Duration,
+
+    /// Most puts in flight at once from the open-loop writer.
+    #[arg(long, default_value_t = 1000)]
+    watch_in_flight: usize,
+
+    /// Bytes in each value (the issue's comparison used 512).
+    #[arg(long, default_value_t = 512)]
+    value_bytes: usize,
+
+    /// Print the rows as Markdown too.
+    #[arg(long)]
+    markdown: bool,
+}
+
+/// `5s`, `500ms`, `1.5s`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, scale) = match text.strip_suffix("ms") {
+        Some(n) => (n, 0.001),
+        None => (text.strip_suffix('s').unwrap_or(text), 1.0),
+    };
+    let n: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration like 5s or 500ms"))?;
+    if !(n > 0.0 && n * scale <= 600.0) {
+        return Err(format!("`{text}`: more than 0 and at most 600s"));
+    }
+    Ok(Duration::from_secs_f64(n * scale))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut rows = Vec::new();
+    for &clients in &args.clients {
+        eprintln!("hive-bench-etcd: puts c={clients} for {:?}", args.duration);
+        rows.push(
+            puts::level(&args.endpoint, clients, args.duration, args.value_bytes, args.etcd_pid).await?,
+        );
+    }
+    for (index, load) in args.watch_loads.iter().enumerate() {
+        eprintln!(
+            "hive-bench-etcd: watch: {} watchers at {}/s for {:?}",
+            load.watchers, load.rate, args.watch_duration
+        );
+        rows.extend(
+            watch::load(
+                &args.endpoint,
+                index,
+                *load,
+                args.watch_duration,
+                args.watch_in_flight,
+                args.value_bytes,
+                args.etcd_pid,
+            )
+            .await?,
+        );
+    }
+    print!("{}", table::render_text(&rows));
+    if args.markdown {
+        println!();
+        print!("{}", table::render_markdown(&rows));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_hive_bench() {
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}
