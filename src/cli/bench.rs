@@ -68,8 +68,8 @@ pub struct Args {
     /// Watch loads to measure one after the other, each WATCHERSxRATE: that many watch
     /// streams (one connection each) while the writer creates RATE Agents a second
     /// [default: 1000x10,100x1000, the two loads of issue 13; 200x10,20x200 with --quick].
-    /// Needs about WATCHERS + RATE open files in this process and in the daemon
-    /// (`ulimit -n`).
+    /// Needs about WATCHERS + min(--watch-in-flight, writes) open files in this process
+    /// and in the daemon (`ulimit -n`).
     #[arg(long, value_name = "WxR,...", value_delimiter = ',', value_parser = WatchLoad::parse,
           conflicts_with_all = ["watchers", "watch_rate"])]
     pub watch_loads: Vec<WatchLoad>,
@@ -130,7 +130,8 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub restarts: Option<usize>,
 
-    /// A short smoke run: 1s levels, 50 raw commits, 200 watchers for 2s, 10000 objects.
+    /// A short smoke run: 1s levels, 50 raw commits, watch loads 200x10 and 20x200 for
+    /// 2s, 10000 objects, 3 power cycles, 1 restart.
     #[arg(long)]
     pub quick: bool,
 
