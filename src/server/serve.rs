@@ -1,13 +1,17 @@
 //! The TLS listeners: accept TCP connections up to `--max-connections` (refusing the
 //! rest promptly), back off while `accept` fails (out of file descriptors, typically),
 //! complete the rustls handshake and serve each connection (`connection.rs`: hyper with
-//! the axum router, the header-read and idle timeouts), until shutdown.
+//! the axum router over HTTP/2 or HTTP/1.1 as ALPN chose, the header-read and idle
+//! timeouts; `http2.rs`: the HTTP/2 limits), until shutdown.
 
 mod backoff;
 mod connection;
+mod end_stream;
+mod http2;
 mod refusal;
 
 pub use connection::{Timeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
+pub use end_stream::EndStream;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -185,6 +189,9 @@ pub async fn serve_tls(
     connections: Connections,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    // A refused connection is offered HTTP/1.1 only: its 503 is one response and a
+    // close, which needs no HTTP/2 connection, and every client speaks HTTP/1.1.
+    let refusing = TlsAcceptor::from(crate::server::tls::http1_only(&tls));
     let acceptor = TlsAcceptor::from(tls);
     let timeouts = connections.inner.config.timeouts;
     let mut failures = AcceptFailures::default();
@@ -212,7 +219,7 @@ pub async fn serve_tls(
         failures.succeeded(Instant::now());
         let Some(place) = connections.admit() else {
             connections.refused();
-            refusal::refuse(tcp, acceptor.clone(), &connections.inner.answering);
+            refusal::refuse(tcp, refusing.clone(), &connections.inner.answering);
             continue;
         };
         let _ = tcp.set_nodelay(true);
@@ -231,7 +238,8 @@ pub async fn serve_tls(
                     return;
                 }
             };
-            connection::serve(stream, app, timeouts, peer).await;
+            let protocol = connection::Protocol::negotiated(stream.get_ref().1.alpn_protocol());
+            connection::serve(stream, protocol, app, timeouts, peer).await;
         });
     }
 }

@@ -46,7 +46,10 @@ const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 60 * 60);
 /// the result chains to `ca.crt` because name and key are what chaining checks.
 const CA_COMMON_NAME: &str = "hive-ca";
 const SERVER_COMMON_NAME: &str = "hive";
-/// The only protocol we serve for now; advertised via ALPN so clients do not try h2.
+/// The protocols we serve, advertised via ALPN in our order of preference (rustls picks
+/// the first one the client offers too): HTTP/2, so that one client's many watches share
+/// one connection, and HTTP/1.1.
+const ALPN_H2: &[u8] = b"h2";
 const ALPN_HTTP11: &[u8] = b"http/1.1";
 
 /// A serving certificate chain and its key, plus the CA that clients should trust.
@@ -191,7 +194,7 @@ pub fn load_custom(cert: &Path, key: &Path) -> Result<TlsMaterial> {
 
 /// The rustls server configuration for `material`: TLS 1.2/1.3 with the ring provider
 /// (named explicitly, so no process-wide default provider is needed), no client
-/// certificates (clients authenticate with bearer tokens), ALPN `http/1.1`.
+/// certificates (clients authenticate with bearer tokens), ALPN `h2` and `http/1.1`.
 pub fn server_config(material: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>> {
     let chain = parse_chain(&material.cert_pem)
         .with_context(|| format!("TLS certificate {}", material.cert_path.display()))?;
@@ -209,8 +212,15 @@ pub fn server_config(material: &TlsMaterial) -> Result<Arc<rustls::ServerConfig>
                 material.cert_path.display()
             )
         })?;
-    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP11.to_vec()];
     Ok(Arc::new(config))
+}
+
+/// `config` offering ALPN `http/1.1` only (for connections refused over the cap).
+pub fn http1_only(config: &rustls::ServerConfig) -> Arc<rustls::ServerConfig> {
+    let mut config = config.clone();
+    config.alpn_protocols = vec![ALPN_HTTP11.to_vec()];
+    Arc::new(config)
 }
 
 fn ring_provider() -> Arc<CryptoProvider> {

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
 use super::selectors::Selectors;
+use super::serve::EndStream;
 use super::table::{self, IncludeObject};
 use super::AppState;
 use crate::store::{self, EventType, Obj};
@@ -30,10 +31,13 @@ const LINE_BUFFER: usize = 16;
 /// at its bookmark ticker, deadline and client again.
 const READY_RUN: usize = 64;
 
-/// The watch task's end of the HTTP body: lines, and a way to abort the connection.
+/// The watch task's end of the HTTP body: lines, and ways to end the stream.
 struct Sink {
     lines: mpsc::Sender<Bytes>,
     abort: Option<oneshot::Sender<()>>,
+    /// The connection's way to end this response's stream, which works even when hyper
+    /// has stopped polling the body (`None` outside a connection, in router tests).
+    end: Option<EndStream>,
     write_timeout: Duration,
     counts: WatchCounts,
 }
@@ -76,8 +80,9 @@ enum Stop {
 
 impl Sink {
     /// Queues `line` for the client, waiting at most the write timeout for room. A client
-    /// that takes nothing for that long has its connection aborted (its memory freed):
-    /// it cannot read an in-stream error either.
+    /// that takes nothing for that long has its stream ended (its memory freed) — over
+    /// HTTP/1.1 its connection is aborted, over HTTP/2 the stream is reset: it cannot
+    /// read an in-stream error either.
     async fn send(&mut self, line: Bytes) -> Result<(), Stop> {
         // With room in the channel (the usual case) no timer is started.
         let line = match self.lines.try_send(line) {
@@ -90,8 +95,15 @@ impl Sink {
             Ok(Err(_)) => Err(Stop::Gone),
             Err(_) => {
                 self.counts.not_reading.inc();
+                // The body ends with an error when hyper next polls it. hyper polls no
+                // body whose writes are blocked — by a full socket, or on HTTP/2 by flow
+                // control, which is what a client that reads nothing does — so the
+                // stream is also ended from outside hyper.
                 if let Some(abort) = self.abort.take() {
                     let _ = abort.send(());
+                }
+                if let Some(end) = self.end.take() {
+                    end.end();
                 }
                 Err(Stop::NotReading)
             }
@@ -354,8 +366,13 @@ pub async fn serve(
         Err(other) => return Err(other.into()),
     };
     let bookmark_every = state.config.bookmark_interval;
-    let mut tx =
-        Sink { lines: tx, abort: Some(abort), write_timeout: state.config.watch_write_timeout, counts };
+    let mut tx = Sink {
+        lines: tx,
+        abort: Some(abort),
+        end: EndStream::current(),
+        write_timeout: state.config.watch_write_timeout,
+        counts,
+    };
     tokio::spawn(async move {
         if let Some(objects) = initial {
             for object in objects.iter().filter(|o| selectors.matches_stored(o)) {

@@ -110,7 +110,8 @@ impl Daemon {
         let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--state-dir"])
             .arg(dir)
-            .args(["--bookmark-interval", "1s", "--log", "info"])
+            .args(["--bookmark-interval", "1s"])
+            .args(if extra.contains(&"--log") { &[][..] } else { &["--log", "info"][..] })
             // The fleet endpoint's fixed default port would collide between tests.
             .args(if extra.contains(&"--fleet-listen") {
                 &[][..]

@@ -33,6 +33,7 @@ mod fleet_intake;
 mod fleet_vastai;
 mod generated;
 mod harness;
+mod http2;
 mod intake;
 mod jobs;
 mod kubectl;

@@ -1,16 +1,21 @@
-//! One HTTP connection after its TLS handshake: served by hyper with the axum router,
-//! closed when a request's head does not arrive within the header timeout, and closed
-//! gracefully once it has been idle — no request in flight, no byte read — for the idle
-//! timeout. A request in flight (a watch, a followed log) is never cut by either.
+//! One HTTP connection after its TLS handshake: served by hyper with the axum router —
+//! HTTP/2 when the client chose `h2` by ALPN (`http2.rs`), HTTP/1.1 otherwise — closed
+//! when the first request's head does not arrive within the header timeout, and closed
+//! gracefully once it has been idle for the idle timeout. A request in flight (a watch,
+//! a followed log) is never cut by either.
 //!
 //! Both timers are ours, not hyper's `header_read_timeout`: hyper starts that one as
 //! soon as a response is written, so on a keep-alive connection it would also run while
 //! the connection is merely idle and close every idle connection at the header timeout.
 //! Here, as in Go's `net/http` (`ReadHeaderTimeout`, `IdleTimeout`), the header timer of
-//! a kept-alive connection starts with the next request's first byte.
+//! a kept-alive HTTP/1.1 connection starts with the next request's first byte.
 //!
-//! This is where an HTTP/2 connection (ALPN `h2`) would be served beside HTTP/1.1: the
-//! listener hands every connection to [`serve`].
+//! On HTTP/2 the header timer covers the connection preface, the SETTINGS and the first
+//! request's HEADERS (later streams' heads arrive as single frames, bounded by
+//! [`http2::MAX_HEADER_LIST_BYTES`]); idle means no stream open, whatever frames
+//! (PING, WINDOW_UPDATE) still arrive — Go's server counts idleness the same way — and
+//! the graceful close is a GOAWAY. A client that does not finish closing within
+//! [`GOODBYE_WITHIN`] of the GOAWAY (or of the HTTP/1.1 close) is dropped.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -33,6 +38,9 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tower::ServiceExt as _;
 
+use super::end_stream::EndStream;
+use super::http2;
+
 /// The header-read timeout when `--http-header-timeout` is not given (Go's and
 /// kube-apiserver's usual choice).
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -41,6 +49,10 @@ pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// `http.Transport` keeps idle connections this long too, so clients rarely reuse one
 /// the server has just closed).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long a connection closed gracefully (idle) may take to finish closing: an
+/// HTTP/2 client acknowledges the GOAWAY's PING within a round trip.
+const GOODBYE_WITHIN: Duration = Duration::from_secs(5);
 
 /// The timeouts of one connection; `None` turns one off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,40 +70,96 @@ impl Default for Timeouts {
     }
 }
 
+/// The HTTP a connection speaks, as its TLS handshake's ALPN chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Http1,
+    Http2,
+}
+
+impl Protocol {
+    /// HTTP/2 when ALPN chose `h2`; HTTP/1.1 otherwise (also without ALPN).
+    pub(super) fn negotiated(alpn: Option<&[u8]>) -> Protocol {
+        match alpn {
+            Some(b"h2") => Protocol::Http2,
+            _ => Protocol::Http1,
+        }
+    }
+}
+
 /// Serves one connection until the client closes it, a timeout closes it, or the
 /// runtime ends.
-pub(super) async fn serve<S>(io: S, app: Router, timeouts: Timeouts, peer: SocketAddr)
+pub(super) async fn serve<S>(io: S, protocol: Protocol, app: Router, timeouts: Timeouts, peer: SocketAddr)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new(Instant::now()));
-    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone() });
-    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        // Our own header timer (see the module's note) replaces hyper's.
-        .header_read_timeout(None)
-        .serve_connection(io, service);
+    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone(), protocol });
+    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer, protocol });
+    let result = match protocol {
+        Protocol::Http1 => {
+            let conn = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                // Our own header timer (see the module's note) replaces hyper's.
+                .header_read_timeout(None)
+                .serve_connection(io, service);
+            drive(conn, |conn| conn.graceful_shutdown(), &activity, timeouts, peer).await
+        }
+        Protocol::Http2 => {
+            tracing::debug!(%peer, "serving a connection over HTTP/2");
+            let conn = http2::builder().serve_connection(io, service);
+            drive(conn, |conn| conn.graceful_shutdown(), &activity, timeouts, peer).await
+        }
+    };
+    if let Some(Err(err)) = result {
+        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+}
+
+/// Runs `conn` until it ends (`Some`), or a timeout or [`EndStream`] closes it (`None`).
+async fn drive<C>(
+    conn: C,
+    graceful_shutdown: impl Fn(Pin<&mut C>),
+    activity: &Activity,
+    timeouts: Timeouts,
+    peer: SocketAddr,
+) -> Option<hyper::Result<()>>
+where
+    C: Future<Output = hyper::Result<()>>,
+{
     tokio::pin!(conn);
-    let result = tokio::select! {
-        result = conn.as_mut() => result,
+    tokio::select! {
+        result = conn.as_mut() => return Some(result),
+        () = activity.closing() => {
+            tracing::debug!(%peer, "closing a connection: a response on it could not end otherwise");
+            return None;
+        }
         expiry = activity.expiry(timeouts) => match expiry {
             Expiry::Header => {
                 // Dropping the connection closes the socket; there is no request to answer.
                 tracing::debug!(%peer, "closing a connection: no complete request head within the header timeout");
-                return;
+                return None;
             }
-            Expiry::Idle => {
-                tracing::debug!(%peer, "closing an idle connection");
-                // Idle means no request in flight, so hyper closes at once (with a TLS
-                // close_notify); a request that raced in is finished first.
-                conn.as_mut().graceful_shutdown();
-                conn.await
-            }
+            Expiry::Idle => tracing::debug!(%peer, "closing an idle connection"),
         },
-    };
-    if let Err(err) = result {
-        tracing::debug!(%peer, error = %err, "connection ended with an error");
+    }
+    // Idle means no request in flight, so HTTP/1.1 closes at once (with a TLS
+    // close_notify) and HTTP/2 sends GOAWAY; a request that raced in is finished first.
+    // A client that holds the connection open after that, with nothing in flight, is
+    // dropped.
+    graceful_shutdown(conn.as_mut());
+    activity.update(|phase| match phase {
+        Phase::Idle { .. } => Phase::Idle { since: Instant::now() },
+        other => other,
+    });
+    let goodbye = Timeouts { header: Some(GOODBYE_WITHIN), idle: Some(GOODBYE_WITHIN) };
+    tokio::select! {
+        result = conn.as_mut() => Some(result),
+        () = activity.closing() => None,
+        _ = activity.expiry(goodbye) => {
+            tracing::debug!(%peer, "dropping a connection that did not finish its graceful close");
+            None
+        }
     }
 }
 
@@ -154,11 +222,22 @@ impl Phase {
 struct Activity {
     phase: Mutex<Phase>,
     changed: Notify,
+    /// Ended by an HTTP/1.1 request's [`EndStream`]: the connection is to be closed.
+    close: EndStream,
 }
 
 impl Activity {
     fn new(now: Instant) -> Activity {
-        Activity { phase: Mutex::new(Phase::Head { since: now }), changed: Notify::new() }
+        Activity {
+            phase: Mutex::new(Phase::Head { since: now }),
+            changed: Notify::new(),
+            close: EndStream::default(),
+        }
+    }
+
+    /// Resolves once a response asked for the connection to be closed.
+    async fn closing(&self) {
+        self.close.requested().await
     }
 
     fn phase(&self) -> Phase {
@@ -193,10 +272,13 @@ impl Activity {
     }
 }
 
-/// The connection's byte stream, telling [`Activity`] when bytes arrive.
+/// The connection's byte stream, telling [`Activity`] when bytes arrive on an idle
+/// HTTP/1.1 connection (the next request's head has begun; on HTTP/2 bytes may be any
+/// frame, and only a stream ends idleness).
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
+    protocol: Protocol,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
@@ -204,7 +286,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if matches!(poll, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+        if this.protocol == Protocol::Http1
+            && matches!(poll, Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+        {
             this.activity.update(|phase| match phase {
                 Phase::Idle { .. } => phase.read(Instant::now()),
                 other => other,
@@ -248,6 +333,7 @@ struct Tracking {
     /// The client's address, handed to the router as `ConnectInfo` (the audit log's
     /// source address).
     peer: SocketAddr,
+    protocol: Protocol,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -266,10 +352,16 @@ impl tower::Service<Request<Incoming>> for Tracking {
         request.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
         let in_flight = InFlight::start(self.activity.clone());
         let app = self.app.clone();
-        Box::pin(async move {
+        let answer = async move {
             let response = app.oneshot(request).await?;
             Ok(response.map(|body| Body::new(Finishing { body, _in_flight: in_flight })))
-        })
+        };
+        match self.protocol {
+            // This runs in the stream's own task, whose `EndStream` is in scope.
+            Protocol::Http2 => Box::pin(answer),
+            // An HTTP/1.1 response ends early only with its connection.
+            Protocol::Http1 => Box::pin(self.activity.close.clone().scope(answer)),
+        }
     }
 }
 

@@ -155,7 +155,7 @@ fn debug_hides_the_key() {
 }
 
 /// A client that trusts only ca.crt completes a handshake for each name, negotiating
-/// http/1.1, and exchanges bytes.
+/// h2 when it offers it (else http/1.1), and exchanges bytes.
 #[tokio::test]
 async fn client_trusting_ca_completes_handshake() {
     let dir = tempfile::tempdir().unwrap();
@@ -175,7 +175,7 @@ async fn client_trusting_ca_completes_handshake() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
-        for _ in 0..2 {
+        for _ in 0..3 {
             let (tcp, _) = listener.accept().await.unwrap();
             let mut tls = acceptor.accept(tcp).await.unwrap();
             let mut buf = [0u8; 4];
@@ -188,12 +188,24 @@ async fn client_trusting_ca_completes_handshake() {
         let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let server_name = ServerName::try_from(name.to_owned()).unwrap();
         let mut tls = connector.connect(server_name, tcp).await.unwrap();
-        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]), "{name}");
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "{name}");
         tls.write_all(b"ping").await.unwrap();
         let mut buf = [0u8; 4];
         tls.read_exact(&mut buf).await.unwrap();
         assert_eq!(&buf, b"ping");
     }
+    // A client that offers only http/1.1 gets it.
+    let mut http1_client = (**connector.config()).clone();
+    http1_client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(http1_client))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"http/1.1"[..]));
+    tls.write_all(b"ping").await.unwrap();
+    let mut buf = [0u8; 4];
+    tls.read_exact(&mut buf).await.unwrap();
     server.await.unwrap();
 
     // A name outside the certificate is refused by the client.
