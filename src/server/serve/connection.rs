@@ -502,4 +502,26 @@ mod tests {
         assert_eq!(watchdog.await.unwrap(), Expiry::Header);
         assert_eq!(Instant::now() - begun, Duration::from_secs(10));
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn bytes_on_an_idle_connection_begin_a_head_on_http1_only() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        // (protocol, the phase after a byte arrives on an idle connection)
+        for (protocol, begins_head) in [(Protocol::Http1, true), (Protocol::Http2, false)] {
+            let activity = Arc::new(Activity::new(Instant::now()));
+            drop(InFlight::start(activity.clone()));
+            let idle = activity.phase();
+            let (mut client, server) = tokio::io::duplex(64);
+            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol };
+            // A PING frame's worth of bytes, on HTTP/2; the start of a request, on HTTP/1.1.
+            client.write_all(b"x").await.unwrap();
+            let mut byte = [0u8; 1];
+            tracked.read_exact(&mut byte).await.unwrap();
+            let phase = activity.phase();
+            assert_eq!(matches!(phase, Phase::Head { .. }), begins_head, "{protocol:?}: {phase:?}");
+            if !begins_head {
+                assert_eq!(phase, idle, "{protocol:?}: still idle since the response");
+            }
+        }
+    }
 }
