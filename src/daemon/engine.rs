@@ -141,7 +141,10 @@ impl Engine {
             markers: Markers::new(state_dir.join("applied")),
             hive_rev: config.hive_rev.clone(),
         };
-        runtime.attach(&Api::<Agent>::new(&store).list().1).await;
+        // Listed only if the runtime asks: decoding every stored Agent is most of a cold
+        // start with many of them.
+        let agents = Api::<Agent>::new(&store);
+        runtime.attach(&move || agents.list().1).await;
         let interrupted = crate::daemon::jobs_mirror::mark_interrupted(&store).await?;
         if !interrupted.is_empty() {
             tracing::warn!(jobs = ?interrupted, "marked Jobs of a previous run interrupted");

@@ -123,10 +123,11 @@ pub trait Runtime: Send + Sync {
     /// is dropped. A runtime whose output lives elsewhere says where, as an error.
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>>;
 
-    /// Takes over at daemon start, for the stored `agents`: the process runtime kills the
-    /// processes a previous daemon left (they lost their supervisor and log pipe); the
+    /// Takes over at daemon start, for the stored agents (`agents` lists them, decoding
+    /// every one, so only a runtime that needs them calls it): the process runtime kills
+    /// the processes a previous daemon left (they lost their supervisor and log pipe); the
     /// container runtime asks systemd once about each agent and starts its rescan.
-    fn attach<'a>(&'a self, agents: &'a [Agent]) -> BoxFuture<'a, ()>;
+    fn attach<'a>(&'a self, agents: &'a (dyn Fn() -> Vec<Agent> + Send + Sync)) -> BoxFuture<'a, ()>;
 
     /// Whether agents keep running when the daemon stops (containers, systemd units) or
     /// are stopped with it (processes, which a next daemon cannot adopt).

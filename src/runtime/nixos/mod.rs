@@ -715,9 +715,9 @@ impl Runtime for NixosRuntime {
         })
     }
 
-    fn attach<'a>(&'a self, agents: &'a [Agent]) -> BoxFuture<'a, ()> {
+    fn attach<'a>(&'a self, agents: &'a (dyn Fn() -> Vec<Agent> + Send + Sync)) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            for agent in agents {
+            for agent in &agents() {
                 if let Err(err) = NixosRuntime::is_running(self, agent).await {
                     tracing::warn!(agent = agent.metadata.name, error = %err, "container state unknown");
                 }

@@ -669,7 +669,7 @@ impl Runtime for ProcessRuntime {
         })
     }
 
-    fn attach<'a>(&'a self, _agents: &'a [Agent]) -> BoxFuture<'a, ()> {
+    fn attach<'a>(&'a self, _agents: &'a (dyn Fn() -> Vec<Agent> + Send + Sync)) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             for (agent, pid) in self.kill_orphans() {
                 tracing::warn!(agent, pid, "stopped a process a previous daemon left running");
