@@ -14,6 +14,7 @@ pub mod events;
 pub mod fleet;
 pub mod jobs;
 pub mod kinds;
+pub mod local_api;
 pub mod metrics;
 pub mod openapi;
 pub mod params;
@@ -173,9 +174,6 @@ pub fn app(state: AppState) -> Router {
     app_with_pages(state, Router::new())
 }
 
-/// The whole API plus `pages`, routes served beside it without API authentication (the
-/// dashboard: its pages do their own sign-in). The composition root passes the
-/// dashboard's router here, so the server never depends on the dashboard.
 /// `GET /readyz`: ready while the store takes writes. After a failed write it asks the
 /// store to reopen its database first, so readiness returns by itself once space is
 /// freed. Unauthenticated, like `/healthz`, and says no more than kube-apiserver's.
@@ -189,6 +187,11 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
+/// The whole API plus `pages`, routes served beside it without API authentication (the
+/// dashboard: its pages do their own sign-in). The composition root passes the
+/// dashboard's router here, so the server never depends on the dashboard. Every request
+/// carries a [`local_api::LocalApi`]: the same authenticated routes, for a page shell to
+/// ask the API what the browser would.
 pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     // Everything here is behind `authenticate`, including the fallback, so an
     // unauthenticated request gets 401 whatever its path; each route authorizes itself.
@@ -197,12 +200,14 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     let authenticated = audited(authenticated, &state);
+    let local = local_api::LocalApi(authenticated.clone().with_state(state.clone()));
     let app = Router::new()
         .route("/version", get(discovery::version))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(authenticated)
         .merge(pages)
+        .layer(axum::Extension(local))
         .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
         .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(body::drain_unread))
