@@ -19,6 +19,21 @@ const NAV: [(&str, &str); 7] = [
     ("/status", "Status"),
 ];
 
+/// Our scripts, in the order they run.
+const SCRIPTS: [&str; 11] = [
+    "/assets/app.js",
+    "/assets/logs.js",
+    "/assets/charts.js",
+    "/assets/yaml.js",
+    "/assets/tables.js",
+    "/assets/events.js",
+    "/assets/detail.js",
+    "/assets/pages.js",
+    "/assets/fleet.js",
+    "/assets/jobs_filter.js",
+    "/assets/metrics.js",
+];
+
 /// Security headers for every dashboard HTML response: scripts, styles and connections
 /// only from this origin, never framed, never cached.
 pub fn html_response(body: String) -> Response {
@@ -50,6 +65,7 @@ pub fn head(m: &mut Markup, title: &str, csrf: Option<&str>) {
     m.elem("title", &[], &format!("{title} · hive"));
     m.void("link", &[("rel", "stylesheet"), ("href", "/assets/app.css")]);
     m.void("link", &[("rel", "stylesheet"), ("href", "/assets/views.css")]);
+    m.void("link", &[("rel", "stylesheet"), ("href", "/assets/theme.css")]);
     m.close("head");
 }
 
@@ -103,20 +119,29 @@ pub fn page(
         .close("noscript");
     body(&mut m);
     m.close("main");
-    // In order (`defer` keeps it): the core, then what replaces parts of it (the log
-    // view), then the pages that use them.
-    let scripts = [
-        "/assets/app.js",
-        "/assets/logs.js",
-        "/assets/charts.js",
-        "/assets/pages.js",
-        "/assets/fleet.js",
-        "/assets/jobs_filter.js",
-        "/assets/metrics.js",
-    ];
-    for script in scripts {
+    // In this order: each file builds on `hive` from app.js, logs.js replaces its plain
+    // log tail, and pages.js uses the agent page's parts from detail.js.
+    for script in SCRIPTS {
         m.open("script", &[("src", script), ("defer", "")]).close("script");
     }
     m.close("body").close("html");
     html_response(m.finish())
+}
+
+/// The page for an object the API says does not exist: HTTP 404, what was asked for, a
+/// way back, and none of the object page's controls or live views.
+pub fn not_found(viewer: &Viewer, active: &str, kind: &str, name: &str, back: (&str, &str)) -> Response {
+    let title = format!("{kind} {name} not found");
+    let mut response = page(viewer, "not-found", active, &title, |m| {
+        m.open("section", &[("class", "card"), ("id", "not-found")]);
+        m.open("p", &[])
+            .text(&format!("There is no {} named ", kind.to_lowercase()))
+            .elem("code", &[], name)
+            .text(": it was never created, or it has been deleted.")
+            .close("p");
+        m.open("p", &[]).elem("a", &[("href", back.0)], back.1).close("p");
+        m.close("section");
+    });
+    *response.status_mut() = axum::http::StatusCode::NOT_FOUND;
+    response
 }

@@ -18,6 +18,8 @@ use axum::routing::get;
 use axum::Router;
 
 use crate::auth::Verb;
+use crate::server::local_api::LocalApi;
+use crate::server::request_id::RequestId;
 use crate::server::AppState;
 
 pub use crate::auth::sessions::{CookieAuth, Sessions, SignedIn, COOKIE, CSRF_HEADER, SESSION_TTL};
@@ -33,6 +35,8 @@ pub fn router() -> Router<AppState> {
         .route("/agents", get(pages::agents::list))
         .route("/agents/{name}", get(pages::agents::one))
         .route("/jobs", get(pages::jobs::page))
+        .route("/jobs/{name}", get(pages::job::page))
+        .route("/nodes/{name}", get(pages::node::page))
         .route("/approvals", get(pages::approvals::page))
         .route("/fleet", get(pages::fleet::page))
         .route("/provision", get(pages::provision::page))
@@ -44,6 +48,28 @@ pub fn router() -> Router<AppState> {
 pub struct Viewer {
     /// The signed-in session.
     pub session: SignedIn,
+    /// What the page shell needs to ask the API as this viewer.
+    ask: Asker,
+}
+
+/// The page request's cookie, sessions and id, and the in-process API they are shown to.
+struct Asker {
+    api: Option<LocalApi>,
+    headers: axum::http::HeaderMap,
+    sessions: Sessions,
+    id: Option<RequestId>,
+}
+
+/// Whether an object exists, as the API answered the viewer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Existence {
+    /// 200: it does.
+    Found,
+    /// 404: it does not.
+    Missing,
+    /// Anything else (refused, failed): the page renders, and its script shows what the
+    /// API says.
+    Unknown,
 }
 
 impl Viewer {
@@ -55,6 +81,17 @@ impl Viewer {
     /// Whether admin controls (ConfigureProvider) are rendered.
     pub fn can_admin(&self) -> bool {
         self.session.principal.allows(Verb::Admin)
+    }
+
+    /// Asks the public API, as this viewer, whether the object at `path` (an API path
+    /// such as `/apis/hive.dev/v1/agents/NAME`) exists. The shell never reads the store.
+    pub async fn exists(&self, path: &str) -> Existence {
+        let Some(api) = &self.ask.api else { return Existence::Unknown };
+        match api.status_of(path, &self.ask.headers, &self.ask.sessions, self.ask.id.as_ref()).await {
+            StatusCode::OK => Existence::Found,
+            StatusCode::NOT_FOUND => Existence::Missing,
+            _ => Existence::Unknown,
+        }
     }
 }
 
@@ -68,38 +105,46 @@ impl axum::extract::FromRequestParts<AppState> for Viewer {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let sessions = parts.extensions.get::<Sessions>().ok_or_else(|| Redirect::to("/login"))?;
-        match sessions.current(&state.tokens, &parts.headers) {
-            Some(session) => Ok(Viewer { session }),
-            None => Err(Redirect::to("/login")),
-        }
+        let Some(session) = sessions.current(&state.tokens, &parts.headers) else {
+            return Err(Redirect::to("/login"));
+        };
+        let ask = Asker {
+            api: parts.extensions.get::<LocalApi>().cloned(),
+            headers: parts.headers.clone(),
+            sessions: sessions.clone(),
+            id: parts.extensions.get::<RequestId>().cloned(),
+        };
+        Ok(Viewer { session, ask })
     }
 }
 
-const APP_JS: &str = include_str!("assets/app.js");
-const PAGES_JS: &str = include_str!("assets/pages.js");
-const FLEET_JS: &str = include_str!("assets/fleet.js");
-const LOGS_JS: &str = include_str!("assets/logs.js");
-const CHARTS_JS: &str = include_str!("assets/charts.js");
-const JOBS_FILTER_JS: &str = include_str!("assets/jobs_filter.js");
-const METRICS_JS: &str = include_str!("assets/metrics.js");
-const VIEWS_CSS: &str = include_str!("assets/views.css");
-const APP_CSS: &str = include_str!("assets/app.css");
+const JS: &str = "text/javascript; charset=utf-8";
+const CSS: &str = "text/css; charset=utf-8";
+
+/// Every embedded asset: (file name, body, content type).
+const ASSETS: [(&str, &str, &str); 14] = [
+    ("app.js", include_str!("assets/app.js"), JS),
+    ("logs.js", include_str!("assets/logs.js"), JS),
+    ("charts.js", include_str!("assets/charts.js"), JS),
+    ("yaml.js", include_str!("assets/yaml.js"), JS),
+    ("tables.js", include_str!("assets/tables.js"), JS),
+    ("events.js", include_str!("assets/events.js"), JS),
+    ("detail.js", include_str!("assets/detail.js"), JS),
+    ("pages.js", include_str!("assets/pages.js"), JS),
+    ("fleet.js", include_str!("assets/fleet.js"), JS),
+    ("jobs_filter.js", include_str!("assets/jobs_filter.js"), JS),
+    ("metrics.js", include_str!("assets/metrics.js"), JS),
+    ("app.css", include_str!("assets/app.css"), CSS),
+    ("views.css", include_str!("assets/views.css"), CSS),
+    ("theme.css", include_str!("assets/theme.css"), CSS),
+];
 
 /// `GET /assets/{file}`: the embedded JavaScript and CSS.
 async fn asset(Path(file): Path<String>) -> Response {
-    let (body, kind) = match file.as_str() {
-        "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
-        "pages.js" => (PAGES_JS, "text/javascript; charset=utf-8"),
-        "fleet.js" => (FLEET_JS, "text/javascript; charset=utf-8"),
-        "logs.js" => (LOGS_JS, "text/javascript; charset=utf-8"),
-        "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
-        "jobs_filter.js" => (JOBS_FILTER_JS, "text/javascript; charset=utf-8"),
-        "metrics.js" => (METRICS_JS, "text/javascript; charset=utf-8"),
-        "views.css" => (VIEWS_CSS, "text/css; charset=utf-8"),
-        "app.css" => (APP_CSS, "text/css; charset=utf-8"),
-        _ => return (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    let Some((_, body, kind)) = ASSETS.iter().find(|(name, _, _)| *name == file) else {
+        return (StatusCode::NOT_FOUND, "no such asset").into_response();
     };
-    let mut response = Response::new(Body::from(body));
+    let mut response = Response::new(Body::from(*body));
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
     // Assets change only with the binary; revalidation is cheap and never stale.

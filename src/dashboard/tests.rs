@@ -101,6 +101,8 @@ async fn sign_in_sets_a_locked_down_cookie_and_pages_need_it() {
     assert!(!set.contains(&f.operator), "the token never goes into the cookie");
 
     let (cookie, csrf) = sign_in(&f, &f.operator).await;
+    let created = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, Some(&csrf), AGENT)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     for path in ["/", "/agents", "/agents/a1", "/jobs", "/approvals", "/fleet", "/provision"] {
         let page = send(&f.app, get(path, Some(&cookie))).await;
         assert_eq!(page.status, StatusCode::OK, "{path}");
@@ -168,9 +170,17 @@ async fn the_api_accepts_the_cookie_and_mutations_need_the_csrf_token() {
 #[tokio::test]
 async fn a_viewer_gets_no_controls_and_the_api_refuses_its_mutations() {
     let f = fixture();
+    let (op_cookie, op_csrf) = sign_in(&f, &f.operator).await;
+    let created =
+        send(&f.app, post_json("/apis/hive.dev/v1/agents", &op_cookie, Some(&op_csrf), AGENT)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
     let (cookie, csrf) = sign_in(&f, &f.viewer).await;
     let agent = send(&f.app, get("/agents/a1", Some(&cookie))).await;
+    assert_eq!(agent.status, StatusCode::OK);
     assert!(!agent.body.contains("data-template"), "no power buttons for a viewer");
+    for control in ["agent-kill", "agent-delete"] {
+        assert!(!agent.body.contains(control), "{control} rendered for a viewer");
+    }
     assert!(agent.body.contains("data-can-write=\"false\""));
     let provision = send(&f.app, get("/provision", Some(&cookie))).await;
     for control in ["provision-form", "kill-form", "configure-form", "offers-form"] {
@@ -181,12 +191,41 @@ async fn a_viewer_gets_no_controls_and_the_api_refuses_its_mutations() {
     assert_eq!(refused.status, StatusCode::FORBIDDEN);
     assert!(refused.body.contains("role viewer"), "{}", refused.body);
 
-    let (op_cookie, _) = sign_in(&f, &f.operator).await;
     let provision = send(&f.app, get("/provision", Some(&op_cookie))).await;
     assert!(provision.body.contains("provision-form") && provision.body.contains("kill-form"));
     assert!(!provision.body.contains("configure-form"), "ConfigureProvider is admin's");
     let agent = send(&f.app, get("/agents/a1", Some(&op_cookie))).await;
     assert!(agent.body.contains("data-template=\"Restart\""));
+    for control in ["id=\"agent-kill\"", "id=\"agent-delete\"", "id=\"agent-confirm\""] {
+        assert!(agent.body.contains(control), "{control} missing for an operator");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_object_gets_a_404_page_without_controls() {
+    let f = fixture();
+    let (cookie, csrf) = sign_in(&f, &f.operator).await;
+    for (path, says, back) in [
+        ("/agents/nope", "There is no agent named", "href=\"/agents\""),
+        ("/nodes/nope", "There is no node named", "href=\"/fleet\""),
+        ("/jobs/nope", "There is no job named", "href=\"/jobs\""),
+    ] {
+        let page = send(&f.app, get(path, Some(&cookie))).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(page.body.contains(says) && page.body.contains("<code>nope</code>"), "{path}: {}", page.body);
+        assert!(page.body.contains(back), "{path} links back");
+        for live in
+            ["Loading…", "data-template", "agent-kill", "agent-delete", "explorer", "data-page=\"agent\""]
+        {
+            assert!(!page.body.contains(live), "{path} renders {live}");
+        }
+    }
+    // Once it exists, the same path is the object's page.
+    let created = send(&f.app, post_json("/apis/hive.dev/v1/agents", &cookie, Some(&csrf), AGENT)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let page = send(&f.app, get("/agents/a1", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("id=\"agent-yaml\"") && page.body.contains("id=\"agent-events\""));
 }
 
 #[tokio::test]
@@ -194,7 +233,7 @@ async fn pages_escape_what_they_render() {
     let f = fixture();
     let (cookie, _) = sign_in(&f, &f.operator).await;
     let page = send(&f.app, get("/agents/%3Cscript%3Ealert(1)%3C%2Fscript%3E%22", Some(&cookie))).await;
-    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(page.status, StatusCode::NOT_FOUND, "no such agent");
     assert!(page.body.contains("Agent &lt;script&gt;alert(1)&lt;/script&gt;&quot;"), "{}", page.body);
     assert!(!page.body.contains("<script>alert"));
 }
@@ -247,6 +286,11 @@ async fn assets_are_embedded() {
         ("/assets/app.js", "text/javascript"),
         ("/assets/app.css", "text/css"),
         ("/assets/fleet.js", "text/javascript"),
+        ("/assets/yaml.js", "text/javascript"),
+        ("/assets/tables.js", "text/javascript"),
+        ("/assets/events.js", "text/javascript"),
+        ("/assets/detail.js", "text/javascript"),
+        ("/assets/theme.css", "text/css"),
     ] {
         let reply = send(&f.app, get(path, None)).await;
         assert_eq!(reply.status, StatusCode::OK);

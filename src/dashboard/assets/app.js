@@ -165,8 +165,10 @@ const hive = (() => {
 
   // A live collection: list, then watch from the list's resourceVersion; after a drop
   // resume from the last resourceVersion seen (events or bookmarks); after 410 re-list.
-  // Changes are batched into one render per animation frame.
+  // Changes are batched into one render per animation frame. `plural` names a
+  // hive.dev/v1 resource, or is a whole collection path such as '/api/v1/events'.
   function collection(plural, onChange, query) {
+    const base = plural.startsWith('/') ? plural : `${API}/${plural}`;
     const extra = query ? '&' + query : '';
     const items = new Map();
     let rv = null;
@@ -191,7 +193,7 @@ const hive = (() => {
       });
     }
     async function list() {
-      const l = await api('GET', `${API}/${plural}?${query || ''}`);
+      const l = await api('GET', `${base}?${query || ''}`);
       items.clear();
       for (const o of l.items || []) items.set(o.metadata.name, o);
       rv = l.metadata.resourceVersion;
@@ -215,7 +217,7 @@ const hive = (() => {
           // The server ends each watch cleanly after timeoutSeconds (spread so tabs do
           // not reconnect in step); that end is a normal resume, not a failure.
           const timeout = 240 + Math.floor(Math.random() * 121);
-          const url = `${API}/${plural}?watch=true&resourceVersion=${encodeURIComponent(rv)}&allowWatchBookmarks=true&timeoutSeconds=${timeout}${extra}`;
+          const url = `${base}?watch=true&resourceVersion=${encodeURIComponent(rv)}&allowWatchBookmarks=true&timeoutSeconds=${timeout}${extra}`;
           ctrl = new AbortController();
           const mine = ctrl;
           try {

@@ -88,7 +88,7 @@
       const stale = ['Killed', 'Failed', 'Stopped'].includes(phase);
       const cls = [phase === 'Orphaned' ? 'orphan' : '', stale ? 'stale' : ''].join(' ').trim();
       return h('tr', { 'data-node': n.metadata.name, class: cls || null, title: stale && t.updatedAt ? 'telemetry last reported ' + t.updatedAt : null, 'data-seeded': hst.seeded ? 'true' : null },
-        h('td', {}, h('b', {}, n.metadata.name), h('div', { class: 'muted small' }, '#' + n.spec.logicalId)),
+        h('td', {}, h('b', {}, hive.nodeLink(n.metadata.name)), h('div', { class: 'muted small' }, '#' + n.spec.logicalId)),
         h('td', {}, pill(phase), phase === 'Orphaned' ? h('div', { class: 'error small' }, '⚠ found at the provider without a record; left untouched') : null),
         h('td', {}, n.spec.provider), h('td', { class: 'mono small' }, providerRef(n)),
         h('td', { class: 'small' }, facts.length ? facts.join(' · ') : '—'),
@@ -385,6 +385,7 @@
     return nodes;
   }
 
+  hive.explorer = explorer; // the node page follows one node's telemetry with it
   const pages = { fleet, provision };
   const page = pages[document.body.dataset.page];
   if (page) page();

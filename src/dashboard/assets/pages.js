@@ -121,17 +121,33 @@
           h('span', { class: 'muted small' }, p.spec.type + (p.status && p.status.message ? ' — ' + p.status.message : ''))))) : h('p', { class: 'empty' }, 'No Provider objects.'));
       }
     };
-    for (const plural of ['agents', 'jobs', 'approvals', 'nodes', 'providers']) {
+    // Five streams at most, with the Events (events.js): a browser gives one host six
+    // connections, and a page holding all six leaves none for the next navigation, which
+    // then waits for a watch to end. Providers change rarely (ConfigureProvider), so
+    // the overview re-lists them every 30 s instead of watching them.
+    for (const plural of ['agents', 'jobs', 'approvals', 'nodes']) {
       all[plural] = null;
       const items = collection(plural, () => render());
       all[plural] = items;
     }
+    const providers = async () => {
+      try {
+        const l = await api('GET', `${API}/providers`);
+        all.providers = new Map((l.items || []).map((p) => [p.metadata.name, p]));
+        render();
+      } catch (_) {
+        // The next round tries again; the watches' indicator shows a server that is down.
+      }
+    };
+    providers();
+    setInterval(() => document.hidden || providers(), 30000);
   }
 
   // ---- Agents ---------------------------------------------------------------------
   function agents() {
     const filter = $('#filter');
-    const matches = (a, q) => !q || a.metadata.name.includes(q) || agentState(a).toLowerCase().includes(q);
+    // A name matches by substring, a state only exactly: "ready" is not "NotReady".
+    const matches = (a, q) => !q || a.metadata.name.includes(q) || agentState(a).toLowerCase() === q;
     const row = (a) => {
       const s = a.status || {};
       const tr = h('tr', { 'data-agent': a.metadata.name },
@@ -162,12 +178,15 @@
   function agent() {
     const name = $('#agent').dataset.agent;
     const sel = 'fieldSelector=' + encodeURIComponent('metadata.name=' + name);
+    const more = hive.agentPage; // detail.js: Jobs, Events, YAML, Kill and Delete
+    more.start(name);
     collection('agents', (items) => {
       const a = items.get(name);
       if (!a) {
-        fill('#agent-summary', h('p', { class: 'error' }, `No agent named ${name}.`));
+        more.missing(name);
         return;
       }
+      more.show(a);
       const s = a.status || {};
       fill('#agent-summary', pill(agentState(a)), ' ',
         h('span', {}, 'wanted ', h('b', {}, a.spec.wanted || 'Up'), ' · observed ', h('b', {}, s.power || 'Unknown')),
@@ -186,11 +205,12 @@
     }, sel);
     tail(`${API}/agents/${encodeURIComponent(name)}/log?follow=true&tail=200`, $('#agent-log'), $('#agent-log-state'));
     const power = $('#power');
-    if (!power) return;
     let submitted = null;
-    const jobs = collection('jobs', () => {
+    const jobs = collection('jobs', (items) => {
+      more.jobs(items, name);
       if (submitted && jobs.get(submitted)) fill('#power-job', jobCard(jobs.get(submitted)));
     });
+    if (!power) return;
     power.addEventListener('click', async (e) => {
       const template = e.target.dataset && e.target.dataset.template;
       if (!template) return;

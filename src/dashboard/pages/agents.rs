@@ -1,11 +1,14 @@
 //! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job)
-//! and `/agents/{name}` (conditions, generations, live output, power buttons).
+//! and `/agents/{name}` (conditions, generations, live output, power buttons, its Jobs
+//! and Events, its spec as YAML, Kill and Delete with a confirmation; a 404 page when
+//! the API has no such agent).
 
 use axum::extract::Path;
 use axum::response::Response;
 
 use super::section;
-use crate::dashboard::{layout, Viewer};
+use crate::dashboard::html::Markup;
+use crate::dashboard::{layout, Existence, Viewer};
 
 /// The power verbs the agent page offers, as (Job template, button label, hint).
 const POWER: [(&str, &str, &str); 4] = [
@@ -40,6 +43,10 @@ pub async fn list(viewer: Viewer) -> Response {
 
 /// `GET /agents/{name}`.
 pub async fn one(viewer: Viewer, Path(name): Path<String>) -> Response {
+    let path = format!("/apis/hive.dev/v1/agents/{}", super::segment(&name));
+    if viewer.exists(&path).await == Existence::Missing {
+        return layout::not_found(&viewer, "/agents", "Agent", &name, ("/agents", "← All agents"));
+    }
     let title = format!("Agent {name}");
     layout::page(&viewer, "agent", "/agents", &title, |m| {
         m.open("div", &[("id", "agent"), ("data-agent", &name)]);
@@ -57,6 +64,7 @@ pub async fn one(viewer: Viewer, Path(name): Path<String>) -> Response {
             );
             m.close("div");
             m.open("div", &[("id", "power-job"), ("class", "job-slot")]).close("div");
+            danger(m);
         }
         m.open("div", &[("class", "grid two")]);
         section(m, "Conditions", "agent-conditions", "card");
@@ -69,6 +77,35 @@ pub async fn one(viewer: Viewer, Path(name): Path<String>) -> Response {
             .close("h2");
         m.elem("pre", &[("id", "agent-log"), ("class", "log")], "");
         m.close("section");
+        section(m, "Jobs", "agent-jobs", "card");
+        section(m, "Events", "agent-events", "card");
+        m.open("section", &[("class", "card")]);
+        m.elem("h2", &[], "Spec (YAML)");
+        m.elem("pre", &[("id", "agent-yaml"), ("class", "yaml")], "Loading…");
+        m.close("section");
         m.close("div");
     })
+}
+
+/// Kill and Delete, each behind one confirmation that names what it will do. Buttons
+/// start disabled; the script enables them once it knows the agent exists.
+fn danger(m: &mut Markup) {
+    m.open("div", &[("class", "actions"), ("id", "agent-danger")]);
+    m.elem(
+        "button",
+        &[("type", "button"), ("id", "agent-kill"), ("class", "danger"), ("disabled", "")],
+        "Kill…",
+    );
+    m.elem(
+        "button",
+        &[("type", "button"), ("id", "agent-delete"), ("class", "danger"), ("disabled", "")],
+        "Delete…",
+    );
+    m.open("div", &[("id", "agent-confirm"), ("class", "confirm"), ("hidden", "")]);
+    m.elem("p", &[("id", "agent-confirm-question")], "");
+    m.elem("button", &[("type", "button"), ("id", "agent-confirm-yes"), ("class", "danger")], "Yes");
+    m.elem("button", &[("type", "button"), ("id", "agent-confirm-no")], "Cancel");
+    m.close("div");
+    m.elem("p", &[("id", "agent-danger-result"), ("class", "result"), ("role", "status")], "");
+    m.close("div");
 }

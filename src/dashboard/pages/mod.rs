@@ -4,8 +4,10 @@
 pub mod agents;
 pub mod approvals;
 pub mod fleet;
+pub mod job;
 pub mod jobs;
 pub mod login;
+pub mod node;
 pub mod overview;
 pub mod provision;
 pub mod status;
@@ -27,4 +29,10 @@ pub(crate) fn section(m: &mut Markup, title: &str, id: &'static str, class: &'st
     m.elem("h2", &[], title);
     m.open("div", &[("id", id)]).elem("p", &[("class", "muted")], "Loading…").close("div");
     m.close("section");
+}
+
+/// `name` as one path segment of an API URL: percent-encoded, so a name that is not a
+/// DNS label (a hand-typed URL) asks for that name and nothing else.
+pub(crate) fn segment(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

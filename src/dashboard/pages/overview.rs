@@ -1,5 +1,5 @@
 //! `/`: the overview — counts by state, what is failing, the queue, pending approvals,
-//! fleet readiness and provider states.
+//! fleet readiness and provider states, and the most recent Events.
 
 use axum::response::Response;
 
@@ -17,5 +17,6 @@ pub async fn page(viewer: Viewer) -> Response {
         section(m, "Fleet", "ov-fleet", "card");
         section(m, "Providers", "ov-providers", "card");
         m.close("div");
+        section(m, "Recent events", "ov-events", "card wide");
     })
 }
