@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 
+import yaml
 from playwright.sync_api import expect, sync_playwright
 
 URL = os.environ["HIVE_URL"].rstrip("/")
@@ -74,6 +75,64 @@ def goto(page, path):
             if "ERR_NETWORK_CHANGED" not in str(err) or attempt == 2:
                 raise
             time.sleep(0.5)
+
+
+def api_call(page, method, path, body=None):
+    """Calls the API from the page as the dashboard's own script does (session cookie,
+    CSRF header); returns {status, body}."""
+    return page.evaluate(
+        """async ([method, path, body]) => {
+            const csrf = document.querySelector('meta[name="csrf-token"]').content;
+            const init = {method, credentials: 'same-origin', headers: {'X-CSRF-Token': csrf, Accept: 'application/json'}};
+            if (body !== null) { init.body = JSON.stringify(body); init.headers['Content-Type'] = 'application/json'; }
+            const r = await fetch(path, init);
+            const text = await r.text();
+            let json = null;
+            try { json = JSON.parse(text); } catch (_) {}
+            return {status: r.status, body: json};
+        }""",
+        [method, path, body],
+    )
+
+
+def post_event(page, name, kind, obj, reason, message):
+    """Records a core Event about kind/obj through the API, happening now."""
+    now = page.evaluate("() => new Date().toISOString()")
+    reply = api_call(page, "POST", "/api/v1/events", {
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+        "involvedObject": {"apiVersion": "hive.dev/v1", "kind": kind, "name": obj},
+        "reason": reason, "message": message, "type": "Warning", "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now,
+    })
+    assert reply["status"] == 201, reply
+
+
+def offline_agent(page, name):
+    """Creates an agent that is never started (wanted Offline)."""
+    reply = api_call(page, "POST", "/apis/hive.dev/v1/agents", {
+        "apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
+        "spec": {"wanted": "Offline", "config": {"repo": "https://git.example.invalid/" + name + ".git", "rev": "main"},
+                 "runtime": {"type": "process", "process": {"command": ["./run.sh"]}}}})
+    assert reply["status"] == 201, reply
+
+
+def column(page, table, index):
+    """The text of column `index` of the visible rows of `table`, top to bottom."""
+    return page.evaluate(
+        """([table, i]) => [...document.querySelector(table).tBodies[0].rows]
+            .filter((tr) => !tr.hidden).map((tr) => tr.cells[i].textContent.trim())""",
+        [table, index],
+    )
+
+
+def datetimes(page, rows):
+    """The datetime of the last <time> in each row matched by `rows`, top to bottom."""
+    return page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel)].map((tr) => {
+            const t = [...tr.querySelectorAll('time[datetime]')];
+            return t.length ? Date.parse(t[t.length - 1].getAttribute('datetime')) : null; })""",
+        rows,
+    )
 
 
 def sign_in(page, token):
@@ -316,6 +375,277 @@ def resumes(page):
         page.unroute(re.compile(r".*/apis/hive\.dev/v1/agents\?.*"))
 
 
+@scenario("the overview lists recent events, newest first, live")
+def overview_events(page):
+    goto(page, "/")
+    rows = page.locator("#ov-events tbody tr")
+    expect(rows.first).to_be_visible(timeout=30_000)
+    times = datetimes(page, "#ov-events tbody tr")
+    assert times == sorted(times, reverse=True), f"not newest first: {times}"
+    post_event(page, "browser-suite-hello", "Agent", "hello", "BrowserSuite", "recorded by the browser suite")
+    expect(rows.first).to_contain_text("BrowserSuite", timeout=15_000)
+    expect(rows.first.locator("a")).to_have_attribute("href", "/agents/hello")
+    shot(page, "overview-events")
+
+
+@scenario("the agent page shows its Jobs, Events and spec as YAML")
+def agent_detail(page):
+    goto(page, "/agents/hello")
+    jobs = page.locator("#agent-jobs tbody tr")
+    expect(jobs.first).to_be_visible(timeout=30_000)
+    if state.get("job"):
+        expect(page.locator(f'#agent-jobs tr[data-job="{state["job"]}"]')).to_have_attribute("data-phase", "Done")
+    times = page.evaluate(
+        """() => [...document.querySelectorAll('#agent-jobs tbody tr')].map((tr) =>
+            Date.parse(tr.cells[3].querySelector('time').getAttribute('datetime')))"""
+    )
+    assert times == sorted(times, reverse=True), f"Jobs not newest first: {times}"
+    expect(page.locator("#agent-events")).to_contain_text("BrowserSuite", timeout=15_000)
+    # Live: a new event about hello appears without a reload; one about another agent does not.
+    post_event(page, "browser-suite-hello-2", "Agent", "hello", "BrowserSuiteLive", "second")
+    post_event(page, "browser-suite-other", "Agent", "zz-live", "NotAboutHello", "elsewhere")
+    expect(page.locator("#agent-events tbody tr").first).to_contain_text("BrowserSuiteLive", timeout=15_000)
+    expect(page.locator("#agent-events")).not_to_contain_text("NotAboutHello")
+    yaml_text = page.locator("#agent-yaml").inner_text()
+    parsed = yaml.safe_load(yaml_text)
+    api_agent = api_call(page, "GET", "/apis/hive.dev/v1/agents/hello")["body"]
+    assert parsed["kind"] == "Agent" and parsed["metadata"]["name"] == "hello", yaml_text
+    assert parsed["spec"] == api_agent["spec"], f"the YAML is not the spec: {parsed['spec']} vs {api_agent['spec']}"
+    # The converter itself, on values YAML would misread if left plain.
+    tricky = {"yes": "yes", "no": "no", "null": "null", "num": "0123", "float": "1e3", "date": "2024-01-01",
+              "colon": "a: b", "hash": "#not a comment", "dash": "- x", "empty": "", "spaces": " pad ",
+              "lines": "one\ntwo", "markup": "<script>alert(1)</script>", "quote": "it's \"quoted\"",
+              "unicode": "é ✓ \u2028", "n": 1.5, "t": True, "z": None, "list": [1, "two", {"a": []}, [3, [4]]],
+              "obj": {"nested": {"deep": "v"}, "emptyObj": {}}, "key: with colon": "k", "": "empty key"}
+    out = page.evaluate("(v) => hive.toYaml(v)", tricky)
+    assert yaml.safe_load(out) == tricky, out
+    assert page.locator("#agent-yaml script").count() == 0
+    page.screenshot(path=os.path.join(ART, "agent-detail.png"), full_page=True)
+
+
+@scenario("tables sort by a clicked header (stable, kept under live updates)")
+def sorting(page):
+    offline_agent(page, "aa-sorted")
+    goto(page, "/agents")
+    expect(page.locator('tr[data-agent="aa-sorted"]')).to_be_visible(timeout=15_000)
+    expect(page.locator('tr[data-agent="zz-live"]')).to_be_visible(timeout=15_000)
+    header = page.locator("#agents-table thead th").nth(0)
+    header.locator("button").click()
+    expect(header).to_have_attribute("aria-sort", "ascending")
+    names = column(page, "#agents-table", 0)
+    assert names == sorted(names), names
+    header.locator("button").click()
+    expect(header).to_have_attribute("aria-sort", "descending")
+    names = column(page, "#agents-table", 0)
+    assert names == sorted(names, reverse=True), names
+    shot(page, "agents-sorted-desc")
+    # A new agent lands in its sorted place, not at the key order's.
+    offline_agent(page, "mm-sorted")
+    expect(page.locator('tr[data-agent="mm-sorted"]')).to_be_visible(timeout=15_000)
+    page.wait_for_timeout(300)
+    names = column(page, "#agents-table", 0)
+    assert names == sorted(names, reverse=True), f"after a live insert: {names}"
+    # Ties keep the rows' own (key) order, in either direction.
+    wanted = page.locator("#agents-table thead th").nth(2)
+    wanted.locator("button").click()
+    expect(wanted).to_have_attribute("aria-sort", "ascending")
+    expect(header).not_to_have_attribute("aria-sort", re.compile("."))
+    rows = list(zip(column(page, "#agents-table", 2), column(page, "#agents-table", 0)))
+    assert rows == sorted(rows), f"ascending by Wanted, ties by name: {rows}"
+    wanted.locator("button").click()
+    rows = list(zip(column(page, "#agents-table", 2), column(page, "#agents-table", 0)))
+    expected = sorted(rows, key=lambda r: r[1])
+    expected = sorted(expected, key=lambda r: r[0], reverse=True)
+    assert rows == expected, f"descending by Wanted, ties still by name: {rows}"
+    # The fleet's table sorts too.
+    goto(page, "/fleet")
+    page.locator("#nodes-table thead th button").first.click()
+    expect(page.locator("#nodes-table thead th").first).to_have_attribute("aria-sort", "ascending")
+
+
+@scenario("the state filter matches Ready exactly, not NotReady")
+def ready_filter(page):
+    # One agent that is NotReady (running, Ready False), injected into the list answer:
+    # the filter decides on the state the page computes from the object.
+    fake = {"apiVersion": "hive.dev/v1", "kind": "Agent",
+            "metadata": {"name": "zz-probe", "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"wanted": "Up", "config": {"repo": "https://git.example.invalid/f.git"}, "runtime": {"type": "process"}},
+            "status": {"power": "Running", "conditions": [{"type": "Ready", "status": "False", "reason": "Probe"}]}}
+
+    def on_list(route):
+        if "watch=true" in route.request.url:
+            return route.continue_()
+        response = route.fetch()
+        body = response.json()
+        body["items"].append(fake)
+        route.fulfill(response=response, json=body)
+
+    pattern = re.compile(r".*/apis/hive\.dev/v1/agents\?.*")
+    page.route(pattern, on_list)
+    try:
+        goto(page, "/agents")
+        expect(page.locator('tr[data-agent="zz-probe"]')).to_contain_text("NotReady", timeout=15_000)
+        expect(page.locator('tr[data-agent="hello"]')).to_be_visible(timeout=15_000)
+        ready_state = page.locator('tr[data-agent="hello"] td').nth(1).inner_text()
+        page.fill("#filter", "Ready")
+        expect(page.locator('tr[data-agent="zz-probe"]')).to_be_hidden()
+        if "Ready" in ready_state and "NotReady" not in ready_state:
+            expect(page.locator('tr[data-agent="hello"]')).to_be_visible()
+        shot(page, "agents-filter-ready")
+        page.fill("#filter", "notready")
+        expect(page.locator('tr[data-agent="zz-probe"]')).to_be_visible()
+        expect(page.locator('tr[data-agent="hello"]')).to_be_hidden()
+        page.fill("#filter", "sorted")
+        expect(page.locator('tr[data-agent="aa-sorted"]')).to_be_visible()
+        expect(page.locator('tr[data-agent="zz-probe"]')).to_be_hidden()
+    finally:
+        page.unroute(pattern)
+
+
+@scenario("a missing agent, node or Job is a 404 page with a way back and no controls")
+def not_found(page):
+    for path, words, back in [("/agents/nope", "no agent named", "/agents"),
+                              ("/nodes/nope", "no node named", "/fleet"),
+                              ("/jobs/nope", "no job named", "/jobs")]:
+        response = goto(page, path)
+        assert response.status == 404, f"{path}: HTTP {response.status}"
+        expect(page.locator("#not-found")).to_contain_text(words)
+        expect(page.locator("main")).not_to_contain_text("Loading")
+        expect(page.locator("button[data-template], #agent-kill, #agent-delete, #power")).to_have_count(0)
+        expect(page.locator(f'#not-found a[href="{back}"]')).to_be_visible()
+        expect(page.locator("#live")).to_be_hidden()
+        shot(page, "not-found-" + path.split("/")[1])
+    # An agent deleted while its page is open: the script says so and hides the controls.
+    goto(page, "/agents/aa-sorted")
+    expect(page.locator("#agent-yaml")).to_contain_text("aa-sorted", timeout=15_000)
+    expect(page.locator("#agent-kill")).to_be_enabled()
+    reply = api_call(page, "DELETE", "/apis/hive.dev/v1/agents/aa-sorted")
+    assert reply["status"] in (200, 202), reply
+    expect(page.locator("#agent-summary")).to_contain_text("There is no agent named aa-sorted", timeout=SLOW)
+    expect(page.locator("#power")).to_be_hidden()
+    expect(page.locator("#agent-danger")).to_be_hidden()
+    expect(page.locator("main")).not_to_contain_text("Loading")
+    shot(page, "agent-deleted-while-open")
+
+
+@scenario("Kill, after a confirmation, leaves the agent stopped")
+def agent_kill(page):
+    goto(page, "/agents/hello")
+    expect(page.locator("#agent-kill")).to_be_enabled(timeout=15_000)
+    page.click("#agent-kill")
+    expect(page.locator("#agent-confirm")).to_be_visible()
+    expect(page.locator("#agent-confirm-question")).to_contain_text("Kill hello?")
+    page.click("#agent-confirm-no")
+    expect(page.locator("#agent-confirm")).to_be_hidden()
+    expect(page.locator("#agent-danger-result")).to_have_text("")
+    page.click("#agent-kill")
+    shot(page, "agent-kill-confirm")
+    page.click("#agent-confirm-yes")
+    expect(page.locator("#agent-danger-result")).to_contain_text("Kill submitted as", timeout=15_000)
+    job = page.locator("#agent-danger-result a").inner_text()
+    row = page.locator(f'#agent-jobs tr[data-job="{job}"]')
+    expect(row).to_have_attribute("data-phase", "Done", timeout=SLOW)
+    expect(row).to_contain_text("Kill")
+    expect(page.locator("#agent-summary")).to_contain_text("observed Stopped", timeout=SLOW)
+    expect(page.locator("#agent-summary")).to_contain_text("wanted Offline")
+    shot(page, "agent-killed")
+    goto(page, "/jobs/" + job)
+    expect(page.locator(f'#job-card article[data-job="{job}"]')).to_have_attribute("data-phase", "Done", timeout=15_000)
+    shot(page, "job-page")
+
+
+@scenario("Delete, after a confirmation, navigates away and the agent leaves the list")
+def agent_delete(page):
+    offline_agent(page, "doomed")
+    goto(page, "/agents/doomed")
+    expect(page.locator("#agent-delete")).to_be_enabled(timeout=15_000)
+    page.click("#agent-delete")
+    expect(page.locator("#agent-confirm-question")).to_contain_text("Delete doomed?")
+    page.click("#agent-confirm-yes")
+    expect(page).to_have_url(re.compile(r"/agents$"), timeout=15_000)
+    expect(page.locator('tr[data-agent="doomed"]')).to_have_count(0, timeout=SLOW)
+    expect(page.locator('tr[data-agent="hello"]')).to_be_visible()
+    shot(page, "agent-deleted")
+
+
+@scenario("a node's page: phase, conditions, telemetry and events, linked from the fleet")
+def node_page(page):
+    node = state.get("node")
+    if not node:
+        raise AssertionError("no provisioned node to look at")
+    goto(page, "/fleet")
+    page.locator(f'#nodes-rows tr[data-node="{node}"] a[href="/nodes/{node}"]').click()
+    expect(page).to_have_url(re.compile(f"/nodes/{node}$"))
+    expect(page.locator("#node-summary")).to_contain_text("Running", timeout=15_000)
+    expect(page.locator('#node-conditions tr[data-condition="Ready"]')).to_contain_text("True")
+    expect(page.locator("#node-facts")).to_contain_text("Hostname")
+    expect(page.locator("#explorer-channels li").first).to_be_visible(timeout=15_000)
+    status = page.locator("#explorer-status")
+    frames = lambda: int(status.get_attribute("data-frames") or 0)  # noqa: E731
+    deadline = time.time() + 30
+    while frames() < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    assert frames() >= 2, f"no telemetry frames on the node page: {status.inner_text()}"
+    expect(page.locator("#node-events")).to_contain_text(re.compile("No events|Reason"), timeout=15_000)
+    post_event(page, "browser-suite-node", "Node", node, "BrowserSuiteNode", "about the node")
+    expect(page.locator("#node-events tbody tr").first).to_contain_text("BrowserSuiteNode", timeout=15_000)
+    page.screenshot(path=os.path.join(ART, "node.png"), full_page=True)
+
+
+@scenario("a killed node's page says Killed")
+def node_killed(page):
+    node = state.get("node")
+    if not node:
+        raise AssertionError("no provisioned node to look at")
+    goto(page, f"/nodes/{node}")
+    expect(page.locator("#node-summary")).to_contain_text("Killed", timeout=SLOW)
+
+
+@scenario("dark mode follows prefers-color-scheme")
+def dark(page):
+    sign_in(page, OPERATOR)
+    for path in ["/", "/agents/hello"]:
+        goto(page, path)
+        page.wait_for_timeout(1000)
+        colors = page.evaluate(
+            """() => {
+                const rgb = (c) => (c.match(/[0-9.]+/g) || []).slice(0, 3).map(Number);
+                const lum = ([r, g, b]) => (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+                const card = document.querySelector('.card');
+                return {page: lum(rgb(getComputedStyle(document.documentElement).backgroundColor)),
+                        card: lum(rgb(getComputedStyle(card).backgroundColor)),
+                        ink: lum(rgb(getComputedStyle(document.body).color))};
+            }"""
+        )
+        assert colors["page"] < 0.2 and colors["card"] < 0.25, f"{path} is not dark: {colors}"
+        assert colors["ink"] > 0.7, f"{path}: text is not light on dark: {colors}"
+        shot(page, "dark" + path.replace("/", "-").rstrip("-"))
+
+
+@scenario("at phone width (375 px) no page scrolls sideways")
+def phone(page):
+    sign_in(page, OPERATOR)
+    node = state.get("node")
+    paths = ["/", "/agents", "/agents/hello", "/jobs", "/approvals", "/fleet", "/provision"]
+    if node:
+        paths.append(f"/nodes/{node}")
+    for path in paths:
+        goto(page, path)
+        page.wait_for_timeout(1500)  # live content in
+        width = page.evaluate("() => document.documentElement.scrollWidth")
+        wide = page.evaluate(
+            """() => [...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > 376
+                && !e.closest('.scroll, table.rows')).slice(0, 5).map((e) => e.tagName + '#' + e.id + '.' + e.className)"""
+        )
+        assert width <= 375, f"{path} is {width} px wide at a 375 px viewport; too wide: {wide}"
+        shot(page, "phone" + (path.replace("/", "-").rstrip("-") or "-overview"))
+    # A wide table scrolls inside its own box.
+    goto(page, "/agents")
+    page.wait_for_timeout(1000)
+    inner = page.evaluate("() => { const t = document.querySelector('#agents-table'); return [t.scrollWidth, t.clientWidth]; }")
+    assert inner[1] <= 375, inner
+
+
 @scenario("an admin's ConfigureProvider key is write-only; a failed offer search says why")
 def admin(page):
     sign_in(page, ADMIN)
@@ -343,6 +673,8 @@ def viewer(page):
     goto(page, "/agents/hello")
     expect(page.locator("#agent-summary")).to_contain_text("wanted", timeout=15_000)
     expect(page.locator("button[data-template]")).to_have_count(0)
+    expect(page.locator("#agent-kill, #agent-delete")).to_have_count(0)
+    expect(page.locator("#agent-yaml")).to_contain_text("kind: Agent")
     goto(page, "/jobs")
     expect(page.locator("#jobs-history article.job").first).to_be_visible(timeout=15_000)
     expect(page.locator("button[data-cancel]")).to_have_count(0)
@@ -376,9 +708,18 @@ def main():
         approve(page)
         provision(page)
         telemetry(page)
+        node_page(page)
         kill(page)
+        node_killed(page)
         forged(page)
         resumes(page)
+        overview_events(page)
+        agent_detail(page)
+        sorting(page)
+        ready_filter(page)
+        not_found(page)
+        agent_kill(page)
+        agent_delete(page)
         goto(page, "/")
         page.wait_for_timeout(1500)
         shot(page, "overview-after")
@@ -386,6 +727,10 @@ def main():
         admin(admin_ctx.new_page())
         view = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 860})
         viewer(view.new_page())
+        dark_ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 860}, color_scheme="dark")
+        dark(dark_ctx.new_page())
+        phone_ctx = browser.new_context(ignore_https_errors=True, viewport={"width": 375, "height": 800}, is_mobile=True)
+        phone(phone_ctx.new_page())
         browser.close()
     if failures:
         print(f"\n{len(failures)} failure(s):", file=sys.stderr)
