@@ -153,6 +153,11 @@ impl<K: Resource> Api<K> {
         self.get(name)?.ok_or_else(|| Error::NotFound { kind: K::PLURAL, name: name.to_string() })
     }
 
+    /// The names of every object of the kind, sorted, without decoding any.
+    pub fn names(&self) -> Vec<std::sync::Arc<str>> {
+        self.store.list_after(K::PLURAL, None).1.into_iter().map(|(name, _)| name).collect()
+    }
+
     /// The stored JSON of `name`, as the API serves it (for the event recorder, which
     /// refers to any kind's object).
     pub fn get_raw(&self, name: &str) -> Option<Obj> {

@@ -3,6 +3,7 @@
 //! path gives every agent whose observed power drifted from wanted a plain Reconcile.
 
 use hive_api::agent::{parents_first, Wanted};
+use hive_api::Agent;
 use hive_api::job::{JobSource, JobTemplate};
 
 use super::Engine;
@@ -43,17 +44,31 @@ impl Engine {
         marker.hive == self.deploy.hive_rev && locked.is_none_or(|l| l == marker.rev)
     }
 
+    /// The stored agents the runtime has installed, decoded; one never built is left to
+    /// the Agent controller, which spawns it. Only these are decoded: with many stored
+    /// agents, decoding them all was most of a cold start.
+    fn installed_agents(&self) -> Vec<Agent> {
+        let agents = self.agents();
+        let installed = agents.names().into_iter().filter(|name| self.runtime.installed(name));
+        installed
+            .filter_map(|name| match agents.get(&name) {
+                Ok(agent) => agent,
+                Err(err) => {
+                    tracing::warn!(agent = %name, error = %err, "skipping an agent that does not decode");
+                    None
+                }
+            })
+            .collect()
+    }
+
     /// Classifies every installed agent by rev freshness (its applied-rev marker against
     /// the current lock and hive base) and wanted power.
     pub async fn classify(&self) -> Sweep {
-        let agents = self.agents().list().1;
+        let agents = self.installed_agents();
         let mut sweep = Sweep::default();
         let mut stale_up = Vec::new();
         for agent in &agents {
             let name = agent.metadata.name.as_str();
-            if !self.runtime.installed(name) {
-                continue; // never built: the Agent controller spawns it
-            }
             match (self.is_fresh(name).await, agent.spec.wanted) {
                 (true, _) => sweep.up_to_date.push(name.to_string()),
                 (false, Wanted::Up) => stale_up.push(agent.clone()),
@@ -96,7 +111,7 @@ impl Engine {
     /// its wanted power gets a plain Reconcile Job (source `Boot`), except those the
     /// sweep rebuilds (their rebuild's tail Reconcile brings them up).
     pub(super) async fn boot_reconcile(&self, swept: &Sweep) {
-        for agent in self.agents().list().1 {
+        for agent in self.installed_agents() {
             let name = agent.metadata.name.clone();
             if swept.rebuild.contains(&name) {
                 continue;
@@ -106,8 +121,7 @@ impl Engine {
                 Wanted::Up => !running,
                 Wanted::Offline => running,
             };
-            let installed = self.runtime.installed(&name);
-            if drifted && installed {
+            if drifted {
                 let reason = Some("boot: observed power differs from wanted".to_string());
                 if let Err(err) =
                     self.submit(JobTemplate::Reconcile, vec![name.clone()], JobSource::Boot, reason).await

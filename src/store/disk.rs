@@ -20,16 +20,18 @@ use super::tables::{
 use super::watch::{EventType, StoreEvent};
 use super::Obj;
 
-/// One event as the `EVENTS` table stores it.
+/// One event as the `EVENTS` table stores it, borrowed from the table's bytes.
 #[derive(Deserialize)]
-struct EventRecord {
-    #[serde(rename = "type")]
-    type_: String,
-    kind: String,
+struct EventRecord<'a> {
+    #[serde(rename = "type", borrow)]
+    type_: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
     /// Commit time, Unix milliseconds.
     time: i64,
     /// The object's JSON as it was committed, byte for byte.
-    object: Box<RawValue>,
+    #[serde(borrow)]
+    object: &'a RawValue,
 }
 
 /// Opens the database at `path`, creating it when there is no file, and loads it.
@@ -52,7 +54,7 @@ pub(super) fn open(path: &Path) -> Result<(Database, State)> {
 /// that is served from memory), so the cache serves the write path alone: the pages a
 /// batch's inserts walk. redb's default of 1 GiB would keep every page that loading
 /// read, which is the whole file.
-const CACHE_BYTES: usize = 64 << 20;
+const CACHE_BYTES: usize = 16 << 20;
 
 /// How the store opens a database file.
 fn builder() -> redb::Builder {
@@ -168,7 +170,7 @@ fn load(db: &Database, path: &Path) -> Result<State> {
             Some(current) if current == loaded => current,
             _ => loaded,
         };
-        let key = (record.kind.clone(), Some(name).filter(|n| !n.is_empty()));
+        let key = (record.kind.to_string(), Some(name).filter(|n| !n.is_empty()));
         let previous = match type_ {
             EventType::Added => None,
             _ => last_of.get(&key).cloned(),

@@ -40,7 +40,10 @@ struct NameOnly {
 impl Obj {
     /// The object `value`, encoded.
     pub(super) fn encode(value: &Value) -> Obj {
-        Obj { json: Bytes::from(serde_json::to_vec(value).expect("a serde_json::Value always serializes")) }
+        let json = serde_json::to_vec(value).expect("a serde_json::Value always serializes");
+        // Exactly as long as the JSON: the cache keeps it for as long as the object lives,
+        // and a growing Vec's spare capacity is up to as much again.
+        Obj { json: Bytes::from(json.into_boxed_slice()) }
     }
 
     /// Bytes read back from the database: checked to be one JSON object, whose
