@@ -3,8 +3,8 @@
 //! path gives every agent whose observed power drifted from wanted a plain Reconcile.
 
 use hive_api::agent::{parents_first, Wanted};
-use hive_api::Agent;
 use hive_api::job::{JobSource, JobTemplate};
+use hive_api::Agent;
 
 use super::Engine;
 use crate::submit::{DagRequest, LiveState};

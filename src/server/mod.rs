@@ -69,9 +69,14 @@ impl Default for ServerConfig {
     }
 }
 
-/// What every handler shares.
+/// What every handler shares. Cloned by every layer and extractor of every request,
+/// so it is one `Arc`: a clone is one counter, not one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The fields of [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     /// The object store.
     pub store: Store,
     /// Bearer tokens and their roles.
@@ -92,11 +97,19 @@ pub struct AppState {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 impl AppState {
     /// Builds the state, rendering the OpenAPI document once.
     pub fn new(store: Store, tokens: TokenStore, config: ServerConfig) -> AppState {
         let (json, hash) = openapi::rendered();
-        AppState {
+        AppState(Arc::new(Shared {
             store,
             tokens,
             config: Arc::new(config),
@@ -106,24 +119,29 @@ impl AppState {
             fleet: None,
             audit: None,
             metrics: Arc::new(crate::metrics::Metrics::default()),
-        }
+        }))
+    }
+
+    /// The fields to change while building the state (copied if already shared).
+    fn building(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
     }
 
     /// The same state writing the API audit log.
     pub fn with_audit(mut self, audit: audit_log::AuditLog) -> AppState {
-        self.audit = Some(audit);
+        self.building().audit = Some(audit);
         self
     }
 
     /// The same state recording into (and serving) `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> AppState {
-        self.metrics = metrics;
+        self.building().metrics = metrics;
         self
     }
 
     /// The same state with the engine that runs Jobs.
     pub fn with_engine(mut self, engine: Arc<crate::daemon::engine::Engine>) -> AppState {
-        self.engine = Some(engine);
+        self.building().engine = Some(engine);
         self
     }
 
@@ -134,7 +152,7 @@ impl AppState {
 
     /// The same state with the fleet behind `/hive/v1/fleet`.
     pub fn with_fleet(mut self, fleet: Arc<crate::fleet::Fleet>) -> AppState {
-        self.fleet = Some(fleet);
+        self.building().fleet = Some(fleet);
         self
     }
 
