@@ -97,6 +97,11 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub watch_in_flight: usize,
 
+    /// Open the watch streams over HTTP/2, up to 200 on one connection, instead of one
+    /// HTTP/1.1 connection each (what a browser or kubectl does with many watches).
+    #[arg(long)]
+    pub watch_http2: bool,
+
     /// How long the writer writes to the watchers [default: 5s; 2s with --quick].
     #[arg(long, value_name = "DURATION", value_parser = super::duration::parse)]
     pub watch_duration: Option<Duration>,
@@ -154,6 +159,7 @@ struct Plan {
     watch_loads: Vec<WatchLoad>,
     watch_writer: WriterMode,
     watch_in_flight: usize,
+    watch_http2: bool,
     watch_duration: Duration,
     objects: usize,
     fill_clients: usize,
@@ -185,6 +191,7 @@ impl Plan {
             },
             watch_writer: args.watch_writer,
             watch_in_flight: args.watch_in_flight,
+            watch_http2: args.watch_http2,
             watch_duration: args.watch_duration.unwrap_or(Duration::from_secs(if quick { 2 } else { 5 })),
             objects: pick(args.objects, 100_000, 10_000),
             fill_clients: args.fill_clients,
@@ -234,7 +241,7 @@ impl Plan {
         let loads: Vec<String> = self.watch_loads.iter().map(ToString::to_string).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
-             --watch-in-flight {} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
+             --watch-in-flight {}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
              --power-cycles {} --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
@@ -242,6 +249,7 @@ impl Plan {
             loads.join(","),
             self.watch_writer.name(),
             self.watch_in_flight,
+            if self.watch_http2 { " --watch-http2" } else { "" },
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,

@@ -36,14 +36,22 @@ pub(super) struct Api {
 }
 
 impl Endpoint {
-    /// A new client; `timeout` bounds each whole request (none for watches).
+    /// A new HTTP/1.1 client; `timeout` bounds each whole request (none for watches).
     pub(super) fn api(&self, timeout: Option<Duration>) -> Result<Api> {
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .http1_only()
-            .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(10));
+        self.client(timeout, false)
+    }
+
+    /// A new client that speaks HTTP/2 (ALPN `h2`): its requests share one connection.
+    pub(super) fn api_http2(&self, timeout: Option<Duration>) -> Result<Api> {
+        self.client(timeout, true)
+    }
+
+    fn client(&self, timeout: Option<Duration>, http2: bool) -> Result<Api> {
+        let mut builder = reqwest::Client::builder().use_rustls_tls().tls_built_in_root_certs(false);
+        if !http2 {
+            builder = builder.http1_only();
+        }
+        let mut builder = builder.tcp_nodelay(true).connect_timeout(Duration::from_secs(10));
         for cert in
             reqwest::Certificate::from_pem_bundle(&self.ca_pem).context("the daemon's CA is not PEM")?
         {

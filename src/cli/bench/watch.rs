@@ -18,7 +18,7 @@ pub use self::writer::WriterMode;
 use self::stream::{read_watch, Delivery, StreamEnd, WatcherSaw};
 use self::writer::Writes;
 use super::aim_text;
-use super::api::{snippet, Endpoint, AGENTS, REQUEST_TIMEOUT};
+use super::api::{snippet, Api, Endpoint, AGENTS, REQUEST_TIMEOUT};
 use super::creates::warm;
 use super::meters::{Cpu, CpuMeter};
 use super::report::Row;
@@ -29,6 +29,8 @@ use super::Plan;
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
 /// Watch streams opened at the same time (each is a TLS handshake).
 const OPENING_AT_ONCE: usize = 32;
+/// Watch streams one HTTP/2 connection carries with `--watch-http2` (the daemon allows 250).
+const STREAMS_PER_CONNECTION: usize = 200;
 /// Connections the open-loop writer opens before the clock starts (at most its cap), so
 /// its first creates do not pay TLS handshakes.
 const WRITER_WARM_CONNECTIONS: usize = 8;
@@ -92,6 +94,8 @@ pub(super) struct WatchRun {
     first_break: Option<String>,
     /// While writing and until every watcher had everything.
     cpu: Option<Cpu>,
+    /// Over HTTP/2, on this many connections (else one HTTP/1.1 connection each).
+    http2_connections: Option<usize>,
 }
 
 /// Acknowledged writes that watchers never received.
@@ -133,6 +137,7 @@ impl WatchRun {
             broken: 0,
             first_break: None,
             cpu: None,
+            http2_connections: None,
         }
     }
 
@@ -184,11 +189,14 @@ impl WatchRun {
             );
         }
         let latencies: Vec<Duration> = self.deliveries.iter().map(Delivery::latency).collect();
-        let what = format!(
+        let mut what = format!(
             "{} watchers × {}/s",
             fmt_count(self.load.watchers as u64),
             fmt_count(self.load.rate.into())
         );
+        if let Some(connections) = self.http2_connections {
+            what += &format!(" over HTTP/2 ({connections} conn.)");
+        }
         vec![
             Row::new(
                 format!("watch delivery, {what}, {}-loop, send → receive", self.writes.mode.name()),
@@ -237,13 +245,20 @@ pub(super) async fn watch_phase(
     let (_, revision) = writer.list_head().await?;
     let path = format!("{AGENTS}?watch=true&resourceVersion={revision}");
 
-    // One client for all streams: its pool opens a new connection for each, since a
-    // streaming HTTP/1.1 response holds its connection.
-    let watch_client = Arc::new(endpoint.api(None)?);
+    // HTTP/1.1: one client for all streams; its pool opens a new connection for each,
+    // since a streaming HTTP/1.1 response holds its connection. HTTP/2: one client (one
+    // connection) per STREAMS_PER_CONNECTION streams, below the daemon's 250.
+    let clients: Vec<Arc<Api>> = if plan.watch_http2 {
+        let connections = load.watchers.div_ceil(STREAMS_PER_CONNECTION).max(1);
+        (0..connections).map(|_| endpoint.api_http2(None).map(Arc::new)).collect::<Result<_>>()?
+    } else {
+        vec![Arc::new(endpoint.api(None)?)]
+    };
     let opening = Arc::new(Semaphore::new(OPENING_AT_ONCE));
     let mut opened = JoinSet::new();
-    for _ in 0..load.watchers {
-        let (client, opening, path) = (watch_client.clone(), opening.clone(), path.clone());
+    for i in 0..load.watchers {
+        let client = clients[i % clients.len()].clone();
+        let (opening, path) = (opening.clone(), path.clone());
         opened.spawn(async move {
             let _permit = opening.acquire().await?;
             let resp = client.request(reqwest::Method::GET, &path).send().await.context("opening a watch")?;
@@ -280,6 +295,7 @@ pub(super) async fn watch_phase(
     }
 
     let mut watch = WatchRun::new(load, writes);
+    watch.http2_connections = plan.watch_http2.then_some(clients.len());
     let drained = tokio::time::timeout(DRAIN_GRACE, async {
         while let Some(joined) = readers.join_next().await {
             watch.collect(joined.context("a watcher panicked")?);
