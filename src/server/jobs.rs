@@ -389,8 +389,10 @@ async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: U
     params(("name" = String, Path, description = "The agent's name"), LogQuery),
     responses(
         (status = 200, description = "The agent's output, one line per line it printed", content_type = "text/plain", body = String),
-        (status = 400, description = "A bad parameter (named in the message), no previous run, or a runtime that keeps no output (it says where it is)"),
-        (status = 404, description = "No such agent"),
+        (status = 400, description = "A bad parameter (named in the message), no previous run, or a runtime that keeps no output (it says where it is)", body = hive_api::meta::Status),
+        (status = 401, description = "No token, or one the daemon does not know", body = hive_api::meta::Status),
+        (status = 403, description = "The token's role does not allow the request", body = hive_api::meta::Status),
+        (status = 404, description = "No such agent", body = hive_api::meta::Status),
     ))]
 pub async fn agent_log(
     State(state): State<AppState>,
