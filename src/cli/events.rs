@@ -9,11 +9,19 @@ use std::cmp::Ordering;
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::client::{self, Query, JSON};
 use super::output::{self, Format};
 use super::{get, kind, terminal, Context};
+
+/// The part of a list page `events` reads besides its items.
+#[derive(Deserialize)]
+struct ListHead {
+    #[serde(default)]
+    metadata: hive_api::meta::ListMeta,
+}
 
 /// Arguments of `hive events`.
 #[derive(clap::Args, Debug)]
@@ -109,9 +117,8 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let pages = get::list_pages(&client, kind, &get_args, false).await?;
     let resource_version = pages
         .last()
-        .and_then(|p| p.pointer("/metadata/resourceVersion"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        .and_then(|p| ListHead::deserialize(p).ok())
+        .and_then(|list| list.metadata.resource_version);
     let mut events: Vec<Value> = pages
         .into_iter()
         .flat_map(|p| match p.get("items") {
