@@ -119,8 +119,8 @@ pub fn page(
         .close("noscript");
     body(&mut m);
     m.close("main");
-    // In this order: each file builds on `hive` from app.js, logs.js replaces its plain
-    // log tail, and pages.js uses the agent page's parts from detail.js.
+    // In this order: each file builds on `hive` from app.js, logs.js defines the log view
+    // (`hive.tail`) the pages use, and pages.js uses the agent page's parts from detail.js.
     for script in SCRIPTS {
         m.open("script", &[("src", script), ("defer", "")]).close("script");
     }

@@ -1,6 +1,6 @@
 // hive dashboard: the shared core. DOM building (data only ever becomes text nodes or
 // attribute values, never markup), the API client (session cookie + CSRF header), watch
-// streams with resume and re-list, keyed incremental lists, relative times, log tails.
+// streams with resume and re-list, keyed incremental lists, relative times (the log view is logs.js).
 'use strict';
 
 const hive = (() => {
@@ -321,53 +321,6 @@ const hive = (() => {
     };
   }
 
-  // Appends a (followed) plain-text stream to a <pre>, keeping its last ~256 KiB and
-  // sticking to the bottom while the reader is there. Returns a stop function.
-  function tail(url, pre, stateEl, onEmpty) {
-    const ctrl = new AbortController();
-    const MAX = 256 * 1024;
-    pre.replaceChildren();
-    const say = (t) => stateEl && (stateEl.textContent = t);
-    say('connecting…');
-    (async () => {
-      try {
-        const resp = await fetch(url, { credentials: 'same-origin', signal: ctrl.signal });
-        if (!resp.ok) {
-          let msg = resp.statusText;
-          try {
-            msg = (await resp.json()).message || msg;
-          } catch (_) {}
-          say('');
-          pre.append(h('span', { class: 'error' }, `${resp.status}: ${msg}`));
-          return;
-        }
-        say('following');
-        const reader = resp.body.getReader();
-        const dec = new TextDecoder();
-        let bytes = 0;
-        try {
-          for (;;) {
-            const { done, value } = await reader.read();
-            if (done) break;
-            bytes += value.length;
-            const stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
-            pre.append(document.createTextNode(dec.decode(value, { stream: true })));
-            if (pre.textContent.length > MAX) pre.textContent = pre.textContent.slice(-MAX);
-            if (stick) pre.scrollTop = pre.scrollHeight;
-          }
-        } catch (e) {
-          ctrl.abort(); // a failed read never leaves the stream holding a connection
-          throw e;
-        }
-        say('ended');
-        if (bytes === 0 && onEmpty && !ctrl.signal.aborted) onEmpty();
-      } catch (e) {
-        if (e.name !== 'AbortError') say('disconnected: ' + e.message);
-      }
-    })();
-    return () => ctrl.abort();
-  }
-
   function condition(obj, type) {
     return ((obj.status && obj.status.conditions) || []).find((c) => c.type === type);
   }
@@ -394,7 +347,7 @@ const hive = (() => {
 
   return {
     API, h, $, fill, options, append, link, agentLink, jobLink, pill, tone, time, api, send, ApiError, collection, keyed,
-    tail, condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
+    condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
     addStream(name) { streams += 1; down.set(name, 'connecting'); renderLive(); },
     streamUp(name) { down.delete(name); renderLive(); },
     streamDown(name, why) { down.set(name, why); renderLive(); },

@@ -1,4 +1,4 @@
-// hive dashboard: log views. Replaces hive.tail (loaded after app.js, before the pages)
+// hive dashboard: log views. Defines hive.tail (loaded after app.js, before the pages)
 // with a view that keeps the followed text as lines and gives each log <pre> a toolbar:
 // a search box that shows only matching lines with each match wrapped in a <mark>
 // (text nodes only, never markup), a timestamps toggle (agent logs: the API's
