@@ -246,7 +246,11 @@ async fn memory_stays_within_the_watch_budgets_with_a_watcher_that_never_reads()
 
     // The stuck watcher: its response is held, its body never read.
     let stuck = unread_watch(&api, &start).await;
-    // The one that keeps up counts what it gets.
+    // The one that keeps up counts what it gets; the writer never runs more than
+    // `LAG` events ahead of it (a few MiB, well inside its 8 MiB budget), so it keeps up
+    // by construction however slowly this test's client parses, and must never be dropped.
+    const LAG: usize = 4;
+    let (seen_tx, mut seen) = tokio::sync::watch::channel(0usize);
     let reader = {
         let mut watch = api.watch(&format!("{AGENTS}?watch=true&resourceVersion={start}")).await;
         tokio::spawn(async move {
@@ -259,6 +263,7 @@ async fn memory_stays_within_the_watch_budgets_with_a_watcher_that_never_reads()
                     event["object"]["message"]
                 );
                 modified += 1;
+                let _ = seen_tx.send(modified);
             }
             modified
         })
@@ -266,6 +271,10 @@ async fn memory_stays_within_the_watch_budgets_with_a_watcher_that_never_reads()
 
     let blob = "x".repeat(BLOB);
     for i in 0..WRITES {
+        let caught_up = tokio::time::timeout(Duration::from_secs(60), seen.wait_for(|n| *n + LAG >= i))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        assert!(caught_up, "the reader stopped at {} of {i} events", *seen.borrow());
         let patch = json!({"metadata": {"annotations": {"blob": format!("{i}{blob}")}}});
         let reply = api.patch(&format!("{AGENTS}/big"), "application/merge-patch+json", &patch).await;
         assert_eq!(reply.code, 200, "write {i}: {:?}", reply.body.get("message"));
