@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 
 use super::error::{Error, Result};
-use super::tables::OBJECTS;
+use super::tables::REVISIONS;
 
 /// Bytes in each row written: about one stored Agent (JSON with `managedFields`).
 const ROW_BYTES: usize = 1024;
@@ -21,7 +21,7 @@ const FILE_NAME: &str = "raw-commit-bench.redb";
 /// setting the commit thread uses — and returns how long each took, from `begin_write`
 /// to the end of `commit`. The file is removed afterwards (also on error); `dir` is not.
 ///
-/// It uses the `objects` table layout of a real store, but a separate file: hive's own
+/// It uses the `revisions` table layout of a real store, but a separate file: hive's own
 /// database is never opened here.
 pub fn raw_commit_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
     let path = dir.join(FILE_NAME);
@@ -41,13 +41,12 @@ fn commits(db: &Database, n: usize) -> Result<Vec<Duration>> {
     let value = vec![b'x'; ROW_BYTES];
     let mut latencies = Vec::with_capacity(n);
     for i in 0..n {
-        let key = format!("agents/bench-{i}");
         let started = Instant::now();
         let mut txn = db.begin_write().map_err(Error::db)?;
         txn.set_durability(Durability::Immediate);
         {
-            let mut objects = txn.open_table(OBJECTS).map_err(Error::db)?;
-            objects.insert(key.as_str(), value.as_slice()).map_err(Error::db)?;
+            let mut revisions = txn.open_table(REVISIONS).map_err(Error::db)?;
+            revisions.insert(i as u64, value.as_slice()).map_err(Error::db)?;
         }
         txn.commit().map_err(Error::db)?;
         latencies.push(started.elapsed());

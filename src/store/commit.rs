@@ -205,8 +205,14 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
 
     if !changes.is_empty() {
         // Only this thread changes the log, so it is as the plan saw it.
-        let compacted = compacted_after(&shared.read(), &shared.config, &changes, time_ms);
-        if let Err(e) = write(shared, db, &BatchWrite { changes: &changes, time_ms, compacted }) {
+        let (compacted, stored, garbage) = {
+            let state = shared.read();
+            let compacted = compacted_after(&state, &shared.config, &changes, time_ms);
+            let (stored, garbage) = rows(&state, &changes, compacted);
+            (compacted, stored, garbage)
+        };
+        let batch = BatchWrite { changes: &changes, stored: &stored, garbage: &garbage, time_ms, compacted };
+        if let Err(e) = write(shared, db, &batch) {
             let error = Error::from_commit(&shared.config.path, e);
             tracing::error!(
                 error = %error,
@@ -252,6 +258,30 @@ fn write(shared: &Shared, db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
     #[cfg(not(test))]
     let _ = shared;
     disk::write_batch(db, batch)
+}
+
+/// Which of the batch's revisions get a row, and which stored rows the batch makes
+/// garbage, once retention is at `compacted`. A revision's row lives while the revision
+/// is retained or is its object's current one (`tables::REVISIONS`).
+fn rows(state: &State, changes: &[Change], compacted: u64) -> (Vec<bool>, Vec<u64>) {
+    let superseded: std::collections::HashSet<u64> = changes.iter().filter_map(|c| c.supersedes).collect();
+    let stored = changes
+        .iter()
+        .map(|c| {
+            c.revision > compacted || (c.type_ != EventType::Deleted && !superseded.contains(&c.revision))
+        })
+        .collect();
+    // Objects' current revisions that retention had passed, replaced or deleted now...
+    let mut garbage: Vec<u64> = superseded.iter().copied().filter(|&r| r <= state.compacted).collect();
+    // ...and the retained revisions retention passes now that no object is at any more.
+    let passed = usize::try_from(compacted.saturating_sub(state.compacted)).unwrap_or(usize::MAX);
+    for entry in state.log.iter().take(passed) {
+        if !entry.current || superseded.contains(&entry.event.revision) {
+            garbage.push(entry.event.revision);
+        }
+    }
+    garbage.sort_unstable();
+    (stored, garbage)
 }
 
 /// The compacted revision once `new` events are appended at `time_ms`: keep at most

@@ -6,33 +6,17 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, DatabaseError, Durability, ReadableTable};
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::Value;
+use redb::{Database, DatabaseError, Durability, ReadableTable, ReadableTableMetadata};
 
 use super::error::{Error, Result};
 use super::mutation::Change;
+use super::record::Record;
 use super::state::{LogEntry, State};
 use super::tables::{
-    object_key, EVENTS, META, META_COMPACTED, META_REVISION, META_SCHEMA, OBJECTS, SCHEMA_VERSION,
+    object_key, v1, CURRENT, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION,
 };
 use super::watch::{EventType, StoreEvent};
 use super::Obj;
-
-/// One event as the `EVENTS` table stores it, borrowed from the table's bytes.
-#[derive(Deserialize)]
-struct EventRecord<'a> {
-    #[serde(rename = "type", borrow)]
-    type_: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    kind: std::borrow::Cow<'a, str>,
-    /// Commit time, Unix milliseconds.
-    time: i64,
-    /// The object's JSON as it was committed, byte for byte.
-    #[serde(borrow)]
-    object: &'a RawValue,
-}
 
 /// Opens the database at `path`, creating it when there is no file, and loads it.
 /// Anything unreadable is `Corrupt`: the store never starts empty over existing data.
@@ -42,6 +26,9 @@ pub(super) fn open(path: &Path) -> Result<(Database, State)> {
         create(path, 0)?;
     }
     let db = open_file(path)?;
+    if schema(&db, path)? == v1::SCHEMA_VERSION {
+        super::upgrade::from_v1(&db, path)?;
+    }
     let state = load(&db, path)?;
     Ok((db, state))
 }
@@ -93,8 +80,8 @@ fn create(path: &Path, floor: u64) -> Result<()> {
     let mut txn = db.begin_write().map_err(Error::db)?;
     txn.set_durability(Durability::Immediate);
     {
-        txn.open_table(OBJECTS).map_err(Error::db)?;
-        txn.open_table(EVENTS).map_err(Error::db)?;
+        txn.open_table(CURRENT).map_err(Error::db)?;
+        txn.open_table(REVISIONS).map_err(Error::db)?;
         let mut meta = txn.open_table(META).map_err(Error::db)?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
         meta.insert(META_REVISION, floor).map_err(Error::db)?;
@@ -107,95 +94,133 @@ fn create(path: &Path, floor: u64) -> Result<()> {
     fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
 }
 
-/// Reads everything into memory, checking the schema version and that the event log
-/// holds exactly the revisions `compacted + 1 ..= revision`.
+/// The file's schema version: this build's, or one it upgrades from.
+fn schema(db: &Database, path: &Path) -> Result<u64> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
+    let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
+    match meta.get(META_SCHEMA).map_err(|e| corrupt(e.into()))?.map(|v| v.value()) {
+        Some(version @ (SCHEMA_VERSION | v1::SCHEMA_VERSION)) => Ok(version),
+        Some(other) => Err(Error::corrupt(
+            path,
+            format!("unknown schema version {other} (this build reads versions 1 and {SCHEMA_VERSION})"),
+        )),
+        None => Err(Error::corrupt(path, "no schema version: not a hive state database")),
+    }
+}
+
+/// Reads everything into memory, checking that the file is this build's schema, that
+/// the revisions held are exactly the retained log `compacted + 1 ..= revision` plus
+/// each object's current one, and that every object's current revision is there and
+/// holds that object.
 fn load(db: &Database, path: &Path) -> Result<State> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    if schema(db, path)? != SCHEMA_VERSION {
+        return Err(Error::corrupt(path, "the file was not upgraded to this build's schema"));
+    }
     let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
     let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
     let counter = |key: &str| -> Result<Option<u64>> {
         Ok(meta.get(key).map_err(|e| corrupt(e.into()))?.map(|v| v.value()))
     };
-    match counter(META_SCHEMA)? {
-        Some(SCHEMA_VERSION) => {}
-        Some(other) => {
-            return Err(Error::corrupt(
-                path,
-                format!("unknown schema version {other} (this build reads version {SCHEMA_VERSION})"),
-            ))
-        }
-        None => return Err(Error::corrupt(path, "no schema version: not a hive state database")),
-    }
     let (Some(revision), Some(compacted)) = (counter(META_REVISION)?, counter(META_COMPACTED)?) else {
         return Err(Error::corrupt(path, "the revision counters are missing"));
     };
     let mut state = State::new(revision, compacted);
 
-    let objects = read.open_table(OBJECTS).map_err(|e| corrupt(e.into()))?;
-    for entry in objects.iter().map_err(|e| corrupt(e.into()))? {
-        let (key, bytes) = entry.map_err(|e| corrupt(e.into()))?;
-        let key = key.value();
-        let Some((kind, name)) = key.split_once('/') else {
-            return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
-        };
-        // The stored bytes are what `serde_json::to_vec` wrote for this very object.
-        let (object, _) =
-            Obj::load(bytes.value()).map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
-        state.load_object(kind, name, object);
-    }
-
-    let events = read.open_table(EVENTS).map_err(|e| corrupt(e.into()))?;
-    let mut expected = compacted + 1;
-    let mut last_of: std::collections::HashMap<(String, Option<String>), Obj> = Default::default();
-    for entry in events.iter().map_err(|e| corrupt(e.into()))? {
-        let (revision, bytes) = entry.map_err(|e| corrupt(e.into()))?;
-        let revision = revision.value();
-        if revision != expected {
+    // Which revision each object is at, and which object each such revision is.
+    let current = read.open_table(CURRENT).map_err(|e| corrupt(e.into()))?;
+    let mut current_of: std::collections::HashMap<u64, String> =
+        std::collections::HashMap::with_capacity(current.len().map_err(|e| corrupt(e.into()))? as usize);
+    for entry in current.iter().map_err(|e| corrupt(e.into()))? {
+        let (key, at) = entry.map_err(|e| corrupt(e.into()))?;
+        let (key, at) = (key.value(), at.value());
+        if at > revision {
             return Err(Error::corrupt(
                 path,
-                format!("event log has revision {revision}, expected {expected}"),
+                format!("object {key} is at revision {at}, past the store's {revision}"),
             ));
         }
+        if let Some(other) = current_of.insert(at, key.to_owned()) {
+            return Err(Error::corrupt(path, format!("objects {other} and {key} are both at revision {at}")));
+        }
+    }
+
+    let revisions = read.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
+    let mut expected = compacted + 1;
+    let mut last_of: std::collections::HashMap<(String, Option<String>), Obj> = Default::default();
+    for entry in revisions.iter().map_err(|e| corrupt(e.into()))? {
+        let (at, row) = entry.map_err(|e| corrupt(e.into()))?;
+        let at = at.value();
+        let record =
+            Record::decode(row.value()).map_err(|e| Error::corrupt(path, format!("revision {at}: {e}")))?;
+        let (object, name) =
+            Obj::load(record.object, at).map_err(|e| Error::corrupt(path, format!("revision {at}: {e}")))?;
+        let is_current = match current_of.remove(&at) {
+            Some(key) => {
+                let Some((kind, key_name)) = key.split_once('/') else {
+                    return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
+                };
+                if (kind, key_name) != (record.kind, name.as_str()) || record.type_ == EventType::Deleted {
+                    return Err(Error::corrupt(
+                        path,
+                        format!(
+                            "object {key} is at revision {at}, which holds {} {}/{name}",
+                            record.type_.as_str(),
+                            record.kind
+                        ),
+                    ));
+                }
+                state.load_object(kind, key_name, object.clone());
+                true
+            }
+            None => false,
+        };
+        if at <= compacted {
+            // Below the log only objects' current revisions are kept.
+            if !is_current {
+                return Err(Error::corrupt(
+                    path,
+                    format!(
+                        "revision {at} is neither retained (after {compacted}) nor any object's current one"
+                    ),
+                ));
+            }
+            continue;
+        }
+        if at != expected {
+            return Err(Error::corrupt(path, format!("event log has revision {at}, expected {expected}")));
+        }
         expected += 1;
-        let record: EventRecord = serde_json::from_slice(bytes.value())
-            .map_err(|e| Error::corrupt(path, format!("event {revision}: {e}")))?;
-        let Some(type_) = EventType::parse(&record.type_) else {
-            return Err(Error::corrupt(path, format!("event {revision} has type {:?}", record.type_)));
-        };
-        let (loaded, name) = Obj::load(record.object.get().as_bytes())
-            .map_err(|e| Error::corrupt(path, format!("event {revision}: {e}")))?;
-        // The latest event of an object holds what the cache holds: share those bytes
-        // rather than keep a second copy of every object written within retention.
-        let object = match state.get(&record.kind, &name) {
-            Some(current) if current == loaded => current,
-            _ => loaded,
-        };
-        let key = (record.kind.to_string(), Some(name).filter(|n| !n.is_empty()));
-        let previous = match type_ {
+        let key = (record.kind.to_owned(), Some(name).filter(|n| !n.is_empty()));
+        let previous = match record.type_ {
             EventType::Added => None,
             _ => last_of.get(&key).cloned(),
         };
-        if type_ == EventType::Deleted {
+        if record.type_ == EventType::Deleted {
             last_of.remove(&key);
         } else {
             last_of.insert(key, object.clone());
         }
         let event = StoreEvent {
-            revision,
-            kind: state.intern(&record.kind),
-            type_,
+            revision: at,
+            kind: state.intern(record.kind),
+            type_: record.type_,
             cost: super::watch::event_cost(object.len()),
             object,
             previous,
             encoded: Default::default(),
         };
-        state.push_log(LogEntry { event, time_ms: record.time });
+        state.push_log(LogEntry { event, time_ms: record.time_ms, current: is_current });
     }
     if expected != revision + 1 {
         return Err(Error::corrupt(
             path,
             format!("event log ends at revision {}, but the store is at {revision}", expected - 1),
         ));
+    }
+    if let Some((at, key)) = current_of.into_iter().min() {
+        return Err(Error::corrupt(path, format!("object {key} is at revision {at}, which is missing")));
     }
     Ok(state)
 }
@@ -255,10 +280,15 @@ pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
 pub(super) struct BatchWrite<'a> {
     /// The successful changes of the batch, in revision order.
     pub changes: &'a [Change],
+    /// Whether each change's revision is stored: all but those retention drops at once
+    /// that are no object's current one at the end of the batch.
+    pub stored: &'a [bool],
+    /// Stored revisions this batch makes garbage: retention passed them and they are no
+    /// object's current one (any more). Ascending.
+    pub garbage: &'a [u64],
     /// Commit time of the batch, Unix milliseconds.
     pub time_ms: i64,
-    /// The compacted revision after this batch; events up to it are deleted (and the
-    /// batch's own events up to it are never written).
+    /// The compacted revision after this batch.
     pub compacted: u64,
 }
 
@@ -270,24 +300,33 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
     let mut txn = db.begin_write().map_err(shared)?;
     txn.set_durability(Durability::Immediate);
     {
-        let mut objects = txn.open_table(OBJECTS).map_err(shared)?;
-        let mut events = txn.open_table(EVENTS).map_err(shared)?;
+        let mut current = txn.open_table(CURRENT).map_err(shared)?;
+        let mut revisions = txn.open_table(REVISIONS).map_err(shared)?;
         let mut meta = txn.open_table(META).map_err(shared)?;
-        for change in batch.changes {
+        let mut row = Vec::new();
+        for (change, &stored) in batch.changes.iter().zip(batch.stored) {
             let key = object_key(change.kind, &change.name);
-            // Encoded by the commit thread before the write (`mutation::encode`).
-            let object: &[u8] = change.object.json();
             if change.type_ == EventType::Deleted {
-                objects.remove(key.as_str()).map_err(shared)?;
+                current.remove(key.as_str()).map_err(shared)?;
             } else {
-                objects.insert(key.as_str(), object).map_err(shared)?;
+                current.insert(key.as_str(), change.revision).map_err(shared)?;
             }
-            if change.revision > batch.compacted {
-                let record = event_record(change, batch.time_ms, object);
-                events.insert(change.revision, record.as_slice()).map_err(shared)?;
+            if stored {
+                // The object was encoded by the commit thread before the write.
+                let record = Record {
+                    type_: change.type_,
+                    time_ms: batch.time_ms,
+                    kind: change.kind,
+                    object: change.object.json(),
+                };
+                row.clear();
+                record.encode_into(&mut row);
+                revisions.insert(change.revision, row.as_slice()).map_err(shared)?;
             }
         }
-        events.retain_in(..=batch.compacted, |_, _| false).map_err(shared)?;
+        for &revision in batch.garbage {
+            revisions.remove(revision).map_err(shared)?;
+        }
         meta.insert(META_REVISION, last.revision).map_err(shared)?;
         meta.insert(META_COMPACTED, batch.compacted).map_err(shared)?;
     }
@@ -297,19 +336,6 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
 
 fn shared(e: impl Into<redb::Error>) -> Arc<redb::Error> {
     Arc::new(e.into())
-}
-
-/// The `EVENTS` value of a change, reusing the already-encoded object.
-fn event_record(change: &Change, time_ms: i64, object: &[u8]) -> Vec<u8> {
-    let kind = Value::String(change.kind.to_owned());
-    let mut record = Vec::with_capacity(object.len() + 64);
-    record.extend_from_slice(
-        format!(r#"{{"type":"{}","kind":{kind},"time":{time_ms},"object":"#, change.type_.as_str())
-            .as_bytes(),
-    );
-    record.extend_from_slice(object);
-    record.push(b'}');
-    record
 }
 
 /// Replaces the database file at `path` (and nothing else) with an empty store whose

@@ -18,8 +18,10 @@ mod disk;
 mod error;
 mod mutation;
 mod object;
+mod record;
 mod state;
 mod tables;
+mod upgrade;
 mod watch;
 
 #[cfg(test)]

@@ -134,12 +134,15 @@ pub(super) struct Change {
     pub object: Obj,
     /// The event's `cost`.
     pub cost: usize,
+    /// The revision of the object this change replaces or deletes (none for a create):
+    /// the one whose stored copy is garbage once retention has passed it.
+    pub supersedes: Option<u64>,
 }
 
 impl Change {
     fn new(kind: &'static str, name: &str, revision: u64, type_: EventType, object: Obj) -> Change {
         let cost = event_cost(object.len());
-        Change { kind, name: name.to_owned(), revision, type_, object, cost }
+        Change { kind, name: name.to_owned(), revision, type_, object, cost, supersedes: None }
     }
 }
 
@@ -170,8 +173,10 @@ pub(super) fn plan(
             Some(state) => state.clone(),
             None => lookup(kind, &name),
         };
-        let applied = apply(current, mutation, &name, revision, now)?;
-        if let Some(change) = &applied.change {
+        let supersedes = current.as_ref().map(Obj::revision);
+        let mut applied = apply(current, mutation, &name, revision, now)?;
+        if let Some(change) = &mut applied.change {
+            change.supersedes = supersedes;
             let state = (change.type_ != EventType::Deleted).then(|| change.object.clone());
             written.insert((kind, name), state);
             revision += 1;
@@ -237,7 +242,7 @@ fn create(
     meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
     meta.remove("deletionTimestamp");
     meta.remove("namespace");
-    let object = Obj::encode(&object);
+    let object = Obj::encode(&object, revision);
     Ok(Applied {
         outcome: Outcome::Created(object.clone()),
         change: Some(Change::new(kind, name, revision, EventType::Added, object)),
@@ -284,7 +289,7 @@ fn finish_update(kind: &'static str, name: &str, mut updated: Value, revision: u
     metadata_mut(&mut updated).insert("resourceVersion".into(), Value::String(revision.to_string()));
     let deleting = updated.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
     let gone = deleting && finalizers_empty(&updated);
-    let object = Obj::encode(&updated);
+    let object = Obj::encode(&updated, revision);
     let (outcome, type_) = if gone {
         (Outcome::Deleted(object.clone()), EventType::Deleted)
     } else {
@@ -305,7 +310,7 @@ fn delete(
 ) -> Result<Applied> {
     let (outcome, type_) = if finalizers_empty(&current) {
         metadata_mut(&mut current).insert("resourceVersion".into(), Value::String(revision.to_string()));
-        (Outcome::Deleted(Obj::encode(&current)), EventType::Deleted)
+        (Outcome::Deleted(Obj::encode(&current, revision)), EventType::Deleted)
     } else if current.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null()) {
         // Already marked: Kubernetes answers with the object and writes nothing.
         return Ok(Applied { outcome: Outcome::Deleting(stored), change: None });
@@ -313,7 +318,7 @@ fn delete(
         let meta = metadata_mut(&mut current);
         meta.insert("deletionTimestamp".into(), timestamp(now));
         meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
-        (Outcome::Deleting(Obj::encode(&current)), EventType::Modified)
+        (Outcome::Deleting(Obj::encode(&current, revision)), EventType::Modified)
     };
     let object = outcome.object().clone();
     Ok(Applied { outcome, change: Some(Change::new(kind, name, revision, type_, object)) })

@@ -15,13 +15,15 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// A stored object: its JSON (`serde_json::to_vec` of the object, byte for byte, as
-/// redb stores it). Cheap to clone: clones share the bytes.
+/// redb stores it) and the revision that wrote it (its `metadata.resourceVersion`, as a
+/// number). Cheap to clone: clones share the bytes.
 ///
 /// Only the store makes one, from an encoded `Value` or from bytes it checked when it
 /// loaded them, so the bytes are always one JSON object.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Obj {
     json: Bytes,
+    revision: u64,
 }
 
 /// The part of an object the store reads when it loads one: its name.
@@ -38,20 +40,27 @@ struct NameOnly {
 }
 
 impl Obj {
-    /// The object `value`, encoded.
-    pub(super) fn encode(value: &Value) -> Obj {
+    /// The object `value`, encoded; `revision` is the one its `metadata.resourceVersion`
+    /// carries.
+    pub(super) fn encode(value: &Value, revision: u64) -> Obj {
         let json = serde_json::to_vec(value).expect("a serde_json::Value always serializes");
         // Exactly as long as the JSON: the cache keeps it for as long as the object lives,
         // and a growing Vec's spare capacity is up to as much again.
-        Obj { json: Bytes::from(json.into_boxed_slice()) }
+        Obj { json: Bytes::from(json.into_boxed_slice()), revision }
     }
 
-    /// Bytes read back from the database: checked to be one JSON object, whose
-    /// `metadata.name` is returned beside it (empty when it has none).
-    pub(super) fn load(json: &[u8]) -> serde_json::Result<(Obj, String)> {
+    /// Bytes read back from the database, written at `revision`: checked to be one JSON
+    /// object, whose `metadata.name` is returned beside it (empty when it has none).
+    pub(super) fn load(json: &[u8], revision: u64) -> serde_json::Result<(Obj, String)> {
         let named: Named = serde_json::from_slice(json)?;
         let name = named.metadata.and_then(|m| m.name).unwrap_or_default();
-        Ok((Obj { json: Bytes::copy_from_slice(json) }, name))
+        Ok((Obj { json: Bytes::copy_from_slice(json), revision }, name))
+    }
+
+    /// The revision that wrote this object: its `metadata.resourceVersion`, without
+    /// parsing it.
+    pub fn revision(&self) -> u64 {
+        self.revision
     }
 
     /// The object's JSON, as lists, reads and watch lines serve it.
@@ -100,10 +109,11 @@ mod tests {
     fn an_object_keeps_its_json_byte_for_byte_and_parses_back() {
         let value =
             serde_json::json!({"metadata": {"name": "a", "labels": {"z": "1", "a": "2"}}, "spec": {}});
-        let object = Obj::encode(&value);
+        let object = Obj::encode(&value, 7);
         assert_eq!(object.json().as_ref(), serde_json::to_vec(&value).unwrap().as_slice());
         assert_eq!(object.value(), value);
-        let (loaded, name) = Obj::load(object.json()).unwrap();
+        assert_eq!(object.revision(), 7);
+        let (loaded, name) = Obj::load(object.json(), 7).unwrap();
         assert_eq!((loaded.clone(), name.as_str()), (object.clone(), "a"));
         assert!(object.is(&object.clone()), "a clone is the same object");
         assert!(!object.is(&loaded), "equal bytes loaded apart are not the same object");
@@ -112,8 +122,8 @@ mod tests {
     #[test]
     fn loading_refuses_bytes_that_are_not_one_json_object() {
         for bad in [&b"[1,2]"[..], b"{\"metadata\":", b"\"text\"", b"{\"metadata\":{\"name\":7}}"] {
-            assert!(Obj::load(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            assert!(Obj::load(bad, 1).is_err(), "{}", String::from_utf8_lossy(bad));
         }
-        assert_eq!(Obj::load(b"{}").unwrap().1, "", "no name is an empty name");
+        assert_eq!(Obj::load(b"{}", 1).unwrap().1, "", "no name is an empty name");
     }
 }

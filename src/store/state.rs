@@ -14,6 +14,9 @@ use super::Obj;
 pub(super) struct LogEntry {
     pub event: StoreEvent,
     pub time_ms: i64,
+    /// Whether this revision is still its object's current one: its stored row outlives
+    /// retention then, as the object's (see `tables::REVISIONS`).
+    pub current: bool,
 }
 
 #[derive(Default)]
@@ -98,8 +101,18 @@ impl State {
         if let Some(watchers) = self.watchers.get_mut(change.kind) {
             watchers.retain(|w| w.offer(event.clone()));
         }
+        if let Some(replaced) = change.supersedes.and_then(|r| self.log_index(r)) {
+            self.log[replaced].current = false;
+        }
         self.revision = change.revision;
-        self.push_log(LogEntry { event, time_ms });
+        let current = change.type_ != EventType::Deleted;
+        self.push_log(LogEntry { event, time_ms, current });
+    }
+
+    /// Where revision `revision` sits in the log, if it is retained.
+    pub fn log_index(&self, revision: u64) -> Option<usize> {
+        let index = usize::try_from(revision.checked_sub(self.compacted + 1)?).ok()?;
+        (index < self.log.len()).then_some(index)
     }
 
     /// Appends a retained event.

@@ -1,14 +1,20 @@
 //! Every redb table the store uses, and the keys of its `meta` table. Nothing else in
 //! hive names a table.
+//!
+//! Each revision is stored once, as etcd's MVCC store keeps it: `REVISIONS` holds the
+//! object as that revision wrote it, `CURRENT` says which revision each live object is
+//! at. A revision stays while it is retained in the event log or is an object's current
+//! one; a create writes its JSON once.
 
 use redb::TableDefinition;
 
-/// Current objects: `"<plural>/<name>"` → the object as JSON.
-pub(super) const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+/// Current objects: `"<plural>/<name>"` → the revision that wrote the object as it is.
+pub(super) const CURRENT: TableDefinition<&str, u64> = TableDefinition::new("current");
 
-/// The retained event log: revision → JSON `{type, kind, time, object}` (see `disk::EventRecord`).
-/// Holds exactly the revisions `compacted + 1 ..= revision`.
-pub(super) const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+/// revision → what it wrote (see `disk::Record`): every revision
+/// `compacted + 1 ..= revision` (the retained event log), and below that only those that
+/// are still an object's current one.
+pub(super) const REVISIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("revisions");
 
 /// Store-wide counters, keyed by the `META_*` names below.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -20,10 +26,23 @@ pub(super) const META_REVISION: &str = "revision";
 /// Every event with a revision at or below this one has been dropped by retention.
 pub(super) const META_COMPACTED: &str = "compacted";
 
-/// The only schema version this build understands.
-pub(super) const SCHEMA_VERSION: u64 = 1;
+/// The only schema version this build writes; version 1 files are upgraded on open.
+pub(super) const SCHEMA_VERSION: u64 = 2;
 
-/// The `OBJECTS` key of one object.
+/// The `CURRENT` key of one object.
 pub(super) fn object_key(kind: &str, name: &str) -> String {
     format!("{kind}/{name}")
+}
+
+/// Schema version 1: each object's JSON in `OBJECTS`, and each retained event with its
+/// own copy of the object in `EVENTS`. Read once, when such a file is upgraded.
+pub(super) mod v1 {
+    use redb::TableDefinition;
+
+    /// `"<plural>/<name>"` → the object as JSON.
+    pub const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+    /// revision → JSON `{type, kind, time, object}`, the revisions `compacted + 1 ..= revision`.
+    pub const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+    /// The version these tables are.
+    pub const SCHEMA_VERSION: u64 = 1;
 }

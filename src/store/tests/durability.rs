@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use redb::Database;
 
 use super::super::tables::{META, META_SCHEMA};
-use super::super::{Error, Store};
+use super::super::{Error, Store, StoreConfig};
 use super::{agent, config, create, db_path, open, update, TestClock};
 
 #[tokio::test]
@@ -276,4 +276,148 @@ fn acknowledged_writes_survive_kill_9() {
         let object = store.get("agents", name).unwrap_or_else(|| panic!("acknowledged {name} lost"));
         assert_eq!(object.value()["metadata"]["resourceVersion"], revision.to_string());
     }
+}
+
+/// The bytes of keys and values in the file, across every table.
+fn stored_bytes(dir: &std::path::Path) -> u64 {
+    let db = Database::open(db_path(dir)).unwrap();
+    let txn = db.begin_write().unwrap();
+    let bytes = txn.stats().unwrap().stored_bytes();
+    txn.abort().unwrap();
+    bytes
+}
+
+/// A create writes its object's JSON once: the object and its retained event are one
+/// row, as etcd keeps one copy per revision.
+#[tokio::test]
+async fn each_revision_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let mut json = 0;
+    for i in 0..40 {
+        let created = store.commit(create(agent(&format!("a{i}"), &"x".repeat(4000))), false).await.unwrap();
+        json += created.object().len() as u64;
+    }
+    assert_eq!(store.stats().events, 40, "every create is retained as an event");
+    store.shutdown().await;
+    let stored = stored_bytes(dir.path());
+    // Keys, counters and the rows' heads are a few percent; a second copy would be 100%.
+    assert!(stored < json * 11 / 10, "{stored} bytes stored for {json} bytes of JSON");
+}
+
+/// With retention of two events, updates and deletes leave in the file only what a
+/// reopen needs: each live object's current revision and the retained log. A stale row
+/// would fail the load (it checks that nothing else is there), and so would a missing one.
+#[tokio::test]
+async fn rows_retention_passed_are_removed_unless_an_object_is_at_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = TestClock::new();
+    let small = || StoreConfig { retention_events: 2, ..config(dir.path(), &clock) };
+    let store = Store::open(small()).unwrap();
+    let mut live = std::collections::BTreeMap::new();
+    for i in 0..6 {
+        let name = format!("a{i}");
+        let created = store.commit(create(agent(&name, "Up")), false).await.unwrap();
+        live.insert(name, created.into_object());
+    }
+    // a0 and a1 are updated long after retention passed their creates; a2 twice in one
+    // group; a3 deleted; a4 updated then deleted in one group.
+    for name in ["a0", "a1"] {
+        let mut respec = live[name].value();
+        respec["spec"]["wanted"] = "Offline".into();
+        live.insert(name.into(), store.commit(update(respec), false).await.unwrap().into_object());
+    }
+    let mut first = live["a2"].value();
+    first["spec"]["wanted"] = "Offline".into();
+    let mut second = first.clone();
+    second["spec"]["wanted"] = "Down".into();
+    second["metadata"]["resourceVersion"] = "".into();
+    let outcomes = store.commit_all(vec![update(first), update(second)], false).await.unwrap();
+    live.insert("a2".into(), outcomes.last().unwrap().object().clone());
+    store.commit(super::delete("a3"), false).await.unwrap();
+    live.remove("a3");
+    let mut respec = live["a4"].value();
+    respec["spec"]["wanted"] = "Offline".into();
+    store.commit_all(vec![update(respec), super::delete("a4")], false).await.unwrap();
+    live.remove("a4");
+    let listed = store.list("agents").1;
+    assert_eq!(listed, live.values().cloned().collect::<Vec<_>>());
+    let revision = store.revision();
+    store.shutdown().await;
+
+    for _ in 0..2 {
+        let store = Store::open(small()).unwrap();
+        assert_eq!(store.list("agents").1, listed, "every live object as it was");
+        assert_eq!((store.revision(), store.stats().events), (revision, 2));
+        store.shutdown().await;
+    }
+}
+
+/// A file written by a build of schema version 1 (an object table and an event table with
+/// a second copy of each retained object) opens as it was, and is upgraded in place.
+#[tokio::test]
+async fn a_schema_1_file_is_upgraded_and_keeps_objects_revision_and_events() {
+    use super::super::tables::{v1, META_COMPACTED, META_REVISION};
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str, wanted: &str, rv: u64| {
+        let mut object = agent(name, wanted);
+        object["metadata"]["resourceVersion"] = rv.to_string().into();
+        object
+    };
+    // old@1 (its event compacted), gone@2 (compacted), a1 created at 3 and changed at 4,
+    // gone deleted at 5; retained: 3..=5.
+    let (old, a1_created, a1, gone) =
+        (at("old", "Up", 1), at("a1", "Up", 3), at("a1", "Down", 4), at("gone", "Up", 5));
+    let event = |type_: &str, time: i64, object: &serde_json::Value| {
+        serde_json::to_vec(
+            &serde_json::json!({"type": type_, "kind": "agents", "time": time, "object": object}),
+        )
+        .unwrap()
+    };
+    {
+        let db = Database::create(db_path(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(META_SCHEMA, v1::SCHEMA_VERSION).unwrap();
+            meta.insert(META_REVISION, 5).unwrap();
+            meta.insert(META_COMPACTED, 2).unwrap();
+            let mut objects = txn.open_table(v1::OBJECTS).unwrap();
+            objects.insert("agents/old", serde_json::to_vec(&old).unwrap().as_slice()).unwrap();
+            objects.insert("agents/a1", serde_json::to_vec(&a1).unwrap().as_slice()).unwrap();
+            let mut events = txn.open_table(v1::EVENTS).unwrap();
+            events.insert(3, event("ADDED", 1_000, &a1_created).as_slice()).unwrap();
+            events.insert(4, event("MODIFIED", 2_000, &a1).as_slice()).unwrap();
+            events.insert(5, event("DELETED", 3_000, &gone).as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    for round in 0..2 {
+        let store = open(dir.path());
+        let listed: Vec<_> = store.list("agents").1.iter().map(|o| o.value()).collect();
+        assert_eq!(listed, [a1.clone(), old.clone()], "round {round}");
+        assert_eq!(store.get("agents", "old").unwrap().revision(), 1);
+        assert_eq!(store.revision(), 5);
+        assert!(matches!(store.watch("agents", 1).err(), Some(Error::Expired { requested: 1, oldest: 2 })));
+        let mut watch = store.watch("agents", 2).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let event = watch.next().await.unwrap().unwrap();
+            seen.push((event.type_.as_str(), event.revision, event.object.value()));
+        }
+        assert_eq!(
+            seen,
+            [("ADDED", 3, a1_created.clone()), ("MODIFIED", 4, a1.clone()), ("DELETED", 5, gone.clone())]
+        );
+        if round == 1 {
+            let next = store.commit(create(agent("a2", "Up")), false).await.unwrap();
+            assert_eq!(next.object().revision(), 6, "revisions continue");
+        }
+        store.shutdown().await;
+    }
+    let db = Database::open(db_path(dir.path())).unwrap();
+    let read = db.begin_read().unwrap();
+    assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), 2);
+    assert!(read.open_table(v1::OBJECTS).is_err(), "the old tables are gone");
 }

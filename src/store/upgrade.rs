@@ -1,0 +1,109 @@
+//! Upgrading a file of an earlier schema to this build's, in one durable transaction
+//! when the store opens it: a crash during the upgrade leaves the old file as it was.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+use redb::{Database, Durability, ReadableTable};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::error::{Error, Result};
+use super::record::Record;
+use super::tables::{v1, CURRENT, META, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
+use super::watch::EventType;
+
+/// One version-1 event, borrowed from its row.
+#[derive(Deserialize)]
+struct EventV1<'a> {
+    #[serde(rename = "type", borrow)]
+    type_: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    time: i64,
+    #[serde(borrow)]
+    object: &'a RawValue,
+}
+
+/// The part of a version-1 object the upgrade reads: its resourceVersion.
+#[derive(Deserialize)]
+struct Versioned<'a> {
+    #[serde(borrow)]
+    metadata: Option<VersionOnly<'a>>,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly<'a> {
+    #[serde(rename = "resourceVersion", borrow)]
+    resource_version: Option<Cow<'a, str>>,
+}
+
+/// Version 1 kept each object in `objects` and a second copy in every retained event in
+/// `events`. Each retained event becomes its revision's row; each object points at its
+/// resourceVersion, and gets a row of its own when retention had dropped that event.
+pub(super) fn from_v1(db: &Database, path: &Path) -> Result<()> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
+    txn.set_durability(Durability::Immediate);
+    let (mut events_moved, mut objects_moved) = (0u64, 0u64);
+    {
+        let events = txn.open_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
+        let objects = txn.open_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
+        let mut current = txn.open_table(CURRENT).map_err(|e| corrupt(e.into()))?;
+        let mut revisions = txn.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
+        for entry in events.iter().map_err(|e| corrupt(e.into()))? {
+            let (revision, row) = entry.map_err(|e| corrupt(e.into()))?;
+            let revision = revision.value();
+            let event: EventV1 = serde_json::from_slice(row.value())
+                .map_err(|e| Error::corrupt(path, format!("event {revision}: {e}")))?;
+            let Some(type_) = EventType::parse(&event.type_) else {
+                return Err(Error::corrupt(path, format!("event {revision} has type {:?}", event.type_)));
+            };
+            let record = Record {
+                type_,
+                time_ms: event.time,
+                kind: &event.kind,
+                object: event.object.get().as_bytes(),
+            };
+            revisions.insert(revision, record.encode().as_slice()).map_err(|e| corrupt(e.into()))?;
+            events_moved += 1;
+        }
+        for entry in objects.iter().map_err(|e| corrupt(e.into()))? {
+            let (key, json) = entry.map_err(|e| corrupt(e.into()))?;
+            let (key, json) = (key.value(), json.value());
+            let Some((kind, _)) = key.split_once('/') else {
+                return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
+            };
+            let versioned: Versioned = serde_json::from_slice(json)
+                .map_err(|e| Error::corrupt(path, format!("object {key}: {e}")))?;
+            let revision = versioned
+                .metadata
+                .and_then(|m| m.resource_version)
+                .and_then(|rv| rv.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Error::corrupt(path, format!("object {key} has no numeric resourceVersion"))
+                })?;
+            current.insert(key, revision).map_err(|e| corrupt(e.into()))?;
+            let retained = revisions.get(revision).map_err(|e| corrupt(e.into()))?.is_some();
+            if !retained {
+                // Retention dropped its event: only the object itself says what it is.
+                let record = Record { type_: EventType::Modified, time_ms: 0, kind, object: json };
+                revisions.insert(revision, record.encode().as_slice()).map_err(|e| corrupt(e.into()))?;
+            }
+            objects_moved += 1;
+        }
+        let mut meta = txn.open_table(META).map_err(|e| corrupt(e.into()))?;
+        meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(|e| corrupt(e.into()))?;
+    }
+    txn.delete_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
+    txn.delete_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
+    txn.commit().map_err(|e| corrupt(e.into()))?;
+    tracing::info!(
+        path = %path.display(),
+        objects = objects_moved,
+        events = events_moved,
+        "state database upgraded from schema {} to {SCHEMA_VERSION}",
+        v1::SCHEMA_VERSION
+    );
+    Ok(())
+}
