@@ -8,7 +8,7 @@
 #   bench/etcd/run.sh --markdown            # also the rows as Markdown
 #
 # Every argument goes to the load generator (`run.sh --help` lists them). Needs
-# `etcd` (Debian: etcd-server) and, to build the generator, `protoc` (protobuf-compiler).
+# `etcd` (Debian: etcd-server) and, to build the generator, `protoc` with the well-known types (protobuf-compiler, libprotobuf-dev).
 # ETCD_DIR sets the parent of the data directory (its disk is the one fsynced; default:
 # the system's temporary directory), like `hive bench --dir`.
 set -euo pipefail
@@ -16,7 +16,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 for tool in etcd protoc cargo; do
   if ! command -v "$tool" >/dev/null; then
-    echo "run.sh: $tool is missing (apt-get install etcd-server protobuf-compiler; cargo from rustup)" >&2
+    echo "run.sh: $tool is missing (apt-get install etcd-server protobuf-compiler libprotobuf-dev; cargo from rustup)" >&2
     exit 1
   fi
 done

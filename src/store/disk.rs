@@ -6,15 +6,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, DatabaseError, Durability, ReadableTable, ReadableTableMetadata};
+use redb::{Database, DatabaseError, Durability, ReadableTable};
 
 use super::error::{Error, Result};
 use super::mutation::Change;
 use super::record::Record;
 use super::state::{LogEntry, State};
-use super::tables::{
-    object_key, v1, CURRENT, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION,
-};
+use super::tables::{v1, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
 use super::watch::{EventType, StoreEvent};
 use super::Obj;
 
@@ -80,7 +78,6 @@ fn create(path: &Path, floor: u64) -> Result<()> {
     let mut txn = db.begin_write().map_err(Error::db)?;
     txn.set_durability(Durability::Immediate);
     {
-        txn.open_table(CURRENT).map_err(Error::db)?;
         txn.open_table(REVISIONS).map_err(Error::db)?;
         let mut meta = txn.open_table(META).map_err(Error::db)?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
@@ -109,10 +106,10 @@ fn schema(db: &Database, path: &Path) -> Result<u64> {
     }
 }
 
-/// Reads everything into memory, checking that the file is this build's schema, that
-/// the revisions held are exactly the retained log `compacted + 1 ..= revision` plus
-/// each object's current one, and that every object's current revision is there and
-/// holds that object.
+/// Reads everything into memory, checking that the file is this build's schema and
+/// holds exactly the retained log `compacted + 1 ..= revision` and, below it, only rows
+/// that are still an object's current one. The objects are what the rows leave, as
+/// etcd rebuilds its key index from its revisions.
 fn load(db: &Database, path: &Path) -> Result<State> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     if schema(db, path)? != SCHEMA_VERSION {
@@ -128,79 +125,61 @@ fn load(db: &Database, path: &Path) -> Result<State> {
     };
     let mut state = State::new(revision, compacted);
 
-    // Which revision each object is at, and which object each such revision is.
-    let current = read.open_table(CURRENT).map_err(|e| corrupt(e.into()))?;
-    let mut current_of: std::collections::HashMap<u64, String> =
-        std::collections::HashMap::with_capacity(current.len().map_err(|e| corrupt(e.into()))? as usize);
-    for entry in current.iter().map_err(|e| corrupt(e.into()))? {
-        let (key, at) = entry.map_err(|e| corrupt(e.into()))?;
-        let (key, at) = (key.value(), at.value());
-        if at > revision {
-            return Err(Error::corrupt(
-                path,
-                format!("object {key} is at revision {at}, past the store's {revision}"),
-            ));
-        }
-        if let Some(other) = current_of.insert(at, key.to_owned()) {
-            return Err(Error::corrupt(path, format!("objects {other} and {key} are both at revision {at}")));
-        }
-    }
-
     let revisions = read.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
     let mut expected = compacted + 1;
-    let mut last_of: std::collections::HashMap<(String, Option<String>), Obj> = Default::default();
     for entry in revisions.iter().map_err(|e| corrupt(e.into()))? {
         let (at, row) = entry.map_err(|e| corrupt(e.into()))?;
         let at = at.value();
-        let record =
-            Record::decode(row.value()).map_err(|e| Error::corrupt(path, format!("revision {at}: {e}")))?;
-        let (object, name) =
-            Obj::load(record.object, at).map_err(|e| Error::corrupt(path, format!("revision {at}: {e}")))?;
-        let is_current = match current_of.remove(&at) {
-            Some(key) => {
-                let Some((kind, key_name)) = key.split_once('/') else {
-                    return Err(Error::corrupt(path, format!("object key {key:?} is not kind/name")));
-                };
-                if (kind, key_name) != (record.kind, name.as_str()) || record.type_ == EventType::Deleted {
-                    return Err(Error::corrupt(
-                        path,
-                        format!(
-                            "object {key} is at revision {at}, which holds {} {}/{name}",
-                            record.type_.as_str(),
-                            record.kind
-                        ),
-                    ));
-                }
-                state.load_object(kind, key_name, object.clone());
-                true
+        let bad = |why: String| Error::corrupt(path, format!("revision {at}: {why}"));
+        let record = Record::decode(row.value()).map_err(bad)?;
+        let (object, name) = Obj::load(record.object, at).map_err(|e| bad(e.to_string()))?;
+        if name.is_empty() {
+            return Err(bad("the object has no name".into()));
+        }
+        if at > revision {
+            return Err(bad(format!("past the store's revision {revision}")));
+        }
+        if at > compacted {
+            if at != expected {
+                return Err(Error::corrupt(
+                    path,
+                    format!("event log has revision {at}, expected {expected}"),
+                ));
             }
-            None => false,
-        };
-        if at <= compacted {
-            // Below the log only objects' current revisions are kept.
-            if !is_current {
+            expected += 1;
+        } else if record.type_ == EventType::Deleted {
+            return Err(bad(format!("a deletion below the retained log (after {compacted})")));
+        }
+        let previous = state.get(record.kind, &name);
+        if let Some(previous) = &previous {
+            // A row below the log is kept only while it is its object's current one.
+            if previous.revision() <= compacted {
                 return Err(Error::corrupt(
                     path,
                     format!(
-                        "revision {at} is neither retained (after {compacted}) nor any object's current one"
+                        "revision {} of {}/{name} is below the retained log (after {compacted}) but revision {at} replaced it",
+                        previous.revision(),
+                        record.kind
                     ),
                 ));
             }
+            if let Some(index) = state.log_index(previous.revision()) {
+                state.log[index].current = false;
+            }
+        }
+        match (record.type_, &previous) {
+            (EventType::Added, Some(previous)) => {
+                return Err(bad(format!(
+                    "{}/{name} added while it is at revision {}",
+                    record.kind,
+                    previous.revision()
+                )))
+            }
+            (EventType::Deleted, _) => state.remove_object(record.kind, &name),
+            _ => state.load_object(record.kind, &name, object.clone()),
+        }
+        if at <= compacted {
             continue;
-        }
-        if at != expected {
-            return Err(Error::corrupt(path, format!("event log has revision {at}, expected {expected}")));
-        }
-        expected += 1;
-        let key = (record.kind.to_owned(), Some(name).filter(|n| !n.is_empty()));
-        let previous = match record.type_ {
-            EventType::Added => None,
-            _ => last_of.get(&key).cloned(),
-        };
-        if record.type_ == EventType::Deleted {
-            last_of.remove(&key);
-        } else {
-            last_of.insert(key, object.clone());
         }
         let event = StoreEvent {
             revision: at,
@@ -208,19 +187,17 @@ fn load(db: &Database, path: &Path) -> Result<State> {
             type_: record.type_,
             cost: super::watch::event_cost(object.len()),
             object,
-            previous,
+            previous: previous.filter(|_| record.type_ != EventType::Added),
             encoded: Default::default(),
         };
-        state.push_log(LogEntry { event, time_ms: record.time_ms, current: is_current });
+        let current = record.type_ != EventType::Deleted;
+        state.push_log(LogEntry { event, time_ms: record.time_ms, current });
     }
     if expected != revision + 1 {
         return Err(Error::corrupt(
             path,
             format!("event log ends at revision {}, but the store is at {revision}", expected - 1),
         ));
-    }
-    if let Some((at, key)) = current_of.into_iter().min() {
-        return Err(Error::corrupt(path, format!("object {key} is at revision {at}, which is missing")));
     }
     Ok(state)
 }
@@ -300,17 +277,10 @@ pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), A
     let mut txn = db.begin_write().map_err(shared)?;
     txn.set_durability(Durability::Immediate);
     {
-        let mut current = txn.open_table(CURRENT).map_err(shared)?;
         let mut revisions = txn.open_table(REVISIONS).map_err(shared)?;
         let mut meta = txn.open_table(META).map_err(shared)?;
         let mut row = Vec::new();
         for (change, &stored) in batch.changes.iter().zip(batch.stored) {
-            let key = object_key(change.kind, &change.name);
-            if change.type_ == EventType::Deleted {
-                current.remove(key.as_str()).map_err(shared)?;
-            } else {
-                current.insert(key.as_str(), change.revision).map_err(shared)?;
-            }
             if stored {
                 // The object was encoded by the commit thread before the write.
                 let record = Record {

@@ -80,6 +80,13 @@ impl State {
         self.objects.entry(kind.to_owned()).or_default().insert(Arc::from(name), object);
     }
 
+    /// Removes a loaded object (opening the store: a deletion in the log).
+    pub fn remove_object(&mut self, kind: &str, name: &str) {
+        if let Some(objects) = self.objects.get_mut(kind) {
+            objects.remove(name);
+        }
+    }
+
     /// Applies one durable change: the object, the log, and every watcher of its kind.
     /// Never blocks: a watcher whose buffer is full is dropped as overflowed.
     pub fn apply(&mut self, change: &Change, time_ms: i64) {

@@ -2,14 +2,12 @@
 //! hive names a table.
 //!
 //! Each revision is stored once, as etcd's MVCC store keeps it: `REVISIONS` holds the
-//! object as that revision wrote it, `CURRENT` says which revision each live object is
-//! at. A revision stays while it is retained in the event log or is an object's current
-//! one; a create writes its JSON once.
+//! object as that revision wrote it, and the objects are what the rows leave, rebuilt in
+//! memory when the store opens (etcd rebuilds its key index the same way). A revision's
+//! row stays while it is retained in the event log or is its object's current one; a
+//! create appends one row and writes nothing else.
 
 use redb::TableDefinition;
-
-/// Current objects: `"<plural>/<name>"` → the revision that wrote the object as it is.
-pub(super) const CURRENT: TableDefinition<&str, u64> = TableDefinition::new("current");
 
 /// revision → what it wrote (see `disk::Record`): every revision
 /// `compacted + 1 ..= revision` (the retained event log), and below that only those that
@@ -29,7 +27,7 @@ pub(super) const META_COMPACTED: &str = "compacted";
 /// The only schema version this build writes; version 1 files are upgraded on open.
 pub(super) const SCHEMA_VERSION: u64 = 2;
 
-/// The `CURRENT` key of one object.
+/// The key of one object (in the commit thread's view of a batch).
 pub(super) fn object_key(kind: &str, name: &str) -> String {
     format!("{kind}/{name}")
 }

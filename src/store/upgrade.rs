@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 
 use super::error::{Error, Result};
 use super::record::Record;
-use super::tables::{v1, CURRENT, META, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
+use super::tables::{v1, META, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
 use super::watch::EventType;
 
 /// One version-1 event, borrowed from its row.
@@ -39,8 +39,8 @@ struct VersionOnly<'a> {
 }
 
 /// Version 1 kept each object in `objects` and a second copy in every retained event in
-/// `events`. Each retained event becomes its revision's row; each object points at its
-/// resourceVersion, and gets a row of its own when retention had dropped that event.
+/// `events`. Each retained event becomes its revision's row; an object whose event
+/// retention had dropped gets a row of its own at its resourceVersion.
 pub(super) fn from_v1(db: &Database, path: &Path) -> Result<()> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
@@ -49,7 +49,6 @@ pub(super) fn from_v1(db: &Database, path: &Path) -> Result<()> {
     {
         let events = txn.open_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
         let objects = txn.open_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
-        let mut current = txn.open_table(CURRENT).map_err(|e| corrupt(e.into()))?;
         let mut revisions = txn.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
         for entry in events.iter().map_err(|e| corrupt(e.into()))? {
             let (revision, row) = entry.map_err(|e| corrupt(e.into()))?;
@@ -83,7 +82,6 @@ pub(super) fn from_v1(db: &Database, path: &Path) -> Result<()> {
                 .ok_or_else(|| {
                     Error::corrupt(path, format!("object {key} has no numeric resourceVersion"))
                 })?;
-            current.insert(key, revision).map_err(|e| corrupt(e.into()))?;
             let retained = revisions.get(revision).map_err(|e| corrupt(e.into()))?.is_some();
             if !retained {
                 // Retention dropped its event: only the object itself says what it is.
