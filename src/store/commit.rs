@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use redb::Database;
 use tokio::sync::{mpsc, oneshot};
@@ -99,14 +100,11 @@ pub(super) fn run(
 ) {
     let mut exit = Exit { shared, db: Some(db), stopped };
     let max_batch = exit.shared.config.max_batch.max(1);
+    let mut last = Last { writers: 0, answered: std::time::Instant::now(), took: Duration::ZERO };
     while let Some(first) = requests.blocking_recv() {
         let mut batch = vec![first];
-        while batch.len() < max_batch {
-            match requests.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
+        take_queued(&mut requests, &mut batch, max_batch);
+        gather(&mut requests, &mut batch, max_batch, &last);
         if exit.db.is_none() {
             let revision = exit.shared.read().revision;
             #[cfg(test)]
@@ -142,13 +140,57 @@ pub(super) fn run(
         let Some(db) = &exit.db else { continue };
         let (started, size) = (std::time::Instant::now(), batch.len());
         let committed = commit_batch(&exit.shared, db, batch);
+        let answered = std::time::Instant::now();
+        last = Last { writers: size, answered, took: answered - started };
         let metrics = &exit.shared.config.metrics;
-        metrics.commit_duration.observe(crate::metrics::seconds(started.elapsed()));
+        metrics.commit_duration.observe(crate::metrics::seconds(last.took));
         metrics.batch_size.observe(size as f64);
         if let Err(why) = committed {
             exit.shared.set_unhealthy(Some(why));
             drop(exit.db.take());
         }
+    }
+}
+
+/// The batch before: how many writers it answered, when, and how long it took.
+struct Last {
+    writers: usize,
+    answered: std::time::Instant,
+    took: Duration,
+}
+
+/// The longest a batch waits for more writers (see [`gather`]).
+const GATHER_MAX: Duration = Duration::from_micros(400);
+
+/// How often a gathering batch looks for more writers.
+const GATHER_POLL: Duration = Duration::from_micros(40);
+
+/// Moves every queued request into `batch`, up to `max_batch`.
+fn take_queued(requests: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>, max_batch: usize) {
+    while batch.len() < max_batch {
+        match requests.try_recv() {
+            Ok(request) => batch.push(request),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Group commit under load: the writers the last batch answered write again a moment
+/// later, each once its answer reached it. A batch started the instant the first of them
+/// is back would commit alone and leave the rest to wait a whole commit (batches then
+/// alternate, one large, one small). So while writers are coming back — the first arrived
+/// within one commit's time of the last answers — the batch waits for as many writers as
+/// the last one had, for at most a quarter of the last commit's time (and `GATHER_MAX`).
+/// A lone writer never waits: its last batch had one writer, and it is here.
+fn gather(requests: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>, max_batch: usize, last: &Last) {
+    let want = last.writers.min(max_batch);
+    if batch.len() >= want || last.answered.elapsed() > last.took {
+        return;
+    }
+    let deadline = std::time::Instant::now() + (last.took / 4).min(GATHER_MAX);
+    while batch.len() < want && std::time::Instant::now() < deadline {
+        std::thread::sleep(GATHER_POLL);
+        take_queued(requests, batch, max_batch);
     }
 }
 
