@@ -20,15 +20,17 @@ pub use redact::{redact, SecretForms};
 pub use tokens::{Error, TokenInfo, TokenStore, TOKEN_PREFIX};
 
 /// Who made a request: the name and role of the token it carried. Holds no secret.
+/// Cheap to clone (shared strings): every request copies it into its extensions, its
+/// extractors and its audit entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Principal {
     /// The token's name, as shown by `list` and recorded in audit fields such as who
     /// decided an approval.
-    pub name: String,
+    pub name: std::sync::Arc<str>,
     /// What the token may do.
     pub role: Role,
     /// The agent an `agent`-role token is bound to.
-    pub agent: Option<String>,
+    pub agent: Option<std::sync::Arc<str>>,
 }
 
 impl Principal {

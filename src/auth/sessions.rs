@@ -120,7 +120,7 @@ impl Sessions {
         // A token holder can push out only its own token's sessions.
         let own: Vec<(&String, Instant)> = map
             .iter()
-            .filter(|(_, s)| s.token_name == principal.name)
+            .filter(|(_, s)| *s.token_name == *principal.name)
             .map(|(k, s)| (k, s.expires_at))
             .collect();
         if own.len() >= MAX_SESSIONS_PER_TOKEN {
@@ -135,7 +135,7 @@ impl Sessions {
         }
         let session = Session {
             token: Secret(token.trim().to_string()),
-            token_name: principal.name.clone(),
+            token_name: principal.name.to_string(),
             csrf,
             expires_at: now + SESSION_TTL,
         };

@@ -140,13 +140,18 @@ type Hash = [u8; 32];
 #[derive(Default)]
 struct Tokens {
     by_name: BTreeMap<String, Record>,
-    /// SHA-256 → name.
-    by_hash: HashMap<Hash, String>,
+    /// SHA-256 → who the token is, ready to hand to each request without copying.
+    by_hash: HashMap<Hash, Principal>,
 }
 
 impl Tokens {
     fn insert(&mut self, record: Record, hash: Hash) {
-        self.by_hash.insert(hash, record.name.clone());
+        let principal = Principal {
+            name: record.name.as_str().into(),
+            role: record.role,
+            agent: record.agent.as_deref().map(Into::into),
+        };
+        self.by_hash.insert(hash, principal);
         self.by_name.insert(record.name.clone(), record);
     }
 
@@ -237,9 +242,7 @@ impl TokenStore {
         // token strings would.
         let hash = sha256(bearer);
         let tokens = self.read();
-        let name = tokens.by_hash.get(&hash)?;
-        let record = &tokens.by_name[name];
-        Some(Principal { name: record.name.clone(), role: record.role, agent: record.agent.clone() })
+        tokens.by_hash.get(&hash).cloned()
     }
 
     /// Every token's name, role and creation time, sorted by name.
@@ -266,7 +269,7 @@ impl TokenStore {
         file.tokens.retain(|r| r.name != name);
         self.persist(&file)?;
         tokens.by_name.remove(name);
-        tokens.by_hash.retain(|_, n| n != name);
+        tokens.by_hash.retain(|_, p| &*p.name != name);
         Ok(())
     }
 
@@ -485,7 +488,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
 
         let reopened = TokenStore::open(dir.path()).unwrap();
-        assert_eq!(reopened.authenticate(&token).unwrap().name, "ci");
+        assert_eq!(&*reopened.authenticate(&token).unwrap().name, "ci");
         assert_eq!(reopened.list(), store.list());
     }
 

@@ -196,7 +196,7 @@ fn approval(
     let kept = |key: &str| stored.as_ref().and_then(|o| o.metadata.annotations.get(key).cloned());
     let (by, at) = if decided_now {
         (
-            Some(principal.name.clone()),
+            Some(principal.name.to_string()),
             Some(crate::host::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)),
         )
     } else {
@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     fn principal(role: Role, agent: Option<&str>) -> Principal {
-        Principal { name: format!("{role}-token"), role, agent: agent.map(str::to_string) }
+        Principal { name: format!("{role}-token").into(), role, agent: agent.map(Into::into) }
     }
 
     fn approval_object(target: &str, kind: &str, state: &str) -> Value {

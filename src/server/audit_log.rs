@@ -268,7 +268,7 @@ fn line(entry: Entry) -> Line {
     Line {
         time: entry.time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
         request_id: entry.request_id,
-        user: entry.principal.as_ref().map(|p| p.name.clone()),
+        user: entry.principal.as_ref().map(|p| p.name.to_string()),
         role: entry.principal.as_ref().map(|p| p.role.to_string()),
         verb: verb.to_lowercase(),
         resource: target.resource,

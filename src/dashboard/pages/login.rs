@@ -99,7 +99,7 @@ pub async fn submit(
     }
     match sessions.sign_in(&state.tokens, &token) {
         Some((id, principal)) => {
-            tracing::info!(token_name = principal.name, role = %principal.role, "dashboard sign-in");
+            tracing::info!(token_name = &*principal.name, role = %principal.role, "dashboard sign-in");
             let mut response = Redirect::to("/").into_response();
             if let Ok(value) = HeaderValue::from_str(&set_cookie(&id)) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
