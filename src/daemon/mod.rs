@@ -195,12 +195,15 @@ pub async fn run(
         agent_controller::spawn(engine.clone());
     }
     approval_controller::spawn(engine.clone());
+    let audit_metrics = metrics.audit.clone();
     let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
+    let mut audit_log = None;
     if let Some(audit) = &config.audit {
-        let log = server::audit_log::AuditLog::start(audit.clone())
+        let log = server::audit_log::AuditLog::start(audit.clone(), audit_metrics)
             .with_context(|| format!("opening the audit log {}", audit.path.display()))?;
         tracing::info!(path = %audit.path.display(), reads = audit.reads, "writing the API audit log");
-        state = state.with_audit(log);
+        state = state.with_audit(log.clone());
+        audit_log = Some(log);
     }
     let metrics_listener = match config.metrics_listen {
         Some(addr) => {
@@ -258,8 +261,16 @@ pub async fn run(
     fleet.shutdown().await;
     engine.shutdown().await;
     store.shutdown().await;
+    // Last, so the requests answered while stopping are in it too.
+    if let Some(audit_log) = audit_log {
+        audit_log.close(AUDIT_CLOSE_WITHIN).await;
+    }
     Ok(())
 }
+
+/// How long shutdown waits for the API audit log's queued entries to be written and
+/// fsynced (a disk that is not keeping up cannot hold the exit longer).
+const AUDIT_CLOSE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Writes the kubeconfig with the current URL and CA. The first start mints the admin
 /// token; later starts keep the token already in the file. If the file is gone, a new

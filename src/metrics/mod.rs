@@ -163,6 +163,21 @@ impl Default for StoreMetrics {
     }
 }
 
+/// The API audit log's handles, counted by its writer thread and its senders
+/// (kube-apiserver's `apiserver_audit_event_total` and `apiserver_audit_error_total`,
+/// with the drops apart).
+#[derive(Clone, Debug, Default)]
+pub struct AuditMetrics {
+    /// `hive_audit_events_total`: lines written to the audit log.
+    pub events: Counter,
+    /// `hive_audit_dropped_total`: entries dropped because the writer did not keep up
+    /// (or had stopped, at shutdown).
+    pub dropped: Counter,
+    /// `hive_audit_failed_total`: entries the writer could not write, and flushes that
+    /// failed.
+    pub failed: Counter,
+}
+
 /// The scheduler's handles.
 #[derive(Clone, Debug)]
 pub struct SchedulerMetrics {
@@ -303,6 +318,8 @@ pub struct Metrics {
     pub scheduler: SchedulerMetrics,
     /// The controllers' handles.
     pub controllers: std::sync::Arc<ControllerMetrics>,
+    /// The API audit log's handles.
+    pub audit: AuditMetrics,
     levels: LevelGauges,
     /// One scrape at a time: levels set and encoded together.
     scrape: std::sync::Mutex<()>,
@@ -323,6 +340,7 @@ impl Metrics {
         let scheduler = SchedulerMetrics::default();
         let levels = LevelGauges::default();
         let controllers = std::sync::Arc::new(ControllerMetrics::default());
+        let audit = AuditMetrics::default();
         let r = &mut registry;
         r.register(
             "apiserver_request",
@@ -417,6 +435,17 @@ impl Metrics {
             "Crash restarts of each agent (status.restarts)",
             levels.agent_restarts.clone(),
         );
+        r.register("hive_audit_events", "Lines written to the API audit log", audit.events.clone());
+        r.register(
+            "hive_audit_dropped",
+            "API audit entries dropped: the writer did not keep up, or had stopped at shutdown",
+            audit.dropped.clone(),
+        );
+        r.register(
+            "hive_audit_failed",
+            "API audit entries the writer could not write, and flushes that failed",
+            audit.failed.clone(),
+        );
         r.register(
             "controller_runtime_reconcile_time_seconds",
             "Reconcile runs, by controller",
@@ -440,6 +469,7 @@ impl Metrics {
             store,
             scheduler,
             controllers,
+            audit,
             levels,
             scrape: std::sync::Mutex::new(()),
         }

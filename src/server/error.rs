@@ -257,7 +257,7 @@ impl IntoResponse for ApiError {
         // For the audit log: the object a refusal names, so it need not parse the body.
         let written = super::audit_log::Written {
             name: status.details.as_ref().map(|d| d.name.clone()).filter(|n| !n.is_empty()),
-            resource_version: None,
+            revision: 0,
         };
         let body = serde_json::to_vec(&status).unwrap_or_default();
         let mut response = (self.code(), body).into_response();

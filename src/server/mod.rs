@@ -217,7 +217,6 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .into_router()
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    let authenticated = audited(authenticated, &state);
     let local = local_api::LocalApi(authenticated.clone().with_state(state.clone()));
     let app = Router::new()
         .route("/version", get(discovery::version))
@@ -241,12 +240,6 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     with_request_ids(app).with_state(state)
 }
 
-/// The API audit log around the authenticated routes (outside `authenticate`, so a
-/// refused request is recorded too; it sees who called through the response).
-fn audited(router: Router<AppState>, state: &AppState) -> Router<AppState> {
-    router.layer(middleware::from_fn_with_state(state.clone(), audit_log::record))
-}
-
 /// A request id on every request, outermost, so every layer, log line and audit entry
 /// of the request has it.
 fn with_request_ids(router: Router<AppState>) -> Router<AppState> {
@@ -258,15 +251,27 @@ async fn not_found() -> ApiError {
 }
 
 /// Establishes who is calling and inserts the [`Principal`]; what the caller may do is
-/// each route's own check (`routes.rs`).
-async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let bearer = request
-        .headers()
-        .get(header::AUTHORIZATION)
+/// each route's own check (`routes.rs`). Records the request in the API audit log, when
+/// there is one, with who called (none for a 401): this layer knows, so the audit log
+/// needs no layer of its own.
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some((log, pending)) = state.audit.as_ref().and_then(|log| Some((log, log.begin(&request)?))) else {
+        return authenticated(&state, request, next).await.1;
+    };
+    let (principal, response) = authenticated(&state, request, next).await;
+    pending.finish(log, principal, response).await
+}
+
+/// [`authenticate`] without the audit log: the response, and who was answered (`None`
+/// when nobody was established).
+async fn authenticated(state: &AppState, mut request: Request, next: Next) -> (Option<Principal>, Response) {
+    // The header's value shares the bytes hyper read: kept past the request without a copy.
+    let authorization = request.headers().get(header::AUTHORIZATION).cloned();
+    let bearer = authorization
+        .as_ref()
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(|b| b.trim().to_string());
-    let bearer = bearer.as_deref();
+        .map(str::trim);
     // Without a bearer token, the dashboard's session cookie stands in for it (same
     // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
     let sessions = request.extensions().get::<crate::auth::sessions::Sessions>().cloned();
@@ -282,24 +287,22 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
                 Some(principal)
             }
             Some(crate::auth::sessions::CookieAuth::CsrfRefused(why)) => {
-                return ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response();
+                return (None, ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response());
             }
             Some(crate::auth::sessions::CookieAuth::None) | None => None,
         },
     };
     let Some(principal) = principal else {
-        return ApiError::Unauthorized.into_response();
+        return (None, ApiError::Unauthorized.into_response());
     };
     request.extensions_mut().insert::<Principal>(principal.clone());
-    let mut response = next.run(request).await;
-    // Who called, for the audit log outside this layer (extensions are never sent).
-    response.extensions_mut().insert::<Principal>(principal);
+    let response = next.run(request).await;
     if streams::is_sized(&response) {
-        return response; // not a stream: nothing to cut, nothing to clone
+        return (Some(principal), response); // not a stream: nothing to cut, nothing to clone
     }
     // A stream ends when what opened it does: the session (sign-out, revocation, expiry)
     // or the bearer token (revocation).
-    match (sessions, by_cookie, bearer) {
+    let response = match (sessions, by_cookie, bearer) {
         (Some(sessions), Some(id), _) => {
             let tokens = state.tokens.clone();
             streams::end_when_dead(response, move || sessions.is_session_live(&id, &tokens))
@@ -309,7 +312,8 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
             streams::end_when_dead(response, move || tokens.authenticate(&bearer).is_some())
         }
         _ => response,
-    }
+    };
+    (Some(principal), response)
 }
 
 /// Answers a request whose handler panicked with a 500 `Status` instead of dropping the

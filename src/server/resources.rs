@@ -31,11 +31,12 @@ pub fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Re
     encoded_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()), warnings)
 }
 
-/// The response for a stored object: its JSON as committed (no re-encoding).
-fn object_response(code: StatusCode, object: &Obj, warnings: &[String]) -> Response {
+/// The response for a stored object: its JSON as committed (no re-encoding). `created`
+/// is the name a create wrote, which its path does not say.
+fn object_response(code: StatusCode, object: &Obj, created: Option<String>, warnings: &[String]) -> Response {
     let mut response = encoded_response(code, object.json().clone(), warnings);
-    // For the audit log, so it need not parse the body back.
-    response.extensions_mut().insert(super::audit_log::Written::of_object(object));
+    // For the audit log, so that neither it nor the handler parses the object back.
+    response.extensions_mut().insert(super::audit_log::Written::object(object, created));
     response
 }
 
@@ -377,10 +378,11 @@ pub async fn create(
     clear_status(&mut object);
     admission::check(kind, principal, None, &mut object, None, &state.admission_facts())?;
     track_update(None, &mut object, &manager(&params, &headers), None);
+    let name = Some(hive_api::meta::name_of(&object)).filter(|n| !n.is_empty()).map(str::to_string);
     let outcome =
         state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
     let (code, object) = outcome_object(outcome);
-    Ok(object_response(code, &object, &warnings))
+    Ok(object_response(code, &object, name, &warnings))
 }
 
 /// `PUT /apis/hive.dev/v1/{plural}/{name}[/status]`.
@@ -411,7 +413,7 @@ pub async fn replace(
         .commit(Mutation::Update { kind: kind.plural, object, subresource }, params.dry_run()?)
         .await?;
     let (code, object) = outcome_object(outcome);
-    Ok(object_response(code, &object, &warnings))
+    Ok(object_response(code, &object, None, &warnings))
 }
 
 /// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
@@ -577,7 +579,7 @@ pub async fn patch(
         match state.store.commit(mutation, dry_run).await {
             Ok(outcome) => {
                 let (code, object) = outcome_object(outcome);
-                return Ok(object_response(code, &object, &warnings));
+                return Ok(object_response(code, &object, None, &warnings));
             }
             // A concurrent write won the race: re-read and re-apply the patch, unless the
             // client itself asked for a specific resourceVersion.
@@ -663,5 +665,5 @@ pub async fn delete(
         )
         .await?;
     let (_, object) = outcome_object(outcome);
-    Ok(object_response(StatusCode::OK, &object, &[]))
+    Ok(object_response(StatusCode::OK, &object, None, &[]))
 }
