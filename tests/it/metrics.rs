@@ -159,6 +159,19 @@ async fn metrics_count_what_a_scenario_did_and_promtool_parses_them() {
     assert_eq!(during.value("hive_agent_restarts", &[("agent", "m0")]), 0.0);
     assert!(during.text.contains(r#"hive_agent_restarts{agent="m1"} 0"#), "{}", during.text);
 
+    // The audit log's writer counts the six mutations (three creates, the conflict, the
+    // patch, the delete) once it has written them; reads are not audited by default.
+    let audited = eventually("the six mutations in hive_audit_events_total", || async {
+        let now = scrape(&viewer).await;
+        let written =
+            now.value("hive_audit_events_total", &[]) - before.value("hive_audit_events_total", &[]);
+        (written >= 6.0).then_some((written, now))
+    })
+    .await;
+    assert_eq!(audited.0, 6.0, "one line per mutation, none per read or scrape");
+    assert_eq!(audited.1.value("hive_audit_dropped_total", &[]), 0.0);
+    assert_eq!(audited.1.value("hive_audit_failed_total", &[]), 0.0);
+
     drop(watch);
     eventually("the closed watch to leave apiserver_longrunning_requests", || async {
         let now = scrape(&viewer).await;
@@ -234,6 +247,9 @@ async fn metrics_count_what_a_scenario_did_and_promtool_parses_them() {
         "hive_scheduler_node_duration_seconds",
         "hive_fleet_nodes",
         "hive_agent_restarts",
+        "hive_audit_events_total",
+        "hive_audit_dropped_total",
+        "hive_audit_failed_total",
         "controller_runtime_reconcile_time_seconds",
         "controller_runtime_reconcile_total",
         "workqueue_depth",
