@@ -264,6 +264,12 @@ impl Daemon {
         self.extra = extra.iter().map(|a| a.to_string()).collect();
     }
 
+    /// Stops the daemon gracefully (SIGTERM) and waits for it to exit; its state
+    /// directory stays for the test to read.
+    pub fn stop(&mut self) {
+        self.terminate();
+    }
+
     /// A graceful stop (SIGTERM), so the daemon stops the agent processes it started;
     /// SIGKILL if it does not exit within 15 s.
     fn terminate(&mut self) {
