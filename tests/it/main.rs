@@ -41,5 +41,6 @@ mod manifests;
 mod mcp;
 mod metrics;
 mod power;
+mod pty;
 mod readme;
 mod vastai;

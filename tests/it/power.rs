@@ -4,11 +4,13 @@
 //! `hive logs` and `hive cancel` read and act on what they left.
 
 use std::path::Path;
+use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::agents::{config_repo, wait_power, wait_terminal};
-use crate::harness::{fails, ok, Daemon};
+use crate::harness::{fails, hive_bin, ok, Daemon};
+use crate::pty;
 
 fn agent(name: &str, repo: &Path) -> Value {
     crate::agents::agent(name, repo, "Up")
@@ -115,4 +117,72 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     check_plain(&out);
     assert!(last_line(&out).starts_with("✓ Kill alpha: set-wanted ✓"), "{out}");
     wait_power(&api, "alpha", "Stopped").await;
+}
+
+/// On a terminal — a pseudo-terminal 80 columns wide, no `$COLUMNS` — a power verb over
+/// six agents, one of which fails, leaves what a user should see: the Job's name, one
+/// line per agent (its glyph, the template, the agent, the time it took, its chain), each
+/// within the width, none drawn over another, and the summary naming the failed agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_terminal_each_agent_has_its_line_and_the_summary_names_the_failure() {
+    const AGENTS: [&str; 6] =
+        ["manager", "researcher", "writer", "reviewer", "scheduler-with-a-long-name", "ops"];
+    const COLS: usize = 80;
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    for name in AGENTS {
+        assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent(name, &repo)).await.code, 201);
+    }
+    for name in AGENTS {
+        wait_power(&api, name, "Running").await;
+    }
+    // researcher's configuration names a rev its repository lacks: its prebuild fails.
+    let patch = api
+        .patch(
+            "/apis/hive.dev/v1/agents/researcher",
+            "application/merge-patch+json",
+            &json!({"spec": {"config": {"rev": "no-such-rev"}}}),
+        )
+        .await;
+    assert_eq!(patch.code, 200, "{:?}", patch.body);
+
+    let mut command = Command::new(hive_bin());
+    command.arg("--kubeconfig").arg(&d.kubeconfig).arg("rebuild").args(AGENTS).env_remove("COLUMNS");
+    let captured =
+        tokio::task::spawn_blocking(move || pty::run(&mut command, COLS as u16, 40)).await.unwrap();
+    let shown = pty::screen(&captured.bytes, COLS);
+    let context = format!(
+        "screen:\n{}\nbytes: {:?}\nstderr: {}",
+        shown.join("\n"),
+        String::from_utf8_lossy(&captured.bytes),
+        captured.stderr
+    );
+    assert_eq!(captured.status.code(), Some(1), "{context}");
+    assert!(captured.stderr.contains("failed: node researcher/prebuild: "), "{context}");
+
+    assert_eq!(shown.len(), 1 + AGENTS.len() + 1, "the Job, one line per agent, the summary: {context}");
+    assert!(shown[0].starts_with("job.hive.dev/") && shown[0].ends_with(" submitted"), "{context}");
+    let board = &shown[1..=AGENTS.len()];
+    for name in AGENTS {
+        let lines: Vec<&String> =
+            board.iter().filter(|l| l.split_whitespace().nth(2) == Some(name)).collect();
+        assert_eq!(lines.len(), 1, "{name} has exactly one line: {context}");
+        let words: Vec<&str> = lines[0].split_whitespace().collect();
+        let glyph = if name == "researcher" { "✗" } else { "✓" };
+        assert_eq!(&words[..2], [glyph, "Rebuild"], "{name}: {context}");
+        let elapsed = words[3];
+        assert!(
+            elapsed.starts_with(|c: char| c.is_ascii_digit()) && elapsed.ends_with(['s', 'm', 'h']),
+            "{name}'s line shows the time it took, not {elapsed:?}: {context}"
+        );
+        assert!(lines[0].contains("prebuild "), "{name}'s chain: {context}");
+    }
+    assert!(
+        board.iter().all(|l| l.chars().count() < COLS),
+        "every line ends before the last column (no pending wrap): {context}"
+    );
+    let long = board.iter().find(|l| l.contains("scheduler-with-a-long-name")).unwrap();
+    assert!(long.ends_with('…'), "a line too long for the terminal is cut, marked: {context}");
+    assert_eq!(shown[AGENTS.len() + 1], "5/6 done, 1 failed: researcher", "{context}");
 }
