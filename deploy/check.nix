@@ -59,6 +59,7 @@ let
       nullOr = t: mk "null or ${t.name}" (x: x == null || t.check x);
       listOf = t: mk "list of ${t.name}" (x: isList x && builtins.all t.check x);
       ints.positive = mk "positive integer" (x: builtins.isInt x && x > 0);
+      ints.unsigned = mk "unsigned integer" (x: builtins.isInt x && x >= 0);
     };
   };
 
@@ -182,8 +183,22 @@ in {
       tlsKey = "/run/keys/hive.key";
       hiveFlake = "github:hive-dev/hive";
       hiveRev = "0123456789abcdef0123456789abcdef01234567";
+      logFormat = "json";
+      auditLogPath = "/srv/hive/audit/api.log";
+      auditLogMaxSize = "1G";
+      auditLogMaxBackups = 0;
+      auditReads = true;
+      metrics = false;
+      metricsListen = "127.0.0.1:9464";
       extraArgs = [ "--log" "hive=debug" ];
     };
+  };
+
+  # No audit log at all.
+  noAuditLog = evalHive { settings = { enable = true; package = hive; auditLog = false; }; };
+  # A path for a log that is off: a failed assertion (the flags conflict).
+  auditLogPathWithoutLog = evalHive {
+    settings = { enable = true; package = hive; auditLog = false; auditLogPath = "/var/lib/hive/a.log"; };
   };
 
   # preBuildAgentTemplates on a non-x86_64 host with no templates: two warnings.
@@ -206,6 +221,10 @@ in {
       (evalHive { settings = { enable = true; package = hive; buildSlots = 0; }; }).execStart true)).success;
     unknownRuntime = (builtins.tryEval (builtins.deepSeq
       (evalHive { settings = { enable = true; package = hive; runtime = "docker"; }; }).execStart true)).success;
+    unknownLogFormat = (builtins.tryEval (builtins.deepSeq
+      (evalHive { settings = { enable = true; package = hive; logFormat = "xml"; }; }).execStart true)).success;
+    negativeAuditBackups = (builtins.tryEval (builtins.deepSeq
+      (evalHive { settings = { enable = true; package = hive; auditLogMaxBackups = -1; }; }).execStart true)).success;
     unknownProvider = (builtins.tryEval (builtins.deepSeq
       (evalHive { settings = { enable = true; package = hive; provider = "aws"; }; }).execStart true)).success;
     unknownOption = (builtins.tryEval (builtins.deepSeq

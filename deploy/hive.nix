@@ -15,7 +15,7 @@
 # Only these `lib` functions are used, so the offline check's stub stays small:
 # mkOption, mkEnableOption, mkIf, mkMerge, optional, optionals, hasPrefix,
 # removePrefix, escapeShellArgs, literalExpression and types.{bool, str, path,
-# package, enum, nullOr, listOf, ints.positive}.
+# package, enum, nullOr, listOf, ints.positive, ints.unsigned}.
 { config, lib, pkgs, ... }:
 let
   cfg = config.services.hive;
@@ -35,10 +35,18 @@ let
       "--agent-memory-max" cfg.agentMemoryMax
       "--provider" cfg.provider
       "--fleet-listen" cfg.fleetListen
+      "--log-format" cfg.logFormat
+      "--audit-log-max-size" cfg.auditLogMaxSize
+      "--audit-log-max-backups" (toString cfg.auditLogMaxBackups)
     ]
     ++ lib.optional cfg.preBuildAgentTemplates "--prebuild-agent-templates"
     ++ lib.optionals (cfg.hiveFlake != null) [ "--hive-flake" cfg.hiveFlake ]
     ++ lib.optionals (cfg.hiveRev != null) [ "--hive-rev" cfg.hiveRev ]
+    ++ lib.optional (!cfg.auditLog) "--no-audit-log"
+    ++ lib.optionals (cfg.auditLogPath != null) [ "--audit-log" cfg.auditLogPath ]
+    ++ lib.optional cfg.auditReads "--audit-reads"
+    ++ lib.optionals (!cfg.metrics) [ "--metrics" "false" ]
+    ++ lib.optionals (cfg.metricsListen != null) [ "--metrics-listen" cfg.metricsListen ]
     ++ cfg.extraArgs;
 
   # The certificate and key reach the daemon through systemd credentials
@@ -253,6 +261,95 @@ in {
       '';
     };
 
+    logFormat = lib.mkOption {
+      type = lib.types.enum [ "text" "json" ];
+      default = "text";
+      description = ''
+        The format of the daemon's log lines on stderr, which systemd sends to the
+        journal (`--log-format`). `text`: for people, coloured only on a terminal (never
+        in the journal). `json`: one JSON object a line carrying the request's span and
+        its `request_id` (the `X-Request-Id` / `Audit-Id` a client saw), for a log
+        collector.
+      '';
+    };
+
+    auditLog = lib.mkOption {
+      type = lib.types.bool;
+      default = true;
+      description = ''
+        Write the API audit log: every mutation (and with `auditReads` every read) as one
+        JSON line saying who (token name and role), what (verb, resource, name,
+        subresource), the response code, the resulting resourceVersion and the source
+        address; never a body or a token. `false` passes `--no-audit-log`. Read it with
+        `hive audit --api` on this host.
+      '';
+    };
+
+    auditLogPath = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "/var/lib/hive/audit/api.log";
+      description = ''
+        Where the audit log is written (`--audit-log`), with its rotated backups beside
+        it (`PATH.1` … `PATH.N`). `null` keeps the daemon's default, `audit.log` in
+        `stateDir`. Under `runtime = "process"` the service's sandbox can write only its
+        state directory: keep the path under `stateDir`, or add its directory to
+        `systemd.services.hive.serviceConfig.ReadWritePaths`. Needs `auditLog`.
+      '';
+    };
+
+    auditLogMaxSize = lib.mkOption {
+      type = lib.types.str;
+      default = "100M";
+      example = "1G";
+      description = ''
+        Rotate the audit log before it would grow past this size (`--audit-log-max-size`;
+        a number with an optional `K`, `M` or `G`). With `auditLogMaxBackups` it bounds
+        the disk the log takes: about size × (backups + 1).
+      '';
+    };
+
+    auditLogMaxBackups = lib.mkOption {
+      type = lib.types.ints.unsigned;
+      default = 5;
+      description = ''
+        Rotated audit logs kept, newest first (`--audit-log-max-backups`); `0` keeps none,
+        so each rotation starts the file afresh and drops what it held.
+      '';
+    };
+
+    auditReads = lib.mkOption {
+      type = lib.types.bool;
+      default = false;
+      description = ''
+        Also record reads (get, list, watch) in the audit log (`--audit-reads`). Reads
+        are most of an API's traffic: expect the log to grow and rotate many times faster.
+      '';
+    };
+
+    metrics = lib.mkOption {
+      type = lib.types.bool;
+      default = true;
+      description = ''
+        Count and time every API request for `/metrics` (`--metrics`; `false` passes
+        `--metrics false`). Off, `/metrics` still answers with the levels read at scrape
+        time (objects, revision, queues, fleet nodes); only the per-request families stay
+        empty. Turn it off only to measure what recording costs.
+      '';
+    };
+
+    metricsListen = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "127.0.0.1:9464";
+      description = ''
+        Also serve `/metrics` on this address, over plain HTTP and without
+        authentication (`--metrics-listen`), for a Prometheus that holds no token.
+        `null`: `/metrics` only on the API, with a viewer token. Anyone who reaches the
+        address reads the metrics: keep it on loopback or a monitoring network.
+      '';
+    };
+
     extraArgs = lib.mkOption {
       type = lib.types.listOf lib.types.str;
       default = [ ];
@@ -271,6 +368,10 @@ in {
         {
           assertion = containers || stateDirectory != null;
           message = ''services.hive: with runtime = "process" the daemon runs as a dynamic user, so stateDir must lie under /var/lib (got ${cfg.stateDir}).'';
+        }
+        {
+          assertion = cfg.auditLog || cfg.auditLogPath == null;
+          message = "services.hive: auditLogPath is set but auditLog is false; set one or the other.";
         }
       ];
 

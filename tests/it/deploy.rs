@@ -367,6 +367,9 @@ fn unit_file_is_strict_and_spells_out_the_defaults() {
     assert_eq!(flag(&pairs, "--agent-cpu-quota"), Some("200%"), "written 200%% in the unit");
     assert_eq!(flag(&pairs, "--agent-memory-max"), Some("4G"));
     assert!(!pairs.iter().any(|(f, _)| f == "--prebuild-agent-templates"), "off by default");
+    assert_eq!(flag(&pairs, "--log-format"), Some("text"));
+    assert_eq!(flag(&pairs, "--audit-log-max-size"), Some("100M"));
+    assert_eq!(flag(&pairs, "--audit-log-max-backups"), Some("5"));
     // The state directory systemd creates is the one the daemon uses.
     assert_eq!(value(&entries, "Service", "StateDirectory"), Some("hive"));
     // Stopping: the daemon stops its agents itself; systemd signals only the daemon
@@ -487,6 +490,14 @@ fn module_renders_the_options_into_the_service() {
         ("tlsKey", Value::Null),
         ("hiveFlake", Value::Null),
         ("hiveRev", Value::Null),
+        ("logFormat", "text".into()),
+        ("auditLog", Value::Bool(true)),
+        ("auditLogPath", Value::Null),
+        ("auditLogMaxSize", "100M".into()),
+        ("auditLogMaxBackups", 5.into()),
+        ("auditReads", Value::Bool(false)),
+        ("metrics", Value::Bool(true)),
+        ("metricsListen", Value::Null),
         ("extraArgs", Value::Array(vec![])),
     ]
     .into_iter()
@@ -532,6 +543,22 @@ fn module_renders_the_options_into_the_service() {
 
     assert_eq!(s("disabled")["enabled"], false, "nothing without enable = true");
 
+    // The issue-15 options at their defaults: the formats and sizes spelled out, the
+    // switches and addresses absent (the daemon's own defaults: audit log on in the
+    // state directory, no reads, metrics recorded, no plain listener).
+    let pairs = flag_pairs(&module_args(default));
+    assert_eq!(flag(&pairs, "--log-format"), Some("text"));
+    assert_eq!(flag(&pairs, "--audit-log-max-size"), Some("100M"));
+    assert_eq!(flag(&pairs, "--audit-log-max-backups"), Some("5"));
+    for absent in ["--audit-log", "--no-audit-log", "--audit-reads", "--metrics", "--metrics-listen"] {
+        assert!(!pairs.iter().any(|(f, _)| f == absent), "{absent} by default");
+    }
+    let no_audit = flag_pairs(&module_args(s("noAuditLog")));
+    assert!(no_audit.contains(&("--no-audit-log".into(), None)), "{no_audit:?}");
+    assert!(!no_audit.iter().any(|(f, _)| f == "--audit-log"));
+    let conflict = strings(&s("auditLogPathWithoutLog")["failedAssertions"]);
+    assert!(conflict.len() == 1 && conflict[0].contains("auditLogPath"), "{conflict:?}");
+
     // Every option away from its default.
     let containers = s("containers");
     let args = module_args(containers);
@@ -548,6 +575,14 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(flag(&pairs, "--log"), Some("hive=debug"), "extraArgs are passed, quoted");
     assert_eq!(flag(&pairs, "--hive-flake"), Some("github:hive-dev/hive"));
     assert_eq!(flag(&pairs, "--hive-rev"), Some("0123456789abcdef0123456789abcdef01234567"));
+    assert_eq!(flag(&pairs, "--log-format"), Some("json"));
+    assert_eq!(flag(&pairs, "--audit-log"), Some("/srv/hive/audit/api.log"));
+    assert_eq!(flag(&pairs, "--audit-log-max-size"), Some("1G"));
+    assert_eq!(flag(&pairs, "--audit-log-max-backups"), Some("0"));
+    assert!(pairs.contains(&("--audit-reads".into(), None)));
+    assert_eq!(flag(&pairs, "--metrics"), Some("false"));
+    assert_eq!(flag(&pairs, "--metrics-listen"), Some("127.0.0.1:9464"));
+    assert!(!pairs.iter().any(|(f, _)| f == "--no-audit-log"));
     assert_eq!(flag(&pairs, "--tls-cert"), Some("$CREDENTIALS_DIRECTORY/tls.crt"));
     assert_eq!(flag(&pairs, "--tls-key"), Some("$CREDENTIALS_DIRECTORY/tls.key"));
     let service = &containers["serviceConfig"];
