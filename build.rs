@@ -25,7 +25,11 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
 fn main() {
     println!("cargo:rerun-if-env-changed=HIVE_GIT_REV");
     println!("cargo:rerun-if-env-changed=HIVE_FLAKE");
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not when it was compiled: cargo reuses a compiled build
+    // script for a checkout at another path (its hash leaves the path out), and the
+    // path baked in then may no longer exist.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into());
+    let dir = Path::new(&manifest_dir);
     let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     let checkout = git(dir, &["rev-parse", "--show-toplevel"]);
     // A new commit (or a checkout of another branch) changes the rev: rebuild then.

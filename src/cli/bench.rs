@@ -319,7 +319,8 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         creates.push((run, meter.stop()));
     }
     for (run, cpu) in &creates {
-        let aim = (run.clients == 64).then(|| aim_text(run.rate() >= 10_000.0, "≥ 10,000/s"));
+        // Issue 13's goal is relative: etcd's puts/s on the same machine, in the same run.
+        let aim = (run.clients == 64).then(|| "≥ etcd's puts/s (bench/etcd/run.sh)".to_string());
         let measurement = format!("durable creates, {} client(s)", run.clients);
         rows.push(run.row(measurement, aim.unwrap_or_default()).with_cpu(*cpu));
     }
