@@ -35,6 +35,10 @@ pub(super) struct Shared {
     /// disk until they clear it.
     #[cfg(test)]
     pub disk_full: std::sync::atomic::AtomicBool,
+    /// Tests set this to make the commit thread dawdle after answering a failed batch,
+    /// as a busy machine may deschedule it there.
+    #[cfg(test)]
+    pub dawdle_after_failure: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -48,6 +52,8 @@ impl Shared {
             fail_next_commit: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             disk_full: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            dawdle_after_failure: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -145,8 +151,8 @@ pub(super) fn run(
         let metrics = &exit.shared.config.metrics;
         metrics.commit_duration.observe(crate::metrics::seconds(last.took));
         metrics.batch_size.observe(size as f64);
-        if let Err(why) = committed {
-            exit.shared.set_unhealthy(Some(why));
+        if committed.is_err() {
+            // `commit_batch` marked the store unhealthy; the next batch reopens the file.
             drop(exit.db.take());
         }
     }
@@ -264,8 +270,15 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
                 "store commit failed"
             );
             let why = format!("{error}");
+            // Unhealthy before any writer hears of it: a probe sent the moment a client
+            // got its error must not find the store healthy.
+            shared.set_unhealthy(Some(why.clone()));
             for (reply, _) in replies {
                 let _ = reply.send(Err(error.again()));
+            }
+            #[cfg(test)]
+            if shared.dawdle_after_failure.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
             }
             return Err(why);
         }

@@ -95,6 +95,25 @@ async fn the_store_recovers_after_a_failed_commit() {
     assert_eq!(watch.next().await.unwrap().unwrap().revision, 1);
 }
 
+/// A writer told its commit failed finds the store unhealthy at once: `/readyz` asked the
+/// moment a client got its 507 must not answer "ok". (The commit thread used to mark
+/// the store unhealthy only after answering the batch, so a quick probe slipped in.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_commit_is_unhealthy_before_its_writers_hear_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.inner.shared.dawdle_after_failure.store(true, Ordering::SeqCst);
+    for round in 0..5 {
+        store.inner.shared.fail_next_commit.store(true, Ordering::SeqCst);
+        let err = store.commit(create(agent(&format!("a{round}"), "Up")), false).await.unwrap_err();
+        assert!(matches!(err, Error::Db(_)), "{err:?}");
+        assert!(store.health().is_err(), "round {round}: healthy right after a failed commit");
+        // The next batch reopens the database.
+        store.commit(create(agent(&format!("b{round}"), "Up")), false).await.unwrap();
+        assert!(store.health().is_ok());
+    }
+}
+
 /// 50 writers × 20 writes each: every write acknowledged with a unique revision,
 /// revisions increase per writer, and everything is there after reopening.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
