@@ -14,6 +14,7 @@ pub mod events;
 pub mod fleet;
 pub mod jobs;
 pub mod kinds;
+pub mod list_body;
 pub mod local_api;
 pub mod metrics;
 pub mod openapi;

@@ -19,7 +19,7 @@ use super::table::{self, IncludeObject};
 use super::{admission, apply};
 use super::{watch, AppState};
 use crate::auth::Principal;
-use crate::store::{Mutation, Obj, Outcome, Subresource};
+use crate::store::{Mutation, Obj, Outcome, Page, Subresource};
 
 /// How many times a patch is re-applied when a concurrent write wins the race. Each
 /// group commit lets one of N racing patches of one object through, so N racers need
@@ -299,7 +299,7 @@ pub async fn list(
     // Served from the cache, which is never older than a revision a client has seen; the
     // value must still be one, not silently ignored, and not one from the future.
     params.reached_revision(&state.store).await?;
-    let (list_rv, start_after) = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
+    let continued = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {
             let token = decode_continue(token)?;
             if token.rv < state.store.stats().compacted {
@@ -309,50 +309,52 @@ pub async fn list(
                         .into(),
                 ));
             }
-            (token.rv, Some(token.start))
+            Some(token)
         }
-        None => (state.store.revision(), None),
+        None => None,
     };
-    let (_, objects) = state.store.list_after(kind.plural, start_after.as_deref());
-    let matching = objects.into_iter().filter(|(_, o)| selectors.matches_stored(o));
     let limit = params.limit()?;
-    let mut items: Vec<(std::sync::Arc<str>, Obj)> = Vec::new();
-    let mut remaining = 0i64;
-    for object in matching {
-        if limit.is_some_and(|l| items.len() >= l) {
-            remaining += 1;
-        } else {
-            items.push(object);
+    let start_after = continued.as_ref().map(|token| token.start.as_str());
+    let page = if selectors.is_empty() {
+        // Only the page itself is taken from the cache.
+        state.store.page(kind.plural, start_after, limit)
+    } else {
+        // Matching parses each object: done here, not under the cache's lock.
+        let (revision, objects) = state.store.list_after(kind.plural, start_after);
+        let mut page = Page { revision, ..Page::default() };
+        for (name, object) in objects.into_iter().filter(|(_, o)| selectors.matches_stored(o)) {
+            if limit.is_some_and(|l| page.items.len() >= l) {
+                page.remaining += 1;
+            } else {
+                page.items.push(object);
+                page.last = Some(name);
+            }
         }
-    }
+        page
+    };
+    // A continued list stays at the revision its first page was served at.
+    let list_rv = continued.as_ref().map_or(page.revision, |token| token.rv);
+    let Page { items, last, remaining, .. } = page;
     let mut list_meta = json!({"resourceVersion": list_rv.to_string()});
     if remaining > 0 {
-        let last = items.last().map(|(name, _)| name.to_string()).unwrap_or_default();
+        let last = last.map(|name| name.to_string()).unwrap_or_default();
         list_meta["continue"] = json!(encode_continue(&ContinueToken { rv: list_rv, start: last }));
         list_meta["remainingItemCount"] = json!(remaining);
     }
     if table::wants_table(&headers) {
-        let objects: Vec<Value> = items.iter().map(|(_, o)| o.value()).collect();
+        let objects: Vec<Value> = items.iter().map(Obj::value).collect();
         return Ok(table_response(&table::table(kind, &objects, include, list_meta, true)));
     }
-    // Assemble the list by hand from each object's JSON as committed: no object is
-    // copied or encoded again.
-    let size: usize = items.iter().map(|(_, o)| o.len() + 1).sum();
-    let mut out = Vec::with_capacity(128 + size);
-    out.extend_from_slice(
+    // The list is each object's JSON as committed (no object is copied or encoded
+    // again), streamed in chunks.
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(
         format!("{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":", kind.api_version, kind.list_kind)
             .as_bytes(),
     );
-    serde_json::to_writer(&mut out, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
-    out.extend_from_slice(b",\"items\":[");
-    for (i, (_, object)) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(object.json());
-    }
-    out.extend_from_slice(b"]}");
-    let mut response = (StatusCode::OK, out).into_response();
+    serde_json::to_writer(&mut head, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
+    head.extend_from_slice(b",\"items\":");
+    let mut response = (StatusCode::OK, super::list_body::body(head, items)).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
 }

@@ -39,6 +39,7 @@ pub use object::Obj;
 pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
 use commit::{Request, Shared};
+pub use state::Page;
 use state::State;
 
 /// How many write requests may wait for the commit thread before writers wait too.
@@ -149,6 +150,12 @@ impl Store {
     pub fn list_after(&self, kind: &str, after: Option<&str>) -> (u64, Vec<(Arc<str>, Obj)>) {
         let state = self.inner.shared.read();
         (state.revision, state.list_after(kind, after))
+    }
+
+    /// Up to `limit` objects of `kind` named after `after`, sorted by name, at one
+    /// revision: a page of a list (see [`state::State::page`]).
+    pub fn page(&self, kind: &str, after: Option<&str>, limit: Option<usize>) -> Page {
+        self.inner.shared.read().page(kind, after, limit)
     }
 
     /// The current time on the store's clock: what every in-daemon writer stamps

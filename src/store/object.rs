@@ -39,6 +39,13 @@ struct NameOnly {
     name: Option<String>,
 }
 
+/// An object is its JSON.
+impl AsRef<[u8]> for Obj {
+    fn as_ref(&self) -> &[u8] {
+        &self.json
+    }
+}
+
 impl Obj {
     /// The object `value`, encoded; `revision` is the one its `metadata.resourceVersion`
     /// carries.

@@ -39,6 +39,18 @@ pub(super) struct State {
     pub closed: bool,
 }
 
+/// One page of a list: see [`State::page`].
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The revision the page is current at.
+    pub revision: u64,
+    pub items: Vec<Obj>,
+    /// The name of the last item, if any.
+    pub last: Option<Arc<str>>,
+    /// Objects after the page.
+    pub remaining: usize,
+}
+
 impl State {
     /// An empty cache at the given counters (filled by `disk::load`).
     pub fn new(revision: u64, compacted: u64) -> State {
@@ -59,6 +71,27 @@ impl State {
         let Some(objects) = self.objects.get(kind) else { return Vec::new() };
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         objects.range::<str, _>((from, Bound::Unbounded)).map(|(n, o)| (n.clone(), o.clone())).collect()
+    }
+
+    /// Up to `limit` objects of `kind` named after `after` (every one for `None`), the
+    /// name of the last one taken, and how many more there are: one page of a list, with
+    /// no copy of a name and no clone of an object past the page.
+    pub fn page(&self, kind: &str, after: Option<&str>, limit: Option<usize>) -> Page {
+        use std::ops::Bound;
+        let mut page = Page { revision: self.revision, ..Page::default() };
+        let Some(objects) = self.objects.get(kind) else { return page };
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut range = objects.range::<str, _>((from, Bound::Unbounded));
+        let limit = limit.unwrap_or(usize::MAX);
+        page.items.reserve(limit.min(objects.len()));
+        let mut last = None;
+        for (name, object) in range.by_ref().take(limit) {
+            page.items.push(object.clone());
+            last = Some(name);
+        }
+        page.last = last.cloned();
+        page.remaining = range.count();
+        page
     }
 
     pub fn object_count(&self) -> usize {
