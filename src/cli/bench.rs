@@ -102,6 +102,14 @@ pub struct Args {
     #[arg(long)]
     pub watch_http2: bool,
 
+    /// Send the watch phase's creates over one HTTP/2 connection, as etcd's generator
+    /// (bench/etcd) sends its puts over one gRPC connection, instead of one HTTP/1.1
+    /// connection per create in flight (the open-loop writer then opens a new
+    /// connection, with its TLS handshake, whenever more creates are in flight than
+    /// before).
+    #[arg(long)]
+    pub watch_writer_http2: bool,
+
     /// How long the writer writes to the watchers [default: 5s; 2s with --quick].
     #[arg(long, value_name = "DURATION", value_parser = super::duration::parse)]
     pub watch_duration: Option<Duration>,
@@ -160,6 +168,7 @@ struct Plan {
     watch_writer: WriterMode,
     watch_in_flight: usize,
     watch_http2: bool,
+    watch_writer_http2: bool,
     watch_duration: Duration,
     objects: usize,
     fill_clients: usize,
@@ -192,6 +201,7 @@ impl Plan {
             watch_writer: args.watch_writer,
             watch_in_flight: args.watch_in_flight,
             watch_http2: args.watch_http2,
+            watch_writer_http2: args.watch_writer_http2,
             watch_duration: args.watch_duration.unwrap_or(Duration::from_secs(if quick { 2 } else { 5 })),
             objects: pick(args.objects, 100_000, 10_000),
             fill_clients: args.fill_clients,
@@ -241,7 +251,7 @@ impl Plan {
         let loads: Vec<String> = self.watch_loads.iter().map(ToString::to_string).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
-             --watch-in-flight {}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
+             --watch-in-flight {}{}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
              --power-cycles {} --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
@@ -250,6 +260,7 @@ impl Plan {
             self.watch_writer.name(),
             self.watch_in_flight,
             if self.watch_http2 { " --watch-http2" } else { "" },
+            if self.watch_writer_http2 { " --watch-writer-http2" } else { "" },
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,

@@ -56,6 +56,8 @@ pub(in crate::cli::bench) struct Writes {
     /// so sent late).
     pub(in crate::cli::bench) cap: usize,
     pub(in crate::cli::bench) cap_hits: usize,
+    /// Whether the creates went over one HTTP/2 connection (`--watch-writer-http2`).
+    pub(in crate::cli::bench) http2: bool,
 }
 
 impl Writes {
@@ -70,6 +72,7 @@ impl Writes {
             max_in_flight: 0,
             cap,
             cap_hits: 0,
+            http2: false,
         }
     }
 
@@ -112,7 +115,11 @@ impl Writes {
             }
         }
         Row::new(
-            format!("the writer's creates meanwhile, {}-loop", self.mode.name()),
+            format!(
+                "the writer's creates meanwhile, {}-loop{}",
+                self.mode.name(),
+                if self.http2 { ", one HTTP/2 connection" } else { "" }
+            ),
             result,
             Some(self.run.latencies.as_slice()),
             "",
