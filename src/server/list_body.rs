@@ -1,10 +1,16 @@
 //! A list's JSON body, streamed in chunks of about [`CHUNK_BYTES`] from the objects'
 //! committed JSON: the first bytes leave while the rest is still being put together, and
 //! a list of 100,000 objects costs the daemon one chunk of memory in flight, not a copy
-//! of all of them.
+//! of all of them. Its length is known from the start, so it still has a
+//! `Content-Length` (and is no stream to cut when a token is revoked).
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::body::Body;
 use bytes::Bytes;
+use http_body::{Frame, SizeHint};
 
 /// About how much one chunk holds: it ends before the object that would take it past
 /// this (an object larger than this is a chunk of its own).
@@ -13,9 +19,43 @@ pub const CHUNK_BYTES: usize = 64 << 10;
 /// The body `head` + `[` + the items' JSON, comma-separated + `]}`. `head` is the
 /// list's opening up to and including `"items":`; `items` are the objects' JSON as the
 /// cache holds it (an `Obj` is its JSON).
-pub fn body<T: AsRef<[u8]> + Send + 'static>(head: Vec<u8>, items: Vec<T>) -> Body {
+pub fn body<T: AsRef<[u8]> + Send + Unpin + 'static>(head: Vec<u8>, items: Vec<T>) -> Body {
+    let json: usize = items.iter().map(|item| item.as_ref().len()).sum();
+    // `[`, a comma before each item but the first, `]}`.
+    let length = head.len() + items.len().max(1) + json + 2;
     let chunks = Chunks { head: Some(head), items: items.into_iter(), first: true, done: false };
-    Body::from_stream(futures_util::stream::iter(chunks.map(Ok::<_, std::convert::Infallible>)))
+    Body::new(ListBody { chunks, remaining: length as u64 })
+}
+
+/// The chunks as an HTTP body of a known length.
+struct ListBody<T> {
+    chunks: Chunks<T>,
+    /// Bytes not yet sent.
+    remaining: u64,
+}
+
+impl<T: AsRef<[u8]> + Unpin> http_body::Body for ListBody<T> {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        Poll::Ready(this.chunks.next().map(|chunk| {
+            this.remaining = this.remaining.saturating_sub(chunk.len() as u64);
+            Ok(Frame::data(chunk))
+        }))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.chunks.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.remaining)
+    }
 }
 
 /// The chunks of one list body, in order.
@@ -68,6 +108,20 @@ mod tests {
 
     fn joined(chunks: &[Bytes]) -> serde_json::Value {
         serde_json::from_slice(&chunks.concat()).expect("the chunks join into one JSON document")
+    }
+
+    /// The body's stated length is what it sends, for any number of items.
+    #[tokio::test]
+    async fn the_body_has_the_length_it_states() {
+        for n in [0, 1, 2, 700, 2_000] {
+            let items: Vec<Bytes> = (0..n).map(|i| object(&format!("a{i}"), 90)).collect();
+            let body = body(b"{\"items\":".to_vec(), items);
+            let stated = http_body::Body::size_hint(&body).exact().expect("a list states its length");
+            let sent = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            assert_eq!(stated, sent.len() as u64, "{n} items");
+            let list: serde_json::Value = serde_json::from_slice(&sent).unwrap();
+            assert_eq!(list["items"].as_array().unwrap().len(), n);
+        }
     }
 
     #[test]
