@@ -253,7 +253,12 @@ async fn after_a_base_change_the_first_start_is_the_boot_sweeps_rebuild() {
         201
     );
     wait_power(&api, "swept", "Running").await;
-    let before = starts(&api, "swept").await;
+    // The crash watch writes `Running` before it records the Started event.
+    let before = eventually("the first start's event", || async {
+        let n = starts(&api, "swept").await;
+        (n >= 1).then_some(n)
+    })
+    .await;
     let generation = std::fs::read_link(d.dir.join("agents/swept/current")).unwrap();
 
     d.restart_with(&["--agent-controller=true", "--hive-rev", "base-2"]);
@@ -269,11 +274,12 @@ async fn after_a_base_change_the_first_start_is_the_boot_sweeps_rebuild() {
     assert_eq!(child["status"]["phase"], "Done", "{}", child["status"]);
     wait_power(&api, "swept", "Running").await;
     assert_ne!(std::fs::read_link(d.dir.join("agents/swept/current")).unwrap(), generation);
-    assert_eq!(
-        starts(&api, "swept").await - before,
-        1,
-        "the only start after the boot is the rebuild's, on the new generation"
-    );
+    let after = eventually("the rebuild's start event", || async {
+        let n = starts(&api, "swept").await - before;
+        (n >= 1).then_some(n)
+    })
+    .await;
+    assert_eq!(after, 1, "the only start after the boot is the rebuild's, on the new generation");
     let jobs = jobs_of(&api, "swept").await;
     let others: Vec<&Value> = jobs
         .iter()
