@@ -142,12 +142,8 @@ mod tests {
             assert!(chunk.len() <= CHUNK_BYTES || chunk.len() == big.len() + 1, "{}", chunk.len());
         }
         let list = joined(&chunks);
-        let names: Vec<&str> = list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> =
+            list["items"].as_array().unwrap().iter().map(hive_api::meta::name_of).collect();
         assert_eq!(names.len(), 2_001);
         assert_eq!(names[1_000], "big");
         assert_eq!((names[0], names[1_001], names[2_000]), ("a0000", "a1000", "a1999"));
