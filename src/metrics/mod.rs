@@ -152,6 +152,11 @@ pub struct StoreMetrics {
     pub commit_duration: Histogram,
     /// `hive_store_commit_batch_size`: requests in one batch.
     pub batch_size: Histogram,
+    /// `hive_store_checkpoint_duration_seconds`: logged batches applied to the redb file
+    /// in one durable transaction.
+    pub checkpoint_duration: Histogram,
+    /// `hive_store_checkpoint_batches`: logged batches in one checkpoint.
+    pub checkpoint_entries: Histogram,
 }
 
 impl Default for StoreMetrics {
@@ -159,6 +164,8 @@ impl Default for StoreMetrics {
         StoreMetrics {
             commit_duration: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
+            checkpoint_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            checkpoint_entries: Histogram::new(exponential_buckets(1.0, 2.0, 16)),
         }
     }
 }
@@ -381,6 +388,16 @@ impl Metrics {
             "hive_store_commit_batch_size",
             "Write requests in one commit batch",
             store.batch_size.clone(),
+        );
+        r.register(
+            "hive_store_checkpoint_duration_seconds",
+            "Logged commit batches applied to the database file in one durable transaction",
+            store.checkpoint_duration.clone(),
+        );
+        r.register(
+            "hive_store_checkpoint_batches",
+            "Logged commit batches in one checkpoint",
+            store.checkpoint_entries.clone(),
         );
         r.register("apiserver_storage_objects", "Objects stored, by resource", levels.objects.clone());
         r.register(

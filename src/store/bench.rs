@@ -1,6 +1,7 @@
-//! The raw cost of one durable redb commit, for `hive bench`: the floor under every
-//! acknowledged write, since the commit thread finishes each batch with one such commit.
-//! It lives here because only the store opens a redb database.
+//! The raw costs under the store's writes, for `hive bench`: one synced append to the
+//! write-ahead log (the floor under every acknowledged write: the commit thread ends
+//! each batch with one) and one durable redb commit (what the checkpointer pays per
+//! checkpoint, for many batches). They live here because only the store opens its files.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use redb::{Database, Durability};
 
 use super::error::{Error, Result};
 use super::tables::REVISIONS;
+use super::wal::{self, Wal, RECORD_HEAD};
 
 /// Bytes in each row written: about one stored Agent (JSON with `managedFields`).
 const ROW_BYTES: usize = 1024;
@@ -34,6 +36,32 @@ pub fn raw_commit_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
     let result = Database::builder().create_file(file).map_err(Error::db).and_then(|db| commits(&db, n));
     // Best effort: the caller's temporary directory is removed afterwards anyway.
     let _ = std::fs::remove_file(&path);
+    result
+}
+
+/// The database name the append bench's log files are named after, inside `dir`.
+const APPEND_NAME: &str = "raw-append-bench.redb";
+
+/// Starts a write-ahead log in `dir` (named after a database that is never created) and
+/// appends `n` records of one 1 KiB entry each, synced as the commit thread syncs them;
+/// returns how long each took. The log's files are removed afterwards (also on error).
+pub fn raw_append_latencies(dir: &Path, n: usize) -> Result<Vec<Duration>> {
+    let db = dir.join(APPEND_NAME);
+    let result = Wal::start(&db, 1, 16 << 20).and_then(|mut wal| {
+        let mut latencies = Vec::with_capacity(n);
+        let mut record = vec![b'x'; RECORD_HEAD + ROW_BYTES];
+        for i in 0..n {
+            if !wal.fits(ROW_BYTES) {
+                wal.switch().map_err(|(path, source)| Error::Io { path, source })?;
+            }
+            let started = Instant::now();
+            wal.append(&mut record, i as u64 + 1).map_err(|(path, source)| Error::Io { path, source })?;
+            latencies.push(started.elapsed());
+        }
+        Ok(latencies)
+    });
+    // Best effort, as above.
+    let _ = wal::remove(&db);
     result
 }
 
@@ -64,5 +92,13 @@ mod tests {
         let latencies = raw_commit_latencies(dir.path(), 3).unwrap();
         assert_eq!(latencies.len(), 3);
         assert!(!dir.path().join(FILE_NAME).exists());
+    }
+
+    #[test]
+    fn measures_one_latency_per_append_and_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let latencies = raw_append_latencies(dir.path(), 3).unwrap();
+        assert_eq!(latencies.len(), 3);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the log's files are removed");
     }
 }

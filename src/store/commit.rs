@@ -1,21 +1,23 @@
 //! The commit thread: it drains pending write requests into one batch, plans each
-//! against the cache plus the batch's earlier effects, writes every successful change
-//! in one durable redb transaction, and only then updates the cache, feeds watchers
-//! and answers the writers (group commit).
+//! against the cache plus the batch's earlier effects, appends every successful change
+//! to the write-ahead log as one synced record, and only then updates the cache, feeds
+//! watchers and answers the writers (group commit). The checkpointer takes the record
+//! to redb later (`checkpoint.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
-use redb::Database;
 use tokio::sync::{mpsc, oneshot};
 
+use super::checkpoint::Checkpointer;
 use super::config::StoreConfig;
 use super::disk::{self, BatchWrite};
 use super::error::{Error, Result};
 use super::mutation::{plan, Change, Mutation, Outcome};
 use super::state::State;
 use super::tables::object_key;
+use super::wal::{Wal, RECORD_HEAD};
 use super::watch::{EventType, History, StoreEvent};
 use super::Obj;
 
@@ -25,35 +27,40 @@ pub(super) struct Shared {
     pub config: StoreConfig,
     /// The revision of the last committed write, for readers that wait for one.
     pub revision: tokio::sync::watch::Sender<u64>,
-    /// Why writes fail, while they do: set when a transaction fails (the database is
-    /// closed then, see [`run`]), cleared once it is reopened and a write went through.
-    pub unhealthy: std::sync::Mutex<Option<String>>,
-    /// Tests set this to make the next batch's redb commit fail.
+    /// Why writes fail, while they do, by the part that failed: see [`Part`].
+    health: std::sync::Mutex<Health>,
+    /// Tests set this to make the next batch's log append fail.
     #[cfg(test)]
-    pub fail_next_commit: std::sync::atomic::AtomicBool,
-    /// Tests set this to make every commit, and every reopen, fail with ENOSPC: a full
-    /// disk until they clear it.
+    pub fail_next_append: std::sync::atomic::AtomicBool,
+    /// Tests set this to make every append, checkpoint and recovery fail with ENOSPC: a
+    /// full disk until they clear it.
     #[cfg(test)]
     pub disk_full: std::sync::atomic::AtomicBool,
     /// Tests set this to make the commit thread dawdle after answering a failed batch,
     /// as a busy machine may deschedule it there.
     #[cfg(test)]
     pub dawdle_after_failure: std::sync::atomic::AtomicBool,
+    /// Tests set this to stop the store as a crash would: the checkpointer skips its last
+    /// checkpoint, so what it had not written is in the log alone.
+    #[cfg(test)]
+    pub crash_on_stop: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
     pub fn new(state: State, config: StoreConfig) -> Shared {
         Shared {
             revision: tokio::sync::watch::Sender::new(state.revision),
-            unhealthy: std::sync::Mutex::new(None),
+            health: std::sync::Mutex::new(Health::default()),
             state: RwLock::new(state),
             config,
             #[cfg(test)]
-            fail_next_commit: std::sync::atomic::AtomicBool::new(false),
+            fail_next_append: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             disk_full: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             dawdle_after_failure: std::sync::atomic::AtomicBool::new(false),
+            #[cfg(test)]
+            crash_on_stop: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -65,11 +72,26 @@ impl Shared {
 
     /// Why writes fail right now, if they do.
     pub fn unhealthy(&self) -> Option<String> {
-        self.unhealthy.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        health.log.clone().or_else(|| health.checkpoint.clone())
     }
 
-    fn set_unhealthy(&self, why: Option<String>) {
-        *self.unhealthy.lock().unwrap_or_else(PoisonError::into_inner) = why;
+    /// Why `part` failed, while it does.
+    pub fn health_of(&self, part: Part) -> Option<String> {
+        let health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        match part {
+            Part::Log => health.log.clone(),
+            Part::Checkpoint => health.checkpoint.clone(),
+        }
+    }
+
+    /// Records why `part` fails, or (`None`) that it works again.
+    pub fn set_health(&self, part: Part, why: Option<String>) {
+        let mut health = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        match part {
+            Part::Log => health.log = why,
+            Part::Checkpoint => health.checkpoint = why,
+        }
     }
 
     /// The cache for writing (the commit thread, and watch registration).
@@ -84,6 +106,22 @@ impl History for Shared {
     }
 }
 
+/// The two parts of the store that can fail a write, each with its own recovery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Part {
+    /// An append to the write-ahead log failed: the log starts over once redb holds
+    /// everything it acknowledged.
+    Log,
+    /// A checkpoint failed (redb closed the file): the next one reopens it.
+    Checkpoint,
+}
+
+#[derive(Default)]
+struct Health {
+    log: Option<String>,
+    checkpoint: Option<String>,
+}
+
 /// One writer's all-or-nothing group of mutations and where its answer goes.
 pub(super) struct Request {
     pub mutations: Vec<Mutation>,
@@ -92,69 +130,44 @@ pub(super) struct Request {
 
 /// Runs the commit thread until every request sender is gone and the queue is drained.
 ///
-/// A failed transaction closes the database: redb refuses every later one after an
-/// I/O error ("re-open the database"), and the file itself is as the last successful
-/// commit left it. The next batch reopens it first and proves a write goes through; until
-/// that works (space is freed on a full disk, say) every request is refused at once, and
-/// [`Shared::unhealthy`] says why. Nothing acknowledged is lost and nothing half-applied:
-/// a batch is in the file, the cache and the watchers entirely or not at all.
+/// A failed append or checkpoint makes the store unhealthy ([`Shared::unhealthy`] says
+/// why). The next batch recovers first ([`Log::recover`]); until that works (space is
+/// freed on a full disk, say) every request is refused at once. Nothing acknowledged is
+/// lost and nothing half-applied: a batch is in the log, the cache and the watchers
+/// entirely or not at all.
 pub(super) fn run(
     shared: Arc<Shared>,
-    db: Database,
+    log: Log,
     mut requests: mpsc::Receiver<Request>,
     stopped: tokio::sync::watch::Sender<bool>,
 ) {
-    let mut exit = Exit { shared, db: Some(db), stopped };
+    let mut exit = Exit { shared, log, stopped };
     let max_batch = exit.shared.config.max_batch.max(1);
     let mut last = Last { writers: 0, answered: std::time::Instant::now(), took: Duration::ZERO };
     while let Some(first) = requests.blocking_recv() {
         let mut batch = vec![first];
         take_queued(&mut requests, &mut batch, max_batch);
         gather(&mut requests, &mut batch, max_batch, &last);
-        if exit.db.is_none() {
-            let revision = exit.shared.read().revision;
-            #[cfg(test)]
-            if exit.shared.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
-                let full = Error::DiskFull { path: exit.shared.config.path.clone() };
-                exit.shared.set_unhealthy(Some(full.to_string()));
+        if exit.shared.unhealthy().is_some() {
+            if let Err(e) = exit.log.recover(&exit.shared) {
+                tracing::warn!(
+                    error = %e,
+                    path = %exit.shared.config.path.display(),
+                    "state database still unusable; refusing writes"
+                );
                 for request in batch {
-                    let _ = request.reply.send(Err(full.again()));
+                    let _ = request.reply.send(Err(e.again()));
                 }
                 continue;
             }
-            match disk::reopen(&exit.shared.config.path, revision) {
-                Ok(db) => {
-                    tracing::info!(revision, "state database reopened: writes work again");
-                    exit.shared.set_unhealthy(None);
-                    exit.db = Some(db);
-                }
-                Err(e) => {
-                    let why = format!("{e}");
-                    tracing::warn!(
-                        error = %why,
-                        path = %exit.shared.config.path.display(),
-                        "state database still unusable; refusing writes"
-                    );
-                    exit.shared.set_unhealthy(Some(why));
-                    for request in batch {
-                        let _ = request.reply.send(Err(e.again()));
-                    }
-                    continue;
-                }
-            }
         }
-        let Some(db) = &exit.db else { continue };
         let (started, size) = (std::time::Instant::now(), batch.len());
-        let committed = commit_batch(&exit.shared, db, batch);
+        commit_batch(&exit.shared, &mut exit.log, batch);
         let answered = std::time::Instant::now();
         last = Last { writers: size, answered, took: answered - started };
         let metrics = &exit.shared.config.metrics;
         metrics.commit_duration.observe(crate::metrics::seconds(last.took));
         metrics.batch_size.observe(size as f64);
-        if committed.is_err() {
-            // `commit_batch` marked the store unhealthy; the next batch reopens the file.
-            drop(exit.db.take());
-        }
     }
 }
 
@@ -200,27 +213,143 @@ fn gather(requests: &mut mpsc::Receiver<Request>, batch: &mut Vec<Request>, max_
     }
 }
 
-/// Closes the database, ends every watch and tells `shutdown` — also if the thread
-/// panics.
+/// Lets the checkpointer write everything logged and close the database, ends every
+/// watch and tells `shutdown` — also if the thread panics.
 struct Exit {
     shared: Arc<Shared>,
-    db: Option<Database>,
+    log: Log,
     stopped: tokio::sync::watch::Sender<bool>,
 }
 
 impl Drop for Exit {
     fn drop(&mut self) {
         // Release the file lock first, so whoever awaited shutdown can reopen it.
-        drop(self.db.take());
+        self.log.checkpointer.stop();
+        if self.log.broken {
+            // Whatever a failed append left must not be read at the next start; redb has
+            // everything else (unless the last checkpoint failed too: then it stays).
+            if self.log.checkpointer.durable() == self.shared.read().revision {
+                let _ = self.log.wal.reset();
+            }
+        }
         self.shared.write().close();
         let _ = self.stopped.send(true);
     }
 }
 
-/// Plans, writes and publishes one batch, then answers every request in it. If the
-/// transaction fails, every request gets the error, the cache stays as it was, and the
-/// error's text is returned: the database must be reopened before the next batch.
-pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) -> Result<(), String> {
+/// Where the commit thread writes: the write-ahead log, and the checkpointer that takes
+/// its entries to redb.
+pub(super) struct Log {
+    pub wal: Wal,
+    pub checkpointer: Checkpointer,
+    /// Set when an append failed: what the log's files hold past their last good record
+    /// is unknown until it starts over.
+    broken: bool,
+}
+
+impl Log {
+    pub fn new(wal: Wal, checkpointer: Checkpointer) -> Log {
+        Log { wal, checkpointer, broken: false }
+    }
+
+    /// Makes one batch's entry durable: appended to the log and synced, or, when it is
+    /// larger than a log file, checkpointed to redb with everything before it. `record`
+    /// is the record head's room followed by the entry, whose last revision is `last`.
+    /// A failure marks the store unhealthy before it returns.
+    fn write(&mut self, shared: &Shared, mut record: Vec<u8>, last: u64) -> Result<()> {
+        let len = record.len() - RECORD_HEAD;
+        if len > self.wal.max_entry() {
+            // Too large for the log: written to redb at once, after every entry logged
+            // before it, and the log starts over past it (its files must not skip it).
+            self.checkpointer.now(Some(record))?;
+            return self.reset(shared);
+        }
+        if !self.wal.fits(len) {
+            if self.wal.inactive_last() > self.checkpointer.durable() {
+                self.checkpointer.now(None)?;
+            }
+            self.wal.switch().map_err(|e| self.failed(shared, e))?;
+        }
+        if let Err(e) = self.append(shared, &mut record, last) {
+            if let Err((path, e)) = self.wal.discard_failed() {
+                tracing::warn!(path = %path.display(), error = %e, "cannot undo a failed write-ahead log append");
+            }
+            return Err(self.failed(shared, e));
+        }
+        if !self.checkpointer.logged(record) {
+            // Durable in the log, so the write stands; redb gets it at the next start.
+            shared.set_health(Part::Checkpoint, Some("the store's checkpointer has stopped".into()));
+        }
+        Ok(())
+    }
+
+    /// The append; tests can make it fail.
+    fn append(
+        &mut self,
+        shared: &Shared,
+        record: &mut [u8],
+        last: u64,
+    ) -> Result<(), (std::path::PathBuf, std::io::Error)> {
+        #[cfg(test)]
+        {
+            use std::sync::atomic::Ordering::SeqCst;
+            let path = || shared.config.path.clone();
+            if shared.disk_full.load(SeqCst) {
+                return Err((path(), std::io::Error::from_raw_os_error(28)));
+            }
+            // The worst case: the record reaches the file, but its sync reports an error.
+            self.wal.fail_sync = shared.fail_next_append.swap(false, SeqCst);
+        }
+        #[cfg(not(test))]
+        let _ = shared;
+        self.wal.append(record, last)
+    }
+
+    /// A failed append or switch: the log is broken until it starts over, and the store
+    /// unhealthy before any writer hears of it.
+    fn failed(&mut self, shared: &Shared, (path, source): (std::path::PathBuf, std::io::Error)) -> Error {
+        self.broken = true;
+        let error = Error::from_log(path, source);
+        tracing::error!(error = %error, cause = %error.cause(), "write-ahead log append failed");
+        shared.set_health(Part::Log, Some(error.to_string()));
+        error
+    }
+
+    /// Starts the log over under new generations; redb holds everything it had.
+    fn reset(&mut self, shared: &Shared) -> Result<()> {
+        self.wal.reset().map_err(|e| self.failed(shared, e))?;
+        self.broken = false;
+        Ok(())
+    }
+
+    /// Makes a store whose append or checkpoint failed take writes again: the disk has
+    /// room, every logged entry is in redb (reopening it if a checkpoint failed), and a
+    /// broken log starts over. Marks the store healthy when it worked.
+    pub fn recover(&mut self, shared: &Shared) -> Result<()> {
+        #[cfg(test)]
+        if shared.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
+            let full = Error::DiskFull { path: shared.config.path.clone() };
+            shared.set_health(Part::Log, Some(full.to_string()));
+            return Err(full);
+        }
+        if self.broken {
+            disk::has_room(&shared.config.path)?;
+        }
+        self.checkpointer.now(None)?;
+        if self.broken {
+            self.reset(shared)?;
+        }
+        if shared.health_of(Part::Log).is_some() {
+            tracing::info!(path = %shared.config.path.display(), "write-ahead log started over: writes work again");
+            shared.set_health(Part::Log, None);
+        }
+        Ok(())
+    }
+}
+
+/// Plans, logs and publishes one batch, then answers every request in it. If the log
+/// write fails, every request gets the error and the cache stays as it was.
+pub(super) fn commit_batch(shared: &Shared, log: &mut Log, batch: Vec<Request>) {
     let now = shared.config.clock.now();
     let time_ms = now.timestamp_millis();
     let mut replies = Vec::with_capacity(batch.len());
@@ -251,7 +380,8 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
         }
     }
 
-    if !changes.is_empty() {
+    if let Some(last) = changes.last() {
+        let last = last.revision;
         // Only this thread changes the log, so it is as the plan saw it.
         let (compacted, stored, garbage) = {
             let state = shared.read();
@@ -260,8 +390,9 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
             (compacted, stored, garbage)
         };
         let batch = BatchWrite { changes: &changes, stored: &stored, garbage: &garbage, time_ms, compacted };
-        if let Err(e) = write(shared, db, &batch) {
-            let error = Error::from_commit(&shared.config.path, e);
+        let mut record = vec![0; RECORD_HEAD];
+        super::entry::encode_into(&batch, &mut record);
+        if let Err(error) = log.write(shared, record, last) {
             tracing::error!(
                 error = %error,
                 cause = %error.cause(),
@@ -269,10 +400,6 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
                 writers = replies.len(),
                 "store commit failed"
             );
-            let why = format!("{error}");
-            // Unhealthy before any writer hears of it: a probe sent the moment a client
-            // got its error must not find the store healthy.
-            shared.set_unhealthy(Some(why.clone()));
             for (reply, _) in replies {
                 let _ = reply.send(Err(error.again()));
             }
@@ -280,7 +407,7 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
             if shared.dawdle_after_failure.load(std::sync::atomic::Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(20));
             }
-            return Err(why);
+            return;
         }
         let revision = {
             let mut state = shared.write();
@@ -296,23 +423,6 @@ pub(super) fn commit_batch(shared: &Shared, db: &Database, batch: Vec<Request>) 
         // A writer that gave up waiting still had its write applied; nobody to tell.
         let _ = reply.send(result);
     }
-    Ok(())
-}
-
-/// The batch's transaction; tests can make it fail.
-fn write(shared: &Shared, db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
-    #[cfg(test)]
-    {
-        if shared.disk_full.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(Arc::new(redb::Error::Io(std::io::Error::from_raw_os_error(28))));
-        }
-        if shared.fail_next_commit.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return Err(Arc::new(redb::Error::Io(std::io::Error::other("injected commit failure"))));
-        }
-    }
-    #[cfg(not(test))]
-    let _ = shared;
-    disk::write_batch(db, batch)
 }
 
 /// Which of the batch's revisions get a row, and which stored rows the batch makes

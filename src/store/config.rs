@@ -1,5 +1,5 @@
-//! How a store is opened: file, retention, watch buffers, batch size, and the clock it
-//! stamps objects and events with.
+//! How a store is opened: file, retention, watch buffers, batch size, the write-ahead
+//! log and checkpoints, and the clock it stamps objects and events with.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,9 +24,17 @@ pub struct StoreConfig {
     /// How much memory a watcher's pending live events may hold before it is dropped
     /// as too slow (default 16 MiB; one event is always let through).
     pub watch_buffer_bytes: usize,
-    /// At most this many pending commit requests go into one redb transaction
-    /// (default 256).
+    /// At most this many pending commit requests go into one batch: one record of the
+    /// write-ahead log (default 256).
     pub max_batch: usize,
+    /// Each of the write-ahead log's two files grows to at most this many bytes
+    /// (default 16 MiB). A batch larger than that goes to redb directly.
+    pub wal_bytes: u64,
+    /// The checkpointer takes logged batches to redb once the oldest has waited this long
+    /// (default 250 ms)...
+    pub checkpoint_interval: Duration,
+    /// ...or once they hold this many bytes (default 4 MiB).
+    pub checkpoint_bytes: usize,
     /// Where `creationTimestamp`, `deletionTimestamp` and event ages come from.
     pub clock: Clock,
     /// Where the commit thread records each batch's latency and size.
@@ -44,6 +52,9 @@ impl StoreConfig {
             watch_buffer: 1024,
             watch_buffer_bytes: 16 << 20,
             max_batch: 256,
+            wal_bytes: 16 << 20,
+            checkpoint_interval: Duration::from_millis(250),
+            checkpoint_bytes: 4 << 20,
             clock: Clock::system(),
             metrics: crate::metrics::StoreMetrics::default(),
         }

@@ -1,5 +1,6 @@
 //! The redb side of the store: creating, opening and validating the database file,
-//! loading it into memory, and writing one batch as one durable transaction.
+//! bringing it up to date with the write-ahead log, loading it into memory, and writing
+//! the log's entries as one durable transaction (the checkpointer's).
 
 use std::fs;
 use std::io;
@@ -8,27 +9,64 @@ use std::sync::Arc;
 
 use redb::{Database, DatabaseError, Durability, ReadableTable};
 
+use super::entry::Entry;
 use super::error::{Error, Result};
 use super::mutation::Change;
 use super::record::Record;
 use super::state::{LogEntry, State};
 use super::tables::{v1, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
+use super::wal::{self, Wal};
 use super::watch::{EventType, StoreEvent};
 use super::Obj;
 
-/// Opens the database at `path`, creating it when there is no file, and loads it.
-/// Anything unreadable is `Corrupt`: the store never starts empty over existing data.
-pub(super) fn open(path: &Path) -> Result<(Database, State)> {
+/// Opens the database at `path`, creating it when there is no file, applies what its
+/// write-ahead log holds beyond it, loads it, and starts the log over under new
+/// generations (files of at most `wal_bytes` each). Anything unreadable is `Corrupt`:
+/// the store never starts empty over existing data, nor without acknowledged writes.
+pub(super) fn open(path: &Path, wal_bytes: u64) -> Result<(Database, Wal, State)> {
     let exists = path.try_exists().map_err(|source| Error::Io { path: path.to_owned(), source })?;
     if !exists {
+        // A log without its database belongs to nothing (the database is created before
+        // any log is written): start both afresh.
+        wal::remove(path)?;
         create(path, 0)?;
     }
     let db = open_file(path)?;
-    if schema(&db, path)? == v1::SCHEMA_VERSION {
-        super::upgrade::from_v1(&db, path)?;
+    super::upgrade::to_current(&db, path, schema(&db, path)?)?;
+    let (revision, _) = counters(&db, path)?;
+    let recovered = wal::recover(path, revision)?;
+    if !recovered.entries.is_empty() {
+        let entries = recovered
+            .entries
+            .iter()
+            .map(|bytes| Entry::decode(bytes).map_err(|why| Error::corrupt(path, why)))
+            .collect::<Result<Vec<_>>>()?;
+        let replayed = write_entries(&db, &entries).map_err(|e| Error::corrupt(path, e))?;
+        tracing::info!(
+            path = %path.display(),
+            entries = entries.len(),
+            from = revision,
+            to = replayed.unwrap_or(revision),
+            "state database brought up to date from its write-ahead log"
+        );
     }
     let state = load(&db, path)?;
-    Ok((db, state))
+    let wal = Wal::start(path, recovered.generation + 1, wal_bytes)?;
+    Ok((db, wal, state))
+}
+
+/// The revision and compacted counters of the file.
+fn counters(db: &Database, path: &Path) -> Result<(u64, u64)> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
+    let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
+    let counter = |key: &str| -> Result<Option<u64>> {
+        Ok(meta.get(key).map_err(|e| corrupt(e.into()))?.map(|v| v.value()))
+    };
+    match (counter(META_REVISION)?, counter(META_COMPACTED)?) {
+        (Some(revision), Some(compacted)) => Ok((revision, compacted)),
+        _ => Err(Error::corrupt(path, "the revision counters are missing")),
+    }
 }
 
 /// Opens the redb file at `path`: `Locked` when another store has it, `Corrupt` when
@@ -97,10 +135,13 @@ fn schema(db: &Database, path: &Path) -> Result<u64> {
     let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
     let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
     match meta.get(META_SCHEMA).map_err(|e| corrupt(e.into()))?.map(|v| v.value()) {
-        Some(version @ (SCHEMA_VERSION | v1::SCHEMA_VERSION)) => Ok(version),
+        Some(version) if (v1::SCHEMA_VERSION..=SCHEMA_VERSION).contains(&version) => Ok(version),
         Some(other) => Err(Error::corrupt(
             path,
-            format!("unknown schema version {other} (this build reads versions 1 and {SCHEMA_VERSION})"),
+            format!(
+                "unknown schema version {other} (this build reads versions {} to {SCHEMA_VERSION})",
+                v1::SCHEMA_VERSION
+            ),
         )),
         None => Err(Error::corrupt(path, "no schema version: not a hive state database")),
     }
@@ -115,15 +156,9 @@ fn load(db: &Database, path: &Path) -> Result<State> {
     if schema(db, path)? != SCHEMA_VERSION {
         return Err(Error::corrupt(path, "the file was not upgraded to this build's schema"));
     }
-    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
-    let meta = read.open_table(META).map_err(|e| corrupt(e.into()))?;
-    let counter = |key: &str| -> Result<Option<u64>> {
-        Ok(meta.get(key).map_err(|e| corrupt(e.into()))?.map(|v| v.value()))
-    };
-    let (Some(revision), Some(compacted)) = (counter(META_REVISION)?, counter(META_COMPACTED)?) else {
-        return Err(Error::corrupt(path, "the revision counters are missing"));
-    };
+    let (revision, compacted) = counters(db, path)?;
     let mut state = State::new(revision, compacted);
+    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
 
     let revisions = read.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
     let mut expected = compacted + 1;
@@ -202,22 +237,29 @@ fn load(db: &Database, path: &Path) -> Result<State> {
     Ok(state)
 }
 
-/// Free space a file system needs before a store whose writes failed reopens on it: room
-/// for the largest objects the API takes (3 MiB), with their events. A small write can
-/// land in pages the file already has, so one going through does not prove much.
+/// Free space a file system needs before a store whose writes failed takes writes on it
+/// again: room for the largest objects the API takes (3 MiB), with their events. A small
+/// write can land in space the files already have, so one going through does not prove
+/// much.
 const REOPEN_FREE_BYTES: u64 = 8 << 20;
 
-/// Reopens the database after a failed transaction and proves it takes writes again:
-/// the file system has [`REOPEN_FREE_BYTES`] free, the file's revision is `revision`
-/// (the failed batch is not in it, as redb's atomic commit promises) and a small
-/// durable write goes through. A full disk is `DiskFull`; anything else `Unavailable`,
-/// with why.
-pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
-    if let Ok(fs) = rustix::fs::statvfs(path) {
-        if fs.f_bavail.saturating_mul(fs.f_frsize) < REOPEN_FREE_BYTES {
-            return Err(Error::DiskFull { path: path.to_owned() });
+/// `DiskFull` unless the file system holding `path` has [`REOPEN_FREE_BYTES`] free.
+pub(super) fn has_room(path: &Path) -> Result<()> {
+    match rustix::fs::statvfs(path) {
+        Ok(fs) if fs.f_bavail.saturating_mul(fs.f_frsize) < REOPEN_FREE_BYTES => {
+            Err(Error::DiskFull { path: path.to_owned() })
         }
+        _ => Ok(()),
     }
+}
+
+/// Reopens the database after a failed transaction and proves it takes writes again:
+/// the file system [`has_room`], the file's revision is `revision` (what the last
+/// checkpoint made durable: the failed one is not in it, as redb's atomic commit
+/// promises) and a small durable write goes through. A full disk is `DiskFull`;
+/// anything else `Unavailable`, with why.
+pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
+    has_room(path)?;
     let unavailable = |message: String| Error::Unavailable { message };
     let failed = |e: redb::Error| {
         if super::error::is_disk_full(&e) {
@@ -269,39 +311,30 @@ pub(super) struct BatchWrite<'a> {
     pub compacted: u64,
 }
 
-/// Writes one batch in one transaction with immediate durability: when this returns
-/// Ok, the batch survives a crash. The error is shared because every writer of the
-/// batch receives it.
-pub(super) fn write_batch(db: &Database, batch: &BatchWrite<'_>) -> Result<(), Arc<redb::Error>> {
-    let Some(last) = batch.changes.last() else { return Ok(()) };
+/// Writes log entries, in order, in one transaction with immediate durability, and
+/// returns the revision the file is at afterwards (`None` for no entries). When this
+/// returns Ok, they survive a crash. The error is shared because every writer waiting
+/// on the checkpoint receives it.
+pub(super) fn write_entries(db: &Database, entries: &[Entry<'_>]) -> Result<Option<u64>, Arc<redb::Error>> {
+    let Some(last) = entries.last() else { return Ok(None) };
     let mut txn = db.begin_write().map_err(shared)?;
     txn.set_durability(Durability::Immediate);
     {
         let mut revisions = txn.open_table(REVISIONS).map_err(shared)?;
-        let mut meta = txn.open_table(META).map_err(shared)?;
-        let mut row = Vec::new();
-        for (change, &stored) in batch.changes.iter().zip(batch.stored) {
-            if stored {
-                // The object was encoded by the commit thread before the write.
-                let record = Record {
-                    type_: change.type_,
-                    time_ms: batch.time_ms,
-                    kind: change.kind,
-                    object: change.object.json(),
-                };
-                row.clear();
-                record.encode_into(&mut row);
-                revisions.insert(change.revision, row.as_slice()).map_err(shared)?;
+        for entry in entries {
+            for (revision, row) in entry.rows() {
+                revisions.insert(revision, row).map_err(shared)?;
+            }
+            for revision in entry.garbage() {
+                revisions.remove(revision).map_err(shared)?;
             }
         }
-        for &revision in batch.garbage {
-            revisions.remove(revision).map_err(shared)?;
-        }
-        meta.insert(META_REVISION, last.revision).map_err(shared)?;
-        meta.insert(META_COMPACTED, batch.compacted).map_err(shared)?;
+        let mut meta = txn.open_table(META).map_err(shared)?;
+        meta.insert(META_REVISION, last.last).map_err(shared)?;
+        meta.insert(META_COMPACTED, last.compacted).map_err(shared)?;
     }
     txn.commit().map_err(shared)?;
-    Ok(())
+    Ok(Some(last.last))
 }
 
 fn shared(e: impl Into<redb::Error>) -> Arc<redb::Error> {
@@ -322,7 +355,8 @@ pub(super) fn reset(path: &Path, now: chrono::DateTime<chrono::Utc>) -> Result<u
         return Ok(0);
     }
     let floor = match old_revision(path) {
-        Ok(revision) => revision,
+        // The log may hold acknowledged writes beyond the file.
+        Ok(revision) => wal::last_revision(path, revision),
         Err(e @ Error::Locked { .. }) => return Err(e),
         Err(e) => {
             let floor = u64::try_from(now.timestamp_micros()).unwrap_or(0);
@@ -330,6 +364,7 @@ pub(super) fn reset(path: &Path, now: chrono::DateTime<chrono::Utc>) -> Result<u
             floor
         }
     };
+    wal::remove(path)?;
     fs::remove_file(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
     create(path, floor)?;
     Ok(floor)

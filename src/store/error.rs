@@ -96,6 +96,16 @@ pub enum Error {
     /// batch gets (a shared handle to) the same error and nothing was applied.
     #[error("state database error")]
     Db(#[source] Arc<redb::Error>),
+    /// Appending to the write-ahead log failed (an I/O error, not a full disk): nothing of
+    /// the batch was applied. The log starts over before the next write.
+    #[error("cannot write the state database's write-ahead log {}", path.display())]
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// The underlying error, shared by every writer of the batch.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     /// The file system holding the database is full (or over quota): nothing was
     /// written. The store recovers by itself once space is freed (HTTP 507).
     /// The message names no path: clients see it, the log has the file.
@@ -136,11 +146,22 @@ impl Error {
         }
     }
 
+    /// What a failed log append tells its writers: `DiskFull` when the file system is out
+    /// of space or quota, else the I/O error.
+    pub(super) fn from_log(path: PathBuf, e: std::io::Error) -> Error {
+        if is_full(&e) {
+            Error::DiskFull { path }
+        } else {
+            Error::Log { path, source: Arc::new(e) }
+        }
+    }
+
     /// The same error for another writer of a failed batch.
     pub(super) fn again(&self) -> Error {
         match self {
             Error::Db(e) => Error::Db(e.clone()),
             Error::DiskFull { path } => Error::DiskFull { path: path.clone() },
+            Error::Log { path, source } => Error::Log { path: path.clone(), source: source.clone() },
             other => Error::Unavailable { message: other.to_string() },
         }
     }
@@ -176,6 +197,11 @@ impl Error {
 /// True when `e` is the file system saying it is out of space (ENOSPC) or quota (EDQUOT).
 pub(super) fn is_disk_full(e: &redb::Error) -> bool {
     let redb::Error::Io(io) = e else { return false };
+    is_full(io)
+}
+
+/// True when the file system said it is out of space or quota.
+fn is_full(io: &std::io::Error) -> bool {
     let full = [rustix::io::Errno::NOSPC.raw_os_error(), rustix::io::Errno::DQUOT.raw_os_error()];
     io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error().is_some_and(|code| full.contains(&code))
 }

@@ -12,9 +12,11 @@
 //! in-memory cache and watchers never see a change the file does not have.
 
 pub mod bench;
+mod checkpoint;
 mod commit;
 mod config;
 mod disk;
+mod entry;
 mod error;
 mod mutation;
 mod object;
@@ -22,6 +24,7 @@ mod record;
 mod state;
 mod tables;
 mod upgrade;
+mod wal;
 mod watch;
 
 #[cfg(test)]
@@ -38,7 +41,8 @@ pub use mutation::{Mutation, Outcome, Subresource};
 pub use object::Obj;
 pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
-use commit::{Request, Shared};
+use checkpoint::Checkpointer;
+use commit::{Log, Request, Shared};
 pub use state::Page;
 use state::State;
 
@@ -80,14 +84,16 @@ impl Store {
     /// starts the commit thread. Blocks on file IO. A file that is unreadable, not a
     /// hive store, or of an unknown schema version is `Error::Corrupt`.
     pub fn open(config: StoreConfig) -> Result<Store> {
-        let (db, state) = disk::open(&config.path)?;
+        let (db, wal, state) = disk::open(&config.path, config.wal_bytes)?;
+        let revision = state.revision;
         let shared = Arc::new(Shared::new(state, config));
+        let log = Log::new(wal, Checkpointer::start(shared.clone(), db, revision)?);
         let (requests, queue) = mpsc::channel(REQUEST_QUEUE);
         let (stopped_tx, stopped) = tokio::sync::watch::channel(false);
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name("hive-store-commit".into())
-            .spawn(move || commit::run(thread_shared, db, queue, stopped_tx))
+            .spawn(move || commit::run(thread_shared, log, queue, stopped_tx))
             .map_err(Error::Thread)?;
         Ok(Store { inner: Arc::new(Inner { shared, requests: Mutex::new(Some(requests)), stopped }) })
     }

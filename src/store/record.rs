@@ -15,7 +15,7 @@
 use super::watch::EventType;
 
 /// The bytes before the kind's name.
-const HEAD: usize = 11;
+pub(super) const HEAD: usize = 11;
 
 /// One revision's row, borrowed from the table's bytes.
 #[derive(Debug, PartialEq, Eq)]

@@ -24,8 +24,10 @@ pub(super) const META_REVISION: &str = "revision";
 /// Every event with a revision at or below this one has been dropped by retention.
 pub(super) const META_COMPACTED: &str = "compacted";
 
-/// The only schema version this build writes; version 1 files are upgraded on open.
-pub(super) const SCHEMA_VERSION: u64 = 2;
+/// The only schema version this build writes; files of versions 1 and 2 are upgraded on
+/// open. Version 3 has version 2's tables; it says that the file may be behind its
+/// write-ahead log (`wal.rs`), which a build of version 2 would not read.
+pub(super) const SCHEMA_VERSION: u64 = 3;
 
 /// The key of one object (in the commit thread's view of a batch).
 pub(super) fn object_key(kind: &str, name: &str) -> String {

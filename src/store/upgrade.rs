@@ -38,10 +38,36 @@ struct VersionOnly<'a> {
     resource_version: Option<Cow<'a, str>>,
 }
 
+/// Brings a file of schema `version` to this build's, in place: version 1's tables are
+/// rewritten ([`from_v1`]); version 2 has this build's tables, but nothing told a reader
+/// about the write-ahead log, so an older build must not open the file once its newest
+/// writes may be in the log alone (it would lose them): the version says so.
+pub(super) fn to_current(db: &Database, path: &Path, version: u64) -> Result<()> {
+    match version {
+        SCHEMA_VERSION => Ok(()),
+        v1::SCHEMA_VERSION => from_v1(db, path),
+        _ => set_schema(db, path),
+    }
+}
+
+/// Marks a file of schema 2 as this build's: its tables are the same.
+fn set_schema(db: &Database, path: &Path) -> Result<()> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut meta = txn.open_table(META).map_err(|e| corrupt(e.into()))?;
+        meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(|e| corrupt(e.into()))?;
+    }
+    txn.commit().map_err(|e| corrupt(e.into()))?;
+    tracing::info!(path = %path.display(), "state database marked as schema {SCHEMA_VERSION} (it has a write-ahead log now)");
+    Ok(())
+}
+
 /// Version 1 kept each object in `objects` and a second copy in every retained event in
 /// `events`. Each retained event becomes its revision's row; an object whose event
 /// retention had dropped gets a row of its own at its resourceVersion.
-pub(super) fn from_v1(db: &Database, path: &Path) -> Result<()> {
+fn from_v1(db: &Database, path: &Path) -> Result<()> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
     txn.set_durability(Durability::Immediate);

@@ -8,9 +8,9 @@ use std::time::Instant;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::super::commit::{commit_batch, Request, Shared};
-use super::super::{disk, Error, Mutation, Outcome, Result, Store};
-use super::{agent, config, create, db_path, open, rv, update, TestClock};
+use super::super::commit::{commit_batch, Request};
+use super::super::{Error, Mutation, Outcome, Result, Store};
+use super::{agent, config, create, loaded, open, parts, rv, update, TestClock};
 
 fn request(mutations: Vec<Mutation>) -> (Request, oneshot::Receiver<Result<Vec<Outcome>>>) {
     let (reply, answer) = oneshot::channel();
@@ -25,8 +25,7 @@ fn answers(receivers: Vec<oneshot::Receiver<Result<Vec<Outcome>>>>) -> Vec<Resul
 fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     let dir = tempfile::tempdir().unwrap();
     let clock = TestClock::new();
-    let (db, state) = disk::open(&db_path(dir.path())).unwrap();
-    let shared = Shared::new(state, config(dir.path(), &clock));
+    let (shared, mut log) = parts(dir.path(), &clock);
     let mut respec = agent("a1", "Offline");
     respec["metadata"]["resourceVersion"] = json!("1");
     let (requests, receivers): (Vec<_>, Vec<_>) = [
@@ -39,7 +38,7 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     .into_iter()
     .map(request)
     .unzip();
-    commit_batch(&shared, &db, requests).unwrap();
+    commit_batch(&shared, &mut log, requests);
 
     let answers = answers(receivers);
     assert!(matches!(&answers[0], Ok(o) if matches!(&o[0], Outcome::Created(x) if rv(x) == 1)));
@@ -51,8 +50,8 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
     assert!(matches!(&answers[4], Ok(o) if rv(o[0].object()) == 3));
     assert_eq!(shared.read().revision, 3);
 
-    drop(db);
-    let (_db, state) = disk::open(&db_path(dir.path())).unwrap();
+    drop(log);
+    let state = loaded(dir.path());
     assert_eq!(state.revision, 3);
     assert_eq!(state.get("agents", "a1").unwrap().value()["spec"]["wanted"], "Offline");
     assert_eq!(state.log.len(), 3);
@@ -61,23 +60,23 @@ fn one_batch_sees_its_own_writes_and_fails_only_the_invalid_writer() {
 #[test]
 fn a_failed_transaction_fails_every_writer_and_applies_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (db, state) = disk::open(&db_path(dir.path())).unwrap();
-    let shared = Shared::new(state, config(dir.path(), &TestClock::new()));
-    shared.fail_next_commit.store(true, Ordering::SeqCst);
+    let (shared, mut log) = parts(dir.path(), &TestClock::new());
+    shared.fail_next_append.store(true, Ordering::SeqCst);
     let (requests, receivers): (Vec<_>, Vec<_>) =
         [vec![create(agent("a1", "Up"))], vec![create(agent("a2", "Up"))], vec![update(agent("x", "Up"))]]
             .into_iter()
             .map(request)
             .unzip();
-    assert!(commit_batch(&shared, &db, requests).is_err());
+    commit_batch(&shared, &mut log, requests);
     for answer in answers(receivers) {
-        assert!(matches!(answer, Err(Error::Db(_))), "{answer:?}");
+        assert!(matches!(answer, Err(Error::Log { .. })), "{answer:?}");
     }
+    assert!(shared.unhealthy().is_some());
     assert_eq!(shared.read().revision, 0);
     assert!(shared.read().get("agents", "a1").is_none());
     assert!(shared.read().log.is_empty());
-    drop(db);
-    let (_db, state) = disk::open(&db_path(dir.path())).unwrap();
+    drop(log);
+    let state = loaded(dir.path());
     assert_eq!((state.revision, state.object_count()), (0, 0));
 }
 
@@ -86,9 +85,9 @@ async fn the_store_recovers_after_a_failed_commit() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let mut watch = store.watch("agents", 0).unwrap();
-    store.inner.shared.fail_next_commit.store(true, Ordering::SeqCst);
+    store.inner.shared.fail_next_append.store(true, Ordering::SeqCst);
     let err = store.commit(create(agent("a1", "Up")), false).await.unwrap_err();
-    assert!(matches!(err, Error::Db(_)), "{err:?}");
+    assert!(matches!(err, Error::Log { .. }), "{err:?}");
     assert!(store.get("agents", "a1").is_none());
     let created = store.commit(create(agent("a1", "Up")), false).await.unwrap();
     assert_eq!(rv(created.object()), 1);
@@ -104,9 +103,9 @@ async fn a_failed_commit_is_unhealthy_before_its_writers_hear_of_it() {
     let store = open(dir.path());
     store.inner.shared.dawdle_after_failure.store(true, Ordering::SeqCst);
     for round in 0..5 {
-        store.inner.shared.fail_next_commit.store(true, Ordering::SeqCst);
+        store.inner.shared.fail_next_append.store(true, Ordering::SeqCst);
         let err = store.commit(create(agent(&format!("a{round}"), "Up")), false).await.unwrap_err();
-        assert!(matches!(err, Error::Db(_)), "{err:?}");
+        assert!(matches!(err, Error::Log { .. }), "{err:?}");
         assert!(store.health().is_err(), "round {round}: healthy right after a failed commit");
         // The next batch reopens the database.
         store.commit(create(agent(&format!("b{round}"), "Up")), false).await.unwrap();
@@ -211,6 +210,6 @@ async fn a_full_disk_refuses_writes_until_space_returns_and_then_recovers_by_its
     assert_eq!(watch.next().await.unwrap().unwrap().revision, 1);
     assert_eq!(watch.next().await.unwrap().unwrap().revision, 2);
     store.shutdown().await;
-    let (_db, state) = disk::open(&db_path(dir.path())).unwrap();
+    let state = loaded(dir.path());
     assert_eq!((state.revision, state.object_count()), (2, 2));
 }

@@ -219,22 +219,46 @@ async fn a_second_open_of_the_same_file_is_refused() {
 
 const CRASH_DIR: &str = "HIVE_STORE_CRASH_TEST_DIR";
 
+/// Set for the child of `acknowledged_writes_survive_kill_9_with_only_the_log_holding_them`.
+const CRASH_LOGGED_ONLY: &str = "HIVE_STORE_CRASH_LOGGED_ONLY";
+
+/// The crash child's store: the defaults, or (with `CRASH_LOGGED_ONLY`) the smallest log
+/// files and no checkpoint but those a switch of files or a large entry forces.
+fn crash_config(dir: &std::path::Path) -> StoreConfig {
+    let config = config(dir, &TestClock::new());
+    if crate::host::env::var(CRASH_LOGGED_ONLY).is_none() {
+        return config;
+    }
+    StoreConfig {
+        wal_bytes: super::super::wal::HEADER + (64 << 10),
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+        checkpoint_bytes: usize::MAX,
+        ..config
+    }
+}
+
 /// Runs in a child process (see below): writes until killed, printing each
-/// acknowledged revision.
+/// acknowledged revision. Every 25th write of a writer is larger than the smallest log
+/// file.
 #[test]
 #[ignore = "child process of acknowledged_writes_survive_kill_9"]
 fn crash_child_writer() {
     let Some(dir) = crate::host::env::var(CRASH_DIR) else { return };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
     runtime.block_on(async {
-        let store = Store::open(config(std::path::Path::new(&dir), &TestClock::new())).unwrap();
+        let store = Store::open(crash_config(std::path::Path::new(&dir))).unwrap();
         let tasks: Vec<_> = (0..4)
             .map(|w| {
                 let store = store.clone();
                 tokio::spawn(async move {
                     for i in 0.. {
                         let name = format!("w{w}-{i}");
-                        let outcome = store.commit(create(agent(&name, "Up")), false).await.unwrap();
+                        let mut object = agent(&name, "Up");
+                        if i % 25 == 24 {
+                            object["metadata"]["annotations"] =
+                                serde_json::json!({"blob": "z".repeat(80_000)});
+                        }
+                        let outcome = store.commit(create(object), false).await.unwrap();
                         let mut out = std::io::stdout().lock();
                         writeln!(
                             out,
@@ -255,14 +279,26 @@ fn crash_child_writer() {
 
 #[test]
 fn acknowledged_writes_survive_kill_9() {
+    kill_9_while_writing(false);
+}
+
+/// The same with log files that fill every few writes and no checkpoint on a timer: most
+/// acknowledged writes are in the log alone when the child dies, some in the file, some
+/// written to it directly for being larger than a log file.
+#[test]
+fn acknowledged_writes_survive_kill_9_with_only_the_log_holding_them() {
+    kill_9_while_writing(true);
+}
+
+fn kill_9_while_writing(logged_only: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["store::tests::durability::crash_child_writer", "--exact", "--ignored", "--nocapture"])
-        .env(CRASH_DIR, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.args(["store::tests::durability::crash_child_writer", "--exact", "--ignored", "--nocapture"]);
+    if logged_only {
+        command.env(CRASH_LOGGED_ONLY, "1");
+    }
+    let mut child =
+        command.env(CRASH_DIR, dir.path()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut acked = Vec::new();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -366,7 +402,7 @@ async fn rows_retention_passed_are_removed_unless_an_object_is_at_them() {
 /// a second copy of each retained object) opens as it was, and is upgraded in place.
 #[tokio::test]
 async fn a_schema_1_file_is_upgraded_and_keeps_objects_revision_and_events() {
-    use super::super::tables::{v1, META_COMPACTED, META_REVISION};
+    use super::super::tables::{v1, META_COMPACTED, META_REVISION, SCHEMA_VERSION};
     let dir = tempfile::tempdir().unwrap();
     let at = |name: &str, wanted: &str, rv: u64| {
         let mut object = agent(name, wanted);
@@ -427,6 +463,6 @@ async fn a_schema_1_file_is_upgraded_and_keeps_objects_revision_and_events() {
     }
     let db = Database::open(db_path(dir.path())).unwrap();
     let read = db.begin_read().unwrap();
-    assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), 2);
+    assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), SCHEMA_VERSION);
     assert!(read.open_table(v1::OBJECTS).is_err(), "the old tables are gone");
 }

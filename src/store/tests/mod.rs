@@ -3,6 +3,7 @@
 
 mod batch;
 mod durability;
+mod log;
 mod model;
 mod semantics;
 mod watch;
@@ -15,7 +16,10 @@ use std::time::Duration;
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 
-use super::{Clock, Mutation, Outcome, Store, StoreConfig, Subresource};
+use super::checkpoint::Checkpointer;
+use super::commit::{Log, Shared};
+use super::state::State;
+use super::{disk, Clock, Mutation, Outcome, Store, StoreConfig, Subresource};
 
 /// A wall clock the test moves by hand; starts at 2026-01-01T00:00:00Z.
 #[derive(Clone)]
@@ -43,6 +47,22 @@ pub(super) fn db_path(dir: &Path) -> PathBuf {
 /// Default settings on a test clock.
 pub(super) fn config(dir: &Path, clock: &TestClock) -> StoreConfig {
     StoreConfig { clock: clock.clock(), ..StoreConfig::new(db_path(dir)) }
+}
+
+/// The commit thread's parts on the store in `dir`, without the thread: for driving
+/// `commit_batch` by hand. Dropping the log checkpoints and closes the database.
+pub(super) fn parts(dir: &Path, clock: &TestClock) -> (Arc<Shared>, Log) {
+    let config = config(dir, clock);
+    let (db, wal, state) = disk::open(&config.path, config.wal_bytes).unwrap();
+    let revision = state.revision;
+    let shared = Arc::new(Shared::new(state, config));
+    let log = Log::new(wal, Checkpointer::start(shared.clone(), db, revision).unwrap());
+    (shared, log)
+}
+
+/// What opening the store in `dir` loads.
+pub(super) fn loaded(dir: &Path) -> State {
+    disk::open(&db_path(dir), StoreConfig::new(db_path(dir)).wal_bytes).unwrap().2
 }
 
 pub(super) fn open(dir: &Path) -> Store {

@@ -1,6 +1,7 @@
 //! The store against a `BTreeMap` model: random sequences of create, update, status
 //! update and delete (with stale or missing resourceVersions, wrong uids, finalizers),
-//! with reopens in between. After every step the objects and the revision must match
+//! with reopens and crash-like stops in between (the checkpointer skips its last
+//! checkpoint, so what it had not written comes back from the log). After every step the objects and the revision must match
 //! the model; at the end the event log must be exactly the model's.
 
 use std::collections::{BTreeMap, HashSet};
@@ -30,6 +31,7 @@ enum Op {
     Status { kind: usize, name: usize, status: u8, rv: Precondition },
     Delete { kind: usize, name: usize, rv: Precondition, wrong_uid: bool },
     Reopen,
+    Crash,
 }
 
 fn precondition() -> impl Strategy<Value = Precondition> {
@@ -49,6 +51,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (target, precondition(), proptest::bool::weighted(0.2))
             .prop_map(|((kind, name), rv, wrong_uid)| Op::Delete { kind, name, rv, wrong_uid }),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Crash),
     ]
 }
 
@@ -160,7 +163,9 @@ fn set_rv(object: &mut Value, rv: Option<String>) {
 /// Applies `op` to store and model; checks the outcome kind and the written object.
 async fn step(store: &mut Store, model: &mut Model, op: &Op, dir: &std::path::Path, retention: usize) {
     let (key, mutation, expect) = match *op {
-        Op::Reopen => {
+        Op::Reopen | Op::Crash => {
+            let crash = matches!(op, Op::Crash);
+            store.inner.shared.crash_on_stop.store(crash, std::sync::atomic::Ordering::SeqCst);
             store.shutdown().await;
             *store = Store::open(retained(dir, retention)).unwrap();
             return;
@@ -314,9 +319,15 @@ fn check_state(store: &Store, model: &Model) {
     }
 }
 
-/// The test store's settings, retaining `retention` events.
+/// The test store's settings, retaining `retention` events. The checkpointer runs after
+/// every few writes, so a crash leaves some of them in the file and the rest in the log.
 fn retained(dir: &std::path::Path, retention: usize) -> StoreConfig {
-    StoreConfig { retention_events: retention, ..config(dir, &TestClock::new()) }
+    StoreConfig {
+        retention_events: retention,
+        checkpoint_interval: Duration::from_secs(3600),
+        checkpoint_bytes: 2 << 10,
+        ..config(dir, &TestClock::new())
+    }
 }
 
 /// The retained events (the last `retention` of them) must be exactly the model's.
