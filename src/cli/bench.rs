@@ -61,7 +61,8 @@ pub struct Args {
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,16,64")]
     pub clients: Vec<usize>,
 
-    /// Raw redb commits (one row each, durable) to time [default: 200; 50 with --quick].
+    /// Raw redb commits (one row each, durable), write-ahead log appends (1 KiB each,
+    /// synced) and 4 KiB fdatasyncs to time, this many of each [default: 200; 50 with --quick].
     #[arg(long, value_name = "N")]
     pub raw_commits: Option<usize>,
 
@@ -309,11 +310,19 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     );
     let mut rows = Vec::new();
 
-    progress(format_args!("raw redb commits n={} in {}", plan.raw_commits, work.path().display()));
+    progress(format_args!(
+        "raw redb commits, log appends and fdatasyncs n={} each in {}",
+        plan.raw_commits,
+        work.path().display()
+    ));
     let (dir, n) = (work.path().to_path_buf(), plan.raw_commits);
     let raw = tokio::task::spawn_blocking(move || crate::store::bench::raw_commit_latencies(&dir, n))
         .await?
         .context("timing raw redb commits")?;
+    let (dir, n) = (work.path().to_path_buf(), plan.raw_commits);
+    let appends = tokio::task::spawn_blocking(move || crate::store::bench::raw_append_latencies(&dir, n))
+        .await?
+        .context("timing raw log appends")?;
     let (dir, n) = (work.path().to_path_buf(), plan.raw_commits);
     let fsync = tokio::task::spawn_blocking(move || fdatasync_latencies(&dir, n)).await??;
 
@@ -335,6 +344,12 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         let measurement = format!("durable creates, {} client(s)", run.clients);
         rows.push(run.row(measurement, aim.unwrap_or_default()).with_cpu(*cpu));
     }
+    rows.push(Row::new(
+        "raw write-ahead log append (1 KiB, synced)",
+        format!("{} appends", appends.len()),
+        Some(appends.as_slice()),
+        "",
+    ));
     rows.push(Row::new(
         "raw redb commit (1 row, Immediate)",
         format!("{} commits", raw.len()),
