@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -25,47 +25,82 @@ use super::entry::Entry;
 use super::error::{Error, Result};
 use super::wal::RECORD_HEAD;
 
-/// What the commit thread hands the checkpointer.
+/// What the commit thread hands the checkpointer, under one lock. A record does not
+/// wake the checkpointer unless it sleeps with no checkpoint due (nothing queued) or the
+/// records reach `checkpoint_bytes`: under load it wakes about once an interval, not once
+/// a batch.
 ///
-/// Entries come as log records: the record head's `RECORD_HEAD` bytes, then the entry.
-enum Work {
-    /// A record the log holds, synced: for the next checkpoint.
-    Logged(Vec<u8>),
-    /// Checkpoint now, with `direct` after the queued records (one the log does not
-    /// hold, written here instead), and answer with the revision redb then has. When it
-    /// fails, `direct` is dropped and the queued records stay.
-    Now { direct: Option<Vec<u8>>, reply: mpsc::Sender<Result<u64>> },
+/// Records are log records: the record head's `RECORD_HEAD` bytes, then the entry.
+#[derive(Default)]
+struct Inbox {
+    /// Records the log holds, synced, not taken yet, and when the first of them came.
+    records: Vec<Vec<u8>>,
+    bytes: usize,
+    since: Option<Instant>,
+    /// A checkpoint asked for now.
+    now: Option<Asked>,
+    /// The commit thread is done: checkpoint what is queued, close the database, stop.
+    closed: bool,
+    /// The checkpointer sleeps with no checkpoint due: the next record must wake it.
+    idle: bool,
+    /// The checkpointer's thread has ended (it panicked, or it stopped).
+    gone: bool,
+}
+
+/// A checkpoint the commit thread waits for.
+struct Asked {
+    /// A record the log does not hold, written after the queued ones (dropped if the
+    /// checkpoint fails).
+    direct: Option<Vec<u8>>,
+    /// Where the revision redb then holds, or why it failed, goes.
+    reply: mpsc::Sender<Result<u64>>,
+}
+
+struct Mailbox {
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+}
+
+impl Mailbox {
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The commit thread's handle on the checkpointer.
 pub(super) struct Checkpointer {
-    work: Option<mpsc::Sender<Work>>,
+    mailbox: Arc<Mailbox>,
     thread: Option<JoinHandle<()>>,
     /// The revision redb holds durably.
     durable: Arc<AtomicU64>,
+    /// `checkpoint_bytes`: queued records that wake the checkpointer.
+    wake_at_bytes: usize,
 }
 
 impl Checkpointer {
     /// Starts the thread on `db`, which holds revision `revision` durably.
     pub fn start(shared: Arc<Shared>, db: Database, revision: u64) -> Result<Checkpointer> {
-        let (work, queue) = mpsc::channel();
+        let mailbox = Arc::new(Mailbox { inbox: Mutex::new(Inbox::default()), wake: Condvar::new() });
         let durable = Arc::new(AtomicU64::new(revision));
-        let thread_durable = durable.clone();
+        let wake_at_bytes = shared.config.checkpoint_bytes;
+        let (thread_mailbox, thread_durable) = (mailbox.clone(), durable.clone());
         let thread = std::thread::Builder::new()
             .name("hive-store-checkpoint".into())
             .spawn(move || {
+                let _gone = Gone(thread_mailbox.clone());
                 let mut state = State {
                     shared,
                     db: Some(db),
                     durable: thread_durable,
                     queued: Vec::new(),
                     queued_bytes: 0,
+                    since: None,
                     failed_at: None,
                 };
-                state.run(&queue);
+                state.run(&thread_mailbox);
             })
             .map_err(Error::Thread)?;
-        Ok(Checkpointer { work: Some(work), thread: Some(thread), durable })
+        Ok(Checkpointer { mailbox, thread: Some(thread), durable, wake_at_bytes })
     }
 
     /// The revision redb holds durably.
@@ -74,26 +109,46 @@ impl Checkpointer {
     }
 
     /// Queues a record the log holds. False when the checkpointer is gone (it panicked):
-    /// the entry is durable in the log, but will not reach redb before a restart.
-    pub fn logged(&self, entry: Vec<u8>) -> bool {
-        self.work.as_ref().is_some_and(|work| work.send(Work::Logged(entry)).is_ok())
+    /// the record is durable in the log, but will not reach redb before a restart.
+    pub fn logged(&self, record: Vec<u8>) -> bool {
+        let mut inbox = self.mailbox.lock();
+        if inbox.gone {
+            return false;
+        }
+        if inbox.records.is_empty() {
+            inbox.since = Some(Instant::now());
+        }
+        inbox.bytes += record.len();
+        inbox.records.push(record);
+        if inbox.idle || inbox.bytes >= self.wake_at_bytes {
+            inbox.idle = false;
+            self.mailbox.wake.notify_one();
+        }
+        true
     }
 
     /// Checkpoints every queued record, then `direct` (a record the log does not hold),
     /// and waits for it: the revision redb then holds, or why it failed.
     pub fn now(&self, direct: Option<Vec<u8>>) -> Result<u64> {
-        let (reply, answer) = mpsc::channel();
         let gone = || Error::Unavailable { message: "the store's checkpointer has stopped".into() };
-        let work = self.work.as_ref().ok_or_else(gone)?;
-        work.send(Work::Now { direct, reply }).map_err(|_| gone())?;
+        let (reply, answer) = mpsc::channel();
+        {
+            let mut inbox = self.mailbox.lock();
+            if inbox.gone {
+                return Err(gone());
+            }
+            inbox.now = Some(Asked { direct, reply });
+            self.mailbox.wake.notify_one();
+        }
         answer.recv().map_err(|_| gone())?
     }
 
     /// Lets the thread checkpoint what is queued and close the database, and waits for it.
     pub fn stop(&mut self) {
-        drop(self.work.take());
+        self.mailbox.lock().closed = true;
+        self.mailbox.wake.notify_one();
         if let Some(thread) = self.thread.take() {
-            // A panic there was logged by the panic hook; the log keeps every entry.
+            // A panic there was logged by the panic hook; the log keeps every record.
             let _ = thread.join();
         }
     }
@@ -105,47 +160,51 @@ impl Drop for Checkpointer {
     }
 }
 
+/// Marks the mailbox when the thread ends, however it ends, and drops a request for a
+/// checkpoint it will not make (its asker then hears that the checkpointer stopped).
+struct Gone(Arc<Mailbox>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        let mut inbox = self.0.lock();
+        inbox.gone = true;
+        drop(inbox.now.take());
+    }
+}
+
+/// What the thread does next.
+enum Next {
+    /// A checkpoint someone waits for.
+    Now(Asked),
+    /// A checkpoint that is due (by time or size).
+    Due,
+    /// The last checkpoint, then stop.
+    Close,
+}
+
 /// The thread's own state.
 struct State {
     shared: Arc<Shared>,
     /// `None` after a failed transaction, until it is reopened.
     db: Option<Database>,
     durable: Arc<AtomicU64>,
-    /// Entries not in redb yet, in log order, and when the oldest was queued.
-    queued: Vec<(Instant, Vec<u8>)>,
+    /// Records not in redb yet, in log order, and when the oldest was queued.
+    queued: Vec<Vec<u8>>,
     queued_bytes: usize,
+    since: Option<Instant>,
     /// When the last checkpoint failed: the next try waits an interval after it.
     failed_at: Option<Instant>,
 }
 
 impl State {
-    fn run(&mut self, queue: &mpsc::Receiver<Work>) {
+    fn run(&mut self, mailbox: &Mailbox) {
         loop {
-            let work = match self.next_checkpoint() {
-                None => match queue.recv() {
-                    Ok(work) => work,
-                    Err(_) => break,
-                },
-                Some(at) => match queue.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                    Ok(work) => work,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        self.quietly();
-                        continue;
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                },
-            };
-            match work {
-                Work::Logged(entry) => {
-                    self.queued_bytes += entry.len();
-                    self.queued.push((Instant::now(), entry));
-                    if self.queued_bytes >= self.shared.config.checkpoint_bytes && self.failed_at.is_none() {
-                        self.quietly();
-                    }
-                }
-                Work::Now { direct, reply } => {
+            match self.wait(mailbox) {
+                Next::Now(Asked { direct, reply }) => {
                     let _ = reply.send(self.checkpoint(direct));
                 }
+                Next::Due => self.quietly(),
+                Next::Close => break,
             }
         }
         // Shutting down: everything queued goes to redb, so the next start replays nothing.
@@ -157,12 +216,46 @@ impl State {
         drop(self.db.take());
     }
 
+    /// Takes what the commit thread queued and sleeps until there is something to do.
+    fn wait(&mut self, mailbox: &Mailbox) -> Next {
+        let mut inbox = mailbox.lock();
+        loop {
+            if !inbox.records.is_empty() {
+                self.since = self.since.or(inbox.since.take());
+                self.queued_bytes += std::mem::take(&mut inbox.bytes);
+                self.queued.append(&mut inbox.records);
+            }
+            if let Some(asked) = inbox.now.take() {
+                return Next::Now(asked);
+            }
+            if inbox.closed {
+                return Next::Close;
+            }
+            if self.queued_bytes >= self.shared.config.checkpoint_bytes && self.failed_at.is_none() {
+                return Next::Due;
+            }
+            inbox.idle = false;
+            inbox = match self.next_checkpoint() {
+                None => {
+                    inbox.idle = true;
+                    mailbox.wake.wait(inbox).unwrap_or_else(PoisonError::into_inner)
+                }
+                Some(at) => {
+                    let wait = at.saturating_duration_since(Instant::now());
+                    if wait.is_zero() {
+                        return Next::Due;
+                    }
+                    mailbox.wake.wait_timeout(inbox, wait).unwrap_or_else(PoisonError::into_inner).0
+                }
+            };
+        }
+    }
+
     /// When the next checkpoint is due: an interval after the oldest queued record was
     /// queued, and after the last failure. `None` with nothing queued.
     fn next_checkpoint(&self) -> Option<Instant> {
         let interval = self.shared.config.checkpoint_interval;
-        let (queued, _) = self.queued.first()?;
-        let due = *queued + interval;
+        let due = self.since? + interval;
         Some(self.failed_at.map_or(due, |failed| due.max(failed + interval)))
     }
 
@@ -185,6 +278,7 @@ impl State {
                 let entries = self.queued.len() + usize::from(direct.is_some());
                 self.queued.clear();
                 self.queued_bytes = 0;
+                self.since = None;
                 self.durable.store(revision, Ordering::Release);
                 let metrics = &self.shared.config.metrics;
                 metrics.checkpoint_duration.observe(crate::metrics::seconds(started.elapsed()));
@@ -225,7 +319,7 @@ impl State {
             Some(db) => db,
             None => disk::reopen(path, self.durable.load(Ordering::Acquire))?,
         };
-        let records = self.queued.iter().map(|(_, record)| record.as_slice()).chain(direct);
+        let records = self.queued.iter().map(Vec::as_slice).chain(direct);
         let decoded = records.map(|record| {
             // The commit thread encoded these; one that does not decode is a bug there, and
             // must not reach the file.
