@@ -84,12 +84,7 @@ impl FieldSet {
             match value {
                 Value::Object(map) if !map.is_empty() || path.is_empty() => {
                     for (key, child) in map {
-                        let excluded = match path.as_slice() {
-                            [] => key == "apiVersion" || key == "kind",
-                            [m] => m == "metadata" && SERVER_OWNED_METADATA.contains(&key.as_str()),
-                            _ => false,
-                        };
-                        if !excluded {
+                        if !excluded(path.len(), path.first().map(String::as_str), key) {
                             path.push(key.clone());
                             walk(child, path, out);
                             path.pop();
@@ -105,6 +100,35 @@ impl FieldSet {
         let mut out = BTreeSet::new();
         walk(object, &mut Vec::new(), &mut out);
         FieldSet(out)
+    }
+
+    /// `FieldSet::of_object(object).to_fields_v1()` in one walk, without a set of paths:
+    /// the whole ownership a create records (`None` when the object has no field to own).
+    /// Every non-empty map the walk meets is a parent only (a leaf has no children), so
+    /// no `"."` element occurs.
+    pub fn fields_v1_of_object(object: &Value) -> Option<Value> {
+        fn trie(map: &Map<String, Value>, depth: usize, first: Option<&str>) -> Map<String, Value> {
+            let mut keys: Vec<(&String, &Value)> =
+                map.iter().filter(|(key, _)| !excluded(depth, first, key)).collect();
+            keys.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let mut out = Map::new();
+            for (key, child) in keys {
+                let node = match child {
+                    Value::Object(children) if !children.is_empty() => {
+                        let node = trie(children, depth + 1, first.or(Some(key)));
+                        if node.is_empty() {
+                            continue; // every field below is the server's
+                        }
+                        node
+                    }
+                    _ => Map::new(),
+                };
+                out.insert(format!("f:{key}"), Value::Object(node));
+            }
+            out
+        }
+        let root = trie(object.as_object()?, 0, None);
+        (!root.is_empty()).then_some(Value::Object(root))
     }
 
     /// Reads a `FieldsV1` trie.
@@ -210,6 +234,16 @@ impl FieldSet {
     /// Drops the paths that no longer exist in `object`: nobody owns a missing field.
     pub(super) fn retain_present(&mut self, object: &Value) {
         self.0.retain(|p| p.get(object).is_some());
+    }
+}
+
+/// Whether `key`, in a map `depth` levels below the object's root whose path starts with
+/// `first`, is left out of every field set: `apiVersion`, `kind` and server-owned metadata.
+fn excluded(depth: usize, first: Option<&str>, key: &str) -> bool {
+    match depth {
+        0 => key == "apiVersion" || key == "kind",
+        1 => first == Some("metadata") && SERVER_OWNED_METADATA.contains(&key),
+        _ => false,
     }
 }
 

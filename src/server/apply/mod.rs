@@ -134,6 +134,27 @@ fn owner_index(
     owners.len() - 1
 }
 
+/// What [`record_update`] records for a new object, in one walk of it: one entry, for
+/// `manager`, owning every field (none when there is no field to own).
+fn record_create(object: &mut Value, manager: &str, subresource: Option<&str>, now: Time) {
+    let Some(fields_v1) = FieldSet::fields_v1_of_object(object) else {
+        store_owners(object, Vec::new());
+        return;
+    };
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or(API_VERSION);
+    let entry = ManagedFieldsEntry {
+        manager: manager.to_string(),
+        operation: Operation::Update.as_str().to_string(),
+        api_version: Some(api_version.to_string()),
+        subresource: subresource.map(str::to_string),
+        time: Some(now),
+        fields_type: Some("FieldsV1".to_string()),
+        fields_v1: Some(fields_v1),
+    };
+    let entry = serde_json::to_value(entry).expect("a managed fields entry serializes");
+    set_managed_fields(object, vec![entry]);
+}
+
 /// Writes the owners into `metadata.managedFields`, dropping those left owning nothing.
 fn store_owners(object: &mut Value, owners: Vec<Owner>) {
     let entries: Vec<Value> = owners
@@ -145,6 +166,11 @@ fn store_owners(object: &mut Value, owners: Vec<Owner>) {
             serde_json::to_value(o.entry).expect("a managed fields entry serializes")
         })
         .collect();
+    set_managed_fields(object, entries);
+}
+
+/// Sets `metadata.managedFields` to `entries`, or removes it when there are none.
+fn set_managed_fields(object: &mut Value, entries: Vec<Value>) {
     let Some(root) = object.as_object_mut() else { return };
     let metadata = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     let Some(metadata) = metadata.as_object_mut() else { return };
@@ -456,8 +482,11 @@ pub fn record_update(
     subresource: Option<&str>,
     now: Time,
 ) {
-    let none = Value::Null;
-    let before = old.unwrap_or(&none);
+    let Some(before) = old else {
+        // A create: its manager owns every field, and nobody else anything.
+        record_create(new, manager, subresource, now);
+        return;
+    };
     let after_set = FieldSet::of_object(new);
     let changed: FieldSet = after_set.iter().filter(|p| p.get(before) != p.get(new)).cloned().collect();
     let disowned: Vec<FieldPath> = FieldSet::of_object(before)
@@ -466,7 +495,7 @@ pub fn record_update(
         .cloned()
         .collect();
 
-    let mut owners = old.map(load_owners).unwrap_or_default();
+    let mut owners = load_owners(before);
     for owner in &mut owners {
         for field in changed.iter().chain(&disowned) {
             owner.fields.remove(field);

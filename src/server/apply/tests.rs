@@ -400,7 +400,40 @@ fn json_map() -> impl Strategy<Value = Value> {
     .prop_map(|v| if v.is_object() { v } else { json!({"v": v}) })
 }
 
+/// JSON maps like [`json_map`]'s, with keys in the order they were made (unsorted).
+fn unsorted_map() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        (0..4i64).prop_map(Value::from),
+        Just(json!({})),
+        Just(json!([1, {"a": 2}])),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        proptest::collection::vec(("[a-e]|uid|name|kind|managedFields", inner), 0..5)
+            .prop_map(|entries| Value::Object(entries.into_iter().collect()))
+    })
+    .prop_map(|v| if v.is_object() { v } else { json!({"v": v}) })
+}
+
 proptest! {
+    /// A create's ownership in one walk is exactly the set of its leaves as a trie, keys
+    /// sorted (compared as text: map equality ignores order).
+    #[test]
+    fn a_creates_fields_v1_in_one_walk_is_its_leaves_as_a_trie(
+        metadata in unsorted_map(),
+        spec in unsorted_map(),
+        top in unsorted_map(),
+    ) {
+        let mut object = top;
+        let map = object.as_object_mut().unwrap();
+        map.insert("metadata".into(), metadata);
+        map.insert("spec".into(), spec);
+        map.insert("apiVersion".into(), json!("hive.dev/v1"));
+        let set = FieldSet::of_object(&object);
+        let expected = (!set.is_empty()).then(|| set.to_fields_v1().to_string());
+        prop_assert_eq!(FieldSet::fields_v1_of_object(&object).map(|v| v.to_string()), expected);
+    }
+
     #[test]
     fn field_sets_survive_fields_v1(spec in json_map()) {
         let set = FieldSet::of_object(&json!({"spec": spec}));
