@@ -19,10 +19,10 @@ use std::time::Instant;
 
 use redb::Database;
 
-use super::commit::Shared;
 use super::disk;
 use super::entry::Entry;
 use super::error::{Error, Result};
+use super::shared::{Part, Shared};
 use super::wal::RECORD_HEAD;
 
 /// What the commit thread hands the checkpointer, under one lock. A record does not
@@ -283,16 +283,16 @@ impl State {
                 let metrics = &self.shared.config.metrics;
                 metrics.checkpoint_duration.observe(crate::metrics::seconds(started.elapsed()));
                 metrics.checkpoint_entries.observe(entries as f64);
-                if self.shared.health_of(super::commit::Part::Checkpoint).is_some() {
+                if self.shared.health_of(Part::Checkpoint).is_some() {
                     tracing::info!(revision, "state database checkpointed again: writes work");
-                    self.shared.set_health(super::commit::Part::Checkpoint, None);
+                    self.shared.set_health(Part::Checkpoint, None);
                 }
                 Ok(revision)
             }
             Err(error) => {
                 self.failed_at = Some(Instant::now());
                 let why = error.to_string();
-                if self.shared.health_of(super::commit::Part::Checkpoint).as_deref() != Some(why.as_str()) {
+                if self.shared.health_of(Part::Checkpoint).as_deref() != Some(why.as_str()) {
                     tracing::error!(
                         error = %error,
                         cause = %error.cause(),
@@ -301,7 +301,7 @@ impl State {
                         "store checkpoint failed; the write-ahead log keeps every acknowledged write"
                     );
                 }
-                self.shared.set_health(super::commit::Part::Checkpoint, Some(why));
+                self.shared.set_health(Part::Checkpoint, Some(why));
                 Err(error)
             }
         }

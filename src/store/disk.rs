@@ -11,7 +11,6 @@ use redb::{Database, DatabaseError, Durability, ReadableTable};
 
 use super::entry::Entry;
 use super::error::{Error, Result};
-use super::mutation::Change;
 use super::record::Record;
 use super::state::{LogEntry, State};
 use super::tables::{v1, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
@@ -293,22 +292,6 @@ pub(super) fn reopen(path: &Path, revision: u64) -> Result<Database> {
     }
     txn.commit().map_err(|e| failed(e.into()))?;
     Ok(db)
-}
-
-/// Everything one batch writes.
-pub(super) struct BatchWrite<'a> {
-    /// The successful changes of the batch, in revision order.
-    pub changes: &'a [Change],
-    /// Whether each change's revision is stored: all but those retention drops at once
-    /// that are no object's current one at the end of the batch.
-    pub stored: &'a [bool],
-    /// Stored revisions this batch makes garbage: retention passed them and they are no
-    /// object's current one (any more). Ascending.
-    pub garbage: &'a [u64],
-    /// Commit time of the batch, Unix milliseconds.
-    pub time_ms: i64,
-    /// The compacted revision after this batch.
-    pub compacted: u64,
 }
 
 /// Writes log entries, in order, in one transaction with immediate durability, and

@@ -14,8 +14,24 @@
 //! objects has no garbage. The decoder checks every length before it hands out a slice,
 //! so a damaged entry is an error, never a panic or a read past its end.
 
-use super::disk::BatchWrite;
+use super::mutation::Change;
 use super::record::Record;
+
+/// Everything one batch writes.
+pub(super) struct BatchWrite<'a> {
+    /// The successful changes of the batch, in revision order.
+    pub changes: &'a [Change],
+    /// Whether each change's revision is stored: all but those retention drops at once
+    /// that are no object's current one at the end of the batch.
+    pub stored: &'a [bool],
+    /// Stored revisions this batch makes garbage: retention passed them and they are no
+    /// object's current one (any more). Ascending.
+    pub garbage: &'a [u64],
+    /// Commit time of the batch, Unix milliseconds.
+    pub time_ms: i64,
+    /// The compacted revision after this batch.
+    pub compacted: u64,
+}
 
 /// The fixed part before the rows: first, last, compacted, row count.
 const FIXED: usize = 8 + 8 + 8 + 4;

@@ -21,6 +21,7 @@ mod error;
 mod mutation;
 mod object;
 mod record;
+mod shared;
 mod state;
 mod tables;
 mod upgrade;
@@ -42,7 +43,8 @@ pub use object::Obj;
 pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
 use checkpoint::Checkpointer;
-use commit::{Log, Request, Shared};
+use commit::{Log, Request};
+use shared::Shared;
 pub use state::Page;
 use state::State;
 

@@ -17,7 +17,8 @@ use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 
 use super::checkpoint::Checkpointer;
-use super::commit::{Log, Shared};
+use super::commit::Log;
+use super::shared::Shared;
 use super::state::State;
 use super::{disk, Clock, Mutation, Outcome, Store, StoreConfig, Subresource};
 
