@@ -48,7 +48,13 @@ impl Row {
             lat(|s| s.p99),
             lat(|s| s.max),
             self.cpu
-                .map(|c| format!("{:.0}% / {:.0}%", c.server * 100.0, c.bench * 100.0))
+                .map(|c| {
+                    let steal = match c.steal {
+                        Some(steal) if steal >= 0.005 => format!(", steal {:.0}%", steal * 100.0),
+                        _ => String::new(),
+                    };
+                    format!("{:.0}% / {:.0}%{steal}", c.server * 100.0, c.bench * 100.0)
+                })
                 .unwrap_or_default(),
             self.aim.clone(),
         ]
@@ -133,6 +139,8 @@ pub fn fmt_count(n: u64) -> String {
 pub struct Cpu {
     pub server: f64,
     pub bench: f64,
+    /// The share of the machine's CPU time its hypervisor gave to others meanwhile.
+    pub steal: Option<f64>,
 }
 
 /// Measures [`Cpu`] over one phase; without etcd's pid there is nothing to measure.
@@ -141,20 +149,47 @@ pub struct CpuMeter {
     started: Instant,
     server: Option<Duration>,
     bench: Option<Duration>,
+    machine: Option<(u64, u64)>,
 }
 
 impl CpuMeter {
     pub fn start(server_pid: Option<u32>) -> CpuMeter {
         let server = server_pid.and_then(|pid| cpu_time(&pid.to_string()));
-        CpuMeter { server_pid, started: Instant::now(), server, bench: cpu_time("self") }
+        CpuMeter {
+            server_pid,
+            started: Instant::now(),
+            server,
+            bench: cpu_time("self"),
+            machine: machine_ticks(),
+        }
     }
 
     pub fn stop(self) -> Option<Cpu> {
         let wall = self.started.elapsed().as_secs_f64().max(1e-9);
         let server = cpu_time(&self.server_pid?.to_string())?.checked_sub(self.server?)?;
         let bench = cpu_time("self")?.checked_sub(self.bench?)?;
-        Some(Cpu { server: server.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall })
+        let steal = self.machine.zip(machine_ticks()).and_then(|((total0, steal0), (total1, steal1))| {
+            let total = total1.checked_sub(total0)?;
+            (total > 0).then(|| steal1.saturating_sub(steal0) as f64 / total as f64)
+        });
+        Some(Cpu { server: server.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall, steal })
     }
+}
+
+/// The machine's CPU ticks so far and those its hypervisor stole (`/proc/stat`'s
+/// `cpu` line: the sum of its first eight fields, and the eighth), as hive bench reads them.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    (fields.len() == 8).then(|| (fields.iter().sum(), fields[7]))
 }
 
 /// `utime + stime` of `/proc/<pid>/stat`, in ticks of 1/100 s.
@@ -173,7 +208,7 @@ mod tests {
     fn rows_render_in_the_columns_of_hive_bench() {
         let ms = Duration::from_millis;
         let rows = [Row::new("durable puts, 1 client(s)", "10/s", Some(&[ms(1), ms(3)][..]))
-            .with_cpu(Some(Cpu { server: 1.0, bench: 0.25 }))];
+            .with_cpu(Some(Cpu { server: 1.0, bench: 0.25, steal: None }))];
         assert_eq!(
             render_markdown(&rows),
             "| measurement | result | p50 | p99 | max | CPU daemon/bench | aim |\n\

@@ -10,16 +10,23 @@ use super::units::fmt_bytes;
 
 /// CPU time used by the daemon and by this process while one phase ran, as a share of
 /// one core (1.0 = one core busy the whole time; this machine's maximum is its core
-/// count). Tells whether a phase was limited by CPU or by waiting (fsync).
+/// count). Tells whether a phase was limited by CPU or by waiting (fsync). `steal` is
+/// the share of the machine's CPU time its hypervisor gave to others meanwhile
+/// (`/proc/stat`): on a shared VM, the cores a phase did not get.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Cpu {
     pub(super) daemon: f64,
     pub(super) bench: f64,
+    pub(super) steal: Option<f64>,
 }
 
 impl std::fmt::Display for Cpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:.0}% / {:.0}%", self.daemon * 100.0, self.bench * 100.0)
+        write!(f, "{:.0}% / {:.0}%", self.daemon * 100.0, self.bench * 100.0)?;
+        match self.steal {
+            Some(steal) if steal >= 0.005 => write!(f, ", steal {:.0}%", steal * 100.0),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -29,12 +36,14 @@ pub(super) struct CpuMeter {
     pub(super) started: Instant,
     pub(super) daemon: Option<Duration>,
     pub(super) bench: Option<Duration>,
+    pub(super) machine: Option<MachineTicks>,
 }
 
 impl CpuMeter {
     pub(super) fn start(daemon_pid: u32) -> CpuMeter {
         let daemon = cpu_time(&daemon_pid.to_string());
-        CpuMeter { daemon_pid, started: Instant::now(), daemon, bench: cpu_time("self") }
+        let machine = MachineTicks::read();
+        CpuMeter { daemon_pid, started: Instant::now(), daemon, bench: cpu_time("self"), machine }
     }
 
     /// `None` when `/proc` cannot tell (not Linux, or the daemon is gone).
@@ -42,8 +51,46 @@ impl CpuMeter {
         let wall = self.started.elapsed().as_secs_f64().max(1e-9);
         let daemon = cpu_time(&self.daemon_pid.to_string())?.checked_sub(self.daemon?)?;
         let bench = cpu_time("self")?.checked_sub(self.bench?)?;
-        Some(Cpu { daemon: daemon.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall })
+        let steal =
+            self.machine.zip(MachineTicks::read()).and_then(|(before, after)| after.steal_since(&before));
+        Some(Cpu { daemon: daemon.as_secs_f64() / wall, bench: bench.as_secs_f64() / wall, steal })
     }
+}
+
+/// The machine's CPU time so far, from the first line of `/proc/stat`: all of it and
+/// what the hypervisor stole, in ticks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct MachineTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl MachineTicks {
+    fn read() -> Option<MachineTicks> {
+        parse_proc_stat(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The share of the machine's CPU time stolen since `before`.
+    fn steal_since(&self, before: &MachineTicks) -> Option<f64> {
+        let total = self.total.checked_sub(before.total)?;
+        let steal = self.steal.checked_sub(before.steal)?;
+        (total > 0).then(|| steal as f64 / total as f64)
+    }
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal …`: the sum of the first eight
+/// fields, and the eighth.
+pub(super) fn parse_proc_stat(stat: &str) -> Option<MachineTicks> {
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .take(8)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    (fields.len() == 8).then(|| MachineTicks { total: fields.iter().sum(), steal: fields[7] })
 }
 
 /// User plus system CPU time of every thread of process `pid` (or `self`) so far.
@@ -162,7 +209,14 @@ mod tests {
         assert_eq!(memory.to_string(), "VmRSS 10 MiB (peak 20 MiB)");
         let stat = "4242 (hive serve) S 1 4242 4242 0 -1 4194560 900 0 0 0 150 25 0 0 20 0 9 0 77 0 0";
         assert_eq!(parse_stat_cpu(stat), Some(Duration::from_millis(1750)));
-        assert_eq!(Cpu { daemon: 1.354, bench: 0.5 }.to_string(), "135% / 50%");
+        assert_eq!(Cpu { daemon: 1.354, bench: 0.5, steal: None }.to_string(), "135% / 50%");
+        assert_eq!(Cpu { daemon: 1.0, bench: 0.5, steal: Some(0.172) }.to_string(), "100% / 50%, steal 17%");
+        assert_eq!(Cpu { daemon: 1.0, bench: 0.5, steal: Some(0.001) }.to_string(), "100% / 50%");
+        let before = parse_proc_stat("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 1 2 3\n").unwrap();
+        let after = parse_proc_stat("cpu  200 0 100 900 10 0 10 80 0 0\n").unwrap();
+        assert_eq!(after.steal_since(&before), Some(45.0 / 300.0));
+        assert_eq!(parse_proc_stat("cpu0 1 2 3"), None);
+        assert_eq!(parse_proc_stat("cpu  1 2 x 4 5 6 7 8"), None);
     }
 
     #[test]

@@ -158,8 +158,11 @@ mod tests {
     #[test]
     fn tables_render_for_terminals_and_markdown() {
         let rows = vec![
-            Row::new("creates", "10/s", Some(&[ms(1), ms(3)][..]), "≥ 5/s: met")
-                .with_cpu(Some(Cpu { daemon: 1.0, bench: 0.25 })),
+            Row::new("creates", "10/s", Some(&[ms(1), ms(3)][..]), "≥ 5/s: met").with_cpu(Some(Cpu {
+                daemon: 1.0,
+                bench: 0.25,
+                steal: None,
+            })),
             Row::new("memory", "VmRSS 1 MiB", None, ""),
         ];
         let text = render_text(&rows);
