@@ -55,6 +55,13 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub retention_bytes: usize,
 
+    /// How long acknowledged writes may wait in the write-ahead log before the
+    /// checkpointer applies them to the database file, e.g. `250ms` (at most `1m`). A
+    /// write is durable once logged either way; a longer interval batches more writes per
+    /// database transaction and leaves more to replay after a crash.
+    #[arg(long, value_name = "DURATION", default_value = "250ms", value_parser = super::duration::parse)]
+    pub checkpoint_interval: Duration,
+
     /// How often watches that allow bookmarks get one, e.g. `10s`.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = super::duration::parse)]
     pub bookmark_interval: Duration,
@@ -289,6 +296,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         watch_buffer: args.watch_buffer,
         watch_buffer_bytes: args.watch_buffer_bytes,
         retention_bytes: args.retention_bytes,
+        checkpoint_interval: args.checkpoint_interval,
         watch_write_timeout: args.watch_write_timeout,
         bookmark_interval: args.bookmark_interval,
         event_ttl: args.event_ttl,
@@ -411,6 +419,9 @@ fn check(args: &Args) -> anyhow::Result<()> {
     if args.watch_buffer == 0 {
         bail!("--watch-buffer must be at least 1");
     }
+    if args.checkpoint_interval.is_zero() || args.checkpoint_interval > Duration::from_secs(60) {
+        bail!("--checkpoint-interval must be more than 0 and at most 1m");
+    }
     if args.watch_write_timeout.is_zero() {
         bail!("--watch-write-timeout must be more than 0");
     }
@@ -437,4 +448,34 @@ fn check(args: &Args) -> anyhow::Result<()> {
         bail!("--hive-flake must not be empty");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn checked(flags: &[&str]) -> anyhow::Result<()> {
+        let serve = Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()))?;
+        check(&serve.args)
+    }
+
+    #[test]
+    fn the_checkpoint_interval_is_more_than_zero_and_at_most_a_minute() {
+        assert!(checked(&[]).is_ok(), "the defaults pass");
+        assert!(checked(&["--checkpoint-interval", "100ms"]).is_ok());
+        assert!(checked(&["--checkpoint-interval", "1m"]).is_ok());
+        for bad in ["0", "61s", "1h"] {
+            let err = checked(&["--checkpoint-interval", bad]).unwrap_err().to_string();
+            assert!(err.contains("--checkpoint-interval must be more than 0 and at most 1m"), "{bad}: {err}");
+        }
+        assert!(checked(&["--checkpoint-interval", "soon"]).is_err());
+    }
 }

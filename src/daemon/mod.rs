@@ -54,6 +54,8 @@ pub struct DaemonConfig {
     pub watch_buffer_bytes: usize,
     /// Watch history: memory the retained events may hold.
     pub retention_bytes: usize,
+    /// How long acknowledged writes may wait in the write-ahead log for a checkpoint.
+    pub checkpoint_interval: Duration,
     /// How long a watch waits for its client to take a line before closing it.
     pub watch_write_timeout: Duration,
     /// How often bookmark-allowing watches get a BOOKMARK.
@@ -123,6 +125,7 @@ pub async fn run(
     store_config.watch_buffer = config.watch_buffer;
     store_config.watch_buffer_bytes = config.watch_buffer_bytes;
     store_config.retention_bytes = config.retention_bytes;
+    store_config.checkpoint_interval = config.checkpoint_interval;
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(config.metrics));
     store_config.metrics = metrics.store.clone();
     let store = Store::open(store_config).map_err(|e| {
