@@ -36,7 +36,7 @@ use self::machine::Machine;
 use self::meters::{fdatasync_latencies, CpuMeter};
 use self::report::{render_markdown, render_text, Row};
 use self::units::fmt_count;
-use self::watch::{watch_phase, WatchLoad, WriterMode};
+use self::watch::{watch_phase, WatchLoad, WriterMode, WriterTransport};
 use super::Context;
 
 /// Longest a fill of `--objects` may take.
@@ -93,8 +93,9 @@ pub struct Args {
     #[arg(long, value_name = "MODE", value_enum, default_value_t = WriterMode::Open)]
     pub watch_writer: WriterMode,
 
-    /// Most open-loop creates in flight at once (each holds a connection). When it is
-    /// full a tick waits, and the writer's row says how many sends were late.
+    /// Most open-loop creates in flight at once (streams of the one HTTP/2 connection, or
+    /// with `--watch-writer-transport http1` one connection each). When it is full a
+    /// tick waits, and the writer's row says how many sends were late.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub watch_in_flight: usize,
 
@@ -103,12 +104,19 @@ pub struct Args {
     #[arg(long)]
     pub watch_http2: bool,
 
-    /// Send the watch phase's creates over one HTTP/2 connection, as etcd's generator
-    /// (bench/etcd) sends its puts over one gRPC connection, instead of one HTTP/1.1
-    /// connection per create in flight (the open-loop writer then opens a new
-    /// connection, with its TLS handshake, whenever more creates are in flight than
-    /// before).
-    #[arg(long)]
+    /// The connections the watch phase's writer sends its creates over. `http2`: one
+    /// HTTP/2 connection, each create a stream on it, as etcd's generator (bench/etcd)
+    /// sends its puts over one gRPC connection and as kubectl talks to an API server.
+    /// `http1`: one HTTP/1.1 connection per create in flight; the open-loop writer then
+    /// opens a new connection, with its TLS handshake, whenever more creates are in
+    /// flight than before, so a stall of the daemon costs both sides handshakes on top
+    /// of the load (the writer before 2026-12-04).
+    #[arg(long, value_name = "PROTOCOL", value_enum, default_value_t = WriterTransport::Http2)]
+    pub watch_writer_transport: WriterTransport,
+
+    /// The same as `--watch-writer-transport http2`, the default now (kept so that the
+    /// commands of older runs in docs/benchmarks.md still work).
+    #[arg(long, hide = true, conflicts_with = "watch_writer_transport")]
     pub watch_writer_http2: bool,
 
     /// How long the writer writes to the watchers [default: 5s; 2s with --quick].
@@ -169,7 +177,7 @@ struct Plan {
     watch_writer: WriterMode,
     watch_in_flight: usize,
     watch_http2: bool,
-    watch_writer_http2: bool,
+    watch_writer_transport: WriterTransport,
     watch_duration: Duration,
     objects: usize,
     fill_clients: usize,
@@ -202,7 +210,11 @@ impl Plan {
             watch_writer: args.watch_writer,
             watch_in_flight: args.watch_in_flight,
             watch_http2: args.watch_http2,
-            watch_writer_http2: args.watch_writer_http2,
+            watch_writer_transport: if args.watch_writer_http2 {
+                WriterTransport::Http2
+            } else {
+                args.watch_writer_transport
+            },
             watch_duration: args.watch_duration.unwrap_or(Duration::from_secs(if quick { 2 } else { 5 })),
             objects: pick(args.objects, 100_000, 10_000),
             fill_clients: args.fill_clients,
@@ -237,9 +249,11 @@ impl Plan {
     /// plus the open-loop writer's connections, or the fill's clients, plus spare.
     fn open_files_needed(&self) -> usize {
         let watch = self.watch_loads.iter().map(|load| {
-            let writer = match self.watch_writer {
-                WriterMode::Open => self.watch_in_flight.min(load.writes(self.watch_duration)),
-                WriterMode::Closed => 1,
+            let writer = match (self.watch_writer, self.watch_writer_transport) {
+                (WriterMode::Open, WriterTransport::Http1) => {
+                    self.watch_in_flight.min(load.writes(self.watch_duration))
+                }
+                _ => 1,
             };
             load.watchers + writer
         });
@@ -252,16 +266,16 @@ impl Plan {
         let loads: Vec<String> = self.watch_loads.iter().map(ToString::to_string).collect();
         format!(
             "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
-             --watch-in-flight {}{}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
+             --watch-writer-transport {} --watch-in-flight {}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
              --power-cycles {} --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
             loads.join(","),
             self.watch_writer.name(),
+            self.watch_writer_transport.name(),
             self.watch_in_flight,
             if self.watch_http2 { " --watch-http2" } else { "" },
-            if self.watch_writer_http2 { " --watch-writer-http2" } else { "" },
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,
@@ -497,7 +511,15 @@ mod tests {
 
     #[test]
     fn the_flags_reproduce_the_plan() {
-        let given = plan(&["--quick", "--watch-loads", "10x5,3x7", "--serve-arg=--metrics=false"]).unwrap();
+        let given = plan(&[
+            "--quick",
+            "--watch-loads",
+            "10x5,3x7",
+            "--watch-writer-transport",
+            "http1",
+            "--serve-arg=--metrics=false",
+        ])
+        .unwrap();
         let flags: Vec<String> = given.flags().split(' ').map(String::from).collect();
         let again = plan(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(again, given);
@@ -505,10 +527,16 @@ mod tests {
 
     #[test]
     fn the_open_files_needed_count_the_writer_connections() {
-        // The larger of 1000 watchers + 50 writes (10/s for 5 s) and 100 watchers + 1000
-        // creates in flight.
-        assert_eq!(plan(&[]).unwrap().open_files_needed(), 1100 + 256);
-        assert_eq!(plan(&["--watch-in-flight", "10"]).unwrap().open_files_needed(), 1010 + 256);
+        // One HTTP/2 connection writes: 1000 watchers + 1.
+        assert_eq!(plan(&[]).unwrap().open_files_needed(), 1001 + 256);
+        // Over HTTP/1.1, the larger of 1000 watchers + 50 writes (10/s for 5 s) and 100
+        // watchers + 1000 creates in flight.
+        let http1 = ["--watch-writer-transport", "http1"];
+        assert_eq!(plan(&http1).unwrap().open_files_needed(), 1100 + 256);
+        let fewer = [&http1[..], &["--watch-in-flight", "10"]].concat();
+        assert_eq!(plan(&fewer).unwrap().open_files_needed(), 1010 + 256);
+        // The old flag is the default.
+        assert_eq!(plan(&["--watch-writer-http2"]).unwrap(), plan(&[]).unwrap());
         assert_eq!(plan(&["--watch-writer", "closed"]).unwrap().open_files_needed(), 1001 + 256);
     }
 }

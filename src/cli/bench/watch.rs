@@ -13,7 +13,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-pub use self::writer::WriterMode;
+pub use self::writer::{WriterMode, WriterTransport};
 
 use self::stream::{read_watch, Delivery, StreamEnd, WatcherSaw};
 use self::writer::Writes;
@@ -227,7 +227,8 @@ pub(super) async fn watch_phase(
 ) -> Result<WatchRun> {
     let load = plan.watch_loads[index];
     let planned = load.writes(plan.watch_duration);
-    let writer = if plan.watch_writer_http2 {
+    let http2 = plan.watch_writer_transport == WriterTransport::Http2;
+    let writer = if http2 {
         endpoint.api_http2(Some(REQUEST_TIMEOUT))?
     } else {
         endpoint.api(Some(REQUEST_TIMEOUT))?
@@ -235,7 +236,7 @@ pub(super) async fn watch_phase(
     // Open the writer's connections outside the clock (and before the watchers, so the
     // warm-up creates are not events they see).
     let warm_connections = match plan.watch_writer {
-        _ if plan.watch_writer_http2 => 1,
+        _ if http2 => 1,
         WriterMode::Open => plan.watch_in_flight.min(WRITER_WARM_CONNECTIONS),
         WriterMode::Closed => 1,
     };
@@ -301,7 +302,7 @@ pub(super) async fn watch_phase(
 
     let mut watch = WatchRun::new(load, writes);
     watch.http2_connections = plan.watch_http2.then_some(clients.len());
-    watch.writes.http2 = plan.watch_writer_http2;
+    watch.writes.http2 = http2;
     let drained = tokio::time::timeout(DRAIN_GRACE, async {
         while let Some(joined) = readers.join_next().await {
             watch.collect(joined.context("a watcher panicked")?);

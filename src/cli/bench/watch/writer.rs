@@ -36,6 +36,24 @@ impl WriterMode {
     }
 }
 
+/// The connections the watch phase's writer sends its creates over.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriterTransport {
+    /// One HTTP/2 connection, each create a stream on it.
+    Http2,
+    /// HTTP/1.1, one connection per create in flight.
+    Http1,
+}
+
+impl WriterTransport {
+    pub(in crate::cli::bench) fn name(self) -> &'static str {
+        match self {
+            WriterTransport::Http2 => "http2",
+            WriterTransport::Http1 => "http1",
+        }
+    }
+}
+
 /// What the writer asked for and did.
 pub(in crate::cli::bench) struct Writes {
     pub(in crate::cli::bench) mode: WriterMode,
@@ -56,7 +74,7 @@ pub(in crate::cli::bench) struct Writes {
     /// so sent late).
     pub(in crate::cli::bench) cap: usize,
     pub(in crate::cli::bench) cap_hits: usize,
-    /// Whether the creates went over one HTTP/2 connection (`--watch-writer-http2`).
+    /// Whether the creates went over one HTTP/2 connection (`--watch-writer-transport http2`).
     pub(in crate::cli::bench) http2: bool,
 }
 
