@@ -222,10 +222,8 @@ impl Engine {
     /// other, without touching the running containers, so their closures are in the
     /// store before anything needs them. Failures are logged, never fatal.
     pub async fn prebuild_templates(&self) {
-        for agent in self.agents().list().1 {
-            let name = agent.metadata.name.clone();
-            let Some(locked) = self.deploy.meta.locked(&name).await else { continue };
-            let mut pinned = agent.clone();
+        for (name, locked) in self.deploy.meta.locked_agents().await {
+            let Ok(Some(mut pinned)) = self.agents().get(&name) else { continue };
             pinned.spec.config.rev = Some(locked.rev);
             let log = |line: &str| tracing::debug!(agent = name.as_str(), "{line}");
             match self.runtime.prebuild(&pinned, &log).await {
@@ -281,11 +279,22 @@ impl Engine {
         if self.runtime.agents_outlive_daemon() {
             return;
         }
-        for agent in self.agents().list().1 {
-            if self.is_running(&agent.metadata.name) {
-                if let Err(err) = self.runtime.stop(&agent).await {
-                    tracing::warn!(agent = agent.metadata.name, error = %err, "could not stop the agent at shutdown");
+        // Names first: only the running agents are decoded (a daemon holding 100,000
+        // Agents spent seconds decoding them all before it could exit).
+        for name in self.agents().names() {
+            if !self.is_running(&name) {
+                continue;
+            }
+            let agent = match self.agents().get(&name) {
+                Ok(Some(agent)) => agent,
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::warn!(agent = &*name, error = %err, "could not read the agent to stop it at shutdown");
+                    continue;
                 }
+            };
+            if let Err(err) = self.runtime.stop(&agent).await {
+                tracing::warn!(agent = &*name, error = %err, "could not stop the agent at shutdown");
             }
         }
     }

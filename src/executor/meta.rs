@@ -137,13 +137,14 @@ impl RuntimeExecutor {
             return Vec::new();
         }
         let all = changed.iter().any(|c| c == "hive");
+        // Names first: only the installed agents (those with a marker) are decoded.
         let agents: Vec<Agent> = self
             .agents
-            .list()
-            .1
+            .names()
             .into_iter()
-            .filter(|a| all || changed.contains(&a.metadata.name))
-            .filter(|a| self.deploy.markers.read(&a.metadata.name).is_some())
+            .filter(|name| all || changed.iter().any(|c| **c == **name))
+            .filter(|name| self.deploy.markers.read(name).is_some())
+            .filter_map(|name| self.agents.get(&name).ok().flatten())
             .collect();
         hive_api::agent::parents_first(&agents)
     }
@@ -415,23 +416,21 @@ impl RuntimeExecutor {
 
 /// The meta flake's inputs for every stored agent the lock already pins, except
 /// `except`, each kept at its locked rev: what a `sync_agents` that changes only one
-/// agent (registering or removing it) passes for all the others.
+/// agent (registering or removing it) passes for all the others. It walks the lock's
+/// agents, not the store's: a store of 100,000 Agents of which a few are installed
+/// decodes none of them.
 pub(crate) async fn locked_inputs(
     store: &crate::store::Store,
     meta: &crate::meta::Meta,
     except: &str,
 ) -> Vec<AgentInput> {
-    let mut inputs = Vec::new();
-    for other in Api::<Agent>::new(store).list().1 {
-        let other = other.metadata.name;
-        if other == except {
-            continue;
-        }
-        if let Some(locked) = meta.locked(&other).await {
-            inputs.push(AgentInput { name: other, url: locked.url, rev: None });
-        }
-    }
-    inputs
+    let agents = Api::<Agent>::new(store);
+    meta.locked_agents()
+        .await
+        .into_iter()
+        .filter(|(name, _)| name != except && agents.get_raw(name).is_some())
+        .map(|(name, locked)| AgentInput { name, url: locked.url, rev: None })
+        .collect()
 }
 
 /// A pull request as a git ref: a number is `refs/pull/<n>/head` (the forge

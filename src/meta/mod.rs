@@ -412,6 +412,17 @@ impl Meta {
         state.lock.inputs.get(&input).map(|node| Locked { url: node.source.url(), rev: node.rev.clone() })
     }
 
+    /// Every agent the committed lock pins, with its input, sorted by name: one look at
+    /// the lock, where asking [`Meta::locked`] of each stored agent looks once per agent.
+    pub async fn locked_agents(&self) -> Vec<(String, Locked)> {
+        let state = self.inner.state.lock().await;
+        state
+            .lock
+            .agents()
+            .map(|(name, node)| (name.to_string(), Locked { url: node.source.url(), rev: node.rev.clone() }))
+            .collect()
+    }
+
     /// Whether the committed permission files of `agent` hold exactly these tool groups
     /// and capabilities (as sets; absent files hold none). Lets the Agent controller tell
     /// a permissions change (the perm-change shape) from any other rebuild.

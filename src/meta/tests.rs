@@ -124,6 +124,22 @@ async fn flake_lock_is_nix_lock_format_with_sorted_keys() {
     assert_eq!(locked, Locked { url: "/srv/agents/a".into(), rev: rev(1) });
 }
 
+#[tokio::test]
+async fn locked_agents_are_every_agent_input_as_locked_sees_it_sorted_without_hive() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = open(&tmp).await;
+    assert_eq!(meta.locked_agents().await, vec![], "a new lock pins only hive");
+    let gate = meta.gate().await;
+    let inputs = [agent("b", Some(rev(2))), agent("a-1", Some(rev(1))), agent("a", Some(rev(3)))];
+    meta.sync_agents(&gate, &inputs).await.unwrap();
+    let all = meta.locked_agents().await;
+    let names: Vec<&str> = all.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["a", "a-1", "b"]);
+    for (name, locked) in &all {
+        assert_eq!(Some(locked), meta.locked(name).await.as_ref(), "{name}");
+    }
+}
+
 /// Runs every mutating operation once, each changing something, and returns their
 /// commits in order.
 async fn every_operation(meta: &Meta) -> Vec<(&'static str, CommitId)> {
