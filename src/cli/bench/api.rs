@@ -16,6 +16,9 @@ pub(super) const AGENTS: &str = "/apis/hive.dev/v1/agents";
 pub(super) const SENT_ANNOTATION: &str = "bench.hive.dev/sent-ns";
 /// The annotation naming a watch-phase write: `load:seq`.
 pub(super) const WRITE_ANNOTATION: &str = "bench.hive.dev/write";
+/// Most bytes a body's `Content-Length` may reserve before any arrives (a list of
+/// 1,000,000 Agents is ~700 MiB; a larger one grows as it comes).
+const MAX_PRESIZE: u64 = 1 << 30;
 /// Longest any single create or list may take before the run fails.
 pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -81,17 +84,25 @@ impl Api {
         Ok((code, resp.bytes().await?))
     }
 
-    /// GETs `path` as JSON; fails unless 200.
+    /// GETs `path` as JSON; fails unless 200. The body is read chunk by chunk into one
+    /// buffer sized by its `Content-Length`, as it arrives: collecting it whole
+    /// (`Response::bytes`) kept every chunk of a 70 MB list and then copied them into a
+    /// new buffer — the first full list after a fill took 500 ms that way, 320 ms this
+    /// way (curl: ~110 ms).
     pub(super) async fn get(&self, path: &str) -> Result<Bytes> {
-        let resp = self
+        let mut resp = self
             .request(reqwest::Method::GET, path)
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await?;
         let code = resp.status().as_u16();
-        let body = resp.bytes().await?;
+        let stated = resp.content_length().unwrap_or(0).min(MAX_PRESIZE);
+        let mut body = Vec::with_capacity(usize::try_from(stated).unwrap_or(0));
+        while let Some(chunk) = resp.chunk().await? {
+            body.extend_from_slice(&chunk);
+        }
         ensure!(code == 200, "GET {path}: HTTP {code}: {}", snippet(&body));
-        Ok(body)
+        Ok(Bytes::from(body))
     }
 
     /// The number of Agents and the current revision, from a one-item list.
