@@ -657,7 +657,11 @@ impl Runtime for ProcessRuntime {
     }
 
     fn running_now(&self, agent: &str) -> bool {
-        self.snapshot().iter().any(|o| o.agent == agent && o.running())
+        // What `snapshot` would say of this one agent (Running exactly when its slot
+        // holds a process), without reading the agents' directories: the daemon's exit
+        // asks this of every stored Agent, and a snapshot each time held the exit 0.4 s
+        // at 80,000 of them.
+        self.inner.slots().get(agent).is_some_and(|slot| slot.running.is_some())
     }
 
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {

@@ -552,15 +552,23 @@ async fn the_driver_works_as_a_trait_object() {
         let rt: Arc<dyn Runtime> = Arc::new(world.runtime.clone());
         let (_, log) = build_log();
         let agent = world.agent("v1", &[]);
+        // `running_now` says what a snapshot says of the agent, in every state: unknown,
+        // installed and stopped (its directory exists), running, stopped again.
+        let snapshot_says = || world.runtime.snapshot().iter().any(|o| o.agent == "alpha" && o.running());
+        assert!(!rt.running_now("alpha") && !snapshot_says());
         let generation = rt.create(&agent, &log).await.unwrap();
+        assert!(!rt.running_now("alpha") && !snapshot_says());
         let pid = rt.start(&agent).await.unwrap().pid;
         let observed = rt.observed(&agent).await.unwrap();
         assert!(observed.running());
+        assert!(rt.running_now("alpha") && snapshot_says());
+        assert!(!rt.running_now("other"));
         assert_eq!((observed.pid, observed.generation), (Some(pid), Some(generation)));
         rt.signal(&agent).await.unwrap();
         assert_eq!(rt.drain(&agent).await.unwrap(), Drain::Drained);
         rt.stop(&agent).await.unwrap();
         assert!(!rt.is_running(&agent).await.unwrap());
+        assert!(!rt.running_now("alpha") && !snapshot_says());
     })
     .await;
 }
