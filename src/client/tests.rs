@@ -45,6 +45,24 @@ async fn a_controller_reconciles_real_store_changes() {
             let _ = stop_rx.await;
         },
     ));
+    let saw = |want: &'static [&'static str]| {
+        let seen = seen.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = seen.lock().unwrap().clone();
+                if want.iter().all(|w| got.iter().any(|g| g == w)) {
+                    return;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "reconciles seen: {got:?}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    // The object that was there first is reconciled from the first list. (Deleting it
+    // before that list ran, or before its reconcile, would rightly show it only absent:
+    // a loaded machine once did.)
+    saw(&["present before gen 1"]).await;
     store.commit(Mutation::Create { kind: "agents", object: agent("after") }, false).await.unwrap();
     store
         .commit(
@@ -53,17 +71,7 @@ async fn a_controller_reconciles_real_store_changes() {
         )
         .await
         .unwrap();
-
-    let want = ["present before gen 1", "present after gen 1", "absent before"];
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let got = seen.lock().unwrap().clone();
-        if want.iter().all(|w| got.iter().any(|g| g == w)) {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "reconciles seen: {got:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    saw(&["present after gen 1", "absent before"]).await;
     let _ = stop_tx.send(());
     run.await.unwrap();
 }
