@@ -223,7 +223,14 @@ impl Engine {
     /// store before anything needs them. Failures are logged, never fatal.
     pub async fn prebuild_templates(&self) {
         for (name, locked) in self.deploy.meta.locked_agents().await {
-            let Ok(Some(mut pinned)) = self.agents().get(&name) else { continue };
+            let mut pinned = match self.agents().get(&name) {
+                Ok(Some(agent)) => agent,
+                Ok(None) => continue,
+                Err(err) => {
+                    tracing::warn!(agent = name, error = %err, "template prebuild skipped: the agent does not decode");
+                    continue;
+                }
+            };
             pinned.spec.config.rev = Some(locked.rev);
             let log = |line: &str| tracing::debug!(agent = name.as_str(), "{line}");
             match self.runtime.prebuild(&pinned, &log).await {

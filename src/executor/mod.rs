@@ -380,18 +380,23 @@ while true; do sleep 0.1; done
 
     /// The inputs kept for the other agents are the stored agents the lock pins, at their
     /// locked revs (`rev: None`), sorted, without the one being changed: a pinned agent that
-    /// is no longer stored is dropped, a stored one the lock does not know is not added.
+    /// is no longer stored is dropped, a stored one the lock does not know is not added,
+    /// and one stored in a shape this build cannot decode keeps its input (registering
+    /// another agent used to decode every Agent and drop that one from the meta flake).
     #[tokio::test]
     async fn locked_inputs_are_the_stored_agents_the_lock_pins_but_one() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
-        for name in ["a", "b", "c", "unlocked"] {
-            let agent = json!({
-                "apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
-                "spec": {"config": {"repo": format!("/srv/agents/{name}")}}
-            });
+        for name in ["a", "b", "c", "odd", "unlocked"] {
+            let spec = if name == "odd" {
+                json!({"config": {"repo": 7}})
+            } else {
+                json!({"config": {"repo": format!("/srv/agents/{name}")}})
+            };
+            let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name}, "spec": spec});
             store.commit(Mutation::Create { kind: "agents", object: agent }, false).await.unwrap();
         }
+        assert!(Api::<Agent>::new(&store).get("odd").is_err(), "the premise: odd does not decode");
         let deploy = test_deploy(tmp.path()).await;
         let gate = deploy.meta.gate().await;
         let pinned = |name: &str, rev: &str| crate::meta::AgentInput {
@@ -399,14 +404,18 @@ while true; do sleep 0.1; done
             url: format!("/srv/agents/{name}"),
             rev: Some(rev.repeat(40)),
         };
-        let pins = [pinned("a", "1"), pinned("b", "2"), pinned("c", "3"), pinned("gone", "4")];
+        let pins =
+            [pinned("a", "1"), pinned("b", "2"), pinned("c", "3"), pinned("gone", "4"), pinned("odd", "5")];
         deploy.meta.sync_agents(&gate, &pins).await.unwrap();
         drop(gate);
 
         let inputs = locked_inputs(&store, &deploy.meta, "b").await;
         let kept: Vec<(&str, &str, Option<&str>)> =
             inputs.iter().map(|i| (i.name.as_str(), i.url.as_str(), i.rev.as_deref())).collect();
-        assert_eq!(kept, [("a", "/srv/agents/a", None), ("c", "/srv/agents/c", None)]);
+        assert_eq!(
+            kept,
+            [("a", "/srv/agents/a", None), ("c", "/srv/agents/c", None), ("odd", "/srv/agents/odd", None)]
+        );
     }
 
     async fn eventually(what: &str, check: impl Fn() -> bool) {

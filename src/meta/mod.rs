@@ -91,6 +91,12 @@ pub struct Locked {
     pub rev: String,
 }
 
+impl Locked {
+    fn of(node: &Node) -> Locked {
+        Locked { url: node.source.url(), rev: node.rev.clone() }
+    }
+}
+
 /// What a `lock_update` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockBump {
@@ -409,18 +415,14 @@ impl Meta {
     pub async fn locked(&self, agent: &str) -> Option<Locked> {
         let state = self.inner.state.lock().await;
         let input = if agent == HIVE { HIVE.to_string() } else { agent_input(agent) };
-        state.lock.inputs.get(&input).map(|node| Locked { url: node.source.url(), rev: node.rev.clone() })
+        state.lock.inputs.get(&input).map(Locked::of)
     }
 
     /// Every agent the committed lock pins, with its input, sorted by name: one look at
     /// the lock, where asking [`Meta::locked`] of each stored agent looks once per agent.
     pub async fn locked_agents(&self) -> Vec<(String, Locked)> {
         let state = self.inner.state.lock().await;
-        state
-            .lock
-            .agents()
-            .map(|(name, node)| (name.to_string(), Locked { url: node.source.url(), rev: node.rev.clone() }))
-            .collect()
+        state.lock.agents().map(|(name, node)| (name.to_string(), Locked::of(node))).collect()
     }
 
     /// Whether the committed permission files of `agent` hold exactly these tool groups
