@@ -91,10 +91,27 @@ async fn wake_on_jobs(ctx: Arc<Context>, queue: hive_controllers::WorkQueue) {
     }
 }
 
-/// The name of the Job an approval submits: fixed, so a reconcile repeated after a
-/// crash finds the Job instead of submitting a second one.
-pub fn job_name(approval: &str) -> String {
-    format!("approval-{approval}")
+/// The name of the Job an approval submits: fixed for this approval object, so a
+/// reconcile repeated after a crash finds the Job instead of submitting a second one,
+/// and distinct for every object of the same name (its uid is part of it), so an
+/// approval deleted and created again never adopts the Job of the one before.
+/// `approval-NAME-UID8`, with NAME shortened to keep it a DNS-1123 label.
+pub fn job_name(approval: &Approval) -> String {
+    let uid: String = approval
+        .metadata
+        .uid
+        .as_deref()
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .take(8)
+        .collect();
+    let suffix = if uid.is_empty() { String::new() } else { format!("-{uid}") };
+    let mut head = format!("approval-{}", approval.metadata.name);
+    head.truncate(hive_api::validation::MAX_NAME_LEN - suffix.len());
+    let head = head.trim_end_matches('-');
+    format!("{head}{suffix}")
 }
 
 /// What the controller decides from: the approval, and the Job carrying it out as read
@@ -172,12 +189,11 @@ async fn reconcile(target: Target<Approval>, ctx: Arc<Context>) -> Result<Action
             Ok(Action::await_change())
         }
         Decision::Submit => {
-            let job = job_name(&name);
-            let submitted = if jobs.get(&job)?.is_some() {
-                Ok(()) // submitted before a crash; adopt it
-            } else {
-                submit(&ctx.engine, &approval, &job).await
-            };
+            let job = job_name(&approval);
+            // The name is this approval object's own: a Job of that name was submitted
+            // for it before a crash, and is adopted.
+            let submitted =
+                if jobs.get(&job)?.is_some() { Ok(()) } else { submit(&ctx.engine, &approval, &job).await };
             match submitted {
                 Ok(()) => {
                     let message = format!("approved by {}; Job {job}", decider(&approval));
@@ -351,11 +367,12 @@ mod tests {
             decision: Choice { state: DecisionState::Approved, reason: None },
             ..Default::default()
         };
-        approvals.create(&Approval::new("a", spec)).await.unwrap();
+        let created = approvals.create(&Approval::new("a", spec)).await.unwrap();
+        let job_of_a = job_name(&created);
         approvals
             .patch_status("a", |s| {
                 s.phase = Some(ApprovalPhase::Deploying);
-                s.job = Some(job_name("a"));
+                s.job = Some(job_of_a.clone());
             })
             .await
             .unwrap();
@@ -363,7 +380,7 @@ mod tests {
         // The Job as its settling event carries it; the store no longer has it (it fell
         // out of the history). From the store alone the approval would fail.
         let mut job = Job::new(
-            job_name("a"),
+            job_of_a.clone(),
             JobSpec {
                 template: JobTemplate::ApprovalDeploy,
                 approval: Some("a".into()),

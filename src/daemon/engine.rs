@@ -272,7 +272,7 @@ impl Engine {
     /// `Failed` and its refusal returned.
     pub async fn take(&self, name: &str) -> Result<Job, SubmitError> {
         match job_intake::take(&self.store, self, &self.scheduler, &self.run, name).await? {
-            Taken::Scheduled(job) | Taken::Elsewhere(job) => Ok(job),
+            Taken::Scheduled(job) | Taken::Elsewhere(job) | Taken::Waiting(job) => Ok(job),
             Taken::Failed { why: job_intake::Refusal::Expand(err), .. } => Err(err.into()),
             Taken::Failed { why: job_intake::Refusal::Schedule(err), .. } => Err(err.into()),
         }

@@ -36,6 +36,9 @@ use crate::submit::{self, LiveState};
 /// the Job (or of an agent a template Job's intent changes).
 const RETRIES: usize = 8;
 
+/// How often a Job whose name an earlier, unsettled Job still holds looks again.
+const WAIT_FOR_NAME: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Why a Job could not run. It is marked `Failed` with this as its message.
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
@@ -56,6 +59,9 @@ pub enum Taken {
     /// Nothing to do: another claimer took it, or it is already terminal (cancelled
     /// before anyone claimed it, say).
     Elsewhere(Job),
+    /// Not claimed yet: an earlier Job of the same name (its object deleted since) is
+    /// still queued or running in this scheduler. It is taken once that one settles.
+    Waiting(Job),
     /// It cannot run: it is now `Failed`, with why.
     Failed {
         /// The Job as marked.
@@ -135,10 +141,18 @@ pub async fn claim(store: &Store, live: &dyn LiveState, run: &str, name: &str) -
                 }
             }
         } else {
-            (job.clone(), Vec::new())
+            // A custom DAG: the intent of its SetWanted nodes is written with the claim.
+            match submit::dag_intents(store, &job) {
+                Ok(intents) => (job.clone(), intents),
+                Err(submit::Error::Store(err) | submit::Error::Client(client::Error::Store(err))) => {
+                    return Err(err.into())
+                }
+                // An agent it names does not exist (its node fails, naming it).
+                Err(_) => (job.clone(), Vec::new()),
+            }
         };
         claimed.status.claim = Some(claim);
-        if !mutations.is_empty() {
+        if job.spec.nodes.is_empty() {
             // The spec write before it carries the precondition; this one follows it in
             // the same transaction, on the revision that write made.
             claimed.metadata.resource_version = None;
@@ -173,6 +187,10 @@ pub async fn take(
     run: &str,
     name: &str,
 ) -> Result<Taken, Error> {
+    if scheduler.holds_unsettled(name).await.map_err(Error::Scheduler)? {
+        let job = Api::<Job>::new(store).get(name)?.ok_or_else(|| Error::Gone(name.to_string()))?;
+        return Ok(if waiting(&job) { Taken::Waiting(job) } else { Taken::Elsewhere(job) });
+    }
     let job = match claim(store, live, run, name).await? {
         Claim::Won(job) => job,
         Claim::Lost(job) => return Ok(Taken::Elsewhere(job)),
@@ -256,6 +274,10 @@ async fn reconcile(target: Target<Job>, ctx: Arc<Intake>) -> Result<Action, Erro
             tracing::info!(job = name, run = ctx.run, "took a Job written to the store")
         }
         Ok(Taken::Elsewhere(_)) => {}
+        Ok(Taken::Waiting(_)) => {
+            tracing::info!(job = name, "an earlier Job of this name still runs; taking this one after it");
+            return Ok(Action::requeue(WAIT_FOR_NAME));
+        }
         Ok(Taken::Failed { why, .. }) => {
             tracing::warn!(job = name, reason = %why, "a Job cannot run: marked Failed")
         }

@@ -58,7 +58,20 @@ pub async fn apply(store: &Store, batch: Vec<JobUpdate>, run: Option<&str>) -> c
         }
     }
     for (name, snapshots) in changed {
-        match jobs.patch_status(&name, |status| snapshots.iter().for_each(|s| s.apply_to(status))).await {
+        // Only the object this run claimed mirrors its DAG: a Job deleted while it ran
+        // and created again under its name waits, unclaimed, for the old DAG to settle,
+        // and must not show that DAG's progress.
+        let ours = |status: &hive_api::job::JobStatus| match (run, &status.claim) {
+            (Some(run), Some(claim)) => claim.run == run,
+            (Some(_), None) => false,
+            (None, _) => true,
+        };
+        let mirrored = jobs.patch_status(&name, |status| {
+            if ours(status) {
+                snapshots.iter().for_each(|s| s.apply_to(status))
+            }
+        });
+        match mirrored.await {
             Ok(_) => {}
             Err(err) if err.is_not_found() => {}
             Err(err) => return Err(err),

@@ -31,9 +31,11 @@ impl RuntimeExecutor {
         let name = agent.metadata.name.as_str();
         let gate = self.deploy.meta.gate().await;
         if !relock {
-            return self.deploy.meta.locked(name).await.map(|l| l.rev).ok_or_else(|| {
-                failed(format!("agent {name:?} has no entry in the meta lock; rebuild it with relock first"))
-            });
+            if let Some(locked) = self.deploy.meta.locked(name).await {
+                return Ok(locked.rev);
+            }
+            // Nothing pinned to keep: lock its wanted rev, as its first build does.
+            log.line(&format!("meta: {name} has no entry in the meta lock; locking its wanted rev"));
         }
         let sha = self.deploy.resolver.resolve(agent, log).await.map_err(failed)?;
         if let Some(commit) = self.register(&gate, agent, &sha).await? {
@@ -392,22 +394,15 @@ impl RuntimeExecutor {
         }
     }
 
-    /// After a deploy, the spec follows what runs: `spec.config.rev` is the deployed
-    /// commit, and the build fingerprint covers it, so the Agent controller does not
-    /// rebuild what was just deployed.
+    /// After a deploy, the status says what runs: `status.appliedRev` is the deployed
+    /// commit, which the meta lock pins from now on. The spec is the client's and stays
+    /// as written (an executor never writes spec): the agent keeps tracking its branch,
+    /// and re-applying its unchanged manifest changes nothing. `configFingerprint` is
+    /// left as it is: the spec did not change, so the Agent controller sees nothing to
+    /// rebuild (and a spec edited meanwhile is still rebuilt).
     async fn adopt_rev(&self, name: &str, sha: &str) -> Result<(), NodeError> {
-        let agent = self
-            .agents
-            .patch(name, |a| a.spec.config.rev = Some(sha.to_string()))
-            .await
-            .map_err(failed)?
-            .into_inner();
-        let fingerprint = hive_api::agent::fingerprint(&agent);
         self.agents
-            .patch_status(name, |status| {
-                status.applied_rev = Some(sha.to_string());
-                status.config_fingerprint = Some(fingerprint.clone());
-            })
+            .patch_status(name, |status| status.applied_rev = Some(sha.to_string()))
             .await
             .map_err(failed)?;
         Ok(())

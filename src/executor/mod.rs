@@ -98,13 +98,34 @@ impl RuntimeExecutor {
         self.agents.get_existing(name).map_err(failed)
     }
 
-    /// Writes `wanted` unless it is already the intent (the submit layer normally
-    /// wrote it with the Job; this keeps a replayed or hand-made DAG honest).
-    async fn set_wanted(&self, name: &str, wanted: Wanted) -> Result<String, NodeError> {
-        match self.agents.patch(name, |a| a.spec.wanted = wanted).await {
-            Ok(_) => Ok(format!("wanted {wanted:?}")),
-            Err(err) => Err(failed(err)),
-        }
+    /// SetWanted writes nothing: the intent was written with the Job, in one
+    /// transaction, when it was submitted or claimed (`submit`, `job_intake::claim`).
+    /// Writing it again when the node finally runs would overwrite whatever a client
+    /// wrote since — the last writer wins, whoever it is. The node reports the intent
+    /// the rest of its chain converges to.
+    fn set_wanted(&self, name: &str, wanted: Wanted) -> Result<String, NodeError> {
+        let current = self.agent(name)?.spec.wanted;
+        Ok(if current == wanted {
+            format!("wanted {wanted:?}")
+        } else {
+            format!("wanted {current:?}, written after this Job; converging to it")
+        })
+    }
+
+    /// Whether a client wrote another `wanted` for `agent` after this Job was submitted:
+    /// the intent its own SetWanted carries differs from the agent's now. Then the
+    /// Job's quiescing steps (Signal, Drain) have nothing to do and its Reconcile
+    /// converges to the newer intent.
+    fn superseded(node: &NodeRun, agent: &Agent) -> Option<Wanted> {
+        let name = agent.metadata.name.as_str();
+        let intended = node
+            .spec
+            .nodes
+            .iter()
+            .rev()
+            .filter(|n| n.kind == JobNodeKind::SetWanted && n.agent.as_deref() == Some(name))
+            .find_map(|n| crate::submit::shapes::wanted_param(&n.params).ok())?;
+        (intended != agent.spec.wanted).then_some(agent.spec.wanted)
     }
 }
 
@@ -116,6 +137,13 @@ impl BuildLog for NodeLines<'_> {
         self.0.log(line.as_bytes());
         self.0.log(b"\n");
     }
+}
+
+/// A quiescing step with nothing to do: a client wrote `wanted` after the Job.
+fn skipped(ctx: &NodeContext, wanted: Wanted) -> NodeOutcome {
+    let step = format!("skipped: wanted {wanted:?} was written after this Job");
+    ctx.set_step(step.clone());
+    NodeOutcome { step: Some(step) }
 }
 
 fn failed(err: impl std::fmt::Display) -> NodeError {
@@ -165,12 +193,8 @@ impl RuntimeExecutor {
         let log = NodeLines(ctx);
         let step = match kind {
             JobNodeKind::SetWanted => {
-                let wanted = match node.params().get("wanted").and_then(|v| v.as_str()) {
-                    Some("Offline") => Wanted::Offline,
-                    Some("Up") | None => Wanted::Up,
-                    Some(other) => return Err(failed(format!("SetWanted: unknown wanted {other:?}"))),
-                };
-                self.set_wanted(&name, wanted).await?
+                let wanted = crate::submit::shapes::wanted_param(node.params()).map_err(failed)?;
+                self.set_wanted(&name, wanted)?
             }
             JobNodeKind::Reconcile => {
                 let agent = self.agent(&name)?;
@@ -276,11 +300,17 @@ impl RuntimeExecutor {
             }
             JobNodeKind::Signal => {
                 let agent = self.agent(&name)?;
+                if let Some(wanted) = Self::superseded(&node, &agent) {
+                    return Ok(skipped(ctx, wanted));
+                }
                 let kick = self.runtime.signal(&agent).await.map_err(failed)?;
                 format!("fence set; {kick}")
             }
             JobNodeKind::Drain => {
                 let agent = self.agent(&name)?;
+                if let Some(wanted) = Self::superseded(&node, &agent) {
+                    return Ok(skipped(ctx, wanted));
+                }
                 ctx.set_step("waiting for the harness to clear the fence");
                 match self.runtime.drain(&agent).await.map_err(failed)? {
                     Drain::Drained => "drained".into(),

@@ -35,6 +35,7 @@ pub(crate) enum Msg {
     Cancel { name: String, reply: oneshot::Sender<Result<CancelledJob>> },
     CancelChildren { name: String, reply: oneshot::Sender<Result<Vec<CancelledJob>>> },
     Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
+    Holds { name: String, reply: oneshot::Sender<bool> },
     List { reply: oneshot::Sender<Vec<JobSnapshot>> },
     Log { job: String, node: String, reply: oneshot::Sender<Result<Arc<NodeLog>>> },
     Step { seq: u64, index: u32, label: String },
@@ -136,6 +137,10 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             Msg::Snapshot { name, reply } => {
                 let _ = reply.send(self.dag(&name).map(Dag::snapshot));
             }
+            Msg::Holds { name, reply } => {
+                let running = self.names.get(&name).and_then(|seq| self.dags.get(seq));
+                let _ = reply.send(running.is_some_and(|dag| !dag.is_finished()));
+            }
             Msg::List { reply } => {
                 let _ = reply.send(self.dags.values().map(Dag::snapshot).collect());
             }
@@ -168,10 +173,18 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         }
     }
 
-    /// Adds a validated DAG; its roots become ready.
+    /// Adds a validated DAG; its roots become ready. A settled DAG of the same name in
+    /// history gives way: a Job is submitted only after its object was stored, so the
+    /// object of the one before was deleted, and the name is the new Job's (its old
+    /// memory is dropped without a removal, which would delete the new object).
     fn submit(&mut self, name: String, spec: JobSpec, now: Time) -> Result<u64> {
-        if self.names.contains_key(&name) {
-            return Err(Error::AlreadyExists { name });
+        if let Some(&old) = self.names.get(&name) {
+            if !self.dags.get(&old).is_some_and(Dag::is_finished) {
+                return Err(Error::AlreadyExists { name });
+            }
+            self.dags.remove(&old);
+            self.names.remove(&name);
+            self.history.forget(old);
         }
         let seq = self.next_seq;
         self.next_seq += 1;

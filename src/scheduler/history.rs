@@ -25,6 +25,13 @@ impl History {
         let excess = kept.len().saturating_sub(self.keep);
         kept.drain(..excess).collect()
     }
+
+    /// Drops DAG `seq` from the history (its name was taken by a new Job).
+    pub(super) fn forget(&mut self, seq: u64) {
+        for kept in self.per_template.values_mut() {
+            kept.retain(|&s| s != seq);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -40,5 +47,8 @@ mod tests {
         assert_eq!(history.record(JobTemplate::Stop, 3), vec![1]);
         assert_eq!(history.record(JobTemplate::Stop, 4), vec![5]);
         assert_eq!(history.record(JobTemplate::Start, 6), Vec::<u64>::new());
+        history.forget(3);
+        assert_eq!(history.record(JobTemplate::Stop, 7), Vec::<u64>::new(), "3 no longer counts");
+        assert_eq!(history.record(JobTemplate::Stop, 8), vec![4]);
     }
 }

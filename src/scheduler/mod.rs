@@ -194,6 +194,13 @@ impl SchedulerHandle {
         self.ask(|reply| Msg::Snapshot { name, reply }).await?
     }
 
+    /// Whether a Job named `name` is queued or running (not settled): a new Job of that
+    /// name waits until it settles.
+    pub async fn holds_unsettled(&self, name: &str) -> Result<bool> {
+        let name = name.to_string();
+        self.ask(|reply| Msg::Holds { name, reply }).await
+    }
+
     /// Every Job the scheduler holds (queued, running, history), in submit order.
     pub async fn list(&self) -> Result<Vec<JobSnapshot>> {
         self.ask(|reply| Msg::List { reply }).await

@@ -165,6 +165,38 @@ pub async fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(J
     Ok((expanded, mutations))
 }
 
+/// The intent writes of a custom DAG (one given with its nodes): for each agent one of
+/// its SetWanted nodes names, `spec.wanted` as the last of them says, where it differs.
+/// The caller commits them in ONE transaction with the Job's claim, as [`submit`] writes
+/// a template's intent with its Job: the intent is written when the Job is taken, never
+/// when its SetWanted finally runs (which would overwrite a later client's write).
+pub fn dag_intents(store: &Store, job: &Job) -> Result<Vec<store::Mutation>> {
+    let mut wanted: Vec<(&str, hive_api::agent::Wanted)> = Vec::new();
+    for node in &job.spec.nodes {
+        if node.kind != hive_api::job::JobNodeKind::SetWanted {
+            continue;
+        }
+        let (Some(agent), Ok(value)) = (node.agent.as_deref(), shapes::wanted_param(&node.params)) else {
+            continue; // the scheduler refuses or the node fails it, naming why
+        };
+        match wanted.iter_mut().find(|(a, _)| *a == agent) {
+            Some(entry) => entry.1 = value,
+            None => wanted.push((agent, value)),
+        }
+    }
+    let agents = Api::<Agent>::new(store);
+    let mut mutations = Vec::new();
+    for (name, value) in wanted {
+        let agent = agents.get(name)?.ok_or_else(|| Error::UnknownAgent(name.to_string()))?;
+        if agent.spec.wanted != value {
+            let mut changed = agent.clone();
+            changed.spec.wanted = value;
+            mutations.push(agents.replace_mutation(&changed, &agent)?);
+        }
+    }
+    Ok(mutations)
+}
+
 /// The Job a transaction wrote last.
 fn stored_job(outcomes: Vec<Outcome>) -> Result<Job> {
     let job = outcomes.into_iter().last().map(Outcome::into_object).expect("the Job was written");

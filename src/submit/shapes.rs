@@ -35,6 +35,15 @@ pub fn intent(template: JobTemplate) -> Option<Wanted> {
     }
 }
 
+/// A SetWanted node's `wanted` parameter (`Up` when absent).
+pub fn wanted_param(params: &serde_json::Map<String, serde_json::Value>) -> Result<Wanted, String> {
+    match params.get("wanted").and_then(|v| v.as_str()) {
+        Some("Offline") => Ok(Wanted::Offline),
+        Some("Up") | None => Ok(Wanted::Up),
+        Some(other) => Err(format!("SetWanted: unknown wanted {other:?}")),
+    }
+}
+
 /// Whether `template` is one the submit layer builds from agent state (the api's
 /// definition, which admission also uses for template Jobs).
 pub fn is_agent_template(template: JobTemplate) -> bool {
@@ -163,7 +172,13 @@ fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
         JobTemplate::Start => {
             chain.set_wanted(Wanted::Up);
             if !agent.running && agent.stale {
+                // The upgrade builds against the lock as it is (the coordinator
+                // document's "build against the bumped lock"): a start never moves the
+                // agent to a newer commit of its branch; only a rebuild, an approved
+                // deploy or a meta-update does.
+                let at = chain.nodes.len();
                 chain.rebuild();
+                chain.nodes[at].params.insert("relock".into(), json!(false));
             } else {
                 chain.then("reconcile", JobNodeKind::Reconcile);
             }

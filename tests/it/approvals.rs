@@ -123,12 +123,13 @@ async fn an_approval_flows_from_request_to_deploy_and_the_audit_shows_it() {
     let done = wait_phase(&api, "alpha-v2", &["Deployed"]).await;
     assert_eq!(done["status"]["decidedBy"], "admin");
     assert!(done["status"]["decidedAt"].as_str().is_some());
-    assert_eq!(done["status"]["job"], "approval-alpha-v2");
-    let job = wait_terminal(&api, "approval-alpha-v2").await;
+    let job_name = done["status"]["job"].as_str().unwrap().to_string();
+    assert!(job_name.starts_with("approval-alpha-v2-"), "the Job is the approval object's own: {job_name}");
+    let job = wait_terminal(&api, &job_name).await;
     assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
     assert_eq!(job["spec"]["approval"], "alpha-v2");
     let agent = api.get("/apis/hive.dev/v1/agents/alpha").await.body;
-    assert_eq!(agent["spec"]["config"]["rev"], v2, "the spec follows the deploy");
+    assert_eq!(agent["spec"]["config"]["rev"], "v1", "the spec stays as the client wrote it");
     assert_eq!(agent["status"]["appliedRev"], v2);
     assert_eq!(agent["status"]["power"], "Running");
 
@@ -153,7 +154,9 @@ async fn an_approval_flows_from_request_to_deploy_and_the_audit_shows_it() {
     assert!(out.contains("denied by admin"), "{out}");
     let a = wait_phase(&api, "alpha-v1", &["Denied"]).await;
     assert_eq!(a["status"]["message"], "we stay on v2");
-    assert!(api.get("/apis/hive.dev/v1/jobs/approval-alpha-v1").await.code == 404);
+    assert!(a["status"]["job"].is_null(), "{a}");
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    assert!(!jobs["items"].as_array().unwrap().iter().any(|j| j["spec"]["approval"] == "alpha-v1"), "{jobs}");
 
     // Stock kubectl decides the same way, and the server records who.
     let back = agent_api.post("/apis/hive.dev/v1/approvals", &approval("alpha-back", "alpha", "v1")).await;
@@ -170,7 +173,7 @@ async fn an_approval_flows_from_request_to_deploy_and_the_audit_shows_it() {
     let a = wait_phase(&api, "alpha-back", &["Deployed"]).await;
     assert_eq!(a["status"]["decidedBy"], "admin");
     assert_eq!(
-        api.get("/apis/hive.dev/v1/agents/alpha").await.body["spec"]["config"]["rev"],
+        api.get("/apis/hive.dev/v1/agents/alpha").await.body["status"]["appliedRev"],
         sha(&repo, "v1")
     );
     let tags: Vec<Value> = audit(&d, "alpha").iter().map(|e| e["tags"].clone()).collect();
@@ -190,9 +193,10 @@ async fn a_failed_deploy_restores_the_lock_and_fails_the_approval_once() {
     assert!(out.contains("approval/bad: Failed"), "{out}");
     let a = wait_phase(&api, "bad", &["Failed"]).await;
     assert!(a["status"]["message"].as_str().unwrap().contains("failed"), "{a}");
-    let job = wait_terminal(&api, "approval-bad").await;
+    let job_name = a["status"]["job"].as_str().unwrap().to_string();
+    let job = wait_terminal(&api, &job_name).await;
     assert_eq!(job["status"]["phase"], "Failed");
-    let log = ok(d.hive(&["logs", "job/approval-bad", "--node", "alpha/approval-deploy"]));
+    let log = ok(d.hive(&["logs", &format!("job/{job_name}"), "--node", "alpha/approval-deploy"]));
     assert!(log.contains("deploy aborted, lock restored"), "{log}");
 
     // No deploy commit, the lock as before, and the agent back up on v1.
@@ -242,8 +246,9 @@ async fn an_approval_cancelled_while_queued_or_interrupted_by_a_restart_fails_on
     // Queued behind the spawn (which holds alpha's lease): cancel it.
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval("queued", "alpha", &v2)).await.code, 201);
     ok(d.hive(&["approve", "queued", "--no-wait"]));
-    wait_phase(&api, "queued", &["Deploying"]).await;
-    let cancelled = api.post("/apis/hive.dev/v1/jobs/approval-queued/cancel", &json!({})).await;
+    let deploying = wait_phase(&api, "queued", &["Deploying"]).await;
+    let job_name = deploying["status"]["job"].as_str().unwrap();
+    let cancelled = api.post(&format!("/apis/hive.dev/v1/jobs/{job_name}/cancel"), &json!({})).await;
     assert_eq!(cancelled.code, 200, "{}", cancelled.body);
     let a = wait_phase(&api, "queued", &["Failed"]).await;
     assert!(a["status"]["message"].as_str().unwrap().contains("cancelled before it ran"), "{a}");
@@ -288,7 +293,8 @@ async fn a_meta_update_fans_out_exactly_the_affected_agents() {
                         "spec": {"kind": "UpdateMetaInputs", "payload": {"inputs": ["alpha"]}}});
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &update).await.code, 201);
     ok(d.hive(&["approve", "bump-alpha"]));
-    let parent = wait_terminal(&api, "approval-bump-alpha").await;
+    let bump = wait_phase(&api, "bump-alpha", &["Deployed", "Failed"]).await;
+    let parent = wait_terminal(&api, bump["status"]["job"].as_str().unwrap()).await;
     assert_eq!(parent["status"]["phase"], "Done", "{}", parent["status"]);
     let children = parent["status"]["children"].as_array().cloned().unwrap_or_default();
     assert_eq!(children.len(), 1, "exactly alpha is rebuilt: {}", parent["status"]);
@@ -438,8 +444,11 @@ async fn spawn_and_merge_config_pr_approvals_deploy_through_their_shapes() {
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &spawn).await.code, 201);
     assert_eq!(api.get("/apis/hive.dev/v1/agents/scout").await.code, 404, "nothing runs before approval");
     ok(d.hive(&["approve", "spawn-scout"]));
-    wait_phase(&api, "spawn-scout", &["Deployed"]).await;
-    let job = api.get("/apis/hive.dev/v1/jobs/approval-spawn-scout").await.body;
+    let deployed = wait_phase(&api, "spawn-scout", &["Deployed"]).await;
+    let job = api
+        .get(&format!("/apis/hive.dev/v1/jobs/{}", deployed["status"]["job"].as_str().unwrap()))
+        .await
+        .body;
     assert_eq!(job["spec"]["template"], "Spawn");
     let scout = api.get("/apis/hive.dev/v1/agents/scout").await.body;
     assert_eq!(scout["spec"]["wanted"], "Up", "wanted Up at approval");

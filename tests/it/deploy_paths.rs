@@ -202,7 +202,7 @@ async fn a_failed_finalize_puts_agent_marker_and_lock_back_on_the_previous_commi
     approve(&api, "next").await;
     let a = crate::approvals::wait_phase(&api, "next", &["Failed", "Deployed"]).await;
     assert_eq!(a["status"]["phase"], "Failed", "{a}");
-    let job = wait_terminal(&api, "approval-next").await;
+    let job = wait_terminal(&api, a["status"]["job"].as_str().unwrap()).await;
     assert_eq!(job["status"]["phase"], "Failed");
 
     // The lock, the marker and what runs agree: v1.
@@ -227,6 +227,7 @@ async fn an_approval_stays_deployed_after_its_job_falls_out_of_history() {
     // The first approval's Job, then six more ApprovalDeploy Jobs: the history keeps
     // five per template, so the first Job object is deleted.
     let names: Vec<String> = (0..7).map(|i| format!("deploy-{i}")).collect();
+    let mut first_job = String::new();
     for (i, name) in names.iter().enumerate() {
         let commit = if i % 2 == 0 { &v2 } else { &v1 };
         assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval(name, commit)).await.code, 201);
@@ -234,8 +235,11 @@ async fn an_approval_stays_deployed_after_its_job_falls_out_of_history() {
         approve(&api, name).await;
         let a = crate::approvals::wait_phase(&api, name, &["Deployed", "Failed"]).await;
         assert_eq!(a["status"]["phase"], "Deployed", "{a}");
+        if i == 0 {
+            first_job = a["status"]["job"].as_str().unwrap().to_string();
+        }
     }
-    let first = format!("/apis/hive.dev/v1/jobs/{}", "approval-deploy-0");
+    let first = format!("/apis/hive.dev/v1/jobs/{first_job}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while api.get(&first).await.code != 404 {
         assert!(tokio::time::Instant::now() < deadline, "approval-deploy-0 never left the history");

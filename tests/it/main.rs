@@ -17,6 +17,8 @@ mod auth;
 mod browser;
 mod cli;
 mod cli_habits;
+mod contract;
+mod contract_model;
 mod crash;
 mod deploy;
 mod deploy_paths;

@@ -355,3 +355,28 @@ async fn a_shut_down_scheduler_answers_stopped() {
     h.sched.shutdown().await;
     assert!(matches!(h.sched.list().await, Err(Error::Stopped)));
 }
+
+/// A Job deleted and created again is submitted under its old name: a settled DAG of that
+/// name gives way (silently — a removal would delete the new object) and leaves the
+/// history; a queued or running one does not.
+#[tokio::test]
+async fn a_settled_name_is_taken_by_a_new_job_and_an_unsettled_one_is_not() {
+    let mut h = Harness::slots(1);
+    h.submit("look", job(JobTemplate::Reconcile, chain("a", &[Reconcile]))).await;
+    assert!(h.sched.holds_unsettled("look").await.unwrap());
+    let again = h.sched.submit("look", job(JobTemplate::Reconcile, chain("a", &[Reconcile]))).await;
+    assert!(matches!(again, Err(Error::AlreadyExists { .. })), "{again:?}");
+    h.ok("look", "0").await;
+    assert!(!h.sched.holds_unsettled("look").await.unwrap());
+    while h.updates.try_recv().is_ok() {}
+
+    h.submit("look", job(JobTemplate::Reconcile, chain("b", &[Reconcile]))).await;
+    let snapshot = h.sched.snapshot("look").await.unwrap();
+    assert_ne!(snapshot.phase, JobPhase::Done, "the new Job, not the settled one");
+    h.ok("look", "0").await;
+    let kept: Vec<String> = h.sched.list().await.unwrap().into_iter().map(|j| j.name).collect();
+    assert_eq!(kept, ["look"], "one Job of that name in the history");
+    while let Ok(batch) = h.updates.try_recv() {
+        assert!(!batch.iter().any(|u| matches!(u, JobUpdate::Removed { .. })), "nothing was removed");
+    }
+}
