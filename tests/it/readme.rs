@@ -54,9 +54,21 @@ fn runs_forever(command: &str) -> bool {
 /// README's `cargo run` alias; the first failure fails the test with the command and
 /// what it printed.
 fn run_block(workdir: &Path, block: &[String]) {
+    // `export NAME=VALUE` lines hold for the rest of the block, as in one shell.
+    let mut exported: Vec<(String, String)> = Vec::new();
     for line in block {
         let command = without_comment(line);
         if command.is_empty() || command.starts_with('#') || command.starts_with("alias hive=") {
+            continue;
+        }
+        if let Some((name, value)) = command.strip_prefix("export ").and_then(|a| a.split_once('=')) {
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf %s {value}"))
+                .current_dir(workdir)
+                .output()
+                .expect("run sh");
+            exported.push((name.to_string(), String::from_utf8_lossy(&out.stdout).into_owned()));
             continue;
         }
         let script = if runs_forever(command) {
@@ -73,6 +85,7 @@ fn run_block(workdir: &Path, block: &[String]) {
             .current_dir(workdir)
             .env("PATH", path)
             .env_remove("HIVE_KUBECONFIG")
+            .envs(exported.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("run sh");
         assert!(
@@ -106,6 +119,7 @@ async fn readme_tour_runs_as_written() {
 
     run_block(work.path(), &shell_block(&readme, "## A five-minute tour"));
     run_block(work.path(), &shell_block(&readme, "### Agents that run"));
+    run_block(work.path(), &shell_block(&readme, "The same with stock kubectl"));
 
     // The crash the tour ends with is seen and the agent comes back.
     let api = d.client();
