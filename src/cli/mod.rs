@@ -100,6 +100,7 @@ pub enum Command {
     /// Otherwise (a pipe, a log): one line per DAG, printed each time it changes.
     /// Fan-out children show up indented under their parent. Exits 1 if any DAG did not
     /// end done, naming the failed nodes and their errors.
+    #[command(mut_arg("all", |a| a.help("Start every agent, Offline ones too (their spec.wanted becomes Up)")))]
     #[command(after_help = "Examples:
   hive start alpha
   hive start alpha beta --reason 'after maintenance'
@@ -108,6 +109,7 @@ pub enum Command {
     /// Stop agents gracefully (signal, wait for the harness to drain, stop), as one Job.
     ///
     /// Progress and exit code as for `hive start`.
+    #[command(mut_arg("all", |a| a.help("Stop every agent")))]
     #[command(after_help = "Examples:
   hive stop alpha
   hive stop --all --reason 'host maintenance'
@@ -115,16 +117,22 @@ pub enum Command {
     Stop(power::Args),
     /// Restart agents (graceful drain, stop, start), as one Job.
     ///
-    /// Progress and exit code as for `hive start`.
+    /// A named agent that is stopped is started. `--all` restarts what should run: the
+    /// agents whose spec.wanted is Up; an agent kept Offline stays down (`hive start
+    /// --all` starts every agent). Progress and exit code as for `hive start`.
+    #[command(mut_arg("all", |a| a.help(
+        "Restart every agent whose spec.wanted is Up; agents kept Offline stay down"
+    )))]
     #[command(after_help = "Examples:
   hive restart alpha beta
-  hive restart --all")]
+  hive restart --all   # the agents wanted Up")]
     Restart(power::Args),
     /// Rebuild agents at their configured rev while the old generation keeps serving,
     /// then swap, as one Job.
     ///
     /// Progress and exit code as for `hive start`; a build failure leaves the running
     /// generation untouched.
+    #[command(mut_arg("all", |a| a.help("Rebuild every agent (an Offline one is built and stays stopped)")))]
     #[command(after_help = "Examples:
   hive rebuild alpha
   hive logs job/NAME -f   # the build output, NAME from `hive jobs`")]
@@ -132,6 +140,7 @@ pub enum Command {
     /// Stop agents at once, without a graceful drain, as one Job.
     ///
     /// Progress and exit code as for `hive start`.
+    #[command(mut_arg("all", |a| a.help("Kill every agent")))]
     #[command(after_help = "Examples:
   hive kill alpha
   hive kill --all")]

@@ -3,14 +3,20 @@
 //! agent and a summary, otherwise a line per DAG) until every DAG
 //! of the tree (fan-out children included) is terminal. Exit 0 when all are done, 1
 //! when any failed, was cancelled or was interrupted.
+//!
+//! `--all` is every agent, except for `restart`: "restart what runs" must not start an
+//! agent an operator keeps Offline, so `restart --all` takes the agents whose
+//! `spec.wanted` is Up ([`in_all`]). A named Offline agent is still restarted (its shape
+//! is a start), and `start --all` starts every agent, explicitly.
 
 use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use hive_api::agent::Wanted;
 use hive_api::job::{JobSource, JobTemplate};
-use hive_api::{Job, JobList};
+use hive_api::{Agent, AgentList, Job, JobList};
 use serde_json::{json, Value};
 
 use super::client::{self, Client};
@@ -28,7 +34,7 @@ pub struct Args {
     #[arg(value_name = "AGENT", required_unless_present = "all", conflicts_with = "all")]
     pub agents: Vec<String>,
 
-    /// Act on every agent.
+    /// Act on every agent (each verb's help says which it takes).
     #[arg(long)]
     pub all: bool,
 
@@ -73,7 +79,7 @@ pub async fn exec(template: JobTemplate, args: Args, ctx: &Context) -> ExitCode 
 
 async fn run(template: JobTemplate, args: Args, ctx: &Context) -> Result<ExitCode> {
     let client = ctx.client()?;
-    let agents = if args.all { all_agents(&client).await? } else { args.agents };
+    let agents = if args.all { all_agents(&client, template).await? } else { args.agents };
     let created =
         client.post(JOBS, &job_body(template, &agents, args.reason.as_deref())).await.map_err(|e| {
             client::with_operation(e, format!("error when submitting a {} job", template.as_str()))
@@ -93,20 +99,27 @@ async fn run(template: JobTemplate, args: Args, ctx: &Context) -> Result<ExitCod
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// The names of every agent.
-async fn all_agents(client: &Client) -> Result<Vec<String>> {
+/// The names of the agents `--all` means for `template` (see [`in_all`]).
+async fn all_agents(client: &Client, template: JobTemplate) -> Result<Vec<String>> {
     let list = client.get("/apis/hive.dev/v1/agents").await?;
-    let names: Vec<String> = list
-        .get("items")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|a| a.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string))
-        .collect();
-    if names.is_empty() {
+    let list: AgentList = client::decode(&list, "AgentList")?;
+    if list.items.is_empty() {
         anyhow::bail!("no agents found: there is nothing to act on");
     }
+    let names: Vec<String> =
+        list.items.iter().filter(|a| in_all(template, a)).map(|a| a.metadata.name.clone()).collect();
+    if names.is_empty() {
+        anyhow::bail!(
+            "no agent is wanted Up: there is nothing to restart (`hive start --all` starts them all)"
+        );
+    }
     Ok(names)
+}
+
+/// Whether `--all` of `template` takes `agent`: every agent, except that a restart
+/// leaves out the agents kept Offline.
+fn in_all(template: JobTemplate, agent: &Agent) -> bool {
+    template != JobTemplate::Restart || agent.spec.wanted == Wanted::Up
 }
 
 /// Polls the Job tree rooted at `name`, printing progress, until every DAG in it is
@@ -169,5 +182,21 @@ mod tests {
         );
         let body = job_body(JobTemplate::Kill, &["a".into()], None);
         assert!(body["spec"].get("reason").is_none());
+    }
+
+    #[test]
+    fn all_is_every_agent_except_the_offline_ones_for_restart() {
+        let agent = |wanted: Wanted| {
+            let mut agent = Agent::new("a", Default::default());
+            agent.spec.wanted = wanted;
+            agent
+        };
+        let (up, offline) = (agent(Wanted::Up), agent(Wanted::Offline));
+        use JobTemplate::{Kill, Rebuild, Restart, Start, Stop};
+        for template in [Start, Stop, Rebuild, Kill] {
+            assert!(in_all(template, &up) && in_all(template, &offline), "{template:?}");
+        }
+        assert!(in_all(Restart, &up));
+        assert!(!in_all(Restart, &offline));
     }
 }

@@ -186,3 +186,51 @@ async fn on_a_terminal_each_agent_has_its_line_and_the_summary_names_the_failure
     assert!(long.ends_with('…'), "a line too long for the terminal is cut, marked: {context}");
     assert_eq!(shown[AGENTS.len() + 1], "5/6 done, 1 failed: researcher", "{context}");
 }
+
+// Regression (issue 26, item 7): `hive restart --all` listed every agent, so an agent
+// kept Offline on purpose was rewritten to Up and started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_all_restarts_the_agents_wanted_up_and_start_all_starts_every_one() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let agents = "/apis/hive.dev/v1/agents";
+    assert_eq!(api.post(agents, &crate::agents::agent("up", &repo, "Up")).await.code, 201);
+    assert_eq!(api.post(agents, &crate::agents::agent("down", &repo, "Offline")).await.code, 201);
+    wait_power(&api, "up", "Running").await;
+    let spawn = crate::harness::eventually("down's Spawn Job", || async {
+        let jobs = crate::agent_contract::jobs_of(&api, "down").await;
+        jobs.iter().find(|j| j["spec"]["template"] == "Spawn").map(|j| j["metadata"]["name"].clone())
+    })
+    .await;
+    let spawn = wait_terminal(&api, spawn.as_str().unwrap()).await;
+    assert_eq!(spawn["status"]["phase"], "Done", "{}", spawn["status"]);
+
+    // restart --all: only the agent wanted Up is in the Job; the Offline one stays down.
+    let out = ok(d.hive(&["restart", "--all"]));
+    let job = api.get(&format!("/apis/hive.dev/v1/jobs/{}", submitted(&out))).await.body;
+    assert_eq!(job["spec"]["agents"], json!(["up"]), "{out}");
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let down = api.get("/apis/hive.dev/v1/agents/down").await.body;
+    assert_eq!(down["spec"]["wanted"], "Offline", "{down}");
+    assert_ne!(down["status"]["power"], "Running", "{down}");
+
+    // restart NAME of an Offline agent is a start, as the document's shape says.
+    let out = ok(d.hive(&["restart", "down"]));
+    assert!(last_line(&out).starts_with("✓ Restart down: set-wanted ✓"), "{out}");
+    wait_power(&api, "down", "Running").await;
+    assert_eq!(api.get("/apis/hive.dev/v1/agents/down").await.body["spec"]["wanted"], "Up");
+
+    // start --all starts every agent, the Offline ones too.
+    ok(d.hive(&["stop", "down"]));
+    wait_power(&api, "down", "Stopped").await;
+    let out = ok(d.hive(&["start", "--all"]));
+    let job = api.get(&format!("/apis/hive.dev/v1/jobs/{}", submitted(&out))).await.body;
+    assert_eq!(job["spec"]["agents"], json!(["down", "up"]), "{out}");
+    wait_power(&api, "down", "Running").await;
+
+    // `--help` says what `--all` means for each verb (whitespace folded: clap wraps).
+    let help = |verb: &str| ok(d.hive(&[verb, "--help"])).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help("restart").contains("every agent whose spec.wanted is Up"), "{}", help("restart"));
+    assert!(help("start").contains("every agent, Offline ones too"), "{}", help("start"));
+}
