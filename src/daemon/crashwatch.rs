@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::client::events::{EventType, Recorder};
 use crate::client::{self, Api};
-use crate::runtime::{Change, Exit, Runtime, RuntimeEvent};
+use crate::runtime::{Change, Exit, Fallback, Runtime, RuntimeEvent};
 use crate::scheduler::LeasedAgents;
 use crate::store::Store;
 
@@ -139,7 +139,9 @@ pub fn spawn(store: Store, runtime: Arc<dyn Runtime>, leases: watch::Receiver<Le
             if !wanted_up || runtime.running_now(&agent) || !runtime.installed(&agent) {
                 return Restarted::NotNeeded;
             }
-            match runtime.start(&stored).await {
+            // One launch per try: the cold-start fallback is for a start after an
+            // update (Reconcile's); a crash-watch retry backs off and tries again itself.
+            match runtime.start_with(&stored, Fallback::Never).await {
                 Ok(_) => Restarted::Up,
                 Err(err) => Restarted::Failed(err.to_string()),
             }

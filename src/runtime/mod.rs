@@ -56,11 +56,18 @@ pub trait Runtime: Send + Sync {
     /// current, without starting it. Atomic: a failed create leaves nothing behind.
     fn create<'a>(&'a self, agent: &'a Agent, log: &'a dyn BuildLog) -> BoxFuture<'a, Result<Generation>>;
 
-    /// Starts the agent on its current generation, with the cold-start fallback: when
-    /// the start fails, the agent is stopped gracefully, killed, and started clean
-    /// once more; if that fails too, [`Error::ColdStart`] carries both errors. A no-op
-    /// returning the running pid when the agent already runs.
-    fn start<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Started>>;
+    /// Starts the agent on its current generation, with the cold-start fallback
+    /// ([`Fallback::ColdStart`]): Reconcile's start, which may follow an update.
+    fn start<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Started>> {
+        self.start_with(agent, Fallback::ColdStart)
+    }
+
+    /// Starts the agent on its current generation. With [`Fallback::ColdStart`], when
+    /// the start fails the agent is stopped gracefully, killed, and started clean once
+    /// more; if that fails too, [`Error::ColdStart`] carries both errors. With
+    /// [`Fallback::Never`] a failed start is the one attempt's error. A no-op returning
+    /// the running pid when the agent already runs.
+    fn start_with<'a>(&'a self, agent: &'a Agent, fallback: Fallback) -> BoxFuture<'a, Result<Started>>;
 
     /// Graceful stop: SIGTERM to the agent's process group, then SIGKILL once the
     /// graceful-stop timeout (`spec.runtime.gracefulStopSeconds`, else the driver's
@@ -188,6 +195,18 @@ pub struct Limits {
     /// How they are enforced, or why they cannot be (e.g. `cgroup v2 is not mounted at
     /// /sys/fs/cgroup`). Shown as the message of the Agent's `LimitsEnforced` condition.
     pub message: String,
+}
+
+/// Whether a failed start gets the cold-start fallback (the coordinator document's
+/// "Cold-start fallback": stop, kill, start clean).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// Retry once cleanly: a start after an update can fail on the old generation's
+    /// leftovers (Reconcile's start, the approval deploy's inline start).
+    ColdStart,
+    /// One attempt only: crash-watch's restart, which has its own backoff and must
+    /// launch the agent once per try.
+    Never,
 }
 
 /// What a successful [`Runtime::start`] reports.

@@ -221,15 +221,18 @@ async fn a_crash_loop_is_not_ready_counts_restarts_and_backs_off_without_a_job_p
     let err = fails(d.kubectl(&["wait", "--for=condition=Ready", "agent/crashy", "--timeout=3s"]));
     assert!(err.contains("timed out"), "{err}");
 
-    // The backoff holds: 1 s, 2 s, 4 s … from the last start, each try at most two
-    // starts (the start and its cold-start retry), however fast the command dies.
+    // The backoff holds: 1 s, 2 s, 4 s … from the last start, however fast the command
+    // dies; each try is one start (only the spawn's start has the cold-start retry).
     let since = began.elapsed().as_secs() as i64;
     tokio::time::sleep(Duration::from_secs(8)).await;
     let seconds = began.elapsed().as_secs() as i64;
     let count = starts(&api, "crashy").await;
-    assert!(count <= 14, "{count} starts in the {seconds} s since the spawn ({since} s to two restarts)");
     let restarts = agent_of(&api, "crashy").await["status"]["restarts"].as_u64().unwrap();
     assert!(restarts <= 6, "{restarts} restarts in {seconds} s");
+    assert!(
+        count <= 2 + restarts as i64,
+        "{count} starts for {restarts} tries in the {seconds} s since the spawn ({since} s to two restarts)"
+    );
     // No Job per try: the spawn is the only Job that names it.
     let jobs = jobs_of(&api, "crashy").await;
     let names: Vec<Value> = jobs.iter().map(|j| j["metadata"]["name"].clone()).collect();
@@ -286,4 +289,65 @@ async fn after_a_base_change_the_first_start_is_the_boot_sweeps_rebuild() {
         .filter(|j| j["spec"]["source"] == "Controller" && j["spec"]["template"] != "Spawn")
         .collect();
     assert!(others.is_empty(), "the controller started it on the old config: {others:?}");
+}
+
+// Regression (issue 26, item 6): each crash-watch retry ran the runtime's cold-start
+// fallback too, so every try launched the process twice (10 starts for 5 tries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_watch_restart_launches_the_agent_once_per_try() {
+    let d = Daemon::start();
+    let repo = config_repo(&d.dir);
+    // Each launch leaves a line in `launches`; while `crash` exists the agent exits at
+    // once (and a running one exits on its own, a crash).
+    let (launches, crash) = (d.dir.join("launches"), d.dir.join("crash"));
+    let script = format!(
+        "echo launch >> '{}'\ntrap 'exit 0' TERM\nwhile true; do [ -e '{}' ] && exit 3; sleep 0.1; done\n",
+        launches.display(),
+        crash.display()
+    );
+    std::fs::write(repo.join("run.sh"), script).unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "counts its launches"]);
+    git(&repo, &["tag", "v3"]);
+    let mut spec = crate::agents::agent("loopy", &repo, "Up");
+    spec["spec"]["config"]["rev"] = json!("v3");
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &spec).await.code, 201);
+    // No Agent controller here: crash-watch is the only thing that starts it after the
+    // spawn, so every launch past the first is one of its tries.
+    let spawn = api
+        .post(
+            "/apis/hive.dev/v1/jobs",
+            &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
+                    "spec": {"template": "Spawn", "agents": ["loopy"]}}),
+        )
+        .await;
+    assert_eq!(spawn.code, 201, "{:?}", spawn.body);
+    let spawn = wait_terminal(&api, spawn.body["metadata"]["name"].as_str().unwrap()).await;
+    assert_eq!(spawn["status"]["phase"], "Done", "{}", spawn["status"]);
+    wait_power(&api, "loopy", "Running").await;
+    let count = || std::fs::read_to_string(&launches).unwrap_or_default().lines().count();
+    assert_eq!(count(), 1);
+
+    // Crash it, and let at least one whole try fail (the second try begins only after
+    // the first one's outcome), then let it come up again.
+    std::fs::write(&crash, b"").unwrap();
+    eventually("two crash-watch tries", || async {
+        (agent_of(&api, "loopy").await["status"]["restarts"].as_u64().unwrap_or(0) >= 2).then_some(())
+    })
+    .await;
+    std::fs::remove_file(&crash).unwrap();
+    let loopy = eventually("a crash-watch try that stays up", || async {
+        let loopy = agent_of(&api, "loopy").await;
+        let crashed = condition(&loopy, "Crashed")?;
+        (crashed["status"] == "False" && loopy["status"]["power"] == "Running").then_some(loopy)
+    })
+    .await;
+    let restarts = loopy["status"]["restarts"].as_u64().unwrap() as usize;
+    assert_eq!(count(), 1 + restarts, "one launch for the spawn and one per crash-watch try ({restarts})");
+    let started = eventually("a Started event per launch", || async {
+        let n = starts(&api, "loopy").await;
+        (n as usize > restarts).then_some(n)
+    })
+    .await;
+    assert_eq!(started as usize, 1 + restarts, "Started events: one per launch");
 }

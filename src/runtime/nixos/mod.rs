@@ -104,8 +104,8 @@ use tokio::sync::broadcast;
 use self::command::CommandLine;
 use self::watch::Slot;
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Kick, Limits, LogOptions, LogStream, Observed, Result,
-    Runtime, RuntimeEvent, Started,
+    BuildLog, Change, Drain, Error, Exit, Fallback, Generation, Kick, Limits, LogOptions, LogStream,
+    Observed, Result, Runtime, RuntimeEvent, Started,
 };
 
 /// The longest container name `nixos-container` accepts.
@@ -396,8 +396,13 @@ impl NixosRuntime {
         Ok(generation)
     }
 
-    /// See [`Runtime::start`].
+    /// See [`Runtime::start`]: with the cold-start fallback.
     pub async fn start(&self, agent: &Agent) -> Result<Started> {
+        self.start_with(agent, Fallback::ColdStart).await
+    }
+
+    /// See [`Runtime::start_with`].
+    pub async fn start_with(&self, agent: &Agent, fallback: Fallback) -> Result<Started> {
         let c = self.container(agent)?;
         if self.is_active(&c).await? {
             let pid = self.main_pid(&c).await?;
@@ -416,6 +421,7 @@ impl NixosRuntime {
         let recovered_from = match self.systemctl(&c, &["start"]).await {
             Ok(_) => None,
             Err(error @ Error::Spawn { .. }) => return Err(error),
+            Err(error) if fallback == Fallback::Never => return Err(error),
             Err(first) => {
                 tracing::warn!(agent = %c.agent, error = %first, "start failed; cold-start fallback");
                 if let Err(second) = self.cold_start(&c).await {
@@ -654,8 +660,8 @@ impl Runtime for NixosRuntime {
         Box::pin(NixosRuntime::create(self, agent, log))
     }
 
-    fn start<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Started>> {
-        Box::pin(NixosRuntime::start(self, agent))
+    fn start_with<'a>(&'a self, agent: &'a Agent, fallback: Fallback) -> BoxFuture<'a, Result<Started>> {
+        Box::pin(NixosRuntime::start_with(self, agent, fallback))
     }
 
     fn stop<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {

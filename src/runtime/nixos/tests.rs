@@ -15,7 +15,7 @@ use tempfile::TempDir;
 use tokio::sync::broadcast;
 
 use super::{container_name, NixosConfig, NixosRuntime, KICK_SCRIPT};
-use crate::runtime::{Change, Drain, Error, Exit, Generation, Kick, Limits, Runtime, RuntimeEvent};
+use crate::runtime::{Change, Drain, Error, Exit, Fallback, Generation, Kick, Limits, Runtime, RuntimeEvent};
 
 /// What every stand-in starts with: the world's paths and the shared shell functions.
 const PRELUDE: &str = r#"#!/bin/sh
@@ -662,6 +662,29 @@ async fn the_cold_start_fallback_stops_kills_and_starts_again_and_keeps_both_err
                 (_, other) => panic!("{failing} failing starts: {other:?}"),
             }
         }
+    })
+    .await;
+}
+
+// Issue 26, item 6: crash-watch's retry is one `systemctl start`, never the fallback's
+// stop, kill and second start.
+#[tokio::test]
+async fn a_start_without_the_fallback_runs_one_systemctl_start() {
+    bounded(async {
+        let world = World::new();
+        let agent = world.agent("alpha");
+        world.created(&agent).await;
+        world.fail("start", 1);
+        let error = world.runtime.start_with(&agent, Fallback::Never).await.unwrap_err();
+        assert!(
+            matches!(&error, Error::Command { command, .. } if command == "systemctl start container@h-alpha"),
+            "{error}"
+        );
+        assert_eq!(
+            world.take(),
+            ["systemctl is-active --quiet container@h-alpha", "systemctl start container@h-alpha"]
+        );
+        assert!(!world.runtime.is_running(&agent).await.unwrap());
     })
     .await;
 }

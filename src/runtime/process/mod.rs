@@ -59,8 +59,8 @@ use self::generation::{generation_id, AgentDir, REV_FILE};
 use self::limits::Cgroups;
 use self::supervisor::{signal_error, signal_group, Running, SpawnRequest};
 use crate::runtime::{
-    BuildLog, Change, Drain, Error, Exit, Generation, Kick, Limits, LogOptions, LogStream, Observed, Result,
-    Runtime, RuntimeEvent, Started,
+    BuildLog, Change, Drain, Error, Exit, Fallback, Generation, Kick, Limits, LogOptions, LogStream,
+    Observed, Result, Runtime, RuntimeEvent, Started,
 };
 
 /// The signal that kicks an agent's harness after the fence is set.
@@ -262,8 +262,13 @@ impl ProcessRuntime {
         Ok(())
     }
 
-    /// See [`Runtime::start`].
+    /// See [`Runtime::start`]: with the cold-start fallback.
     pub async fn start(&self, agent: &Agent) -> Result<Started> {
+        self.start_with(agent, Fallback::ColdStart).await
+    }
+
+    /// See [`Runtime::start_with`].
+    pub async fn start_with(&self, agent: &Agent, fallback: Fallback) -> Result<Started> {
         let dir = self.dir(agent)?;
         if let Some(running) = self.running(&dir.agent) {
             return Ok(Started { pid: running.pid, recovered_from: None });
@@ -272,6 +277,7 @@ impl ProcessRuntime {
             Ok(pid) => return Ok(Started { pid, recovered_from: None }),
             // Missing settings or generation are not failed starts: retrying cannot help.
             Err(error @ (Error::Config { .. } | Error::NoGeneration { .. })) => return Err(error),
+            Err(error) if fallback == Fallback::Never => return Err(error),
             Err(error) => error,
         };
         tracing::warn!(agent = %dir.agent, error = %first, "start failed; cold-start fallback");
@@ -608,8 +614,8 @@ impl Runtime for ProcessRuntime {
         Box::pin(ProcessRuntime::create(self, agent, log))
     }
 
-    fn start<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<Started>> {
-        Box::pin(ProcessRuntime::start(self, agent))
+    fn start_with<'a>(&'a self, agent: &'a Agent, fallback: Fallback) -> BoxFuture<'a, Result<Started>> {
+        Box::pin(ProcessRuntime::start_with(self, agent, fallback))
     }
 
     fn stop<'a>(&'a self, agent: &'a Agent) -> BoxFuture<'a, Result<()>> {

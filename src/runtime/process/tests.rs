@@ -18,7 +18,7 @@ use super::limits::tests::FakeCgroupfs;
 use super::supervisor::CGROUP_JOIN_FAILED;
 use super::testing::{config_repo, git};
 use super::{ProcessConfig, ProcessRuntime};
-use crate::runtime::{Change, Drain, Error, Exit, Kick, Limits, Runtime, RuntimeEvent};
+use crate::runtime::{Change, Drain, Error, Exit, Fallback, Kick, Limits, Runtime, RuntimeEvent};
 
 const RUN_SH: &str = r#"#!/bin/sh
 if [ -n "$NO_TRAP" ]; then :; elif [ -n "$IGNORE_FENCE" ]; then trap '' USR1; else trap 'rm -f "$HIVE_FENCE"' USR1; fi
@@ -289,6 +289,30 @@ async fn a_failed_start_gets_the_cold_start_fallback_and_both_errors_when_that_f
         assert!(!rt.is_running(&always).await.unwrap());
         let log_text = std::fs::read_to_string(rt.log_files("alpha").pop().unwrap()).unwrap();
         assert!(log_text.contains("always fails"), "the agent's stderr is in its log: {log_text}");
+    })
+    .await;
+}
+
+// Issue 26, item 6: crash-watch's retry is one launch, never the fallback's two.
+#[tokio::test]
+async fn a_start_without_the_fallback_is_one_attempt() {
+    bounded(async {
+        let world = World::new();
+        let rt = &world.runtime;
+        let (_, log) = build_log();
+        let flag = world.tmp.path().join("failed-once");
+        let once = world.agent("v1", &[("FAIL_ONCE", flag.to_str().unwrap())]);
+        rt.create(&once, &log).await.unwrap();
+        // The first launch fails (and leaves the flag); no clean cold start follows it.
+        let error = rt.start_with(&once, Fallback::Never).await.unwrap_err();
+        assert!(matches!(&error, Error::StartExited { exit, .. } if exit.code == Some(3)), "{error}");
+        assert!(flag.exists());
+        assert!(!rt.is_running(&once).await.unwrap());
+        // So the next attempt is the second launch, which succeeds.
+        let started = rt.start_with(&once, Fallback::Never).await.unwrap();
+        assert!(started.recovered_from.is_none());
+        assert!(rt.is_running(&once).await.unwrap());
+        rt.stop(&once).await.unwrap();
     })
     .await;
 }
