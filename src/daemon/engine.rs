@@ -149,11 +149,13 @@ impl Engine {
         if !interrupted.is_empty() {
             tracing::warn!(jobs = ?interrupted, "marked Jobs of a previous run interrupted");
         }
+        // The history of 5 terminal Jobs per template begins with what earlier runs left.
+        let settled = crate::daemon::jobs_mirror::settled(&store);
         let run = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(crate::daemon::jobs_mirror::run_claimed(store.clone(), rx, run.clone()));
         let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
-        let scheduler = Scheduler::start(
+        let scheduler = Scheduler::start_after(
             executor,
             tx,
             SchedulerConfig {
@@ -161,6 +163,7 @@ impl Engine {
                 metrics: config.metrics.clone(),
                 ..Default::default()
             },
+            settled,
         );
         let engine = Arc::new(Engine {
             store: store.clone(),

@@ -5,7 +5,9 @@
 //! deletes Jobs that fell out of history. At daemon start, Jobs a previous run claimed
 //! and left non-terminal are marked `Interrupted`: the boot reconcile re-derives the
 //! work, and no claimed Job is ever run twice. Unclaimed Jobs (written while no daemon
-//! ran) are left for the intake, which runs them.
+//! ran) are left for the intake, which runs them. The terminal Jobs earlier runs left
+//! ([`settled`], Interrupted ones included) begin the scheduler's history, so at most 5
+//! per template stay stored across restarts too.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +15,7 @@ use hive_api::job::{Job, JobClaim, JobPhase};
 use tokio::sync::mpsc;
 
 use crate::client::{self, Api};
-use crate::scheduler::{JobSnapshot, JobUpdate};
+use crate::scheduler::{JobSnapshot, JobUpdate, SettledJob};
 use crate::store::{self, Store};
 
 /// Applies batches of scheduler updates until the scheduler drops its sender; fan-out
@@ -115,6 +117,21 @@ pub async fn mark_interrupted(store: &Store) -> client::Result<Vec<String>> {
         }
     }
     Ok(marked)
+}
+
+/// The terminal Jobs in the store, oldest first: by when they settled, then by
+/// resourceVersion (Jobs interrupted at one start share their `finishedAt`). At daemon
+/// start these are what earlier runs left, for the scheduler's history
+/// ([`Scheduler::start_after`](crate::scheduler::Scheduler::start_after)).
+pub fn settled(store: &Store) -> Vec<SettledJob> {
+    let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
+    let mut settled: Vec<Job> =
+        Api::<Job>::new(store).list().1.into_iter().filter(|j| j.status.settled()).collect();
+    settled.sort_by_cached_key(|job| (job.status.finished_at, revision(job)));
+    settled
+        .into_iter()
+        .map(|job| SettledJob { name: job.metadata.name, template: job.spec.template })
+        .collect()
 }
 
 #[cfg(test)]
@@ -235,6 +252,10 @@ mod tests {
         }
         let marked = mark_interrupted(&store).await.unwrap();
         assert_eq!(marked, ["a", "c", "e"], "claimed (or mirrored) and unfinished");
+        // The history of the next run begins with every terminal Job, the Interrupted
+        // ones (marked last, so newest) included; the one waiting for an intake is not.
+        let names: Vec<String> = settled(&store).into_iter().map(|j| j.name).collect();
+        assert_eq!(names, ["b", "a", "c", "e"]);
         assert_eq!(store.get(KIND, "a").unwrap().value()["status"]["phase"], "Interrupted");
         assert_eq!(store.get(KIND, "b").unwrap().value()["status"]["phase"], "Done");
         assert!(

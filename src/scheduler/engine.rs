@@ -18,11 +18,11 @@ use tokio::task::JoinSet;
 use super::dag::{Dag, Ending};
 use super::error::{Error, NodeError, Result};
 use super::executor::{Executor, NodeContext, NodeOutcome, NodeRun, StepSink};
-use super::history::History;
+use super::history::{History, Kept};
 use super::log::NodeLog;
 use super::resources::{would_deadlock, Resources};
 use super::snapshot::{JobSink, JobSnapshot, JobUpdate};
-use super::{CancelledJob, SchedulerConfig};
+use super::{CancelledJob, SchedulerConfig, SettledJob};
 
 /// Messages handled per turn at most, so requests stay answered under a flood of
 /// completions.
@@ -88,6 +88,34 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             touched_set: BTreeSet::new(),
             created: Vec::new(),
             removed: Vec::new(),
+        }
+    }
+
+    /// Begins the history with the terminal Jobs an earlier daemon run left in the
+    /// store, oldest first, and publishes at once the removal of those past the kept
+    /// number per template.
+    pub(super) fn adopt(&mut self, settled: Vec<SettledJob>) {
+        for job in settled {
+            let fallen = self.history.record(job.template, Kept::Stored(job.name.into()));
+            self.evict(fallen);
+        }
+        if !self.removed.is_empty() {
+            self.sink.publish(std::mem::take(&mut self.removed));
+        }
+    }
+
+    /// Drops Jobs that fell out of the history and reports each [`JobUpdate::Removed`].
+    fn evict(&mut self, fallen: Vec<Kept>) {
+        for kept in fallen {
+            match kept {
+                Kept::Dag(seq) => {
+                    if let Some(gone) = self.dags.remove(&seq) {
+                        self.names.remove(&*gone.name);
+                        self.removed.push(JobUpdate::Removed { name: gone.name.to_string() });
+                    }
+                }
+                Kept::Stored(name) => self.removed.push(JobUpdate::Removed { name: name.to_string() }),
+            }
         }
     }
 
@@ -186,6 +214,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             self.names.remove(&name);
             self.history.forget(old);
         }
+        self.history.forget_stored(&name);
         let seq = self.next_seq;
         self.next_seq += 1;
         let dag = Dag::new(seq, name.as_str().into(), Arc::new(spec), now);
@@ -336,12 +365,8 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 self.resources.release(&agent);
             }
             let template = dag.spec.template;
-            for old in self.history.record(template, seq) {
-                if let Some(gone) = self.dags.remove(&old) {
-                    self.names.remove(&*gone.name);
-                    self.removed.push(JobUpdate::Removed { name: gone.name.to_string() });
-                }
-            }
+            let fallen = self.history.record(template, Kept::Dag(seq));
+            self.evict(fallen);
         }
     }
 

@@ -40,7 +40,8 @@
 //!   no lease), each Swap deploys its own DAG's build.
 //! - **History**: the [`SchedulerConfig::history_per_template`] (5) most recent
 //!   terminal DAGs per template are kept; older ones are dropped and reported as
-//!   [`JobUpdate::Removed`].
+//!   [`JobUpdate::Removed`]. The history begins with the terminal Jobs earlier daemon
+//!   runs left ([`Scheduler::start_after`]), so the bound holds across restarts.
 //! - Each node has a **step label** and a bounded **build log** that can be followed
 //!   while it runs ([`SchedulerHandle::log`]).
 //! - The **transient guard**: [`SchedulerHandle::leased_agents`] is the set of agents
@@ -137,13 +138,37 @@ impl Scheduler {
     /// The task ends at [`SchedulerHandle::shutdown`], or once every handle is dropped
     /// and no node is running.
     pub fn start<E: Executor, S: JobSink>(executor: E, sink: S, config: SchedulerConfig) -> SchedulerHandle {
+        Scheduler::start_after(executor, sink, config, Vec::new())
+    }
+
+    /// [`Scheduler::start`] after an earlier daemon run: the history begins with
+    /// `settled`, the terminal Jobs that run left in the store, oldest first. Those past
+    /// the kept number per template are reported [`JobUpdate::Removed`] at once, before
+    /// any other update; the rest fall out as this run's Jobs settle.
+    pub fn start_after<E: Executor, S: JobSink>(
+        executor: E,
+        sink: S,
+        config: SchedulerConfig,
+        settled: Vec<SettledJob>,
+    ) -> SchedulerHandle {
         let (tx, rx) = mpsc::unbounded_channel();
         let (resources, leased) = Resources::new(config.build_slots);
         config.metrics.build_slots.set(config.build_slots as i64);
-        let engine = Engine::new(executor, sink, config, tx.downgrade(), resources);
+        let mut engine = Engine::new(executor, sink, config, tx.downgrade(), resources);
+        engine.adopt(settled);
         tokio::spawn(engine.run(rx));
         SchedulerHandle { tx, leased }
     }
+}
+
+/// A terminal Job an earlier daemon run left in the store: where the history of
+/// [`Scheduler::start_after`] begins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledJob {
+    /// The Job's name.
+    pub name: String,
+    /// Its template: the history is kept per template.
+    pub template: JobTemplate,
 }
 
 /// A cheap-to-clone handle to the scheduler task.

@@ -378,3 +378,72 @@ async fn a_cyclic_dag_of_thousands_of_nodes_is_one_small_refusal() {
     assert_eq!(after.body["items"].as_array().map(Vec::len), Some(0), "nothing written: {}", after.body);
     assert_eq!(api.get("/version").await.code, 200);
 }
+
+/// An agent whose main process does not handle the graceful kick: a Stop's Drain waits
+/// its whole `gracefulStopSeconds`, so the Stop Job stays Running until the test ends it.
+const NO_HARNESS_SH: &str = "trap 'exit 0' TERM\necho up\nwhile true; do sleep 0.1; done\n";
+
+/// The stored Jobs of `template`.
+async fn stored(api: &Api, template: &str) -> Vec<Value> {
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == template).cloned().collect()
+}
+
+// Regression (issue 26, item 5): the history of 5 terminal Jobs per template was kept in
+// memory only, so every restart began it empty — 6 Start Jobs stored after one restart,
+// and Interrupted Jobs (never in any run's memory) kept forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_terminal_jobs_per_template_are_kept_across_restarts_interrupted_ones_included() {
+    let mut d = Daemon::start();
+    let repo = config_repo(&d.dir);
+    std::fs::write(repo.join("run.sh"), NO_HARNESS_SH).unwrap();
+    git(&repo, &["commit", "--quiet", "-am", "no harness"]);
+    git(&repo, &["tag", "v3"]);
+    let mut alpha = agent("alpha", &repo, "Offline");
+    alpha["spec"]["config"]["rev"] = json!("v3");
+    alpha["spec"]["runtime"]["gracefulStopSeconds"] = json!(3600);
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &alpha).await.code, 201);
+    let (_, spawn) = run_job(&api, "Spawn", &["alpha"]).await;
+    assert_eq!(spawn["status"]["phase"], "Done", "{}", spawn["status"]);
+
+    // Six daemon runs, each with one Start that finishes and one Stop left draining when
+    // the daemon is killed (so the next run marks it Interrupted).
+    let mut last_stop = String::new();
+    for _ in 0..6 {
+        let api = d.client();
+        let (_, start) = run_job(&api, "Start", &["alpha"]).await;
+        assert_eq!(start["status"]["phase"], "Done", "{}", start["status"]);
+        wait_power(&api, "alpha", "Running").await;
+        let out = crate::harness::ok(d.hive(&["stop", "alpha", "--no-wait"]));
+        last_stop = out.split_whitespace().next().unwrap().trim_start_matches("job.hive.dev/").to_string();
+        crate::harness::eventually("the Stop draining", || async {
+            let job = api.get(&format!("/apis/hive.dev/v1/jobs/{last_stop}")).await.body;
+            let nodes = job["status"]["nodes"].as_array()?.clone();
+            nodes.iter().any(|n| n["id"] == "alpha/drain" && n["state"] == "Running").then_some(())
+        })
+        .await;
+        d.kill9();
+        d.restart();
+    }
+    // One more Start in the last run pushes out the oldest Start kept. The mirror writes
+    // the scheduler's batches in order (the boot's removals first of all, a settled
+    // Job's status before the removals it caused), so once a Job of a later batch — a
+    // Kill, of another template — is stored Done, the store is quiescent.
+    let api = d.client();
+    let (newest, start) = run_job(&api, "Start", &["alpha"]).await;
+    assert_eq!(start["status"]["phase"], "Done", "{}", start["status"]);
+    let (_, kill) = run_job(&api, "Kill", &["alpha"]).await;
+    assert_eq!(kill["status"]["phase"], "Done", "{}", kill["status"]);
+
+    let starts = stored(&api, "Start").await;
+    let stops = stored(&api, "Stop").await;
+    let names = |jobs: &[Value]| -> Vec<String> {
+        jobs.iter().map(|j| format!("{} {}", j["metadata"]["name"], j["status"]["phase"])).collect()
+    };
+    assert_eq!(starts.len(), 5, "7 Starts ran, the 5 newest are kept: {:?}", names(&starts));
+    assert!(starts.iter().any(|j| j["metadata"]["name"] == newest.as_str()), "{:?}", names(&starts));
+    assert_eq!(stops.len(), 5, "6 Stops were interrupted, the 5 newest are kept: {:?}", names(&stops));
+    assert!(stops.iter().all(|j| j["status"]["phase"] == "Interrupted"), "{:?}", names(&stops));
+    assert!(stops.iter().any(|j| j["metadata"]["name"] == last_stop.as_str()), "{:?}", names(&stops));
+}

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{
     Executor, JobUpdate, NodeContext, NodeError, NodeOutcome, NodeRun, Scheduler, SchedulerConfig,
-    SchedulerHandle,
+    SchedulerHandle, SettledJob,
 };
 
 mod props;
@@ -66,10 +66,28 @@ pub(super) struct Harness {
 
 impl Harness {
     pub(super) fn new(config: SchedulerConfig) -> Harness {
+        Harness::after(config, Vec::new())
+    }
+
+    /// A scheduler whose history begins with `settled` (an earlier run's Jobs).
+    pub(super) fn after(config: SchedulerConfig, settled: Vec<SettledJob>) -> Harness {
         let (tx, started) = mpsc::unbounded_channel();
         let (sink, updates) = mpsc::unbounded_channel();
-        let sched = Scheduler::start(Scripted(tx), sink, config);
+        let sched = Scheduler::start_after(Scripted(tx), sink, config, settled);
         Harness { sched, started, updates, running: Vec::new() }
+    }
+
+    /// The names reported removed since the last look.
+    pub(super) fn removed(&mut self) -> Vec<String> {
+        let mut removed = Vec::new();
+        while let Ok(batch) = self.updates.try_recv() {
+            for update in batch {
+                if let JobUpdate::Removed { name } = update {
+                    removed.push(name);
+                }
+            }
+        }
+        removed
     }
 
     pub(super) fn slots(slots: usize) -> Harness {

@@ -269,6 +269,33 @@ async fn history_keeps_five_terminal_dags_per_template() {
     assert!(matches!(h.sched.snapshot("r0").await, Err(Error::NotFound { .. })));
 }
 
+// Issue 26, item 5: the history began empty at every daemon start, so the Jobs of
+// earlier runs were never pruned.
+#[tokio::test]
+async fn history_begins_with_the_terminal_jobs_an_earlier_run_left() {
+    let old = |name: &str, template| SettledJob { name: name.into(), template };
+    let mut settled: Vec<SettledJob> =
+        (0..7).map(|i| old(&format!("old{i}"), JobTemplate::Reconcile)).collect();
+    settled.push(old("old-stop", JobTemplate::Stop));
+    let mut h = Harness::after(SchedulerConfig::default(), settled);
+    // At once, before anything runs: the oldest past five per template.
+    h.settle(&[]).await;
+    assert_eq!(h.removed(), ["old0", "old1"]);
+    // This run's Jobs push the earlier run's out, oldest first.
+    h.submit("r", job(JobTemplate::Reconcile, chain("a", &[Reconcile]))).await;
+    h.ok("r", "0").await;
+    assert_eq!(h.removed(), ["old2"]);
+    // A Job written again under a kept name is the new Job: it is not pruned as the
+    // old one, and counts as this run's.
+    h.submit("old3", job(JobTemplate::Reconcile, chain("a", &[Reconcile]))).await;
+    h.ok("old3", "0").await;
+    assert_eq!(h.removed(), Vec::<String>::new());
+    h.submit("r2", job(JobTemplate::Reconcile, chain("a", &[Reconcile]))).await;
+    h.ok("r2", "0").await;
+    assert_eq!(h.removed(), ["old4"]);
+    assert_eq!(h.phase("old3").await, JobPhase::Done);
+}
+
 #[tokio::test]
 async fn updates_are_batched_per_turn() {
     let mut h = Harness::slots(1);
