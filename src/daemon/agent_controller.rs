@@ -4,11 +4,13 @@
 //! managing the finalizer, and keeping `status` (observedGeneration, conditions Ready
 //! and Converged) true so that `kubectl wait --for=condition=Ready agent/x` works.
 //!
-//! It owns its Jobs: beside the Agents it watches the Jobs, and every change of a Job
-//! wakes the agents that Job stands for ([`hive_controllers::agent::touches`]; a boot
-//! sweep or meta-update wakes them all), so a reconcile waiting on a Job runs again
-//! when the Job settles, with no polling.
+//! It owns its Jobs: beside the Agents it watches the Jobs into an index by agent
+//! ([`agent_jobs`](crate::daemon::agent_jobs)), so a reconcile reads only the Jobs of
+//! its agent, and every change of a Job wakes the agents that Job stands for
+//! ([`hive_controllers::agent::touches`]; a boot sweep or meta-update wakes them all),
+//! so a reconcile waiting on a Job runs again when the Job settles, with no polling.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +22,7 @@ use hive_controllers::agent::{decide, touches, Decision, Facts, Submit, Touches}
 use hive_controllers::{Action, Config, Controller, Target};
 
 use crate::client::{self, Api};
+use crate::daemon::agent_jobs::{self, AgentJobs};
 use crate::daemon::Engine;
 use crate::submit::LiveState;
 
@@ -28,6 +31,8 @@ pub use hive_api::names::AGENT_FINALIZER as FINALIZER;
 /// Shared by every reconcile.
 pub struct Context {
     engine: Arc<Engine>,
+    /// The Jobs of each agent.
+    jobs: AgentJobs,
     /// The last power convergence the controller submitted per agent: (generation, Job).
     reconciles: Mutex<HashMap<String, (i64, String)>>,
 }
@@ -51,8 +56,13 @@ pub fn spawn(engine: Arc<Engine>) {
     let client = Api::<Agent>::new(&engine.store);
     let controller =
         Controller::new(client, Config::default()).observed_by(engine.controller_metrics.clone());
-    tokio::spawn(wake_on_jobs(Api::<Job>::new(&engine.store), controller.store(), controller.queue()));
-    let ctx = Arc::new(Context { engine, reconciles: Mutex::new(HashMap::new()) });
+    let (agents, queue) = (controller.store(), controller.queue());
+    let wake = move |job: &Job| match touches(&job.spec) {
+        Touches::All => agents.list().iter().for_each(|a| queue.add(a.metadata.name.clone())),
+        Touches::Agents(names) => names.into_iter().for_each(|name| queue.add(name)),
+    };
+    let jobs = agent_jobs::spawn(engine.store.clone(), wake);
+    let ctx = Arc::new(Context { engine, jobs, reconciles: Mutex::new(HashMap::new()) });
     tokio::spawn(controller.run(
         reconcile,
         |target: &Target<Agent>, err: &Error, _ctx: &Context| {
@@ -66,50 +76,29 @@ pub fn spawn(engine: Arc<Engine>) {
 
 pub use hive_api::agent::fingerprint;
 
-/// Watches the Jobs and queues, for each change, the agents the Job stands for.
-async fn wake_on_jobs(
-    jobs: Api<Job>,
-    agents: hive_controllers::Store<Agent>,
-    queue: hive_controllers::WorkQueue,
-) {
-    use futures_util::StreamExt;
-    use hive_controllers::Event;
-    let wake = |job: &Job| match touches(&job.spec) {
-        Touches::All => agents.list().iter().for_each(|a| queue.add(a.metadata.name.clone())),
-        Touches::Agents(names) => names.into_iter().for_each(|name| queue.add(name)),
-    };
-    let mut events = std::pin::pin!(hive_controllers::watcher(jobs, Default::default()));
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(Event::Applied(job) | Event::Deleted(job)) => wake(&job),
-            Ok(Event::Restarted(all)) => all.iter().for_each(wake),
-            Err(err) => tracing::debug!(error = %err, "the Agent controller's Job watch retries"),
-        }
-    }
-}
-
 /// A stored Job the scheduler does not know yet counts as in flight for this long: the
 /// submit layer writes the Job, then hands it to the scheduler.
 const HANDOFF_GRACE: chrono::Duration = chrono::Duration::seconds(10);
 
-/// The unfinished Jobs that touch `agent` (see [`touches`]: a boot sweep or meta-update
-/// counts for the agents it will rebuild), and when the earliest of those counted only
-/// by the handoff grace stops counting. "Unfinished" is the scheduler's word, not the
-/// stored status: a Job object written by hand (say, `kubectl apply` of a Job manifest)
-/// never ran and must not block the agent forever.
-async fn in_flight(engine: &Engine, agent: &str) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
+/// Of `jobs` (those that touch `agent`, see [`touches`]: a boot sweep or meta-update
+/// counts for the agents it will rebuild), the unfinished ones, and when the earliest of
+/// those counted only by the handoff grace stops counting. "Unfinished" is the
+/// scheduler's word, not the stored status: a Job object written by hand (say, `kubectl
+/// apply` of a Job manifest) never ran and must not block the agent forever.
+async fn in_flight(
+    engine: &Engine,
+    jobs: &[Arc<Job>],
+    agent: &str,
+) -> (Vec<(String, JobTemplate)>, Option<Duration>) {
     // Settled, not a terminal phase: a Failed Job may still run its AfterAny Reconcile.
-    let scheduled: std::collections::HashMap<String, bool> = match engine.scheduler.list().await {
-        Ok(jobs) => jobs.into_iter().map(|j| (j.name, j.finished_at.is_some())).collect(),
-        Err(_) => Default::default(),
-    };
-    let jobs = Api::<Job>::new(&engine.store).list().1;
-    unfinished(&jobs, &scheduled, engine.store.now(), agent)
+    let names = jobs.iter().map(|job| job.metadata.name.clone()).collect();
+    let scheduled = engine.scheduler.settled(names).await.unwrap_or_default();
+    unfinished(jobs, &scheduled, engine.store.now(), agent)
 }
 
 /// [`in_flight`] over given Jobs and the scheduler's phases.
 fn unfinished(
-    jobs: &[Job],
+    jobs: &[impl Borrow<Job>],
     scheduled: &HashMap<String, bool>,
     now: chrono::DateTime<chrono::Utc>,
     agent: &str,
@@ -117,7 +106,8 @@ fn unfinished(
     let mut recheck: Option<Duration> = None;
     let touching = jobs
         .iter()
-        .filter(|job| touches(&job.spec).contains(agent))
+        .map(Borrow::borrow)
+        .filter(|job: &&Job| touches(&job.spec).contains(agent))
         .filter(|job| match scheduled.get(&job.metadata.name) {
             // Until the stored status says so too: what the controller decides next
             // reads the outcome (which node failed) from the stored Job.
@@ -140,11 +130,12 @@ fn unfinished(
 
 /// Whether the newest finished Job on `agent` failed at its Reconcile node (the start),
 /// e.g. a Spawn whose command dies at once.
-fn last_start_failed(jobs: &[Job], agent: &str) -> bool {
+fn last_start_failed(jobs: &[impl Borrow<Job>], agent: &str) -> bool {
     let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
     let newest = jobs
         .iter()
-        .filter(|job| job.status.settled())
+        .map(Borrow::borrow)
+        .filter(|job: &&Job| job.status.settled())
         .filter(|job| job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent)))
         .max_by_key(|job| revision(job));
     newest.is_some_and(|job| {
@@ -165,7 +156,7 @@ fn last_start_failed(jobs: &[Job], agent: &str) -> bool {
 /// Why the newest finished Job that built `agent` (its Create or Prebuild node ran to
 /// an end) failed at that build, as "Job NAME failed to build it: ERROR"; `None` when it
 /// built (or no such Job is left in the history).
-fn last_build_failure(jobs: &[Job], agent: &str) -> Option<String> {
+fn last_build_failure(jobs: &[impl Borrow<Job>], agent: &str) -> Option<String> {
     use hive_api::job::{JobNodeKind, JobNodeState};
     let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
     let build_nodes = |job: &Job| -> Vec<String> {
@@ -180,8 +171,11 @@ fn last_build_failure(jobs: &[Job], agent: &str) -> Option<String> {
         let ran = |state: JobNodeState| matches!(state, JobNodeState::Done | JobNodeState::Failed);
         job.status.nodes.iter().any(|n| ids.contains(&n.id) && ran(n.state))
     };
-    let newest =
-        jobs.iter().filter(|job| job.status.settled() && ended(job)).max_by_key(|job| revision(job))?;
+    let newest = jobs
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|job: &&Job| job.status.settled() && ended(job))
+        .max_by_key(|job| revision(job))?;
     let ids = build_nodes(newest);
     let failed =
         newest.status.nodes.iter().find(|n| ids.contains(&n.id) && n.state == JobNodeState::Failed)?;
@@ -205,8 +199,8 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             (phase == Some(JobPhase::Failed)).then_some(generation)
         })
     };
-    let (jobs, recheck) = in_flight(engine, &name).await;
-    let stored_jobs = Api::<Job>::new(&engine.store).list().1;
+    let stored_jobs = ctx.jobs.of(&name).await;
+    let (jobs, recheck) = in_flight(engine, &stored_jobs, &name).await;
     let start_failed = last_start_failed(&stored_jobs, &name);
     let build_failure = last_build_failure(&stored_jobs, &name);
     let building = jobs

@@ -5,6 +5,7 @@
 //! `hive-controllers`).
 
 pub mod agent_controller;
+pub mod agent_jobs;
 pub mod approval_controller;
 mod boot;
 pub mod crashwatch;

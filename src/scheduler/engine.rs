@@ -35,8 +35,8 @@ pub(crate) enum Msg {
     Cancel { name: String, reply: oneshot::Sender<Result<CancelledJob>> },
     CancelChildren { name: String, reply: oneshot::Sender<Result<Vec<CancelledJob>>> },
     Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
-    Holds { name: String, reply: oneshot::Sender<bool> },
     List { reply: oneshot::Sender<Vec<JobSnapshot>> },
+    Settled { names: Vec<String>, reply: oneshot::Sender<HashMap<String, bool>> },
     Log { job: String, node: String, reply: oneshot::Sender<Result<Arc<NodeLog>>> },
     Step { seq: u64, index: u32, label: String },
     Finished { seq: u64, index: u32, result: Result<NodeOutcome, NodeError>, children: Vec<JobSpec> },
@@ -165,12 +165,15 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             Msg::Snapshot { name, reply } => {
                 let _ = reply.send(self.dag(&name).map(Dag::snapshot));
             }
-            Msg::Holds { name, reply } => {
-                let running = self.names.get(&name).and_then(|seq| self.dags.get(seq));
-                let _ = reply.send(running.is_some_and(|dag| !dag.is_finished()));
-            }
             Msg::List { reply } => {
                 let _ = reply.send(self.dags.values().map(Dag::snapshot).collect());
+            }
+            Msg::Settled { names, reply } => {
+                let held = names.into_iter().filter_map(|name| {
+                    let finished = self.dag(&name).ok()?.is_finished();
+                    Some((name, finished))
+                });
+                let _ = reply.send(held.collect());
             }
             Msg::Log { job, node, reply } => {
                 let _ = reply.send(self.log(&job, &node));

@@ -50,7 +50,7 @@
 //! The queue is in memory only, by design: after a restart the daemon marks unfinished
 //! Jobs interrupted and the boot reconcile re-derives the work.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use hive_api::job::JobTemplate;
@@ -222,8 +222,14 @@ impl SchedulerHandle {
     /// Whether a Job named `name` is queued or running (not settled): a new Job of that
     /// name waits until it settles.
     pub async fn holds_unsettled(&self, name: &str) -> Result<bool> {
-        let name = name.to_string();
-        self.ask(|reply| Msg::Holds { name, reply }).await
+        Ok(self.settled(vec![name.to_string()]).await?.get(name) == Some(&false))
+    }
+
+    /// Of the Jobs `names`, those the scheduler holds (queued, running, history), each
+    /// with whether it has settled (every node terminal): what a controller asks about
+    /// the few Jobs of its object, without a snapshot of every DAG.
+    pub async fn settled(&self, names: Vec<String>) -> Result<HashMap<String, bool>> {
+        self.ask(|reply| Msg::Settled { names, reply }).await
     }
 
     /// Every Job the scheduler holds (queued, running, history), in submit order.
