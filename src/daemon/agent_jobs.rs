@@ -13,7 +13,9 @@
 //! its watch (the store hands a batch's events to its watchers before that revision is
 //! visible), then answers. So a reconcile woken by an Agent write sees the Job written
 //! in the same transaction (a power verb's intent and its Job), exactly as the list it
-//! replaces did, and never submits that Job a second time.
+//! replaces did, and never submits that Job a second time. (While the watch waits out a
+//! backoff to relist after falling behind its buffer — rare, as the task reads it
+//! steadily — a read answers from the index as it stands.)
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock};
