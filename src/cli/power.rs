@@ -6,7 +6,7 @@
 //!
 //! `--all` is every agent, except for `restart`: "restart what runs" must not start an
 //! agent an operator keeps Offline, so `restart --all` takes the agents whose
-//! `spec.wanted` is Up ([`in_all`]). A named Offline agent is still restarted (its shape
+//! `spec.wanted` is Up (`in_all`). A named Offline agent is still restarted (its shape
 //! is a start), and `start --all` starts every agent, explicitly.
 
 use std::io::IsTerminal as _;

@@ -5,10 +5,10 @@
 //! and Converged) true so that `kubectl wait --for=condition=Ready agent/x` works.
 //!
 //! It owns its Jobs: beside the Agents it watches the Jobs into an index by agent
-//! ([`agent_jobs`](crate::daemon::agent_jobs)), so a reconcile reads only the Jobs of
-//! its agent, and every change of a Job wakes the agents that Job stands for
-//! ([`hive_controllers::agent::touches`]; a boot sweep or meta-update wakes them all),
-//! so a reconcile waiting on a Job runs again when the Job settles, with no polling.
+//! ([`agent_jobs`]), so a reconcile reads only the Jobs of its agent, and every change
+//! of a Job wakes the agents that Job stands for ([`hive_controllers::agent::touches`];
+//! a boot sweep or meta-update wakes them all), so a reconcile waiting on a Job runs
+//! again when the Job settles, with no polling.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
