@@ -1,6 +1,7 @@
 //! A model-based test of the contract: a seeded random walk of ordinary operator steps
 //! against the real daemon and a real process agent — patches of `wanted`, power verbs
-//! with and without `--no-wait`, approvals approved under one reused name, `kill -9` of the
+//! with and without `--no-wait` (and storms of them with a patch while one waits),
+//! approvals approved under one reused name, `kill -9` of the
 //! agent, new commits on its branch, daemon restarts with and without a new base — in
 //! bursts, checked at every quiescent point against what the operator may expect:
 //!
@@ -47,13 +48,22 @@ enum Step {
     Approve(usize),
     KillAgent,
     PushCommit,
-    Restart { new_base: bool },
+    Restart {
+        new_base: bool,
+    },
+    /// Two power verbs with `--no-wait` (the second queues behind the first, which holds
+    /// the agent's lease through its drain), then a patch of `wanted`: an edit while a
+    /// Job waits.
+    Storm(&'static str, &'static str, &'static str),
 }
 
 impl Step {
     fn pick(rng: &mut Rng) -> Step {
-        match rng.below(20) {
-            0..=3 => Step::Patch(if rng.below(2) == 0 { "Up" } else { "Offline" }),
+        let wanted = |rng: &mut Rng| if rng.below(2) == 0 { "Up" } else { "Offline" };
+        let verb = |rng: &mut Rng| ["start", "stop", "restart"][rng.below(3) as usize];
+        match rng.below(22) {
+            0..=3 => Step::Patch(wanted(rng)),
+            20 | 21 => Step::Storm(verb(rng), verb(rng), wanted(rng)),
             4..=10 => {
                 let verb = ["start", "stop", "restart"][rng.below(3) as usize];
                 Step::Power(verb, rng.below(3) != 0)
@@ -169,6 +179,17 @@ async fn random_operator_walks_keep_the_contract() {
                     if resolved["status"]["phase"] == "Deployed" {
                         model.commit = commits[which].clone();
                     }
+                }
+                Step::Storm(first, second, wanted) => {
+                    for verb in [first, second] {
+                        let out = d.hive(&[verb, "alpha", "--no-wait"]);
+                        assert!(out.status.success(), "{walked:?}: {}", String::from_utf8_lossy(&out.stderr));
+                    }
+                    let patch = format!(r#"{{"spec":{{"wanted":"{wanted}"}}}}"#);
+                    let out = d.kubectl(&["patch", "agent", "alpha", "--type", "merge", "-p", &patch]);
+                    assert!(out.status.success(), "{walked:?}: {}", String::from_utf8_lossy(&out.stderr));
+                    model.wanted = wanted;
+                    model.spec["wanted"] = json!(wanted);
                 }
                 Step::KillAgent => {
                     for pid in agent_pids(&d.dir.join("agents/alpha")) {
