@@ -44,8 +44,9 @@ impl RuntimeExecutor {
         Ok(sha)
     }
 
-    /// Renders the meta flake for every agent the lock knows plus `agent` at `sha`, and
-    /// commits it when anything changed (one fused commit).
+    /// Locks `agent` at `sha` (one fused commit when anything changed): an agent the lock
+    /// already pins is relocked (`Hive-Op: relock`); a new one is registered by rendering
+    /// the meta flake for every agent the lock knows plus it (`Hive-Op: sync`).
     async fn register(
         &self,
         gate: &Gate,
@@ -53,6 +54,10 @@ impl RuntimeExecutor {
         sha: &str,
     ) -> Result<Option<crate::meta::CommitId>, NodeError> {
         let name = agent.metadata.name.as_str();
+        if self.deploy.meta.locked(name).await.is_some() {
+            let url = source_url(&agent.spec.config.repo);
+            return self.deploy.meta.relock(gate, name, &url, sha).await.map_err(failed);
+        }
         let mut inputs = locked_inputs(&self.store, &self.deploy.meta, name).await;
         inputs.push(AgentInput {
             name: name.to_string(),
@@ -95,6 +100,14 @@ impl RuntimeExecutor {
                     self.deploy.resolver.resolve(&agent, &log).await.map_err(failed)?
                 };
                 updates.push((input.clone(), rev));
+            }
+            if let [(input, rev)] = updates.as_slice() {
+                if input == "hive" {
+                    // The hive base alone: its own commit kind (`Hive-Op: hive-bump`).
+                    let commit = self.deploy.meta.lock_update_hive(&gate, rev).await.map_err(failed)?;
+                    let changed = if commit.is_some() { vec![input.clone()] } else { Vec::new() };
+                    return Ok(crate::meta::LockBump { commit, changed });
+                }
             }
             self.deploy.meta.lock_update(&gate, &updates).await.map_err(failed)
         };

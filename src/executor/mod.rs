@@ -515,6 +515,9 @@ while true; do sleep 0.1; done
             assert_eq!(deploy.markers.read("alpha").unwrap().rev, v2);
             let trail = deploy.meta.log(Some("alpha"), 10).await.unwrap();
             assert!(trail.len() >= 2, "spawn registration and the v2 relock: {trail:?}");
+            let ops: Vec<&str> = trail.iter().map(|e| e.op.as_str()).collect();
+            assert_eq!(ops[0], "relock", "a rebuild relocks the agent it had registered: {ops:?}");
+            assert_eq!(ops.last(), Some(&"sync"), "the spawn registered it: {ops:?}");
 
             let (phase, _) = world.run(JobTemplate::Kill).await;
             assert_eq!(phase, "Done");

@@ -368,7 +368,7 @@ async fn the_boot_sweep_rebuilds_stale_agents_and_a_quiet_boot_commits_nothing()
     wait_power(&api, "alpha", "Running").await;
     let all = ok(d.hive(&["audit", "-o", "json"]));
     let top: Value = serde_json::from_str(&all).unwrap();
-    assert_eq!(top["items"][0]["op"], "lock-update", "the hive input was bumped: {top}");
+    assert_eq!(top["items"][0]["op"], "hive-bump", "the hive input was bumped: {top}");
     assert_ne!(head(&d), old_head);
 
     // The deferred agent's next start rebuilds first, against the bumped base.
