@@ -57,6 +57,67 @@ pub fn dropin(cpu_quota: &str, memory_max: &str) -> String {
     format!("[Service]\nCPUQuota={cpu_quota}\nMemoryMax={memory_max}\n")
 }
 
+/// The properties `systemctl show` is asked for after the drop-in is written, to see
+/// that the unit took it.
+pub const SHOW_LIMITS: &str = "--property=CPUQuotaPerSecUSec,MemoryMax";
+
+/// Compares what `systemctl show` answered for [`SHOW_LIMITS`] with what the drop-in
+/// asks for; `Err` says what differs (the drop-in is then not in effect: not enforced).
+pub fn verify(shown: &str, cpu_quota: &str, memory_max: &str) -> std::result::Result<(), String> {
+    let value = |key: &str| {
+        shown.lines().find_map(|l| l.strip_prefix(key).and_then(|l| l.strip_prefix('='))).map(str::trim)
+    };
+    let cpu_want = cpu_quota.strip_suffix('%').and_then(|n| n.parse::<u64>().ok()).map(|pct| pct * 10_000);
+    let cpu_shown = value("CPUQuotaPerSecUSec");
+    let memory_want = byte_size(memory_max);
+    let memory_shown = value("MemoryMax");
+    let cpu_ok = cpu_want.is_some() && cpu_shown.and_then(timespan_us) == cpu_want;
+    let memory_ok = memory_want.is_some() && memory_shown.and_then(byte_size) == memory_want;
+    if cpu_ok && memory_ok {
+        return Ok(());
+    }
+    Err(format!(
+        "systemd reports CPUQuotaPerSecUSec={} MemoryMax={} for the unit, not the drop-in's \
+         CPUQuota={cpu_quota} MemoryMax={memory_max}",
+        cpu_shown.unwrap_or("(none)"),
+        memory_shown.unwrap_or("(none)")
+    ))
+}
+
+/// A systemd time span as `systemctl show` prints it (`500ms`, `1s`, `1.500000s`,
+/// `2min 30s`), in microseconds; `None` for `infinity` or anything else.
+fn timespan_us(text: &str) -> Option<u64> {
+    let mut total = 0f64;
+    for part in text.split_whitespace() {
+        let split = part.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (number, unit) = part.split_at(split);
+        let number: f64 = number.parse().ok()?;
+        let scale = match unit {
+            "us" | "µs" => 1.0,
+            "ms" => 1e3,
+            "s" => 1e6,
+            "min" => 60e6,
+            "h" => 3600e6,
+            _ => return None,
+        };
+        total += number * scale;
+    }
+    (total > 0.0).then_some(total.round() as u64)
+}
+
+/// A byte size in systemd's 1024-based form (`2G`, `512M`, `1073741824`); `None` for
+/// `infinity`.
+fn byte_size(text: &str) -> Option<u64> {
+    let (digits, shift) = match text.as_bytes().last()? {
+        b'K' => (&text[..text.len() - 1], 10),
+        b'M' => (&text[..text.len() - 1], 20),
+        b'G' => (&text[..text.len() - 1], 30),
+        b'T' => (&text[..text.len() - 1], 40),
+        _ => (text, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
 /// The `EXTRA_NSPAWN_FLAGS="…"` line for the agent's
 /// `spec.runtime.nixosContainer.nspawnFlags` (empty when it sets none).
 pub fn flags_line(agent: &Agent) -> Result<String> {
@@ -189,5 +250,15 @@ mod tests {
         agent.spec.resources.memory_max = Some("512M".into());
         assert_eq!(limits(&agent, &config).unwrap(), ("150%".to_string(), "512M".to_string()));
         assert_eq!(dropin("150%", "512M"), "[Service]\nCPUQuota=150%\nMemoryMax=512M\n");
+        for (shown, cpu, memory, ok) in [
+            ("CPUQuotaPerSecUSec=1.500000s\nMemoryMax=536870912\n", "150%", "512M", true),
+            ("CPUQuotaPerSecUSec=500ms\nMemoryMax=4294967296\n", "50%", "4G", true),
+            ("CPUQuotaPerSecUSec=2s\nMemoryMax=2147483648\n", "200%", "2G", true),
+            ("CPUQuotaPerSecUSec=infinity\nMemoryMax=infinity\n", "200%", "2G", false),
+            ("CPUQuotaPerSecUSec=1s\nMemoryMax=2147483648\n", "200%", "2G", false),
+            ("", "200%", "2G", false),
+        ] {
+            assert_eq!(verify(shown, cpu, memory).is_ok(), ok, "{shown:?} against {cpu} {memory}");
+        }
     }
 }

@@ -552,12 +552,16 @@ impl NixosRuntime {
         write_atomically(&c.agent, &conf, dropin::replace_flags_line(&text, &flags).as_bytes())?;
         let reload = CommandLine::new("systemctl").arg("daemon-reload");
         command::run(&c.agent, &reload, self.path()).await?;
-        Ok(Limits {
-            cpu_quota,
-            memory_max,
-            enforced: true,
-            message: format!("systemd drop-in {}", dropin_path.display()),
-        })
+        // Enforced only when systemd says the unit took the drop-in.
+        let shown = self.systemctl(&c, &["show", dropin::SHOW_LIMITS]).await;
+        let verified = shown
+            .map_err(|e| e.to_string())
+            .and_then(|shown| dropin::verify(&shown, &cpu_quota, &memory_max));
+        let (enforced, message) = match verified {
+            Ok(()) => (true, format!("systemd drop-in {}", dropin_path.display())),
+            Err(why) => (false, format!("systemd drop-in {} written, but {why}", dropin_path.display())),
+        };
+        Ok(Limits { cpu_quota, memory_max, enforced, message })
     }
 
     /// See [`Runtime::write_permissions`]: `tool-groups.json` and `capabilities.json`

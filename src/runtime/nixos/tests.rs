@@ -24,6 +24,7 @@ CONF='@TMP@/conf'
 ROOTS='@TMP@/roots'
 PROFILES='@TMP@/profiles'
 META='@TMP@/meta'
+SYSTEMD='@TMP@/systemd'
 prog=$(basename "$0")
 # The kick script (many lines) is recorded by name, and only when it is the driver's.
 kick=$(cat "$STATE/kick-script")
@@ -143,6 +144,22 @@ if [ "$#" -eq 3 ] && [ "$1" = kill ] && [ "$2" = --signal=KILL ]; then
 fi
 if [ "$#" -eq 4 ] && [ "$1" = show ] && [ "$2" = --property=MainPID ] && [ "$3" = --value ]; then
   unit "$4"; if [ "$(state "$c")" = active ]; then echo 4242; else echo 0; fi; exit 0
+fi
+if [ "$#" -eq 3 ] && [ "$1" = show ] && [ "$2" = --property=CPUQuotaPerSecUSec,MemoryMax ]; then
+  # What systemd makes of the drop-in, in its own units; state/limits-ignored plays a host
+  # whose unit does not take it.
+  unit "$3"; d="$SYSTEMD/container@$c.service.d/hive-limits.conf"
+  if [ -f "$STATE/limits-ignored" ] || [ ! -f "$d" ]; then
+    echo "CPUQuotaPerSecUSec=infinity"; echo "MemoryMax=infinity"; exit 0
+  fi
+  pct=$(sed -n 's/^CPUQuota=\([0-9]*\)%$/\1/p' "$d"); us=$((pct * 10000))
+  if [ $((us % 1000000)) -eq 0 ]; then echo "CPUQuotaPerSecUSec=$((us / 1000000))s"
+  elif [ "$us" -ge 1000000 ]; then printf 'CPUQuotaPerSecUSec=%d.%06ds\n' $((us / 1000000)) $((us % 1000000))
+  else echo "CPUQuotaPerSecUSec=$((us / 1000))ms"; fi
+  m=$(sed -n 's/^MemoryMax=//p' "$d")
+  case "$m" in *K) b=$(( ${m%K} * 1024 )) ;; *M) b=$(( ${m%M} * 1048576 )) ;; *G) b=$(( ${m%G} * 1073741824 )) ;;
+    *T) b=$(( ${m%T} * 1099511627776 )) ;; *) b=$m ;; esac
+  echo "MemoryMax=$b"; exit 0
 fi
 if [ "$#" -eq 3 ] && [ "$1" = show ] && [ "$2" = --property=ActiveState,MainPID,ActiveEnterTimestamp ]; then
   unit "$3"; s=$(state "$c")
@@ -551,6 +568,7 @@ async fn first_spawn_creates_writes_the_dropin_and_the_flags_line_then_starts() 
             [
                 "nixos-container create h-alpha --flake <tmp>/meta#alpha",
                 "systemctl daemon-reload",
+                "systemctl show --property=CPUQuotaPerSecUSec,MemoryMax container@h-alpha",
                 "systemctl is-active --quiet container@h-alpha",
                 "systemctl start container@h-alpha",
                 "systemctl show --property=MainPID --value container@h-alpha",
@@ -570,7 +588,20 @@ async fn first_spawn_creates_writes_the_dropin_and_the_flags_line_then_starts() 
             std::fs::read_to_string(world.path("conf/h-alpha.conf")).unwrap(),
             "PRIVATE_NETWORK=1\nHOST_ADDRESS=10.233.0.1\nEXTRA_NSPAWN_FLAGS=\"\"\nAUTO_START=0\n"
         );
-        assert_eq!(world.take(), ["systemctl daemon-reload"]);
+        assert_eq!(
+            world.take(),
+            [
+                "systemctl daemon-reload",
+                "systemctl show --property=CPUQuotaPerSecUSec,MemoryMax container@h-alpha"
+            ]
+        );
+        // A unit that did not take the drop-in: written, but not reported enforced.
+        std::fs::write(world.path("state/limits-ignored"), "").unwrap();
+        let limits = rt.write_limits(&plain).await.unwrap();
+        assert!(!limits.enforced, "{limits:?}");
+        assert!(limits.message.contains("CPUQuotaPerSecUSec=infinity"), "{}", limits.message);
+        std::fs::remove_file(world.path("state/limits-ignored")).unwrap();
+        world.take();
         for dir in [dropin.parent().unwrap().to_path_buf(), world.path("conf")] {
             let names: Vec<String> = std::fs::read_dir(dir)
                 .unwrap()
