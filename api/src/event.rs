@@ -65,6 +65,14 @@ pub struct Event {
     /// When it last happened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_timestamp: Option<Time>,
+    /// When it first happened, to the microsecond (events of one second are ordered by
+    /// it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_time: Option<crate::meta::MicroTime>,
+    /// Its repeats, once it happened more than once: how often and when last, to the
+    /// microsecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub series: Option<EventSeries>,
     /// Which component reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<EventSource>,
@@ -110,6 +118,18 @@ pub struct ObjectReference {
     /// A part of the object, e.g. `spec.nodes{prebuild}`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub field_path: String,
+}
+
+/// The repeats of an event (events.k8s.io's `series`, also on core/v1 Events).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSeries {
+    /// How many times it happened.
+    #[serde(default)]
+    pub count: i32,
+    /// When it last happened, to the microsecond.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_observed_time: Option<crate::meta::MicroTime>,
 }
 
 /// The component that reported an event.

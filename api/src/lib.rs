@@ -27,7 +27,7 @@ pub use agent::{Agent, AgentList, AgentSpec, AgentStatus};
 pub use approval::{Approval, ApprovalList, ApprovalSpec, ApprovalStatus};
 pub use fleet_command::{FleetCommand, FleetCommandList, FleetCommandSpec, FleetCommandStatus};
 pub use job::{Job, JobList, JobSpec, JobStatus};
-pub use meta::{Condition, ConditionStatus, ListMeta, ObjectMeta, Status, Time, WatchEvent};
+pub use meta::{Condition, ConditionStatus, ListMeta, MicroTime, ObjectMeta, Status, Time, WatchEvent};
 pub use node::{Node, NodeList, NodeSpec, NodeStatus};
 pub use provider::{Provider, ProviderList, ProviderSpec, ProviderStatus};
 pub use resource::{Column, HasSpec, HasStatus, KindInfo, Object, Resource};

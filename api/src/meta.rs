@@ -61,6 +61,42 @@ impl utoipa::PartialSchema for Time {
 
 impl ToSchema for Time {}
 
+/// A point in time with microsecond precision, serialized as RFC 3339 in UTC with six
+/// fractional digits (`2026-11-29T14:39:19.123456Z`), as Kubernetes `metav1.MicroTime`
+/// is: what orders events that happen within one second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MicroTime(pub DateTime<Utc>);
+
+impl Serialize for MicroTime {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.to_rfc3339_opts(SecondsFormat::Micros, true))
+    }
+}
+
+impl<'de> Deserialize<'de> for MicroTime {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| MicroTime(t.with_timezone(&Utc)))
+            .map_err(|e| serde::de::Error::custom(format!("invalid RFC 3339 time {text:?}: {e}")))
+    }
+}
+
+impl utoipa::PartialSchema for MicroTime {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+            .description(Some(
+                "An RFC 3339 timestamp in UTC with microsecond precision, e.g. 2026-11-29T14:39:19.123456Z.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for MicroTime {}
+
 /// Metadata every persisted object carries. Names are DNS-1123 labels; every kind is
 /// cluster-scoped. The server owns `uid`, `resourceVersion`, `generation`,
 /// `creationTimestamp`, `deletionTimestamp` and `managedFields`; values a client sends

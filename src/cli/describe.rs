@@ -315,7 +315,7 @@ fn events_table(w: &mut Writer, events: &[Value], now: DateTime<Utc>) {
     let last_keys = ["/lastTimestamp", "/eventTime", "/firstTimestamp", "/metadata/creationTimestamp"];
     let first_keys = ["/firstTimestamp", "/eventTime", "/lastTimestamp", "/metadata/creationTimestamp"];
     let mut sorted: Vec<&Value> = events.iter().collect();
-    sorted.sort_by_key(|e| time(e, &last_keys).and_then(|t| DateTime::parse_from_rfc3339(&t).ok()));
+    sorted.sort_by(|a, b| super::events::order(a, b));
     w.line(0, "Events:");
     w.line(1, "Type\tReason\tAge\tFrom\tMessage");
     w.line(1, "----\t------\t----\t----\t-------");

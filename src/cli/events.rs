@@ -1,6 +1,6 @@
 //! `hive events [--for KIND/NAME] [--types T,…] [-w]`: the Events about one object, or
-//! all of them, oldest first (`lastTimestamp`, else `eventTime`, `firstTimestamp`,
-//! `creationTimestamp`; then name), as `kubectl events` prints them: `LAST SEEN`, `TYPE`,
+//! all of them, oldest first (`series.lastObservedTime`, else `eventTime`, `lastTimestamp`,
+//! `firstTimestamp`, `creationTimestamp`; then resourceVersion, then name), as `kubectl events` prints them: `LAST SEEN`, `TYPE`,
 //! `REASON`, `OBJECT`, `MESSAGE`. On a terminal (or with `COLUMNS` exported) the MESSAGE
 //! is cut with `…` so each line fits the width; `-o wide`, a pipe and a file get the full
 //! text. `-w` follows new ones.
@@ -163,23 +163,37 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// When an event last happened: `lastTimestamp`, else `eventTime` (events.k8s.io),
-/// `firstTimestamp`, `metadata.creationTimestamp`.
+/// When an event last happened, as precisely as it says: `series.lastObservedTime` (a
+/// repeat, to the microsecond), else `eventTime` (to the microsecond), else
+/// `lastTimestamp`, `firstTimestamp`, `metadata.creationTimestamp` (to the second).
 fn seen(event: &Value) -> Option<DateTime<Utc>> {
-    ["/lastTimestamp", "/eventTime", "/firstTimestamp", "/metadata/creationTimestamp"]
-        .iter()
-        .filter_map(|p| event.pointer(p).and_then(Value::as_str))
-        .find_map(|t| DateTime::parse_from_rfc3339(t).ok())
-        .map(|t| t.with_timezone(&Utc))
+    [
+        "/series/lastObservedTime",
+        "/eventTime",
+        "/lastTimestamp",
+        "/firstTimestamp",
+        "/metadata/creationTimestamp",
+    ]
+    .iter()
+    .filter_map(|p| event.pointer(p).and_then(Value::as_str))
+    .find_map(|t| DateTime::parse_from_rfc3339(t).ok())
+    .map(|t| t.with_timezone(&Utc))
 }
 
-/// Oldest first, then by name; events with no time at all first.
-pub fn sort(events: &mut [Value]) {
+/// The order events are shown in: when they last happened (see `seen`), then by
+/// `resourceVersion` (the order they were written), then by name; events with no time at
+/// all first.
+pub fn order(a: &Value, b: &Value) -> Ordering {
+    let version = |e: &Value| {
+        e.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse::<u64>().ok())
+    };
     let name = |e: &Value| hive_api::meta::name_of(e).to_string();
-    events.sort_by(|a, b| match seen(a).cmp(&seen(b)) {
-        Ordering::Equal => name(a).cmp(&name(b)),
-        other => other,
-    });
+    seen(a).cmp(&seen(b)).then_with(|| version(a).cmp(&version(b))).then_with(|| name(a).cmp(&name(b)))
+}
+
+/// Sorts events oldest first, by [`order`].
+pub fn sort(events: &mut [Value]) {
+    events.sort_by(order);
 }
 
 /// Prints event rows: the header once, columns aligned with the rows before them, and
@@ -294,6 +308,34 @@ mod tests {
         sort(&mut events);
         let names: Vec<&str> = events.iter().map(|e| e["metadata"]["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["z", "e", "a", "b"]);
+    }
+
+    /// Within one second the microsecond times decide (a repeat's last one over its
+    /// first), then the order of writes: `Spawned` came out after `Started` when only
+    /// whole seconds and names were compared.
+    #[test]
+    fn within_one_second_microseconds_then_writes_decide() {
+        let at = |name: &str, rv: &str, micro: Option<&str>, series: Option<&str>| {
+            let mut e = event(name, Some("2026-11-29T14:59:00Z"), name);
+            e["metadata"]["resourceVersion"] = json!(rv);
+            if let Some(micro) = micro {
+                e["eventTime"] = json!(micro);
+            }
+            if let Some(last) = series {
+                e["series"] = json!({"count": 2, "lastObservedTime": last});
+            }
+            e
+        };
+        let mut events = vec![
+            at("a-started", "12", Some("2026-11-29T14:59:00.700000Z"), None),
+            at("z-spawned", "11", Some("2026-11-29T14:59:00.200000Z"), None),
+            at("m-backoff", "9", Some("2026-11-29T14:59:00.100000Z"), Some("2026-11-29T14:59:00.900000Z")),
+            at("c-second", "20", None, None),
+            at("b-first", "19", None, None),
+        ];
+        sort(&mut events);
+        let names: Vec<&str> = events.iter().map(|e| e["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["b-first", "c-second", "z-spawned", "a-started", "m-backoff"]);
     }
 
     #[test]

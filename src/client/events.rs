@@ -54,7 +54,8 @@ impl Recorder {
         let meta = object.metadata();
         let uid = meta.uid.clone().unwrap_or_default();
         let event_name = event_name(K::KIND, &meta.name, &uid, reason, message);
-        let now = Time(self.events.store().now());
+        let at = self.events.store().now();
+        let (now, micro) = (Time(at), hive_api::MicroTime(at));
         let event = Event {
             api_version: Event::API_VERSION.into(),
             kind: Event::KIND.into(),
@@ -73,13 +74,17 @@ impl Recorder {
             count: Some(1),
             first_timestamp: Some(now),
             last_timestamp: Some(now),
+            event_time: Some(micro),
+            series: None,
             source: Some(EventSource { component: self.component.clone(), ..Default::default() }),
             reporting_component: self.component.clone(),
             reporting_instance: String::new(),
         };
         let fold = |e: &mut Event| {
-            e.count = Some(e.count.unwrap_or(1).saturating_add(1));
+            let count = e.count.unwrap_or(1).saturating_add(1);
+            e.count = Some(count);
             e.last_timestamp = Some(now);
+            e.series = Some(hive_api::event::EventSeries { count, last_observed_time: Some(micro) });
         };
         for _ in 0..2 {
             match self.events.patch(&event_name, fold).await {
@@ -153,6 +158,15 @@ mod tests {
         assert_eq!(crashed.value()["type"], "Warning");
         let decoded: Event = crashed.decode().unwrap();
         assert!(hive_api::resource::validate(&decoded).is_empty());
+        // Microsecond times: the first occurrence, and the repeat's in its series.
+        let first = crashed.value()["eventTime"].as_str().unwrap().to_string();
+        let last = crashed.value()["series"]["lastObservedTime"].as_str().unwrap().to_string();
+        assert_eq!((first.len(), last.len()), (27, 27), "{first} {last}: six fractional digits");
+        assert!(last >= first);
+        assert_eq!(crashed.value()["series"]["count"], 2);
+        let started = events.iter().find(|e| e.value()["reason"] == "Started").unwrap();
+        assert!(started.value()["eventTime"].as_str().unwrap() >= last.as_str());
+        assert!(started.value().get("series").is_none(), "a single occurrence has no series");
 
         assert_eq!(recorder.expire(Duration::from_secs(3600)).await.unwrap(), 0);
         assert_eq!(recorder.expire(Duration::ZERO).await.unwrap(), 2);
