@@ -194,7 +194,10 @@ pub async fn take(
     let job = match claim(store, live, run, name).await? {
         Claim::Won(job) => job,
         Claim::Lost(job) => return Ok(Taken::Elsewhere(job)),
-        Claim::Refused(job, why) => return Ok(Taken::Failed { job, why: Refusal::Expand(why) }),
+        Claim::Refused(job, why) => {
+            scheduler.settled_elsewhere(vec![settled(&job)]);
+            return Ok(Taken::Failed { job, why: Refusal::Expand(why) });
+        }
     };
     match scheduler.submit(name, job.spec.clone()).await {
         Ok(()) => Ok(Taken::Scheduled(job)),
@@ -204,10 +207,16 @@ pub async fn take(
                 .patch_status(name, |status| mark_failed(status, store, message.clone()))
                 .await?
                 .into_inner();
+            scheduler.settled_elsewhere(vec![settled(&marked)]);
             Ok(Taken::Failed { job: marked, why: Refusal::Schedule(err) })
         }
         Err(err) => Err(Error::Scheduler(err)),
     }
+}
+
+/// What the scheduler's history counts of a Job that settled without it.
+pub fn settled(job: &Job) -> scheduler::SettledJob {
+    scheduler::SettledJob { name: job.metadata.name.clone(), template: job.spec.template }
 }
 
 /// Cancels Job `name` if it is still waiting for an intake: a status write conditional

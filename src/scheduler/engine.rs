@@ -37,6 +37,7 @@ pub(crate) enum Msg {
     Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
     List { reply: oneshot::Sender<Vec<JobSnapshot>> },
     Settled { names: Vec<String>, reply: oneshot::Sender<HashMap<String, bool>> },
+    Adopt { jobs: Vec<SettledJob> },
     Log { job: String, node: String, reply: oneshot::Sender<Result<Arc<NodeLog>>> },
     Step { seq: u64, index: u32, label: String },
     Finished { seq: u64, index: u32, result: Result<NodeOutcome, NodeError>, children: Vec<JobSpec> },
@@ -96,6 +97,8 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     /// number per template.
     pub(super) fn adopt(&mut self, settled: Vec<SettledJob>) {
         for job in settled {
+            // Once per name: a Job deleted and settled again under its name is one Job.
+            self.history.forget_stored(&job.name);
             let fallen = self.history.record(job.template, Kept::Stored(job.name.into()));
             self.evict(fallen);
         }
@@ -168,6 +171,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             Msg::List { reply } => {
                 let _ = reply.send(self.dags.values().map(Dag::snapshot).collect());
             }
+            Msg::Adopt { jobs } => self.adopt(jobs),
             Msg::Settled { names, reply } => {
                 let held = names.into_iter().filter_map(|name| {
                     let finished = self.dag(&name).ok()?.is_finished();

@@ -232,6 +232,13 @@ impl SchedulerHandle {
         self.ask(|reply| Msg::Settled { names, reply }).await
     }
 
+    /// Counts Jobs that settled without reaching this scheduler (refused by the intake,
+    /// cancelled before a claim) in the history of their template, so the bound of terminal
+    /// Jobs per template holds for them too: the oldest past it are removed.
+    pub fn settled_elsewhere(&self, jobs: Vec<SettledJob>) {
+        let _ = self.tx.send(Msg::Adopt { jobs });
+    }
+
     /// Every Job the scheduler holds (queued, running, history), in submit order.
     pub async fn list(&self) -> Result<Vec<JobSnapshot>> {
         self.ask(|reply| Msg::List { reply }).await

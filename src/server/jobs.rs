@@ -205,7 +205,10 @@ async fn cancel(
             }
         }
         match job_intake::cancel_unclaimed(&state.store, &name).await.map_err(intake_error)? {
-            Some(_) => {
+            Some(cancelled) => {
+                if let Some(engine) = &state.engine {
+                    engine.scheduler.settled_elsewhere(vec![job_intake::settled(&cancelled)]);
+                }
                 cancelled_names = vec![name.clone()];
                 break;
             }

@@ -238,3 +238,35 @@ async fn a_job_deleted_and_created_again_under_its_name_runs_again_on_every_path
     uids.dedup();
     assert_eq!(uids.len(), 6, "each create ran as a Job of its own");
 }
+
+/// Item 5, for the Jobs that never reach the scheduler: refused by the intake (their
+/// agent does not exist) they are stored Failed, and used to pile up for the daemon's
+/// whole run; they count in their template's five like any other terminal Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_jobs_are_kept_five_per_template_too() {
+    let d = Daemon::start();
+    let api = d.client();
+    for i in 0..7 {
+        let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": format!("ghost-{i}")},
+                         "spec": {"template": "Stop", "agents": ["ghost"]}});
+        let file = d.dir.join(format!("ghost-{i}.json"));
+        std::fs::write(&file, job.to_string()).unwrap();
+        ok(d.hive(&["apply", "-f", file.to_str().unwrap()]));
+        let failed = wait_terminal(&api, &format!("ghost-{i}")).await;
+        assert_eq!(failed["status"]["phase"], "Failed", "{}", failed["status"]);
+    }
+    let kept = crate::harness::eventually("the two oldest refused Jobs to be removed", || {
+        let api = api.clone();
+        async move {
+            let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+            let names: Vec<String> = jobs["items"]
+                .as_array()?
+                .iter()
+                .filter_map(|j| j["metadata"]["name"].as_str().map(str::to_string))
+                .collect();
+            (names.len() <= 5).then_some(names)
+        }
+    })
+    .await;
+    assert_eq!(kept, ["ghost-2", "ghost-3", "ghost-4", "ghost-5", "ghost-6"]);
+}
