@@ -207,6 +207,12 @@ impl Resource for Approval {
             ),
         }
 
+        if let Some(summary) = &spec.summary {
+            validation::text(errors, "spec.summary", summary);
+        }
+        if let Some(reason) = &spec.decision.reason {
+            validation::text(errors, "spec.decision.reason", reason);
+        }
         let payload = &spec.payload;
         let wants = |field: &str| match field {
             "commit" => matches!(kind, ApprovalKind::ApplyCommit | ApprovalKind::MergeConfigPr),

@@ -496,6 +496,9 @@ impl Resource for Job {
         if let Some(approval) = &spec.approval {
             validation::name(errors, "spec.approval", approval);
         }
+        if let Some(reason) = &spec.reason {
+            validation::text(errors, "spec.reason", reason);
+        }
         validation::tokens(errors, "spec.inputs", &spec.inputs);
         for (i, agent) in spec.agents.iter().enumerate() {
             validation::name(errors, &format!("spec.agents[{i}]"), agent);

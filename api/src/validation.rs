@@ -210,6 +210,25 @@ fn label_value(value: &str, allow_empty: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// The most bytes a free-text field a client writes may hold (an Approval's `summary`
+/// and decision `reason`, a Job's `reason`): enough for a paragraph, not a payload.
+pub const MAX_TEXT_BYTES: usize = 4096;
+
+/// The most bytes an object's JSON may take, as etcd's default request limit
+/// (`--max-request-bytes`, 1.5 MiB): what kube-apiserver could not store either.
+pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// Checks a free-text field against [`MAX_TEXT_BYTES`].
+pub fn text(errors: &mut Errors, field: &str, value: &str) {
+    if value.len() > MAX_TEXT_BYTES {
+        errors.push(
+            field,
+            Reason::TooLong,
+            format!("{} bytes, must be at most {MAX_TEXT_BYTES}", value.len()),
+        );
+    }
+}
+
 /// Validates label keys and values.
 pub fn labels(errors: &mut Errors, field: &str, labels: &BTreeMap<String, String>) {
     for (k, v) in labels {

@@ -228,10 +228,12 @@ fn decider(approval: &Approval) -> String {
 async fn submit(engine: &Engine, approval: &Approval, job: &str) -> Result<(), String> {
     let name = approval.metadata.name.as_str();
     let target = approval.spec.target.clone().unwrap_or_default();
-    let reason = Some(format!(
-        "approval {name}: {}",
-        approval.spec.summary.clone().unwrap_or_else(|| approval.spec.kind.as_str().to_string())
-    ));
+    // The Job's reason is one line: the summary's first line, shortened.
+    let summary = approval.spec.summary.as_deref().and_then(|s| s.lines().next()).unwrap_or_default();
+    let summary = if summary.is_empty() { approval.spec.kind.as_str() } else { summary };
+    let short: String = summary.chars().take(200).collect();
+    let ellipsis = if short.len() < summary.len() { "…" } else { "" };
+    let reason = Some(format!("approval {name}: {short}{ellipsis}"));
     let result = match approval.spec.kind {
         ApprovalKind::ApplyCommit | ApprovalKind::MergeConfigPr => {
             let request = DagRequest {

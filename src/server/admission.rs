@@ -17,17 +17,29 @@ use crate::fleet::providers::keys::KeySources;
 
 pub use hive_api::names::{DECIDED_AT, DECIDED_BY};
 
+/// How many undecided approvals one agent's token may have open at once: an agent asks
+/// for a few config changes at a time; more is a runaway (each is stored and shown to
+/// every operator until decided).
+pub const MAX_PENDING_APPROVALS_PER_AGENT: usize = 16;
+
 /// What admission looks up beyond the request itself.
 pub struct Facts<'a> {
     agent_exists: Box<dyn Fn(&str) -> bool + 'a>,
+    pending_approvals: Box<dyn Fn(&str) -> usize + 'a>,
     key_sources: &'a KeySources,
 }
 
 impl<'a> Facts<'a> {
     /// `agent_exists` says whether an agent of that name is stored; `key_sources` is
-    /// what Providers may read on this host.
+    /// what Providers may read on this host. No approval is pending.
     pub fn new(agent_exists: impl Fn(&str) -> bool + 'a, key_sources: &'a KeySources) -> Facts<'a> {
-        Facts { agent_exists: Box::new(agent_exists), key_sources }
+        Facts { agent_exists: Box::new(agent_exists), pending_approvals: Box::new(|_| 0), key_sources }
+    }
+
+    /// `pending` counts the undecided approvals an agent requested.
+    pub fn with_pending_approvals(mut self, pending: impl Fn(&str) -> usize + 'a) -> Facts<'a> {
+        self.pending_approvals = Box::new(pending);
+        self
     }
 }
 
@@ -48,11 +60,36 @@ pub fn check(
     if subresource.is_some() {
         return Ok(());
     }
+    let size = json_size(new);
+    if size > hive_api::validation::MAX_OBJECT_BYTES {
+        return Err(ApiError::ObjectTooLarge {
+            kind: kind.kind.to_string(),
+            size,
+            limit: hive_api::validation::MAX_OBJECT_BYTES,
+        });
+    }
     match kind.plural {
-        "approvals" => approval(principal, old, new, &facts.agent_exists),
+        "approvals" => approval(principal, old, new, facts),
         "providers" => provider(old, new, facts.key_sources),
         _ => Ok(()),
     }
+}
+
+/// How many bytes `value` takes as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// A Provider write, admitted: see [`provider_key_sources`].
@@ -123,12 +160,8 @@ fn map_of<'a>(object: &'a mut Value, field: &str) -> ApiResult<&'a mut Map<Strin
         .ok_or_else(|| ApiError::BadRequest(format!("{field}: must be an object")))
 }
 
-fn approval(
-    principal: &Principal,
-    old: Option<&Value>,
-    new: &mut Value,
-    agent_exists: &dyn Fn(&str) -> bool,
-) -> ApiResult<()> {
+fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value, facts: &Facts<'_>) -> ApiResult<()> {
+    let agent_exists = &facts.agent_exists;
     let incoming = typed(new)?;
     let stored = old.map(typed).transpose()?;
     let name = incoming.metadata.name.clone();
@@ -162,6 +195,13 @@ fn approval(
         // approval could then never be deleted.
         if !incoming.metadata.finalizers.is_empty() {
             return Err(forbidden("cannot set finalizers (it could never remove them)".into()));
+        }
+        let pending = (facts.pending_approvals)(agent);
+        if pending >= MAX_PENDING_APPROVALS_PER_AGENT {
+            return Err(forbidden(format!(
+                "exceeded quota: {pending} of its approvals are undecided, the most an agent may have \
+                 open ({MAX_PENDING_APPROVALS_PER_AGENT}); an operator decides or deletes them first"
+            )));
         }
         map_of(new, "spec")?.insert("requestedBy".into(), json!(agent));
     } else if old.is_none() && incoming.spec.requested_by.as_deref().is_none_or(str::is_empty) {

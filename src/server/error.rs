@@ -71,6 +71,18 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The object the write would store is larger than an object may be.
+    #[error(
+        "request entity too large: the {kind} would take {size} bytes as JSON, more than the {limit} an object may take"
+    )]
+    ObjectTooLarge {
+        /// The kind, e.g. `Approval`.
+        kind: String,
+        /// Its size as JSON.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The request's content type is not one the route accepts.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -142,7 +154,7 @@ impl ApiError {
             }
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -189,7 +201,7 @@ impl ApiError {
             }
             ApiError::BadRoute => ("NotFound", None),
             ApiError::BadRequest(_) => ("BadRequest", None),
-            ApiError::TooLarge { .. } => ("RequestEntityTooLarge", None),
+            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => ("RequestEntityTooLarge", None),
             ApiError::UnsupportedMediaType(_) => ("UnsupportedMediaType", None),
             ApiError::MethodNotAllowed => ("MethodNotAllowed", None),
             ApiError::Unauthorized => ("Unauthorized", None),

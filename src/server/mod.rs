@@ -166,7 +166,25 @@ impl AppState {
     /// What admission looks up for a write: the stored agents, the key sources.
     pub fn admission_facts(&self) -> admission::Facts<'_> {
         admission::Facts::new(|agent| self.store.get("agents", agent).is_some(), self.key_sources())
+            .with_pending_approvals(|agent| pending_approvals(&self.store, agent))
     }
+}
+
+/// The approvals `agent` requested that are not decided yet (the quota of
+/// `admission::MAX_PENDING_APPROVALS_PER_AGENT`).
+fn pending_approvals(store: &Store, agent: &str) -> usize {
+    store
+        .list("approvals")
+        .1
+        .iter()
+        .filter(|a| {
+            let a = a.value();
+            a.pointer("/spec/requestedBy").and_then(serde_json::Value::as_str) == Some(agent)
+                && a.pointer("/spec/decision/state")
+                    .and_then(serde_json::Value::as_str)
+                    .is_none_or(|s| s == "Pending")
+        })
+        .count()
 }
 
 /// Every authenticated route, each method with the verb it needs.

@@ -44,5 +44,6 @@ mod mcp;
 mod metrics;
 mod power;
 mod pty;
+mod quotas;
 mod readme;
 mod vastai;
