@@ -1,6 +1,8 @@
 //! Running the `git` CLI in the meta repo: one place that fixes the identity and the
 //! environment, so no global or system git configuration (signing, hooks, a default
-//! branch, an inherited `GIT_DIR`) can change what hive commits.
+//! branch, an inherited `GIT_DIR`) can change what hive commits; and that names the
+//! repository (`GIT_DIR`, `GIT_WORK_TREE`, a ceiling), so a torn `.git` is an error and
+//! never sends git to a repository above the state dir.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,6 +10,7 @@ use std::process::Stdio;
 use tokio::process::Command;
 
 use super::{Error, Result};
+use crate::runtime::process::git::{confine, Repo};
 
 /// The identity every meta commit and tag carries.
 const IDENTITY: [&str; 8] = [
@@ -19,23 +22,6 @@ const IDENTITY: [&str; 8] = [
     "commit.gpgsign=false",
     "-c",
     "tag.gpgsign=false",
-];
-
-/// Variables a parent process (a git hook, a user shell) may have set that would point
-/// git at another repository, index or identity.
-const INHERITED: [&str; 12] = [
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_COMMON_DIR",
-    "GIT_NAMESPACE",
-    "GIT_AUTHOR_NAME",
-    "GIT_AUTHOR_EMAIL",
-    "GIT_AUTHOR_DATE",
-    "GIT_COMMITTER_NAME",
-    "GIT_COMMITTER_EMAIL",
-    "GIT_COMMITTER_DATE",
 ];
 
 /// The meta repo's work tree, as git sees it.
@@ -76,16 +62,13 @@ impl Git {
         let mut cmd = Command::new("git");
         cmd.args(IDENTITY)
             .args(args)
-            .current_dir(&self.dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("LC_ALL", "C")
             .stdin(Stdio::null())
             .kill_on_drop(true);
-        for name in INHERITED {
-            cmd.env_remove(name);
-        }
+        confine(&mut cmd, Repo::WorkTree(&self.dir));
         let output = cmd.output().await.map_err(|source| Error::Spawn {
             command: command.clone(),
             dir: self.dir.clone(),

@@ -17,6 +17,8 @@ mod error;
 mod files;
 mod git;
 mod lock;
+#[cfg(test)]
+mod power_cut_tests;
 mod render;
 pub mod resolve;
 #[cfg(test)]

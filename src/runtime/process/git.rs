@@ -3,8 +3,14 @@
 //! resolving the wanted rev to a commit there, and checking that commit out into a
 //! fresh generation directory (`git clone --no-checkout` from the mirror, then
 //! `git checkout --detach`). Every command's stderr is kept for the error message.
+//!
+//! Every git command hive runs names its repository ([`Repo`], [`confine`]): a mirror or
+//! a checkout whose `HEAD` a power cut emptied is then an error, never a reason for git
+//! to look for a repository in the directories above it (the operator's checkout that
+//! holds the state dir).
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use tokio::process::Command;
@@ -19,14 +25,14 @@ pub async fn sync_mirror(agent: &str, repo: &str, mirror: &Path, log: &dyn Build
     let resolved = resolve_relative(repo);
     let url = resolved.as_str();
     if mirror.join("HEAD").exists() {
-        let dir = mirror;
+        let repo = Repo::Bare(mirror);
         // The stored remote follows `spec.config.repo` when the user changes it.
-        git(agent, dir, &["remote", "set-url", "origin", url], log).await?;
-        git(agent, dir, &["fetch", "--quiet", "--prune", "--force", "origin"], log).await?;
+        git(agent, repo, &["remote", "set-url", "origin", url], log).await?;
+        git(agent, repo, &["fetch", "--quiet", "--prune", "--force", "origin"], log).await?;
     } else {
         let parent = mirror.parent().unwrap_or(mirror);
         let target = mirror.to_string_lossy();
-        git(agent, parent, &["clone", "--quiet", "--mirror", "--", url, &target], log).await?;
+        git(agent, Repo::None(parent), &["clone", "--quiet", "--mirror", "--", url, &target], log).await?;
     }
     Ok(())
 }
@@ -48,7 +54,8 @@ fn resolve_relative(repo: &str) -> String {
 pub async fn resolve(agent: &str, mirror: &Path, rev: Option<&str>, log: &dyn BuildLog) -> Result<String> {
     let spec = format!("{}^{{commit}}", rev.unwrap_or("HEAD"));
     let out =
-        git(agent, mirror, &["rev-parse", "--verify", "--quiet", "--end-of-options", &spec], log).await?;
+        git(agent, Repo::Bare(mirror), &["rev-parse", "--verify", "--quiet", "--end-of-options", &spec], log)
+            .await?;
     Ok(out.trim().to_string())
 }
 
@@ -83,6 +90,7 @@ pub async fn diff_summary(
     log: &dyn BuildLog,
 ) -> Result<DiffSummary> {
     let range = format!("{base}..{head}");
+    let mirror = Repo::Bare(mirror);
     let count = git(agent, mirror, &["rev-list", "--count", "--end-of-options", &range], log).await?;
     let commits = git(
         agent,
@@ -115,30 +123,104 @@ pub async fn checkout(agent: &str, mirror: &Path, sha: &str, dir: &Path, log: &d
     let parent = dir.parent().unwrap_or(dir);
     let source = mirror.to_string_lossy();
     let target = dir.to_string_lossy();
-    git(agent, parent, &["clone", "--quiet", "--no-checkout", "--", &source, &target], log).await?;
-    git(agent, dir, &["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha], log)
+    git(agent, Repo::None(parent), &["clone", "--quiet", "--no-checkout", "--", &source, &target], log)
         .await?;
+    git(
+        agent,
+        Repo::WorkTree(dir),
+        &["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", sha],
+        log,
+    )
+    .await?;
     Ok(())
 }
 
-/// Runs `git <args>` in `dir`, logging the command line, and returns its stdout.
-async fn git(agent: &str, dir: &Path, args: &[&str], log: &dyn BuildLog) -> Result<String> {
+/// The repository a git command works on, named explicitly.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Repo<'a> {
+    /// A bare repository (a mirror): this directory is the git dir.
+    Bare(&'a Path),
+    /// A work tree with its git dir at `<dir>/.git`.
+    WorkTree(&'a Path),
+    /// No repository: a command that makes one (`clone`, `init`), run in this directory.
+    None(&'a Path),
+}
+
+impl Repo<'_> {
+    /// The directory the command runs in.
+    pub fn dir(&self) -> &Path {
+        match self {
+            Repo::Bare(dir) | Repo::WorkTree(dir) | Repo::None(dir) => dir,
+        }
+    }
+}
+
+/// Variables a parent process (a git hook, a user shell) may have set that would point
+/// git at another repository, index, object store or identity.
+const INHERITED: [&str; 13] = [
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+];
+
+/// Points `cmd` at exactly `repo`: runs it in the repo's directory with `GIT_DIR` (and
+/// `GIT_WORK_TREE`) set, so git never discovers a repository by walking up; and with
+/// `GIT_CEILING_DIRECTORIES` at the directory's parent, so a command without a
+/// repository (`clone`) looks at no directory above the one it runs in, not even for
+/// configuration. Variables inherited from a parent process that would redirect git are
+/// removed.
+pub(crate) fn confine(cmd: &mut Command, repo: Repo<'_>) {
+    let dir = repo.dir();
+    for name in INHERITED {
+        cmd.env_remove(name);
+    }
+    cmd.current_dir(dir).env("GIT_CEILING_DIRECTORIES", ceiling(dir));
+    match repo {
+        Repo::Bare(git_dir) => {
+            cmd.env("GIT_DIR", git_dir);
+        }
+        Repo::WorkTree(work_tree) => {
+            cmd.env("GIT_DIR", work_tree.join(".git")).env("GIT_WORK_TREE", work_tree);
+        }
+        Repo::None(_) => {}
+    }
+}
+
+/// The ceiling for a command run in `dir`: its parent (git never enters the ceiling when
+/// walking up, so it looks at `dir` itself only), made absolute.
+fn ceiling(dir: &Path) -> OsString {
+    let absolute = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir().map(|cwd| cwd.join(dir)).unwrap_or_else(|_| dir.to_path_buf())
+    };
+    absolute.parent().map(PathBuf::from).unwrap_or(absolute).into_os_string()
+}
+
+/// Runs `git <args>` in `repo`, logging the command line, and returns its stdout.
+async fn git(agent: &str, repo: Repo<'_>, args: &[&str], log: &dyn BuildLog) -> Result<String> {
     let command = format!("git {}", args.join(" "));
     log.line(&format!("$ {command}"));
-    let output = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output()
-        .await
-        .map_err(|source| Error::Spawn {
-            agent: agent.into(),
-            command: command.clone(),
-            dir: dir.into(),
-            source,
-        })?;
+    let dir = repo.dir();
+    let mut cmd = Command::new("git");
+    cmd.args(args).env("GIT_TERMINAL_PROMPT", "0").stdin(Stdio::null()).kill_on_drop(true);
+    confine(&mut cmd, repo);
+    let output = cmd.output().await.map_err(|source| Error::Spawn {
+        agent: agent.into(),
+        command: command.clone(),
+        dir: dir.into(),
+        source,
+    })?;
     let stderr = String::from_utf8_lossy(&output.stderr);
     for line in stderr.lines() {
         log.line(line);
@@ -153,4 +235,45 @@ async fn git(agent: &str, dir: &Path, args: &[&str], log: &dyn BuildLog) -> Resu
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::process::testing;
+
+    #[tokio::test]
+    async fn a_mirror_with_a_torn_head_is_an_error_not_the_enclosing_repo() {
+        // The state dir (with its mirrors) inside the operator's checkout.
+        let tmp = tempfile::tempdir().unwrap();
+        let checkout = tmp.path();
+        testing::git(checkout, &["init", "--quiet", "-b", "trunk"]);
+        std::fs::write(checkout.join("README"), "the operator's project\n").unwrap();
+        testing::git(checkout, &["add", "README"]);
+        testing::git(checkout, &["commit", "--quiet", "-m", "operator"]);
+        let operators = testing::git(checkout, &["rev-parse", "HEAD"]);
+        std::fs::create_dir_all(checkout.join(".hive/mirrors")).unwrap();
+        let config = testing::config_repo(&checkout.join(".hive"), "echo VERSION");
+        let mirror = checkout.join(".hive/mirrors/a.git");
+        let log = |_: &str| {};
+        sync_mirror("a", &config.to_string_lossy(), &mirror, &log).await.unwrap();
+        let v2 = resolve("a", &mirror, Some("v2"), &log).await.unwrap();
+        assert_ne!(v2, operators);
+
+        // A cut empties the mirror's HEAD: resolving is an error, never the checkout's
+        // commit; a fetch and a diff fail too, and nothing lands in the checkout's repo.
+        std::fs::write(mirror.join("HEAD"), "").unwrap();
+        let refs = testing::git(checkout, &["for-each-ref"]);
+        match resolve("a", &mirror, None, &log).await {
+            Ok(sha) => assert_ne!(sha, operators, "resolved the enclosing repository's HEAD"),
+            Err(error) => assert!(error.to_string().contains("not a git repository"), "{error}"),
+        }
+        let _ = sync_mirror("a", &config.to_string_lossy(), &mirror, &log).await;
+        assert!(diff_summary("a", &mirror, &operators, &operators, &log).await.is_err());
+        assert_eq!(testing::git(checkout, &["for-each-ref"]), refs);
+        assert!(
+            !testing::git(checkout, &["remote"]).contains("origin"),
+            "a remote was added to the checkout"
+        );
+    }
 }
