@@ -6,6 +6,7 @@ pub mod cli;
 pub mod client;
 pub mod daemon;
 pub mod dashboard;
+pub mod durable;
 pub mod executor;
 pub mod fleet;
 pub mod host;

@@ -1,49 +1,20 @@
 //! Crash-safe writes of state files that may hold secrets (token hashes, private keys,
 //! kubeconfigs): the file appears whole with its final mode, or not at all.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Mode for files that hold secrets: owner read/write only.
 pub(crate) const SECRET_MODE: u32 = 0o600;
 /// Mode for public material such as certificates.
 pub(crate) const PUBLIC_MODE: u32 = 0o644;
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory is created
-/// with `mode` already set (so the content is never readable under a wider mode), written,
-/// fsynced, renamed over `path`, and the directory is fsynced so the rename survives a crash.
+/// Writes `bytes` to `path` atomically and durably with `mode` already set (so the
+/// content is never readable under a wider mode): see [`crate::durable::write_atomic`].
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}.{}",
-        file_name.to_string_lossy(),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        // Best effort: a leftover temporary file would only waste space, but it may hold
-        // a secret, so try not to leave it behind.
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    crate::durable::write_atomic(path, bytes, mode)
 }
 
 /// Creates `dir` (and missing parents) with mode 0700 when it does not exist yet. An

@@ -42,18 +42,16 @@ impl Markers {
         serde_json::from_slice(&bytes).ok()
     }
 
-    /// Records the agent's marker (temp file + rename).
+    /// Records the agent's marker (temp file + rename, both synced: the boot sweep after
+    /// a power cut reads what the last acknowledged deploy wrote).
     pub fn write(&self, agent: &str, marker: &Marker) -> io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let path = self.path(agent);
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(marker).expect("a marker serializes"))?;
-        std::fs::rename(&tmp, &path)
+        let bytes = serde_json::to_vec(marker).expect("a marker serializes");
+        crate::durable::write_atomic(&self.path(agent), &bytes, 0o644)
     }
 
     /// Removes a deleted agent's marker.
     pub fn remove(&self, agent: &str) {
-        let _ = std::fs::remove_file(self.path(agent));
+        let _ = crate::durable::remove_file(&self.path(agent));
     }
 
     /// The directory.

@@ -146,38 +146,33 @@ pub(super) async fn read_optional(path: &Path) -> Result<Option<Vec<u8>>> {
     }
 }
 
-/// Writes `bytes` to `path` atomically, or removes `path` (and its directory, once
-/// empty) for `None`.
+/// Writes `bytes` to `path` atomically and durably, or removes `path` (and its
+/// directory, once empty) for `None`; either way the directories involved are synced,
+/// so what the following commit records is on disk.
 pub(super) async fn put(path: &Path, bytes: Option<&[u8]>) -> Result<()> {
-    let Some(bytes) = bytes else {
-        match tokio::fs::remove_file(path).await {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(source) => return Err(Error::Io { action: "removing", path: path.to_path_buf(), source }),
-        }
-        // A directory that still holds someone else's file stays; that is not ours.
-        if let Some(parent) = path.parent() {
-            let _ = tokio::fs::remove_dir(parent).await;
-        }
-        return Ok(());
-    };
+    let path = path.to_path_buf();
+    let bytes = bytes.map(<[u8]>::to_vec);
+    tokio::task::spawn_blocking(move || put_blocking(&path, bytes.as_deref()))
+        .await
+        .map_err(|join| Error::Interrupted { reason: join.to_string() })?
+}
+
+fn put_blocking(path: &Path, bytes: Option<&[u8]>) -> Result<()> {
     let io = |action, path: &Path| {
         let path = path.to_path_buf();
         move |source| Error::Io { action, path, source }
     };
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(io("creating", parent))?;
-    }
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.hive-tmp"));
-    let write = async {
-        let mut file = tokio::fs::File::create(&temp).await?;
-        tokio::io::AsyncWriteExt::write_all(&mut file, bytes).await?;
-        file.sync_all().await
+    let Some(bytes) = bytes else {
+        crate::durable::remove_file(path).map_err(io("removing", path))?;
+        // A directory that still holds someone else's file stays; that is not ours.
+        if let Some(parent) = path.parent() {
+            if std::fs::remove_dir(parent).is_ok() {
+                if let Some(grandparent) = parent.parent() {
+                    crate::durable::sync_dir(grandparent).map_err(io("syncing", grandparent))?;
+                }
+            }
+        }
+        return Ok(());
     };
-    if let Err(source) = write.await {
-        let _ = tokio::fs::remove_file(&temp).await;
-        return Err(Error::Io { action: "writing", path: temp, source });
-    }
-    tokio::fs::rename(&temp, path).await.map_err(io("replacing", path))
+    crate::durable::write_atomic(path, bytes, 0o644).map_err(io("writing", path))
 }

@@ -1,9 +1,11 @@
 //! Running the `git` CLI in the meta repo: one place that fixes the identity and the
 //! environment, so no global or system git configuration (signing, hooks, a default
-//! branch, an inherited `GIT_DIR`) can change what hive commits; and that names the
+//! branch, an inherited `GIT_DIR`) can change what hive commits; that names the
 //! repository (`GIT_DIR`, `GIT_WORK_TREE`, a ceiling), so a torn `.git` is an error and
-//! never sends git to a repository above the state dir.
+//! never sends git to a repository above the state dir; and that makes everything a
+//! command wrote durable before the command counts as done.
 
+use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -24,6 +26,25 @@ const IDENTITY: [&str; 8] = [
     "tag.gpgsign=false",
 ];
 
+/// git fsyncs every object, pack, ref and index it writes, with a real `fsync`; an
+/// automatic gc runs inside the command that triggers it (not detached into the
+/// background), so what it writes is synced with the command (see [`sync_repo`] for
+/// what `core.fsync` does not cover).
+const DURABILITY: [&str; 8] = [
+    "-c",
+    "core.fsync=all",
+    "-c",
+    "core.fsyncMethod=fsync",
+    "-c",
+    "gc.autoDetach=false",
+    "-c",
+    "maintenance.autoDetach=false",
+];
+
+/// Commands that never write in the repository; every other one is followed by
+/// [`sync_repo`].
+const READ_ONLY: [&str; 7] = ["rev-parse", "log", "cat-file", "for-each-ref", "ls-tree", "rev-list", "show"];
+
 /// The meta repo's work tree, as git sees it.
 #[derive(Debug, Clone)]
 pub(super) struct Git {
@@ -39,6 +60,11 @@ pub(super) struct Output {
 impl Git {
     pub fn new(dir: &Path) -> Git {
         Git { dir: dir.to_path_buf() }
+    }
+
+    /// The repository's git dir, `<dir>/.git`.
+    pub fn git_dir(&self) -> PathBuf {
+        self.dir.join(".git")
     }
 
     /// Runs `git <args>` and returns its stdout; a non-zero exit is an error carrying
@@ -61,6 +87,7 @@ impl Git {
         let command = format!("git {}", args.join(" "));
         let mut cmd = Command::new("git");
         cmd.args(IDENTITY)
+            .args(DURABILITY)
             .args(args)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -74,6 +101,15 @@ impl Git {
             dir: self.dir.clone(),
             source,
         })?;
+        // A failed command may have written too (objects, an index), and hive acts on
+        // what it left, so it is synced either way.
+        if writes(args) {
+            let git_dir = self.git_dir();
+            tokio::task::spawn_blocking(move || sync_repo(&git_dir))
+                .await
+                .map_err(|join| Error::Interrupted { reason: join.to_string() })?
+                .map_err(|source| Error::Io { action: "syncing", path: self.git_dir(), source })?;
+        }
         let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         Ok((Output { success: output.status.success(), stdout }, command, stderr))
@@ -136,5 +172,82 @@ impl Git {
         let mut args = vec!["reset", "--quiet", "--"];
         args.extend(paths.iter().map(String::as_str));
         self.run(&args).await.map(drop)
+    }
+}
+
+/// Whether `git <args>` may write in the repository.
+fn writes(args: &[&str]) -> bool {
+    match args.first() {
+        Some(&"tag") => !args.contains(&"--list"),
+        Some(command) => !READ_ONLY.contains(command),
+        None => false,
+    }
+}
+
+/// Makes what a git command wrote survive a power cut. `core.fsync` has git fsync the
+/// objects, packs, refs and index it writes, but not `HEAD` or `config` (written by
+/// `init`), the reflogs, nor any directory: a new loose object's `objects/xx/`, a new
+/// ref's `refs/...` or the rename of `index.lock` onto `index` can be lost while the
+/// file's contents were synced. So every file of `.git` outside `objects/` (a few, plus
+/// one per ref) and every directory down to `objects/xx/` is fsynced, and the work tree
+/// that holds `.git`; an fsync of what is already on disk costs a system call.
+pub(super) fn sync_repo(git_dir: &Path) -> io::Result<()> {
+    let objects = git_dir.join("objects");
+    for entry in std::fs::read_dir(git_dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if path == objects {
+            continue;
+        }
+        if entry.file_type()?.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            // A lock file git is renaming right now may be gone already.
+            ignore_missing(crate::durable::sync_file(&path))?;
+        }
+    }
+    match std::fs::read_dir(&objects) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    crate::durable::sync_dir(&entry.path())?;
+                }
+            }
+            crate::durable::sync_dir(&objects)?;
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    crate::durable::sync_dir(git_dir)?;
+    if let Some(work_tree) = git_dir.parent() {
+        crate::durable::sync_dir(work_tree)?;
+    }
+    Ok(())
+}
+
+/// fsyncs every file and directory under `dir` (a missing `dir` is fine).
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            sync_tree(&entry.path())?;
+        } else {
+            // A lock file git is renaming right now may be gone already.
+            ignore_missing(crate::durable::sync_file(&entry.path()))?;
+        }
+    }
+    crate::durable::sync_dir(dir)
+}
+
+fn ignore_missing(result: io::Result<()>) -> io::Result<()> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
     }
 }

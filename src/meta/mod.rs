@@ -182,7 +182,7 @@ impl Meta {
     pub async fn open(config: MetaConfig) -> Result<Meta> {
         let hive_source = Source::parse(&config.hive_url)?;
         let dir = config.dir.clone();
-        tokio::fs::create_dir_all(&dir).await.map_err(|source| Error::Io {
+        crate::durable::create_dir_all(&dir).map_err(|source| Error::Io {
             action: "creating",
             path: dir.clone(),
             source,
@@ -595,11 +595,30 @@ async fn read_lock(dir: &Path) -> Result<Lock> {
     Lock::parse(&path, &bytes)
 }
 
-/// Puts `paths` back to their committed content in the index and the work tree.
+/// Puts `paths` back to their committed content in the index and the work tree, and
+/// syncs them (git syncs the index, not the work tree's files).
 async fn restore_from_head(git: &Git, paths: &[String]) -> Result<()> {
     let mut args = vec!["checkout", "HEAD", "--"];
     args.extend(paths.iter().map(String::as_str));
-    git.run(&args).await.map(drop)
+    git.run(&args).await?;
+    let dir = git.git_dir().parent().map(Path::to_path_buf).unwrap_or_default();
+    let paths = paths.to_vec();
+    tokio::task::spawn_blocking(move || {
+        for path in paths {
+            let path = dir.join(path);
+            for synced in [Some(path.as_path()), path.parent()].into_iter().flatten() {
+                match crate::durable::sync_file(synced) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(Error::Io { action: "syncing", path: synced.to_path_buf(), source: e })
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|join| Error::Interrupted { reason: join.to_string() })?
 }
 
 impl Inner {

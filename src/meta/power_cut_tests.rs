@@ -84,3 +84,69 @@ async fn a_torn_meta_head_never_sends_git_to_an_enclosing_repo() {
     }
     assert_eq!(snapshot(checkout), before, "hive's git commands changed the enclosing repository");
 }
+
+/// Every file and directory under `dir` (`.git` included) with what tells a change: inode,
+/// size and modification time.
+fn tree(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, (u64, u64, i64, i64, bool)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        }
+        out.insert(path, (meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec(), meta.is_dir()));
+    }
+    out
+}
+
+/// What an operation changed that a power cut could lose unless hive synced it: every
+/// new or changed directory, and every new or changed file in `.git` but its objects
+/// (git fsyncs those itself, `core.fsync`). A removed entry shows as its directory's change.
+fn unsynced(
+    before: &std::collections::BTreeMap<std::path::PathBuf, (u64, u64, i64, i64, bool)>,
+    meta: &Path,
+) -> Vec<String> {
+    let synced = crate::durable::synced::take();
+    let objects = meta.join(".git/objects");
+    tree(meta)
+        .into_iter()
+        .filter(|(path, stat)| before.get(path) != Some(stat))
+        .filter(|(path, stat)| stat.4 || (path.starts_with(meta.join(".git")) && !path.starts_with(&objects)))
+        .filter(|(path, _)| !synced.contains(path))
+        .map(|(path, _)| path.strip_prefix(meta).unwrap().display().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn every_meta_operation_syncs_what_it_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(".hive/meta");
+    std::fs::create_dir_all(&dir).unwrap();
+    crate::durable::synced::take();
+    let mut before = tree(&dir);
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    let mut problems = Vec::new();
+    let mut check = |step: &str, before: &mut _| {
+        let missed = unsynced(before, &dir);
+        if !missed.is_empty() {
+            problems.push(format!("{step}: {missed:?}"));
+        }
+        *before = tree(&dir);
+    };
+    check("open (init)", &mut before);
+    let gate = meta.gate().await;
+    meta.sync_agents(&gate, &[agent("a", Some(rev(1))), agent("b", Some(rev(1)))]).await.unwrap();
+    check("sync_agents", &mut before);
+    meta.write_permissions(&gate, "b", &["web".to_string()], &[]).await.unwrap();
+    check("write_permissions", &mut before);
+    meta.lock_update_hive(&gate, "hive-2").await.unwrap();
+    check("lock_update_hive", &mut before);
+    let prepared = meta.prepare_deploy(&gate, "a", &rev(2)).await.unwrap();
+    meta.finalize_deploy(&gate, prepared, "deploy a").await.unwrap();
+    check("prepare + finalize_deploy", &mut before);
+    meta.sync_agents(&gate, &[agent("a", None)]).await.unwrap();
+    check("sync_agents removing b", &mut before);
+    assert!(problems.is_empty(), "changed and not synced:\n{}", problems.join("\n"));
+}

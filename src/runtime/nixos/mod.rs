@@ -634,17 +634,12 @@ impl NixosRuntime {
     }
 }
 
-/// Writes `contents` to `path` atomically (a temp file beside it, then a rename),
-/// creating its directory.
+/// Writes `contents` to `path` atomically and durably (a synced temp file beside it,
+/// then a rename and a sync of the directory), creating its directory.
 fn write_atomically(agent: &str, path: &Path, contents: &[u8]) -> Result<()> {
     let io =
         |action, path: &Path, source| Error::Io { agent: agent.into(), action, path: path.into(), source };
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    fs::create_dir_all(dir).map_err(|e| io("cannot create", dir, e))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.hive-tmp"));
-    fs::write(&tmp, contents).map_err(|e| io("cannot write", &tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| io("cannot write", path, e))
+    crate::durable::write_atomic(path, contents, 0o644).map_err(|e| io("cannot write", path, e))
 }
 
 impl Runtime for NixosRuntime {

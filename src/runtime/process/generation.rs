@@ -140,7 +140,7 @@ impl AgentDir {
         let target = Path::new("generations").join(id);
         std::os::unix::fs::symlink(&target, &tmp).map_err(|e| self.io("cannot create symlink", &tmp, e))?;
         let link = self.current_link();
-        fs::rename(&tmp, &link).map_err(|e| self.io("cannot switch", &link, e))
+        crate::durable::rename(&tmp, &link).map_err(|e| self.io("cannot switch", &link, e))
     }
 
     /// Removes all but the `keep` newest complete generations, never the current one.

@@ -24,6 +24,19 @@ pub async fn sync_mirror(agent: &str, repo: &str, mirror: &Path, log: &dyn Build
     // can name the repository it ships in as `.`).
     let resolved = resolve_relative(repo);
     let url = resolved.as_str();
+    // A mirror is a cache of the config repository: one a power cut tore (an empty
+    // `HEAD` or `config`) is cloned again rather than an error on every build.
+    if mirror.join("HEAD").exists()
+        && git(agent, Repo::Bare(mirror), &["rev-parse", "--git-dir"], log).await.is_err()
+    {
+        log.line(&format!("the mirror {} is not a usable repository; cloning it again", mirror.display()));
+        std::fs::remove_dir_all(mirror).map_err(|source| Error::Io {
+            agent: agent.into(),
+            action: "cannot remove",
+            path: mirror.into(),
+            source,
+        })?;
+    }
     if mirror.join("HEAD").exists() {
         let repo = Repo::Bare(mirror);
         // The stored remote follows `spec.config.repo` when the user changes it.
@@ -243,7 +256,7 @@ mod tests {
     use crate::runtime::process::testing;
 
     #[tokio::test]
-    async fn a_mirror_with_a_torn_head_is_an_error_not_the_enclosing_repo() {
+    async fn a_mirror_with_a_torn_head_is_never_the_enclosing_repo_and_is_cloned_again() {
         // The state dir (with its mirrors) inside the operator's checkout.
         let tmp = tempfile::tempdir().unwrap();
         let checkout = tmp.path();
@@ -268,8 +281,11 @@ mod tests {
             Ok(sha) => assert_ne!(sha, operators, "resolved the enclosing repository's HEAD"),
             Err(error) => assert!(error.to_string().contains("not a git repository"), "{error}"),
         }
-        let _ = sync_mirror("a", &config.to_string_lossy(), &mirror, &log).await;
         assert!(diff_summary("a", &mirror, &operators, &operators, &log).await.is_err());
+        assert_eq!(testing::git(checkout, &["for-each-ref"]), refs);
+        // The next sync clones the torn mirror again, and it resolves as before.
+        sync_mirror("a", &config.to_string_lossy(), &mirror, &log).await.unwrap();
+        assert_eq!(resolve("a", &mirror, Some("v2"), &log).await.unwrap(), v2);
         assert_eq!(testing::git(checkout, &["for-each-ref"]), refs);
         assert!(
             !testing::git(checkout, &["remote"]).contains("origin"),

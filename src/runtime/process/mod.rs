@@ -223,8 +223,14 @@ impl ProcessRuntime {
         if !settings.build.is_empty() {
             generation::run_build(&dir.agent, &settings.build, &workdir, &settings.env, log).await?;
         }
+        // The rev file marks the generation complete, so what the checkout and the build
+        // wrote (git syncs none of a work tree's files) is on disk before it: one syncfs
+        // of the file system that holds the generation, then the marker, durably.
+        let synced = fs::File::open(path).and_then(|root| rustix::fs::syncfs(&root).map_err(Into::into));
+        synced.map_err(|e| dir.io("cannot sync", path, e))?;
         let rev_file = path.join(REV_FILE);
-        fs::write(&rev_file, format!("{sha}\n")).map_err(|e| dir.io("cannot write", &rev_file, e))
+        crate::durable::write_atomic(&rev_file, format!("{sha}\n").as_bytes(), 0o644)
+            .map_err(|e| dir.io("cannot write", &rev_file, e))
     }
 
     /// First spawn; see [`Runtime::create`].
@@ -589,12 +595,9 @@ fn settings(agent: &Agent) -> Result<&ProcessSettings> {
 
 /// Writes `value` to `<agent>/<name>` atomically (temp file, then rename).
 fn write_json(dir: &AgentDir, name: &str, value: &serde_json::Value) -> Result<()> {
-    fs::create_dir_all(&dir.path).map_err(|e| dir.io("cannot create", &dir.path, e))?;
     let path = dir.path.join(name);
-    let tmp = dir.path.join(format!(".{name}.tmp"));
-    let text = serde_json::to_string_pretty(value).expect("JSON values serialize");
-    fs::write(&tmp, text + "\n").map_err(|e| dir.io("cannot write", &tmp, e))?;
-    fs::rename(&tmp, &path).map_err(|e| dir.io("cannot write", &path, e))
+    let text = serde_json::to_string_pretty(value).expect("JSON values serialize") + "\n";
+    crate::durable::write_atomic(&path, text.as_bytes(), 0o644).map_err(|e| dir.io("cannot write", &path, e))
 }
 
 impl Runtime for ProcessRuntime {
