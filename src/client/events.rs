@@ -52,22 +52,34 @@ impl Recorder {
         message: &str,
     ) -> client::Result<()> {
         let meta = object.metadata();
-        let uid = meta.uid.clone().unwrap_or_default();
-        let event_name = event_name(K::KIND, &meta.name, &uid, reason, message);
+        let about = ObjectReference {
+            api_version: K::API_VERSION.into(),
+            kind: K::KIND.into(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        self.record_about(about, type_, reason, message).await
+    }
+
+    /// Records that `reason` happened to what `about` names, which need not be a stored
+    /// object (the meta repo is not one), folding repeats.
+    pub async fn record_about(
+        &self,
+        about: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) -> client::Result<()> {
+        let event_name = event_name(&about.kind, &about.name, &about.uid, reason, message);
         let at = self.events.store().now();
         let (now, micro) = (Time(at), hive_api::MicroTime(at));
         let event = Event {
             api_version: Event::API_VERSION.into(),
             kind: Event::KIND.into(),
             metadata: hive_api::ObjectMeta { name: event_name.clone(), ..Default::default() },
-            involved_object: ObjectReference {
-                api_version: K::API_VERSION.into(),
-                kind: K::KIND.into(),
-                name: meta.name.clone(),
-                uid,
-                resource_version: meta.resource_version.clone().unwrap_or_default(),
-                ..Default::default()
-            },
+            involved_object: about,
             reason: reason.into(),
             message: message.into(),
             type_: type_.as_str().into(),

@@ -134,7 +134,16 @@ impl Engine {
             hive_rev: config.hive_rev.clone(),
         })
         .await
-        .map_err(|e| anyhow::anyhow!("{e}\nThe meta repo was not changed; repair it or move it aside."))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\nhive puts back only what a power cut can tear (empty files, the objects of a last, \
+                 unacknowledged step); this is not that, so the meta repo was left as it is: repair it or \
+                 move it aside."
+            )
+        })?;
+        if !meta.repairs().is_empty() {
+            record_meta_repairs(&store, meta.dir(), meta.repairs()).await;
+        }
         let deploy = Deploy {
             meta,
             resolver: crate::meta::resolve::Resolver::new(state_dir.join("mirrors")),
@@ -307,5 +316,27 @@ impl Engine {
                 tracing::warn!(agent = &*name, error = %err, "could not stop the agent at shutdown");
             }
         }
+    }
+}
+
+/// Logs what opening the meta repo put back and records it as one Warning Event about the
+/// meta repo (`kubectl get events` shows it), so an operator sees that a power cut or a
+/// crash undid a step nobody had been told had happened.
+async fn record_meta_repairs(store: &Store, dir: &Path, repairs: &[String]) {
+    for repair in repairs {
+        tracing::warn!(dir = %dir.display(), repair = %repair, "meta repo repaired at start");
+    }
+    let recorder = crate::client::events::Recorder::new(store.clone(), "hive");
+    let about = hive_api::event::ObjectReference {
+        kind: "MetaRepo".into(),
+        name: "meta".into(),
+        ..Default::default()
+    };
+    let message = format!("repaired at start: {}", repairs.join("; "));
+    let recorded = recorder
+        .record_about(about, crate::client::events::EventType::Warning, "MetaRepoRepaired", &message)
+        .await;
+    if let Err(error) = recorded {
+        tracing::warn!(%error, "the meta repo's repair was not recorded as an Event");
     }
 }

@@ -163,16 +163,25 @@ fn put_blocking(path: &Path, bytes: Option<&[u8]>) -> Result<()> {
         move |source| Error::Io { action, path, source }
     };
     let Some(bytes) = bytes else {
-        crate::durable::remove_file(path).map_err(io("removing", path))?;
-        // A directory that still holds someone else's file stays; that is not ours.
-        if let Some(parent) = path.parent() {
-            if std::fs::remove_dir(parent).is_ok() {
-                if let Some(grandparent) = parent.parent() {
-                    crate::durable::sync_dir(grandparent).map_err(io("syncing", grandparent))?;
-                }
-            }
-        }
-        return Ok(());
+        return remove_blocking(path);
     };
     crate::durable::write_atomic(path, bytes, 0o644).map_err(io("writing", path))
+}
+
+/// Removes `path` (and its directory, once empty), durably.
+pub(super) fn remove_blocking(path: &Path) -> Result<()> {
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { action, path, source }
+    };
+    crate::durable::remove_file(path).map_err(io("removing", path))?;
+    // A directory that still holds someone else's file stays; that is not ours.
+    if let Some(parent) = path.parent() {
+        if std::fs::remove_dir(parent).is_ok() {
+            if let Some(grandparent) = parent.parent() {
+                crate::durable::sync_dir(grandparent).map_err(io("syncing", grandparent))?;
+            }
+        }
+    }
+    Ok(())
 }

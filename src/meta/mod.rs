@@ -20,6 +20,7 @@ mod lock;
 #[cfg(test)]
 mod power_cut_tests;
 mod render;
+mod repair;
 pub mod resolve;
 #[cfg(test)]
 mod tests;
@@ -35,6 +36,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use audit::AuditEntry;
 pub use deploy::{Deployed, PreparedDeploy};
 pub use error::{Error, Result};
+pub use repair::Repairs;
 
 use files::{commit_files, FileWrite, Message, Op};
 use git::Git;
@@ -152,6 +154,8 @@ struct Inner {
     state: Mutex<State>,
     /// The deploy-window gate [`Gate`] guards.
     gate: Arc<Mutex<()>>,
+    /// What opening the repo put back after a crash or a power cut.
+    repairs: Repairs,
 }
 
 /// What the lock holds besides the repo itself.
@@ -188,6 +192,12 @@ impl Meta {
             source,
         })?;
         let git = Git::new(&dir);
+        let mut repairs = Repairs::default();
+        if dir.join(".git").exists() {
+            repairs = match repair::repair(&git, &dir).await? {
+                repair::Repaired::Whole(repairs) | repair::Repaired::Removed(repairs) => repairs,
+            };
+        }
         if !dir.join(".git").exists() {
             git.run(&["init", "--quiet", "--initial-branch=main"]).await?;
         }
@@ -201,25 +211,43 @@ impl Meta {
                 lock
             }
             Some(_) => {
-                read_lock(&dir).await?;
-                let ours = [FLAKE_NIX.to_string(), FLAKE_LOCK.to_string()];
+                // A flake.lock with content hive did not write is corrupt; an empty one
+                // is what a cut left of an unacknowledged step, put back below.
+                let lock_path = dir.join(FLAKE_LOCK);
+                if !repair::torn(&lock_path).unwrap_or(false) {
+                    read_lock(&dir).await?;
+                }
+                let ours = [FLAKE_NIX.to_string(), FLAKE_LOCK.to_string(), AGENTS_DIR.to_string()];
                 let dirty = git.changed(&ours).await?;
                 if !dirty.is_empty() {
                     // Only a crash inside an operation or a deploy window leaves them so.
                     tracing::warn!(dir = %dir.display(), files = ?dirty, "restoring uncommitted meta files");
                     restore_from_head(&git, &dirty).await?;
+                    repairs.0.push(format!("put {} back as HEAD holds them", dirty.join(", ")));
                 }
                 read_lock(&dir).await?
             }
         };
         let state = State { lock, pending: None };
-        let inner = Inner { dir, git, hive_source, state: Mutex::new(state), gate: Arc::new(Mutex::new(())) };
+        let inner = Inner {
+            dir,
+            git,
+            hive_source,
+            state: Mutex::new(state),
+            gate: Arc::new(Mutex::new(())),
+            repairs,
+        };
         Ok(Meta { inner: Arc::new(inner) })
     }
 
     /// The repo's directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// What opening the repo found torn or uncommitted and put back (empty when nothing).
+    pub fn repairs(&self) -> &[String] {
+        &self.inner.repairs.0
     }
 
     /// Waits for and takes the deploy-window gate.
@@ -595,24 +623,38 @@ async fn read_lock(dir: &Path) -> Result<Lock> {
     Lock::parse(&path, &bytes)
 }
 
-/// Puts `paths` back to their committed content in the index and the work tree, and
-/// syncs them (git syncs the index, not the work tree's files).
+/// Puts `paths` back to their committed content in the index and the work tree (a path
+/// `HEAD` does not hold is removed), and syncs them: git syncs the index, not the work
+/// tree's files.
 async fn restore_from_head(git: &Git, paths: &[String]) -> Result<()> {
-    let mut args = vec!["checkout", "HEAD", "--"];
+    let mut args = vec!["ls-tree", "-r", "--name-only", "HEAD", "--"];
     args.extend(paths.iter().map(String::as_str));
-    git.run(&args).await?;
+    let listed = git.run(&args).await?;
+    let tracked: BTreeSet<&str> = listed.lines().collect();
+    let (committed, stray): (Vec<&String>, Vec<&String>) =
+        paths.iter().partition(|path| tracked.contains(path.as_str()));
+    if !committed.is_empty() {
+        let mut args = vec!["checkout", "HEAD", "--"];
+        args.extend(committed.iter().map(|path| path.as_str()));
+        git.run(&args).await?;
+    }
     let dir = git.git_dir().parent().map(Path::to_path_buf).unwrap_or_default();
-    let paths = paths.to_vec();
+    let (committed, stray): (Vec<PathBuf>, Vec<PathBuf>) = (
+        committed.into_iter().map(|path| dir.join(path)).collect(),
+        stray.into_iter().map(|path| dir.join(path)).collect(),
+    );
+    let io = |action, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { action, path, source }
+    };
     tokio::task::spawn_blocking(move || {
-        for path in paths {
-            let path = dir.join(path);
-            for synced in [Some(path.as_path()), path.parent()].into_iter().flatten() {
-                match crate::durable::sync_file(synced) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(Error::Io { action: "syncing", path: synced.to_path_buf(), source: e })
-                    }
-                    _ => {}
-                }
+        for path in &stray {
+            files::remove_blocking(path)?;
+        }
+        for path in &committed {
+            crate::durable::sync_file(path).map_err(io("syncing", path))?;
+            if let Some(parent) = path.parent() {
+                crate::durable::sync_dir(parent).map_err(io("syncing", parent))?;
             }
         }
         Ok(())

@@ -150,3 +150,118 @@ async fn every_meta_operation_syncs_what_it_changed() {
     check("sync_agents removing b", &mut before);
     assert!(problems.is_empty(), "changed and not synced:\n{}", problems.join("\n"));
 }
+
+/// `git <args>` in the meta repo, naming it explicitly.
+fn meta_git(meta: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .env("GIT_DIR", meta.join(".git"))
+        .env("GIT_WORK_TREE", meta)
+        .current_dir(meta)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Removes the loose object `sha` of the meta repo.
+fn remove_object(meta: &Path, sha: &str) {
+    std::fs::remove_file(meta.join(".git/objects").join(&sha[..2]).join(&sha[2..])).unwrap();
+}
+
+/// A meta repo with three commits (init, sync of `a`, permissions of `b`), closed.
+async fn three_commits(tmp: &tempfile::TempDir) -> (std::path::PathBuf, CommitId, CommitId) {
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    let gate = meta.gate().await;
+    meta.sync_agents(&gate, &[agent("a", Some(rev(1))), agent("b", Some(rev(1)))]).await.unwrap();
+    let synced = meta.head().await.unwrap();
+    meta.write_permissions(&gate, "b", &["web".to_string()], &[]).await.unwrap();
+    let last = meta.head().await.unwrap();
+    (meta.dir().to_path_buf(), synced, last)
+}
+
+#[tokio::test]
+async fn empty_head_config_branch_and_index_are_put_back_at_the_last_commit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _, last) = three_commits(&tmp).await;
+    for file in ["HEAD", "config", "refs/heads/main", "index"] {
+        std::fs::write(dir.join(".git").join(file), "").unwrap();
+    }
+    std::fs::write(dir.join(".git/packed-refs"), [0u8; 64]).unwrap();
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    assert_eq!(meta.head().await.unwrap(), last);
+    let repairs = meta.repairs().join("\n");
+    for named in [".git/HEAD (empty)", ".git/config (empty)", "refs/heads/main", "packed-refs"] {
+        assert!(repairs.contains(named), "{named} not in: {repairs}");
+    }
+    assert_eq!(meta_git(&dir, &["status", "--porcelain"]), "");
+    assert_eq!(meta.locked("a").await.unwrap().rev, rev(1));
+    assert!(meta.permissions_match("b", &["web".to_string()], &[]).await);
+    let gate = meta.gate().await;
+    assert!(meta.relock(&gate, "a", "/srv/agents/a", &rev(2)).await.unwrap().is_some());
+    assert_eq!(meta.log(None, 10).await.unwrap().len(), 4);
+    // A whole repo opens with nothing to repair.
+    drop((gate, meta));
+    assert!(Meta::open(config(tmp.path())).await.unwrap().repairs().is_empty());
+}
+
+#[tokio::test]
+async fn a_last_commit_whose_objects_never_reached_the_disk_is_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, synced, last) = three_commits(&tmp).await;
+    // The permissions commit's own blob (`["web"]`) was lost; its ref survived.
+    let blob = meta_git(&dir, &["rev-parse", &format!("{}:agents/b/tool-groups.json", last.0)]);
+    remove_object(&dir, blob.trim());
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    assert_eq!(meta.head().await.unwrap(), synced);
+    let repairs = meta.repairs().join("\n");
+    assert!(repairs.contains(&format!("from {last}")) && repairs.contains(&synced.0), "{repairs}");
+    assert_eq!(meta_git(&dir, &["status", "--porcelain", "--untracked-files=all"]), "");
+    assert!(!dir.join("agents/b/tool-groups.json").exists());
+    assert!(meta.permissions_match("b", &[], &[]).await);
+    let gate = meta.gate().await;
+    assert!(meta.write_permissions(&gate, "b", &["web".to_string()], &[]).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_repo_torn_before_its_first_commit_is_made_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    let dir = meta.dir().to_path_buf();
+    drop(meta);
+    // Nothing `git init` and the first commit wrote reached the disk but the names.
+    let mut stack = vec![dir.join(".git")];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            std::fs::write(&path, "").unwrap();
+        }
+    }
+    let meta = Meta::open(config(tmp.path())).await.unwrap();
+    let log = meta.log(None, 10).await.unwrap();
+    assert_eq!((log.len(), log[0].subject.as_str()), (1, "meta: init"));
+    assert!(meta.repairs().join("\n").contains("initialized it again"), "{:?}", meta.repairs());
+    assert_eq!(meta_git(&dir, &["status", "--porcelain"]), "");
+}
+
+#[tokio::test]
+async fn history_that_was_acknowledged_and_is_gone_is_an_error_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, synced, _) = three_commits(&tmp).await;
+    // Two steps are gone, not one: the sync commit, parent of the last, is lost.
+    remove_object(&dir, &synced.0);
+    let error = Meta::open(config(tmp.path())).await.unwrap_err();
+    let path = dir.join(".git/refs/heads/main");
+    assert!(matches!(&error, Error::Corrupt { path: p, .. } if *p == path), "{error:?}");
+    assert!(error.to_string().contains("acknowledged"), "{error}");
+
+    // A HEAD with content hive never writes is not a cut's doing either.
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, _, _) = three_commits(&tmp).await;
+    std::fs::write(dir.join(".git/HEAD"), "ref: refs/heads/elsewhere\n").unwrap();
+    let error = Meta::open(config(tmp.path())).await.unwrap_err();
+    assert!(error.to_string().contains(&dir.join(".git/HEAD").display().to_string()), "{error}");
+}

@@ -25,6 +25,7 @@ mod deploy_paths;
 mod fault_agents;
 mod fault_connections;
 mod fault_inputs;
+mod fault_power;
 mod fault_provider_keys;
 mod fault_schemathesis;
 mod fault_store;
