@@ -66,7 +66,11 @@ pub struct Args {
 pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(crate::host::output::Stderr)
+        .log_internal_errors(false)
+        .try_init();
     anyhow::ensure!(args.telemetry_interval_ms > 0, "--telemetry-interval-ms must be positive");
 
     let mut config = WorkerConfig::new(&args.node, args.logical_id, args.control);

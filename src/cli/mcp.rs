@@ -57,7 +57,11 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // stdout is the protocol: every log line goes to stderr.
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(crate::host::output::Stderr)
+        .log_internal_errors(false)
+        .try_init();
     let client = ctx.client()?;
     tracing::info!(server = client.server(), "serving MCP on stdio");
     let service = Server::new(client)

@@ -345,9 +345,7 @@ fn serve_config(args: &Args) -> crate::server::serve::ServeConfig {
 /// is a terminal, so a log redirected to a file or a journal has no escape codes in it.
 fn init_tracing(filter: &str, format: LogFormat) {
     use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = log_builder(filter, crate::host::output::Stderr);
     let _ = match format {
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
         // Each line carries the fields of the spans it was logged in (the request's
@@ -356,6 +354,27 @@ fn init_tracing(filter: &str, format: LogFormat) {
             builder.with_ansi(false).json().with_current_span(true).with_span_list(false).try_init()
         }
     };
+}
+
+/// The daemon's log subscriber over `writer`: a line that cannot be written (a full disk
+/// under a redirected log, a closed pipe) is dropped by the writer, and not reported by
+/// tracing-subscriber either, whose report is an `eprintln!` that panics the request or
+/// the store thread that logged.
+pub(crate) fn log_builder<W>(
+    filter: &str,
+    writer: W,
+) -> tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::DefaultFields,
+    tracing_subscriber::fmt::format::Format,
+    tracing_subscriber::EnvFilter,
+    W,
+>
+where
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
+{
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).log_internal_errors(false)
 }
 
 /// Registers for SIGTERM at once (before the daemon says it is serving, so a prompt

@@ -217,7 +217,7 @@ pub async fn run(
             let local = listener.local_addr()?;
             let plain = server::metrics::plain_router(state.clone());
             tracing::info!(%local, "serving /metrics over plain HTTP, without authentication");
-            println!("hive: metrics http://{local}/metrics");
+            crate::host::output::say(format_args!("hive: metrics http://{local}/metrics"));
             Some(tokio::spawn(async move {
                 if let Err(why) = axum::serve(listener, plain).await {
                     tracing::warn!(error = %why, "the metrics listener stopped");
@@ -236,18 +236,19 @@ pub async fn run(
     )
     .await?;
     tracing::info!(%url, state_dir = %state_dir.display(), kubeconfig = %kubeconfig.display(), "hive is serving");
-    println!("hive: serving {url}");
-    println!("hive: kubeconfig {}", kubeconfig.display());
+    // Lossy: a closed or full stdout must not stop the daemon it announces.
+    crate::host::output::say(format_args!("hive: serving {url}"));
+    crate::host::output::say(format_args!("hive: kubeconfig {}", kubeconfig.display()));
     if dashboard.is_none() {
-        println!("hive: dashboard {url}/");
+        crate::host::output::say(format_args!("hive: dashboard {url}/"));
     }
     // A first-time user's next questions: where the dashboard is (above, or the
     // --dashboard-listen line) and what to type into its sign-in form.
-    println!(
+    crate::host::output::say(format_args!(
         "hive: sign in with a token: the admin one is the kubeconfig's `token:`; for a read-only one run \
          `hive --kubeconfig {} token create --name NAME --role viewer`",
         kubeconfig.display()
-    );
+    ));
     tracing::info!(
         max_connections = config.http.max_connections,
         header_timeout = ?config.http.timeouts.header,

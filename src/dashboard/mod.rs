@@ -176,7 +176,7 @@ pub async fn serve_extra(
         .await
         .with_context(|| format!("listening on {listen} (--dashboard-listen)"))?;
     let local = listener.local_addr()?;
-    println!("hive: dashboard https://{local}/");
+    crate::host::output::say(format_args!("hive: dashboard https://{local}/"));
     Ok(Some(tokio::spawn(async move {
         if let Err(err) =
             crate::server::serve::serve_tls(listener, tls, app, connections, std::future::pending::<()>())

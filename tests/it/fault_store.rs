@@ -368,3 +368,49 @@ async fn a_watch_whose_client_reads_nothing_is_closed_after_the_write_timeout() 
         }
     );
 }
+
+#[tokio::test]
+async fn the_daemons_own_log_on_a_full_disk_panics_no_request_and_stops_no_store() {
+    let tmpfs = match Tmpfs::mount("48m") {
+        Ok(t) => t,
+        Err(why) => {
+            eprintln!("skipped: the full-disk log test mounts a tmpfs, which needs root ({why})");
+            return;
+        }
+    };
+    // As a newcomer runs it (`hive serve > hive.log 2>&1` beside the state dir): the
+    // daemon's log is on the disk that fills, and it logs every request (debug).
+    let state: PathBuf = tmpfs.path().join("state");
+    let mut daemon = Daemon::spawn(&state, &["--log", "debug"]).expect("daemon starts on the tmpfs");
+    let api = daemon.client();
+    assert_eq!(api.post(AGENTS, &agent("before")).await.code, 201);
+
+    let filler = tmpfs.path().join("filler");
+    assert!(fill(&filler) > 0);
+    // Enough requests that the log's last page is full and every later line fails.
+    let log_before = std::fs::metadata(state.join("daemon.log")).unwrap().len();
+    let mut codes = Vec::new();
+    for i in 0..40 {
+        let mut big = agent(&format!("full-{i}"));
+        big["metadata"]["annotations"] = json!({"blob": "x".repeat(100_000)});
+        codes.push(api.post(AGENTS, &big).await.code);
+        assert_eq!(api.get(&format!("{AGENTS}/before")).await.code, 200);
+    }
+    assert!(codes.iter().all(|code| *code == 201 || *code == 507), "{codes:?}");
+    assert!(codes.contains(&507), "{codes:?}");
+    let log_full = std::fs::metadata(state.join("daemon.log")).unwrap().len();
+    assert!(
+        log_full - log_before < 64 << 10,
+        "the log kept growing: the disk is not full ({log_before} → {log_full})"
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    eventually("readyz to be ok once space is back", || async {
+        (api.get("/readyz").await.code == 200).then_some(())
+    })
+    .await;
+    assert_eq!(api.post(AGENTS, &agent("after")).await.code, 201);
+    let log = daemon.log();
+    assert!(!log.contains("panicked"), "{log}");
+    daemon.kill9();
+}
