@@ -1,9 +1,7 @@
 //! Crash-safe writes of state files that may hold secrets (token hashes, private keys,
 //! kubeconfigs): the file appears whole with its final mode, or not at all.
 
-use std::fs;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 /// Mode for files that hold secrets: owner read/write only.
@@ -20,12 +18,14 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<(
 /// Creates `dir` (and missing parents) with mode 0700 when it does not exist yet. An
 /// existing directory keeps its mode: the operator may have chosen it.
 pub(crate) fn create_private_dir(dir: &Path) -> io::Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+    // Durably: the state dir a first start creates must not vanish at a power cut.
+    crate::durable::create_dir_all_with(dir, 0o700)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     #[test]

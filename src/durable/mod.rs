@@ -6,7 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -66,11 +66,17 @@ pub fn remove_file(path: &Path) -> io::Result<()> {
 
 /// Creates `dir` and its missing parents, fsyncing each new one into its parent.
 pub fn create_dir_all(dir: &Path) -> io::Result<()> {
+    create_dir_all_with(dir, 0o755)
+}
+
+/// [`create_dir_all`] with `mode` for the directories it creates (an existing one keeps
+/// its own).
+pub fn create_dir_all_with(dir: &Path, mode: u32) -> io::Result<()> {
     if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
-    create_dir_all(parent(dir))?;
-    match fs::create_dir(dir) {
+    create_dir_all_with(parent(dir), mode)?;
+    match fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => sync_dir(parent(dir)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) => Err(e),
