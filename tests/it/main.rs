@@ -20,6 +20,7 @@ mod cli_habits;
 mod contract;
 mod contract_model;
 mod crash;
+mod cut_fs;
 mod deploy;
 mod deploy_paths;
 mod fault_agents;
