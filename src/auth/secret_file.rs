@@ -39,4 +39,17 @@ mod tests {
         // No temporary files are left behind.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
+
+    #[test]
+    fn a_private_dir_hive_creates_is_synced_into_its_parent() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("srv/hive/state");
+        crate::durable::synced::take();
+        create_private_dir(&state).unwrap();
+        let synced = crate::durable::synced::take();
+        for parent in [dir.path().to_path_buf(), dir.path().join("srv"), dir.path().join("srv/hive")] {
+            assert!(synced.contains(&parent), "{} not synced: {synced:?}", parent.display());
+        }
+        assert_eq!(fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+    }
 }
