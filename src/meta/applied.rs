@@ -77,4 +77,18 @@ mod tests {
         markers.remove("a");
         assert!(!dir.path().join("applied/a.json").exists());
     }
+
+    #[test]
+    fn a_marker_is_on_disk_before_write_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let markers = Markers::new(dir.path().join("applied"));
+        crate::durable::synced::take();
+        markers.write("a", &Marker { rev: "abc".into(), hive: "0.1.0".into() }).unwrap();
+        let synced = crate::durable::synced::take();
+        // The new directory in the state dir, and the rename in the new directory (the
+        // file itself is synced before the rename, by `durable::write_atomic`).
+        for dir in [dir.path().to_path_buf(), dir.path().join("applied")] {
+            assert!(synced.contains(&dir), "{} not synced: {synced:?}", dir.display());
+        }
+    }
 }
