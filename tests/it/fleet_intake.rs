@@ -177,7 +177,8 @@ async fn a_running_node_is_ready_and_nodes_are_not_created_by_hand() {
     let killed = eventually("node-1 not Ready", || async {
         let n = api.get(&format!("{NODES}/node-1")).await.body;
         let ready = n["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "Ready")?.clone();
-        (ready["status"] == "False").then_some(ready)
+        // Killing (on its way) is not Ready either; wait for where it ends.
+        (ready["status"] == "False" && ready["reason"] != "Killing").then_some(ready)
     })
     .await;
     assert_eq!(killed["reason"], "Killed", "{killed}");
