@@ -1,6 +1,7 @@
 //! `hive events [--for KIND/NAME] [--types T,…] [-w]`: the Events about one object, or
-//! all of them, oldest first (`series.lastObservedTime`, else `eventTime`, `lastTimestamp`,
-//! `firstTimestamp`, `creationTimestamp`; then resourceVersion, then name), as `kubectl events` prints them: `LAST SEEN`, `TYPE`,
+//! all of them, oldest first (`lastTimestamp`, else `eventTime`, `firstTimestamp`,
+//! `creationTimestamp`, to the microsecond where hive recorded `series.lastObservedTime`
+//! or `eventTime`; then resourceVersion, then name), as `kubectl events` prints them: `LAST SEEN`, `TYPE`,
 //! `REASON`, `OBJECT`, `MESSAGE`. On a terminal (or with `COLUMNS` exported) the MESSAGE
 //! is cut with `…` so each line fits the width; `-o wide`, a pipe and a file get the full
 //! text. `-w` follows new ones.
@@ -163,14 +164,13 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// When an event last happened, as precisely as it says: `series.lastObservedTime` (a
-/// repeat, to the microsecond), else `eventTime` (to the microsecond), else
-/// `lastTimestamp`, `firstTimestamp`, `metadata.creationTimestamp` (to the second).
+/// When an event last happened: `lastTimestamp`, else `series.lastObservedTime`,
+/// `eventTime`, `firstTimestamp`, `metadata.creationTimestamp`.
 fn seen(event: &Value) -> Option<DateTime<Utc>> {
     [
+        "/lastTimestamp",
         "/series/lastObservedTime",
         "/eventTime",
-        "/lastTimestamp",
         "/firstTimestamp",
         "/metadata/creationTimestamp",
     ]
@@ -180,15 +180,31 @@ fn seen(event: &Value) -> Option<DateTime<Utc>> {
     .map(|t| t.with_timezone(&Utc))
 }
 
-/// The order events are shown in: when they last happened (see `seen`), then by
-/// `resourceVersion` (the order they were written), then by name; events with no time at
-/// all first.
+/// The microsecond time hive records beside the whole-second ones: a repeat's
+/// `series.lastObservedTime`, else `eventTime`.
+fn micro(event: &Value) -> Option<DateTime<Utc>> {
+    ["/series/lastObservedTime", "/eventTime"]
+        .iter()
+        .filter_map(|p| event.pointer(p).and_then(Value::as_str))
+        .find_map(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// The order events are shown in, a total one: when they last happened — hive's
+/// microsecond time (see `micro`), else the whole second (see `seen`) counted as the end
+/// of that second, since it may have been any moment in it — then `resourceVersion` (the
+/// order they were written), then name; events with no time at all first.
 pub fn order(a: &Value, b: &Value) -> Ordering {
+    let at = |e: &Value| {
+        micro(e)
+            .map(|t| t.timestamp_micros())
+            .or_else(|| seen(e).map(|t| t.timestamp() * 1_000_000 + 999_999))
+    };
     let version = |e: &Value| {
         e.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse::<u64>().ok())
     };
     let name = |e: &Value| hive_api::meta::name_of(e).to_string();
-    seen(a).cmp(&seen(b)).then_with(|| version(a).cmp(&version(b))).then_with(|| name(a).cmp(&name(b)))
+    at(a).cmp(&at(b)).then_with(|| version(a).cmp(&version(b))).then_with(|| name(a).cmp(&name(b)))
 }
 
 /// Sorts events oldest first, by [`order`].
@@ -335,7 +351,8 @@ mod tests {
         ];
         sort(&mut events);
         let names: Vec<&str> = events.iter().map(|e| e["metadata"]["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["b-first", "c-second", "z-spawned", "a-started", "m-backoff"]);
+        // Whole seconds only (another client's): the end of that second, then write order.
+        assert_eq!(names, ["z-spawned", "a-started", "m-backoff", "b-first", "c-second"]);
     }
 
     #[test]

@@ -7,13 +7,13 @@
   const { h, fill, pill, time, collection, agentLink } = hive;
   const EVENTS = '/api/v1/events';
 
-  // When an event last happened, as precisely as it says: a repeat's
-  // series.lastObservedTime, else eventTime (both to the microsecond), else the
-  // whole-second lastTimestamp (events other clients wrote).
-  const when = (e) => (e.series && e.series.lastObservedTime) || e.eventTime || e.lastTimestamp || e.firstTimestamp || (e.metadata && e.metadata.creationTimestamp) || '';
-  const stamp = (e) => Date.parse(when(e)) || 0;
-  // Within one millisecond (or one second, for whole-second times), the later write
-  // (higher resourceVersion) is newer.
+  // When an event last happened: repeats fold into one event whose lastTimestamp moves.
+  const when = (e) => e.lastTimestamp || (e.series && e.series.lastObservedTime) || e.eventTime || e.firstTimestamp || (e.metadata && e.metadata.creationTimestamp) || '';
+  // The order: hive's microsecond time (a repeat's last one, else the first); an event
+  // with whole seconds only (another client's) counts as the end of its second. Then the
+  // later write (higher resourceVersion).
+  const micro = (e) => Date.parse((e.series && e.series.lastObservedTime) || e.eventTime || '') || 0;
+  const stamp = (e) => micro(e) || (Math.floor((Date.parse(when(e)) || 0) / 1000) * 1000 + 999);
   const rv = (e) => Number((e.metadata && e.metadata.resourceVersion) || 0);
   const newestFirst = (a, b) => stamp(b) - stamp(a) || rv(b) - rv(a) || (a.metadata.name < b.metadata.name ? -1 : 1);
 
