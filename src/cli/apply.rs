@@ -84,7 +84,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         anyhow::bail!("no objects passed to apply");
     }
     for problem in &invalid {
-        eprintln!("error: {problem}");
+        output::eprint_line(&format!("error: {problem}"));
     }
     if !invalid.is_empty() && !args.continue_on_error {
         let what = if invalid.len() == 1 {
@@ -92,7 +92,9 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         } else {
             format!("{} invalid documents", invalid.len())
         };
-        eprintln!("error: {what}; nothing was applied (--continue-on-error applies the valid ones)");
+        output::eprint_line(&format!(
+            "error: {what}; nothing was applied (--continue-on-error applies the valid ones)"
+        ));
         return Err(Reported.into());
     }
     let client = ctx.client()?;
@@ -110,7 +112,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             }
             Err(err) => {
                 let Some(api) = client::api_error(&err) else { return Err(err) };
-                eprintln!("{}", render_refusal(api, manifest));
+                output::eprint_line(&render_refusal(api, manifest).to_string());
                 failed = true;
                 if !args.continue_on_error {
                     return Err(Reported.into());

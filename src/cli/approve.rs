@@ -124,7 +124,7 @@ async fn follow(ctx: &Context, name: &str, timeout: Duration) -> Result<()> {
         let approval: Approval = decode(&approval, "Approval")?;
         let line = phase_line(&approval);
         if line != last {
-            eprintln!("{line}");
+            output::eprint_line(&line.to_string());
             last = line;
         }
         match approval.status.phase {

@@ -78,7 +78,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         other => anyhow::bail!("unknown output format {other:?}: expected table, json or yaml"),
     };
     if text.is_empty() {
-        eprintln!("No meta commits found");
+        output::eprint_line("No meta commits found");
     }
     output::print(&text)?;
     Ok(())
@@ -100,7 +100,10 @@ fn api(args: &Args) -> Result<()> {
     };
     let (mut lines, malformed) = read_api_log(&path, &filter)?;
     if malformed > 0 {
-        eprintln!("warning: skipped {malformed} lines of {} that are not audit entries", path.display());
+        output::eprint_line(&format!(
+            "warning: skipped {malformed} lines of {} that are not audit entries",
+            path.display()
+        ));
     }
     let skip = lines.len().saturating_sub(args.limit);
     lines.drain(..skip);
@@ -111,7 +114,7 @@ fn api(args: &Args) -> Result<()> {
         other => anyhow::bail!("unknown output format {other:?}: expected table, json or yaml"),
     };
     if text.is_empty() {
-        eprintln!("No API audit entries found in {}", path.display());
+        output::eprint_line(&format!("No API audit entries found in {}", path.display()));
     }
     output::print(&text)?;
     Ok(())

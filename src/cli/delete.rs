@@ -74,9 +74,9 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         let (manifests, invalid) = manifest::load(&kinds, &sources, Checks::Identity);
         if !invalid.is_empty() {
             for problem in &invalid {
-                eprintln!("error: {problem}");
+                output::eprint_line(&format!("error: {problem}"));
             }
-            eprintln!("error: nothing was deleted");
+            output::eprint_line("error: nothing was deleted");
             return Err(Reported.into());
         }
         manifests.into_iter().map(|m| (m.kind, m.name)).collect()
@@ -108,7 +108,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             }
         }
         if objects.is_empty() {
-            eprintln!("No resources found");
+            output::eprint_line("No resources found");
             return Ok(());
         }
         objects
@@ -133,7 +133,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             Err(err) => match client::api_error(&err) {
                 Some(api) if api.code() == 404 && args.ignore_not_found => {}
                 Some(api) => {
-                    eprintln!("{}", api.render());
+                    output::eprint_line(&api.render().to_string());
                     failed = true;
                 }
                 None => return Err(err),
@@ -149,12 +149,15 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             match result {
                 Ok(true) => {}
                 Ok(false) => {
-                    eprintln!("error: timed out waiting for the condition on {}/{name}", kind.plural);
+                    output::eprint_line(&format!(
+                        "error: timed out waiting for the condition on {}/{name}",
+                        kind.plural
+                    ));
                     failed = true;
                 }
                 Err(err) => {
                     if let Some(text) = super::render_error(&err) {
-                        eprintln!("{text}");
+                        output::eprint_line(&text.to_string());
                     }
                     failed = true;
                 }

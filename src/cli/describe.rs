@@ -71,10 +71,10 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         }
     }
     if printed == 0 && failures.is_empty() {
-        eprintln!("No resources found");
+        super::output::eprint_line("No resources found");
     }
     for failure in &failures {
-        eprintln!("{failure}");
+        super::output::eprint_line(&failure.to_string());
     }
     if failures.is_empty() {
         Ok(())

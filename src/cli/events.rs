@@ -139,7 +139,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         header_done: false,
     };
     if events.is_empty() && !args.watch {
-        eprintln!("No events found.");
+        super::output::eprint_line("No events found.");
         return Ok(());
     }
     output::print(&printer.rows(&events, crate::host::now()))?;

@@ -138,7 +138,7 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
                 .push_opt("verified", verified.then_some("true"))
                 .push_opt("geo", geo);
             let answer = client.get(&format!("/hive/v1/fleet/offers{query}")).await?;
-            print!("{}", render_offers(answer["offers"].as_array().map_or(&[][..], Vec::as_slice)));
+            super::output::print(&render_offers(answer["offers"].as_array().map_or(&[][..], Vec::as_slice)))?;
             return Ok(());
         }
         Verb::Configure { provider, api_key_file, base_url, image, onstart_file, disk_gb } => {
@@ -163,11 +163,11 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
             }
             let path = format!("/hive/v1/fleet/providers/{}/configure", super::client::encode(&provider));
             let stored: Provider = decode(&client.post(&path, &body).await?, "Provider")?;
-            println!(
-                "provider {provider}: {} {}",
+            super::output::print(&format!(
+                "provider {provider}: {} {}\n",
                 stored.status.state.map_or("?", ProviderState::as_str),
                 stored.status.message.as_deref().unwrap_or("")
-            );
+            ))?;
             return Ok(());
         }
         Verb::Provision { count, offers, provider, image, command_id, no_wait } => {
@@ -189,7 +189,7 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
     let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     if generated {
         // Printed first, so `hive fleet status` and a retry can name the command.
-        eprintln!("command id: {id}");
+        super::output::eprint_line(&format!("command id: {id}"));
     }
     let outcome = submit_and_follow(&client, &id, spec, no_wait).await;
     if let Err(err) = &outcome {
@@ -197,7 +197,7 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
         // has) and the server's answer was lost, so the command may or may not exist.
         // A refusal created nothing; a Failed command stays failed under its id.
         if generated && err.chain().any(|e| e.is::<super::client::ConnectError>()) {
-            eprintln!("rerun with --command-id {id} to retry safely");
+            super::output::eprint_line(&format!("rerun with --command-id {id} to retry safely"));
         }
     }
     outcome
@@ -218,7 +218,7 @@ async fn submit_and_follow(
     loop {
         let line = progress(&command, &client_nodes(client, &command).await?);
         if line != last {
-            println!("{line}");
+            super::output::print(&format!("{line}\n"))?;
             last = line;
         }
         let phase = command.status.phase;
@@ -241,12 +241,12 @@ async fn status(client: &super::client::Client, recent: usize) -> anyhow::Result
     let providers: ProviderList = decode(&client.get(PROVIDERS).await?, "ProviderList")?;
     let commands: FleetCommandList = decode(&client.get(COMMANDS).await?, "FleetCommandList")?;
     let nodes: NodeList = decode(&client.get(NODES).await?, "NodeList")?;
-    println!("PROVIDERS");
-    print!("{}", render_providers(&providers.items));
-    println!("\nRECENT COMMANDS");
-    print!("{}", render_commands(&commands.items, recent, now));
-    println!("\nNODES");
-    print!("{}", render_nodes(&nodes.items, now));
+    super::output::print("PROVIDERS\n")?;
+    super::output::print(&render_providers(&providers.items))?;
+    super::output::print("\nRECENT COMMANDS\n")?;
+    super::output::print(&render_commands(&commands.items, recent, now))?;
+    super::output::print("\nNODES\n")?;
+    super::output::print(&render_nodes(&nodes.items, now))?;
     Ok(())
 }
 

@@ -119,7 +119,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         }
         output::print(&blocks.join("\n"))?;
         if blocks.is_empty() && failures.is_empty() && targets.iter().all(|t| t.names.is_empty()) {
-            eprintln!("No resources found");
+            super::output::eprint_line("No resources found");
         }
     } else {
         let mut found: Vec<(KindInfo, Value)> = Vec::new();
@@ -140,7 +140,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         output::print(&render_objects(&format, found, single, targets.iter().any(|t| !t.names.is_empty()))?)?;
     }
     for failure in &failures {
-        eprintln!("{failure}");
+        super::output::eprint_line(&failure.to_string());
     }
     if failures.is_empty() {
         Ok(())
@@ -337,7 +337,7 @@ async fn watch(client: &Client, target: &Target, args: &Args, format: &Format) -
         first.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default().to_string();
     let initial = printer.render(&target.kind, first, args.show_managed_fields)?;
     if printer.printed == 0 {
-        eprintln!("No resources found");
+        super::output::eprint_line("No resources found");
     }
     output::print(&initial)?;
 

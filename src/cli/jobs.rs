@@ -111,7 +111,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
         let mut jobs = list(&client).await?;
         sort(&mut jobs.items);
         if jobs.items.is_empty() && !args.watch {
-            eprintln!("No jobs found.");
+            output::eprint_line("No jobs found.");
             return Ok(());
         }
         output::print(&render(&jobs.items, crate::host::now(), headers, &mut widths))?;

@@ -260,7 +260,7 @@ pub fn exit_with(err: &anyhow::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if let Some(text) = render_error(err) {
-        eprintln!("{text}");
+        output::eprint_line(&text.to_string());
     }
     ExitCode::FAILURE
 }

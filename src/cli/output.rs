@@ -61,10 +61,31 @@ impl Format {
 
 /// Writes to stdout and flushes (watch output must appear at once). A closed pipe comes
 /// back as an `io::Error` that `main` treats as a quiet exit.
+///
+/// Every human-readable line the CLI prints passes here or through [`eprint_line`], and
+/// both escape control characters ([`super::terminal::escape_controls`]): what a
+/// server's object holds must not drive the operator's terminal. `-o json` and `-o yaml`
+/// pass unchanged, since their encoders already escape every control character inside a
+/// string; `hive logs` writes an agent's bytes raw, as `kubectl logs` does, and does not
+/// come here.
 pub fn print(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    out.write_all(super::terminal::escape_controls(text).as_bytes())?;
     out.flush()
+}
+
+/// Writes a [`super::progress::Screen`] update as it is: its cursor moves are the one
+/// place the CLI drives the terminal, and it escaped the lines between them itself.
+pub fn print_screen(update: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(update.as_bytes())?;
+    out.flush()
+}
+
+/// Writes one line to stderr (a message, a warning, an error), its control characters
+/// escaped as [`print`] escapes them.
+pub fn eprint_line(text: &str) {
+    eprintln!("{}", super::terminal::escape_controls(text));
 }
 
 pub use hive_api::age::{age, human_duration};
@@ -241,14 +262,15 @@ pub fn render_table(table: &Table, opts: &TableOptions) -> String {
 }
 
 /// A cell as kubectl prints it: `<none>` for null, strings raw, the rest as JSON; tabs
-/// and newlines flattened so they cannot break the alignment.
+/// and newlines flattened so they cannot break the alignment, and every other control
+/// character escaped here, before the widths are measured, so a row stays aligned.
 pub fn cell_text(value: &Value) -> String {
     let text = match value {
         Value::Null => "<none>".to_string(),
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    text.replace(['\t', '\n', '\r'], " ")
+    super::terminal::escape_controls(&text.replace(['\t', '\n', '\r'], " ")).into_owned()
 }
 
 /// `app=x,tier=gold` (sorted), or `<none>`.
@@ -387,9 +409,28 @@ pub fn yaml(value: &Value) -> anyhow::Result<String> {
     Ok(serde_yaml_ng::to_string(value)?)
 }
 
-/// Pretty JSON text of a value, newline-terminated.
+/// Pretty JSON text of a value, newline-terminated. serde_json escapes the C0 controls
+/// in strings but writes DEL and the C1 controls (U+009B is a one-character CSI) as
+/// they are; they can only stand inside strings, so each becomes its `\u00XX` escape:
+/// the same JSON value, and nothing for [`print`] to change.
 pub fn json(value: &Value) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(value)? + "\n")
+    let text = serde_json::to_string_pretty(value)? + "\n";
+    if !text.chars().any(left_raw_by_json) {
+        return Ok(text);
+    }
+    Ok(text.chars().fold(String::with_capacity(text.len() + 16), |mut out, c| {
+        if left_raw_by_json(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+        out
+    }))
+}
+
+/// DEL and the C1 controls: what serde_json leaves raw in a string.
+fn left_raw_by_json(c: char) -> bool {
+    c.is_control() && u32::from(c) >= 0x7f
 }
 
 /// `agent.hive.dev/a1` lines.

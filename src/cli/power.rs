@@ -94,7 +94,7 @@ async fn run(template: JobTemplate, args: Args, ctx: &Context) -> Result<ExitCod
     let jobs = follow(&client, &name, job, std::io::stdout().is_terminal()).await?;
     let failures = progress::failures(&name, &jobs);
     for failure in &failures {
-        eprintln!("error: {failure}");
+        output::eprint_line(&format!("error: {failure}"));
     }
     Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -135,7 +135,7 @@ async fn follow(client: &Client, name: &str, first: Job, tty: bool) -> Result<Ve
     loop {
         let now = crate::host::now();
         let lines = if tty { board::lines(name, &jobs, now, width) } else { progress::frame(name, &jobs) };
-        output::print(&screen.update(&lines))?;
+        output::print_screen(&screen.update(&lines))?;
         let tree = progress::tree(name, &jobs);
         if !tree.is_empty() && tree.iter().all(|(_, j)| progress::is_terminal(j)) {
             if tty {

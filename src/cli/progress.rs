@@ -234,7 +234,10 @@ impl Screen {
     }
 
     /// The bytes that bring the output from the previous frame to `lines`; empty when
-    /// nothing changed.
+    /// nothing changed. The lines' own control characters are escaped here
+    /// ([`super::terminal::escape_controls`]), so the only controls in the answer are the
+    /// screen's own cursor moves, and the caller prints it with
+    /// [`super::output::print_screen`].
     pub fn update(&mut self, lines: &[String]) -> String {
         if lines == self.previous.as_slice() {
             return String::new();
@@ -246,7 +249,7 @@ impl Screen {
             }
             for line in lines {
                 out.push_str("\r\x1b[2K");
-                out.push_str(line);
+                out.push_str(&super::terminal::escape_controls(line));
                 out.push('\n');
             }
             if lines.len() < self.previous.len() {
@@ -256,7 +259,7 @@ impl Screen {
         } else {
             for (i, line) in lines.iter().enumerate() {
                 if self.previous.get(i) != Some(line) {
-                    out.push_str(line.trim_start());
+                    out.push_str(&super::terminal::escape_controls(line.trim_start()));
                     out.push('\n');
                 }
             }

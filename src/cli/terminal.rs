@@ -1,5 +1,6 @@
 //! The terminal the CLI prints to: its width (`COLUMNS` when exported, else the size the
-//! terminal reports, none for a pipe or file), and cutting text to a width.
+//! terminal reports, none for a pipe or file), cutting text to a width, and escaping the
+//! control characters that would drive it (`escape_controls`).
 
 use std::io::IsTerminal as _;
 
@@ -37,9 +38,42 @@ pub fn ellipsize(text: &str, width: usize) -> String {
     out
 }
 
+/// `text` with every control character a terminal would act on made visible, so text
+/// an object's writer chose (an agent token's Approval summary, an Event message) cannot
+/// set the window title, recolour, move the cursor or hide lines on the operator's
+/// terminal. kubectl's `printers.EscapeTerminal` writes ESC as `^[` and CR as `\r`; it
+/// leaves BEL and the C1 controls (U+0080–U+009F, U+009B being a one-character CSI) raw,
+/// so hive also writes every other C0 control, DEL and C1 control as `\xNN` / `\u{NN}`.
+/// A line feed and a tab are kept: callers whose layout cannot hold them (a table cell)
+/// flatten them first. Text without a control character is borrowed, not copied.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(needs) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !needs(c) => out.push(c),
+            '\u{1b}' => out.push_str("^["),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x80 => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escape_controls_makes_every_terminal_control_visible() {
+        assert!(matches!(escape_controls("plain ünïcode\tand\nlines"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(escape_controls("\u{1b}]0;pwned\u{7}\u{1b}[31m"), "^[]0;pwned\\x07^[[31m");
+        assert_eq!(escape_controls("a\rb\u{0}c\u{7f}d\u{9b}2Je\u{85}"), "a\\rb\\x00c\\x7fd\\u{9b}2Je\\u{85}");
+    }
 
     #[test]
     fn ellipsize_cuts_only_what_does_not_fit() {

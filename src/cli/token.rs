@@ -119,11 +119,11 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                 .and_then(Value::as_str)
                 .ok_or_else(|| anyhow::anyhow!("the server's answer holds no token"))?;
             output::print(&format!("{token}\n"))?;
-            eprintln!(
+            output::eprint_line(&format!(
                 "token {:?} (role {}) created; store it now, it will not be shown again",
                 name,
                 create.role.as_str()
-            );
+            ));
         }
         TokenCommand::List(list) => {
             let body = client.get(TOKENS_PATH).await?;
@@ -133,7 +133,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                 ListFormat::Yaml => output::yaml(&body)?,
             };
             if text.is_empty() {
-                eprintln!("No tokens found");
+                output::eprint_line("No tokens found");
             }
             output::print(&text)?;
         }

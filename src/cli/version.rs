@@ -18,6 +18,6 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
     }
     let client = ctx.client()?;
     let info = client.get("/version").await?;
-    println!("Server Version: {}", info["gitVersion"].as_str().unwrap_or("unknown"));
+    super::output::print(&format!("Server Version: {}\n", info["gitVersion"].as_str().unwrap_or("unknown")))?;
     Ok(())
 }

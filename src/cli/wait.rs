@@ -291,12 +291,15 @@ async fn run(args: Args, ctx: &Context) -> Result<ExitCode> {
                     Ok(true)
                 }
                 Ok(false) => {
-                    eprintln!("error: timed out waiting for the condition on {}/{name}", kind.plural);
+                    output::eprint_line(&format!(
+                        "error: timed out waiting for the condition on {}/{name}",
+                        kind.plural
+                    ));
                     Ok(false)
                 }
                 Err(err) => {
                     if let Some(text) = super::render_error(&err) {
-                        eprintln!("{text}");
+                        output::eprint_line(&text.to_string());
                     }
                     Ok::<bool, anyhow::Error>(false)
                 }

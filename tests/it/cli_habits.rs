@@ -332,3 +332,56 @@ fn completion_scripts_load_in_their_shells() {
     let bad = Command::new(hive_bin()).args(["completion", "tcsh"]).output().expect("run");
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// The bytes that would drive a terminal: ESC, BEL and the one-byte CSI (U+009B in UTF-8).
+fn raw_controls(text: &[u8]) -> Vec<u8> {
+    text.iter().copied().filter(|b| [0x1b, 0x07, 0x9b].contains(b)).collect()
+}
+
+/// Issue 28 item 7: text a writer chose (an Approval's summary and reason, an Event's
+/// message) reached the operator's terminal raw, so it could retitle the window and
+/// recolour what followed. Human-readable output escapes it; `-o json|yaml` keep it exact.
+#[tokio::test]
+async fn terminal_escapes_in_objects_do_not_reach_the_terminal() {
+    let d = Daemon::start();
+    let repo = crate::agents::config_repo(&d.dir);
+    let evil = "\u{1b}]0;pwned\u{7}\u{1b}[31m red \u{9b}2J";
+    let spec = crate::agents::agent("scout", &repo, "Offline")["spec"].clone();
+    let approval = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "evil"},
+        "spec": {"kind": "Spawn", "target": "scout", "summary": evil, "payload": {"agent": spec}}});
+    let created = d.client().post("/apis/hive.dev/v1/approvals", &approval).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+    post_event(&d, "evil-event", "scout", "Warning", "2026-11-29T10:30:00Z", &format!("msg-evil {evil}"))
+        .await;
+
+    for args in [
+        &["describe", "approval", "evil"][..],
+        &["get", "approvals"],
+        &["get", "approvals", "-o", "wide"],
+        &["events"],
+        &["get", "events"],
+        &["get", "approvals", "-o", "yaml"],
+    ] {
+        let out = hive(&d, &[], args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            raw_controls(&out.stdout),
+            b"",
+            "{args:?} printed raw controls:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(raw_controls(&out.stderr), b"", "{args:?} printed raw controls to stderr");
+    }
+    let described = ok(hive(&d, &[], &["describe", "approval", "evil"]));
+    assert!(described.contains("^[]0;pwned\\x07^[[31m red \\u{9b}2J"), "escaped visibly:\n{described}");
+    let events = ok(hive(&d, &[], &["events"]));
+    assert!(events.contains("msg-evil ^[]0;pwned"), "{events}");
+
+    // Machine output stays exact: JSON's and YAML's own escapes give back the same text.
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(hive(&d, &[], &["get", "approval", "evil", "-o", "json"]))).unwrap();
+    assert_eq!(json["spec"]["summary"], evil);
+    let yaml: serde_json::Value =
+        serde_yaml_ng::from_str(&ok(hive(&d, &[], &["get", "approval", "evil", "-o", "yaml"]))).unwrap();
+    assert_eq!(yaml["spec"]["summary"], evil);
+}
