@@ -1,7 +1,9 @@
 //! `hive apply`: server-side apply of manifests. Every document is checked locally
 //! first, so a bad document means nothing is applied (unless `--continue-on-error`);
 //! each object then gets one `PATCH` with `application/apply-patch+yaml`, and one
-//! kubectl-style line: `agent.hive.dev/a1 created|configured|unchanged`.
+//! kubectl-style line: `agent.hive.dev/a1 created|configured|unchanged`. A refusal by
+//! the server does not stop the rest: as kubectl, every valid object is applied, each
+//! refusal is named (document, kind/name, the server's message), and the command exits 1.
 
 use anyhow::Result;
 use serde_json::Value;
@@ -37,8 +39,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME", default_value = "hive")]
     pub field_manager: String,
 
-    /// Apply the valid documents even if some are invalid, and keep going after an
-    /// object the server refuses; exit 1 at the end if anything failed.
+    /// Apply the valid documents even if some fail the local checks; exit 1 at the end
+    /// if anything failed. (An object the server refuses never stops the others.)
     #[arg(long)]
     pub continue_on_error: bool,
 }
@@ -112,11 +114,8 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             }
             Err(err) => {
                 let Some(api) = client::api_error(&err) else { return Err(err) };
-                output::eprint_line(&render_refusal(api, manifest).to_string());
+                output::eprint_line(&render_refusal(api, manifest));
                 failed = true;
-                if !args.continue_on_error {
-                    return Err(Reported.into());
-                }
             }
         }
     }
@@ -189,14 +188,25 @@ pub fn render_refusal(api: &ApiError, manifest: &Manifest) -> String {
             format!("Apply failed with {} {noun}: {}", conflicts.len(), list.join(", "))
         };
         return format!(
-            "error: {summary} ({})\n\
+            "error: {summary} ({} from {})\n\
              Another field manager owns these fields. Re-run with --force-conflicts to take them \
              over, or remove them from the manifest to leave them to their current manager.",
+            kind::object_ref(&manifest.kind, &manifest.name),
             manifest.location
         );
     }
+    let operation = format!(
+        "error when applying {} from {}",
+        kind::object_ref(&manifest.kind, &manifest.name),
+        manifest.location
+    );
     let mut api = api.clone();
-    api.operation = Some(format!("error when applying {}", manifest.location));
+    if status.code == 422 || status.reason == "Invalid" {
+        // kubectl's `The Agent "a1" is invalid: …` lines name no document: the operation
+        // leads them, so each refusal in a long file can be found.
+        return format!("{operation}: {}", api.render());
+    }
+    api.operation = Some(operation);
     api.render()
 }
 
@@ -240,7 +250,8 @@ mod tests {
         let api = ApiError::new(Status::failure(400, "BadRequest", "unknown field \"spec.bogus\""));
         assert_eq!(
             render_refusal(&api, &manifest()),
-            "Error from server (BadRequest): error when applying m.yaml: document 2 (line 7): unknown field \"spec.bogus\""
+            "Error from server (BadRequest): error when applying agent.hive.dev/a1 from m.yaml: document 2 (line 7): \
+             unknown field \"spec.bogus\""
         );
     }
 

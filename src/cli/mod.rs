@@ -67,9 +67,10 @@ pub enum Command {
     /// (recursively: every .yaml, .yml and .json file, in path order) or stdin. Every
     /// document must be `apiVersion: hive.dev/v1` with a known kind and a `metadata.name`.
     /// All documents are checked before anything is sent: if one is invalid, nothing is
-    /// applied. Objects are then applied in order; the first refusal by the server stops
-    /// the rest (with `--continue-on-error`, the rest are still applied and the command
-    /// exits 1 at the end). Each object prints `created`, `configured` or `unchanged`.
+    /// applied (`--continue-on-error` applies the valid ones). Objects are then applied in
+    /// order; an object the server refuses is named with the server's message and the
+    /// rest are still applied, as kubectl does, and the command exits 1 at the end. Each
+    /// object prints `created`, `configured` or `unchanged`.
     Apply(apply::Args),
     /// List objects in a table, or print them as YAML, JSON or names.
     ///

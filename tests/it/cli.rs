@@ -153,6 +153,44 @@ fn errors_print_the_server_status_and_exit_non_zero() {
     assert!(err.contains("gadgets"), "{err}");
 }
 
+/// Issue 28 item 8: of [valid, refused, valid] `hive apply` stopped at the refusal, so the
+/// third document was neither applied nor named. kubectl applies it: every valid document
+/// is applied, each refusal names its document, kind/name and the server's message, and
+/// the command exits 1.
+#[test]
+fn apply_applies_every_valid_document_and_names_each_refusal() {
+    let d = Daemon::start();
+    let repo = crate::agents::config_repo(&d.dir);
+    let agent = |name: &str| serde_yaml_ng::to_string(&crate::agents::agent(name, &repo, "Offline")).unwrap();
+    // Well formed, so the local checks pass; the server refuses a config change for an
+    // agent that does not exist.
+    let refused = |name: &str| {
+        format!(
+            "apiVersion: hive.dev/v1\nkind: Approval\nmetadata:\n  name: {name}\nspec:\n  kind: ApplyCommit\n  \
+             target: ghost\n  payload: {{commit: abc123}}\n"
+        )
+    };
+    let docs = [agent("first"), refused("refused"), agent("third"), refused("also-refused")].join("---\n");
+    let out = d.hive_stdin(&["apply", "-f", "-"], Some(&docs));
+    assert_eq!(out.status.code(), Some(1), "a refusal exits 1");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("agent.hive.dev/first created"), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("agent.hive.dev/third created"),
+        "the document after a refusal is applied: {stdout}"
+    );
+    for (name, document) in [("refused", "document 2"), ("also-refused", "document 4")] {
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("approval.hive.dev/{name} ")))
+            .unwrap_or_else(|| panic!("the refusal of {name} is named:\n{stderr}"));
+        assert!(line.contains(document) && line.contains("ghost"), "the server's message: {line}");
+    }
+    let listed = ok(d.hive(&["get", "agents", "-o", "name"]));
+    assert_eq!(listed.lines().collect::<Vec<_>>(), ["agent.hive.dev/first", "agent.hive.dev/third"]);
+}
+
 #[test]
 fn wait_delete_and_watch() {
     let d = Daemon::start();
