@@ -353,7 +353,9 @@ impl Resource for Agent {
         }
         if let Some(dir) = &config.dir {
             let bad = dir.is_empty() || dir.starts_with('/') || dir.split('/').any(|part| part == "..");
-            if bad {
+            if dir.chars().any(char::is_control) {
+                no_control_characters(errors, "spec.config.dir", dir);
+            } else if bad {
                 errors.push(
                     "spec.config.dir",
                     Reason::Invalid,
@@ -459,12 +461,20 @@ fn validate_runtime(errors: &mut Errors, runtime: &AgentRuntime) {
                 if let Some(program) = process.build.first() {
                     validation::argument(errors, "spec.runtime.process.build[0]", program);
                 }
+                arguments(errors, "spec.runtime.process.command", &process.command, 1);
+                arguments(errors, "spec.runtime.process.build", &process.build, 1);
                 validation::env(errors, "spec.runtime.process.env", &process.env);
             }
         },
         RuntimeType::NixosContainer => {
             for (i, flag) in runtime.nixos_container.iter().flat_map(|n| &n.nspawn_flags).enumerate() {
-                if flag.trim().is_empty() {
+                if flag.chars().any(char::is_control) {
+                    no_control_characters(
+                        errors,
+                        &format!("spec.runtime.nixosContainer.nspawnFlags[{i}]"),
+                        flag,
+                    );
+                } else if flag.trim().is_empty() {
                     errors.push(
                         format!("spec.runtime.nixosContainer.nspawnFlags[{i}]"),
                         Reason::Required,
@@ -477,6 +487,7 @@ fn validate_runtime(errors: &mut Errors, runtime: &AgentRuntime) {
             None => errors.push("spec.runtime.docker", Reason::Required, "the docker runtime needs an image"),
             Some(docker) => {
                 validation::argument(errors, "spec.runtime.docker.image", &docker.image);
+                arguments(errors, "spec.runtime.docker.command", &docker.command, 0);
                 validation::env(errors, "spec.runtime.docker.env", &docker.env);
                 if let Some(network) = &docker.network {
                     validation::argument(errors, "spec.runtime.docker.network", network);
@@ -484,6 +495,23 @@ fn validate_runtime(errors: &mut Errors, runtime: &AgentRuntime) {
             }
         },
     }
+}
+
+/// Arguments from index `from` on (a program, index 0, is checked whole by
+/// [`validation::argument`]): any text but a control character — a NUL cannot reach
+/// `exec`, and an escape sequence would reach the operator's terminal in every listing.
+fn arguments(errors: &mut Errors, field: &str, args: &[String], from: usize) {
+    for (i, arg) in args.iter().enumerate().skip(from) {
+        if arg.chars().any(char::is_control) {
+            no_control_characters(errors, &format!("{field}[{i}]"), arg);
+        }
+    }
+}
+
+/// Refuses a path or argument holding a control character (a NUL byte cuts a path short
+/// where the runtime opens it), naming `field`.
+fn no_control_characters(errors: &mut Errors, field: &str, value: &str) {
+    errors.push(field, Reason::Invalid, format!("{value:?}: must not contain control characters"));
 }
 
 #[cfg(test)]
@@ -586,6 +614,11 @@ mod tests {
             (json!({"spec": {"config": {"repo": ""}}}), &["spec.config.repo"]),
             (json!({"spec": {"config": {"rev": "--upload-pack=x"}}}), &["spec.config.rev"]),
             (json!({"spec": {"config": {"dir": "../etc"}}}), &["spec.config.dir"]),
+            (json!({"spec": {"config": {"dir": "a\u{0}b"}}}), &["spec.config.dir"]),
+            (
+                json!({"spec": {"runtime": {"process": {"command": ["sh", "ok arg", "x\u{1b}[31m"]}}}}),
+                &["spec.runtime.process.command[2]"],
+            ),
             (json!({"spec": {"parent": "Root"}}), &["spec.parent"]),
             (json!({"spec": {"parent": "alpha"}}), &["spec.parent"]),
             (

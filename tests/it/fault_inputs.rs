@@ -226,3 +226,31 @@ async fn an_early_refusal_reaches_a_client_that_sends_its_whole_body_first() {
     let object = api.get(&format!("{AGENTS}/early")).await;
     assert!(object.body["metadata"]["annotations"].get("big").is_none(), "nothing was written");
 }
+
+/// Issue 28 item 8: a NUL byte in `spec.config.dir` was stored (and would reach a path
+/// the runtime opens); so would a control character in a command's later arguments.
+/// Each is a 422 naming its field, and nothing is stored.
+#[tokio::test]
+async fn control_characters_in_an_agents_paths_and_arguments_are_refused_naming_the_field() {
+    let d = Daemon::start();
+    let api = d.client();
+    let cases = [
+        ("dir", "/spec/config/dir", json!("agents/a\u{0}b"), "spec.config.dir"),
+        (
+            "arg",
+            "/spec/runtime/process/command",
+            json!(["sh", "run\u{1b}]0;x\u{7}.sh"]),
+            "spec.runtime.process.command[1]",
+        ),
+    ];
+    for (name, pointer, value, field) in cases {
+        let mut body = agent(name);
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        body.pointer_mut(parent).unwrap()[key] = value;
+        let reply = api.post("/apis/hive.dev/v1/agents", &body).await;
+        assert_eq!(reply.code, 422, "{name}: {:?}", reply.body);
+        let fields: Vec<&str> = causes(&reply).iter().filter_map(|c| c["field"].as_str()).collect();
+        assert_eq!(fields, [field], "{name}: {:?}", reply.body);
+        assert_eq!(api.get(&format!("/apis/hive.dev/v1/agents/{name}")).await.code, 404, "nothing stored");
+    }
+}
