@@ -451,6 +451,34 @@ async fn same_origin_reads_the_uri_authority_without_a_host_header() {
     assert_eq!(send(&f.app, login("https://127.0.0.1:7443")).await.status, StatusCode::SEE_OTHER);
 }
 
+/// Issue 28 item 8: `Origin: http://HOST` passed for the https dashboard on HOST (only the
+/// part after `://` was compared), so a page served over plain HTTP on that host — any
+/// port-sharing proxy, or a network attacker in the path — could post a sign-in.
+#[tokio::test]
+async fn a_login_from_another_scheme_is_refused() {
+    let f = fixture();
+    let login = |uri: &str, origin: &str| {
+        Request::post(uri)
+            .header(header::HOST, "127.0.0.1:7443")
+            .header(header::ORIGIN, origin)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(Body::from(format!("token={}", f.operator)))
+            .unwrap()
+    };
+    for uri in ["/login", "https://127.0.0.1:7443/login"] {
+        assert_eq!(
+            send(&f.app, login(uri, "http://127.0.0.1:7443")).await.status,
+            StatusCode::FORBIDDEN,
+            "{uri}"
+        );
+        assert_eq!(
+            send(&f.app, login(uri, "https://127.0.0.1:7443")).await.status,
+            StatusCode::SEE_OTHER,
+            "{uri}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_response_says_nosniff() {
     let f = fixture();

@@ -14,9 +14,11 @@ use crate::dashboard::Sessions;
 use crate::server::AppState;
 
 /// Whether a form post comes from this site: browsers send `Origin` on POST; when they
-/// do, it must name the host the request went to (a login or logout form on another
-/// site cannot sign a browser in or out). HTTP/2 carries the host in the request URI's
-/// authority instead of a `Host` header.
+/// do, it must name the scheme and host the request went to (a login or logout form on
+/// another site cannot sign a browser in or out). The dashboard is served only over TLS,
+/// so the scheme is `https` (HTTP/2 names it in the request URI, with the host in its
+/// authority instead of a `Host` header): `http://` the same host is another origin, a
+/// page anyone on the path could have written.
 fn same_origin(headers: &HeaderMap, uri: &Uri) -> bool {
     let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
     let host = headers
@@ -24,7 +26,8 @@ fn same_origin(headers: &HeaderMap, uri: &Uri) -> bool {
         .and_then(|v| v.to_str().ok())
         .or_else(|| uri.authority().map(|a| a.as_str()))
         .unwrap_or("");
-    origin.split_once("://").is_some_and(|(_, rest)| rest == host)
+    let scheme = uri.scheme_str().unwrap_or("https");
+    origin.split_once("://").is_some_and(|(origin_scheme, rest)| origin_scheme == scheme && rest == host)
 }
 
 fn render(error: Option<&str>) -> String {
