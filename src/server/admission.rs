@@ -196,6 +196,13 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value, facts: 
         if !incoming.metadata.finalizers.is_empty() {
             return Err(forbidden("cannot set finalizers (it could never remove them)".into()));
         }
+        // A controlling owner claims the approval for that object (its controller's to
+        // manage, its garbage to collect); an agent token names none.
+        if let Some(i) = incoming.metadata.owner_references.iter().position(|o| o.controller == Some(true)) {
+            return Err(forbidden(format!(
+                "cannot set metadata.ownerReferences[{i}].controller: an agent token names no controlling owner"
+            )));
+        }
         let pending = (facts.pending_approvals)(agent);
         if pending >= MAX_PENDING_APPROVALS_PER_AGENT {
             return Err(forbidden(format!(
@@ -310,6 +317,27 @@ mod tests {
         let mut change = old.clone();
         let err = check(kind(), &alpha, Some(&old), &mut change, None, &any_agent()).unwrap_err();
         assert!(matches!(err, ApiError::Forbidden(_)));
+    }
+
+    /// Issue 28 item 8: an agent token could store an approval that names another agent
+    /// as its controlling owner (`controller: true`), claiming it for that agent.
+    #[test]
+    fn an_agent_token_cannot_name_a_controlling_owner() {
+        let alpha = principal(Role::Agent, Some("alpha"));
+        let owner = |name: &str, controller: bool| json!([{"apiVersion": "hive.dev/v1", "kind": "Agent", "name": name, "uid": "u", "controller": controller}]);
+        let mut claimed = approval_object("alpha", "ApplyCommit", "Pending");
+        claimed["metadata"]["ownerReferences"] = owner("beta", true);
+        let err = check(kind(), &alpha, None, &mut claimed, None, &any_agent()).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Forbidden(m) if m.contains("metadata.ownerReferences[0].controller")),
+            "{err:?}"
+        );
+        let mut plain = approval_object("alpha", "ApplyCommit", "Pending");
+        plain["metadata"]["ownerReferences"] = owner("alpha", false);
+        check(kind(), &alpha, None, &mut plain, None, &any_agent()).unwrap();
+        let mut by_admin = approval_object("alpha", "ApplyCommit", "Pending");
+        by_admin["metadata"]["ownerReferences"] = owner("beta", true);
+        check(kind(), &principal(Role::Admin, None), None, &mut by_admin, None, &any_agent()).unwrap();
     }
 
     #[test]
