@@ -438,7 +438,7 @@ impl Client {
 fn print_warnings(headers: &HeaderMap) {
     for value in headers.get_all("warning") {
         if let Ok(text) = value.to_str() {
-            super::output::eprint_line(&format!("Warning: {}", warning_text(text)));
+            super::terminal::eprint_line(&format!("Warning: {}", warning_text(text)));
         }
     }
 }

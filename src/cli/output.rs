@@ -82,11 +82,7 @@ pub fn print_screen(update: &str) -> std::io::Result<()> {
     out.flush()
 }
 
-/// Writes one line to stderr (a message, a warning, an error), its control characters
-/// escaped as [`print`] escapes them.
-pub fn eprint_line(text: &str) {
-    eprintln!("{}", super::terminal::escape_controls(text));
-}
+pub use super::terminal::eprint_line;
 
 pub use hive_api::age::{age, human_duration};
 

@@ -64,6 +64,12 @@ pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Writes one line to stderr (a message, a warning, an error), its control characters
+/// escaped as `output::print` escapes them.
+pub fn eprint_line(text: &str) {
+    eprintln!("{}", escape_controls(text));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
