@@ -302,6 +302,16 @@ pub async fn list(
     let continued = match params.continue_.as_deref().filter(|c| !c.is_empty()) {
         Some(token) => {
             let token = decode_continue(token)?;
+            // Only this server mints tokens, at revisions it had: one ahead of the store
+            // is forged (or from another store), and its revision must not be echoed.
+            let current = state.store.revision();
+            if token.rv > current {
+                return Err(ApiError::BadRequest(format!(
+                    "continue: the token's revision {} is ahead of the store's {current}; start the list \
+                     again without it",
+                    token.rv
+                )));
+            }
             if token.rv < state.store.stats().compacted {
                 return Err(ApiError::Expired(
                     "The provided continue parameter is too old to display a consistent list result. \

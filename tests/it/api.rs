@@ -314,6 +314,14 @@ async fn lists_page_and_select() {
         next = page.body["metadata"]["continue"].as_str().map(str::to_string);
     }
     assert_eq!(names, ["l0", "l1", "l2", "l3", "l4"]);
+    // A forged token with a revision ahead of the store is a 400, never echoed as the
+    // list's resourceVersion (issue 28, item 6).
+    use base64::Engine as _;
+    let forged = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode(serde_json::to_vec(&json!({"rv": u64::MAX, "start": "l1"})).unwrap());
+    let refused = api.get(&format!("{AGENTS}?limit=2&continue={forged}")).await;
+    assert_eq!(refused.code, 400, "{}", refused.body);
+    assert!(refused.body["message"].as_str().unwrap().contains("ahead of the store"), "{}", refused.body);
     let cases = [
         ("tier%3Deven", vec!["l0", "l2", "l4"]),
         ("tier%21%3Deven", vec!["l1", "l3"]),
