@@ -253,6 +253,12 @@ pub fn name_of(object: &serde_json::Value) -> &str {
     object.get("metadata").and_then(|m| m.get("name")).and_then(serde_json::Value::as_str).unwrap_or("")
 }
 
+/// `metadata.resourceVersion` of a JSON object as a number, or `None` when it has none
+/// or it is not one; never panics, whatever the shape.
+pub fn resource_version_of(object: &serde_json::Value) -> Option<u64> {
+    object.get("metadata")?.get("resourceVersion")?.as_str()?.parse().ok()
+}
+
 /// The condition of type `type_`, if `conditions` has one.
 pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

@@ -200,11 +200,11 @@ pub fn order(a: &Value, b: &Value) -> Ordering {
             .map(|t| t.timestamp_micros())
             .or_else(|| seen(e).map(|t| t.timestamp() * 1_000_000 + 999_999))
     };
-    let version = |e: &Value| {
-        e.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|v| v.parse::<u64>().ok())
-    };
-    let name = |e: &Value| hive_api::meta::name_of(e).to_string();
-    at(a).cmp(&at(b)).then_with(|| version(a).cmp(&version(b))).then_with(|| name(a).cmp(&name(b)))
+    use hive_api::meta::{name_of, resource_version_of};
+    at(a)
+        .cmp(&at(b))
+        .then_with(|| resource_version_of(a).cmp(&resource_version_of(b)))
+        .then_with(|| name_of(a).cmp(name_of(b)))
 }
 
 /// Sorts events oldest first, by [`order`].

@@ -173,16 +173,13 @@ impl AppState {
 /// The approvals `agent` requested that are not decided yet (the quota of
 /// `admission::MAX_PENDING_APPROVALS_PER_AGENT`).
 fn pending_approvals(store: &Store, agent: &str) -> usize {
-    store
-        .list("approvals")
+    use hive_api::approval::{Approval, DecisionState};
+    crate::client::Api::<Approval>::new(store)
+        .list()
         .1
         .iter()
         .filter(|a| {
-            let a = a.value();
-            a.pointer("/spec/requestedBy").and_then(serde_json::Value::as_str) == Some(agent)
-                && a.pointer("/spec/decision/state")
-                    .and_then(serde_json::Value::as_str)
-                    .is_none_or(|s| s == "Pending")
+            a.spec.requested_by.as_deref() == Some(agent) && a.spec.decision.state == DecisionState::Pending
         })
         .count()
 }
