@@ -39,23 +39,31 @@ impl Serialize for Time {
 
 impl<'de> Deserialize<'de> for Time {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|t| Time(t.with_timezone(&Utc)))
-            .map_err(|e| serde::de::Error::custom(format!("invalid RFC 3339 time {text:?}: {e}")))
+        rfc3339(d).map(Time)
     }
+}
+
+/// Reads an RFC 3339 time (any offset, any precision) as UTC.
+fn rfc3339<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    let text = String::deserialize(d)?;
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| serde::de::Error::custom(format!("invalid RFC 3339 time {text:?}: {e}")))
+}
+
+/// The OpenAPI schema of a time: a `date-time` string, described.
+fn time_schema(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
+        .description(Some(description))
+        .into()
 }
 
 impl utoipa::PartialSchema for Time {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-            .description(Some(
-                "An RFC 3339 timestamp in UTC with second precision, e.g. 2026-11-29T14:39:19Z.",
-            ))
-            .into()
+        time_schema("An RFC 3339 timestamp in UTC with second precision, e.g. 2026-11-29T14:39:19Z.")
     }
 }
 
@@ -75,23 +83,15 @@ impl Serialize for MicroTime {
 
 impl<'de> Deserialize<'de> for MicroTime {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|t| MicroTime(t.with_timezone(&Utc)))
-            .map_err(|e| serde::de::Error::custom(format!("invalid RFC 3339 time {text:?}: {e}")))
+        rfc3339(d).map(MicroTime)
     }
 }
 
 impl utoipa::PartialSchema for MicroTime {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime)))
-            .description(Some(
-                "An RFC 3339 timestamp in UTC with microsecond precision, e.g. 2026-11-29T14:39:19.123456Z.",
-            ))
-            .into()
+        time_schema(
+            "An RFC 3339 timestamp in UTC with microsecond precision, e.g. 2026-11-29T14:39:19.123456Z.",
+        )
     }
 }
 

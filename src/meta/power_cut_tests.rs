@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use super::tests::{agent, git, rev};
 use super::*;
 
 fn config(dir: &Path) -> MetaConfig {
@@ -12,29 +13,6 @@ fn config(dir: &Path) -> MetaConfig {
         hive_url: "github:hive-dev/hive".into(),
         hive_rev: "hive-1".into(),
     }
-}
-
-/// A full-length fake sha.
-fn rev(n: u32) -> String {
-    format!("{n:040x}")
-}
-
-fn agent(name: &str, rev: Option<String>) -> AgentInput {
-    AgentInput { name: name.into(), url: format!("/srv/agents/{name}"), rev }
-}
-
-/// `git <args>` in `dir` as a user would run it, independent of the module under test.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=user", "-c", "user.email=user@localhost"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// What an enclosing repository holds: its refs, its commits and its index, byte for byte.

@@ -13,17 +13,18 @@ fn config(dir: &Path) -> MetaConfig {
 }
 
 /// A full-length fake sha.
-fn rev(n: u32) -> String {
+pub(super) fn rev(n: u32) -> String {
     format!("{n:040x}")
 }
 
-fn agent(name: &str, rev: Option<String>) -> AgentInput {
+pub(super) fn agent(name: &str, rev: Option<String>) -> AgentInput {
     AgentInput { name: name.into(), url: format!("/srv/agents/{name}"), rev }
 }
 
-/// `git <args>` in `dir`, independent of the module under test.
-fn git(dir: &Path, args: &[&str]) -> String {
+/// `git <args>` in `dir` as a user would run it, independent of the module under test.
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
+        .args(["-c", "user.name=user", "-c", "user.email=user@localhost"])
         .args(args)
         .current_dir(dir)
         .env("GIT_CONFIG_NOSYSTEM", "1")

@@ -9,18 +9,23 @@ use serde_json::Value;
 use crate::cut_fs::CutFs;
 use crate::harness::{agent, Daemon};
 
-/// The meta repo's `HEAD` commit, read with the repository named explicitly.
-fn meta_head(state: &Path) -> String {
+/// `git ARGS` in the state dir's meta repo, the repository named explicitly.
+fn meta_git(state: &Path, args: &[&str]) -> String {
     let meta = state.join("meta");
     let out = Command::new("git")
-        .args(["rev-parse", "HEAD"])
+        .args(args)
         .env("GIT_DIR", meta.join(".git"))
         .env("GIT_WORK_TREE", &meta)
         .current_dir(&meta)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The meta repo's `HEAD` commit.
+fn meta_head(state: &Path) -> String {
+    meta_git(state, &["rev-parse", "HEAD"]).trim().to_string()
 }
 
 #[tokio::test]
@@ -64,16 +69,7 @@ async fn a_meta_repo_a_power_cut_emptied_is_put_back_at_start_and_the_daemon_ser
 
 /// The meta repo's commit subjects, newest first.
 fn meta_subjects(state: &Path) -> String {
-    let meta = state.join("meta");
-    let out = Command::new("git")
-        .args(["log", "--format=%s"])
-        .env("GIT_DIR", meta.join(".git"))
-        .env("GIT_WORK_TREE", &meta)
-        .current_dir(&meta)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
+    meta_git(state, &["log", "--format=%s"])
 }
 
 #[tokio::test]
