@@ -15,3 +15,7 @@ pub const ORPHAN_LABEL: &str = "hive.dev/orphan";
 pub const AGENT_FINALIZER: &str = "hive.dev/agent-runtime";
 /// Annotation on an Agent created by a Spawn approval, naming the approval.
 pub const APPROVAL: &str = "hive.dev/approval";
+/// Annotation on a Job the submit layer stored together with its agents' intent
+/// (`spec.wanted`): its claim writes no intent again, so a client's write between the
+/// submit and the claim stands.
+pub const INTENT_WRITTEN: &str = "hive.dev/intent-written";

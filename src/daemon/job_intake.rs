@@ -379,6 +379,39 @@ mod tests {
         assert!(matches!(claim(&store, &NothingRuns, "run-2", "start-a").await.unwrap(), Claim::Lost(_)));
     }
 
+    /// Issue 26, item 2: the intent is written once, with the Job — by the submit layer
+    /// for its own Jobs, by the claim for a DAG given with its nodes — and a client's
+    /// write between the submit and the claim stands.
+    #[tokio::test]
+    async fn the_claim_writes_a_custom_dags_intent_but_never_over_a_later_client_write() {
+        let (_dir, store) = store().await;
+        let agents = Api::<hive_api::Agent>::new(&store);
+        let wanted = || agents.get_existing("a").unwrap().spec.wanted;
+        put_job(
+            &store,
+            "custom",
+            json!({"template": "Reconcile",
+                   "nodes": [{"id": "w", "kind": "SetWanted", "agent": "a", "params": {"wanted": "Up"}}]}),
+        )
+        .await;
+        assert_eq!(wanted(), hive_api::agent::Wanted::Offline);
+        assert!(matches!(claim(&store, &NothingRuns, "run-1", "custom").await.unwrap(), Claim::Won(_)));
+        assert_eq!(wanted(), hive_api::agent::Wanted::Up, "the claim wrote the DAG's intent");
+
+        let request = submit::Request {
+            template: hive_api::job::JobTemplate::Stop,
+            agents: vec!["a".into()],
+            source: hive_api::job::JobSource::Cli,
+            reason: None,
+            name: Some("stop-a".into()),
+        };
+        submit::submit(&store, &NothingRuns, &request).await.unwrap();
+        assert_eq!(wanted(), hive_api::agent::Wanted::Offline, "the submit wrote the Stop's intent");
+        agents.patch("a", |a| a.spec.wanted = hive_api::agent::Wanted::Up).await.unwrap();
+        assert!(matches!(claim(&store, &NothingRuns, "run-1", "stop-a").await.unwrap(), Claim::Won(_)));
+        assert_eq!(wanted(), hive_api::agent::Wanted::Up, "the claim wrote over the client's later Up");
+    }
+
     #[tokio::test]
     async fn a_job_for_a_missing_agent_fails_with_a_reason() {
         let (_dir, store) = store().await;

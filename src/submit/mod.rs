@@ -165,12 +165,17 @@ pub async fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(J
     Ok((expanded, mutations))
 }
 
-/// The intent writes of a custom DAG (one given with its nodes): for each agent one of
-/// its SetWanted nodes names, `spec.wanted` as the last of them says, where it differs.
+/// The intent writes of a custom DAG (one given with its nodes, not by [`submit`], which
+/// wrote the intent with the Job and marked it `hive.dev/intent-written`): for each
+/// agent one of its SetWanted nodes names, `spec.wanted` as the last of them says, where
+/// it differs.
 /// The caller commits them in ONE transaction with the Job's claim, as [`submit`] writes
 /// a template's intent with its Job: the intent is written when the Job is taken, never
 /// when its SetWanted finally runs (which would overwrite a later client's write).
 pub fn dag_intents(store: &Store, job: &Job) -> Result<Vec<store::Mutation>> {
+    if job.metadata.annotations.contains_key(hive_api::names::INTENT_WRITTEN) {
+        return Ok(Vec::new()); // written with the Job by `submit`
+    }
     let mut wanted: Vec<(&str, hive_api::agent::Wanted)> = Vec::new();
     for node in &job.spec.nodes {
         if node.kind != hive_api::job::JobNodeKind::SetWanted {
@@ -277,7 +282,9 @@ fn job_object(request: &Request, states: &[AgentState]) -> Job {
         nodes: shapes::build(request.template, states),
         ..Default::default()
     };
-    named_job(request.template, request.name.as_deref(), spec)
+    let mut job = named_job(request.template, request.name.as_deref(), spec);
+    job.metadata.annotations.insert(hive_api::names::INTENT_WRITTEN.into(), "true".into());
+    job
 }
 
 /// A Job of `spec` called `name`, or `<template>-<random>`.
