@@ -30,6 +30,7 @@ pub mod git;
 pub mod kick;
 pub mod limits;
 pub mod log_format;
+mod log_reader;
 pub mod logs;
 mod orphans;
 pub mod supervisor;
@@ -676,7 +677,7 @@ impl Runtime for ProcessRuntime {
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
         let dir = self.agent_dir(agent).join("logs");
         Box::pin(async move {
-            logs::stream(&dir, options)
+            log_reader::stream(&dir, options)
                 .await
                 .map_err(|log_format::NoPreviousRun| Error::NoPreviousRun { agent: agent.into() })
         })
