@@ -75,8 +75,8 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = parse_size)]
     pub watch_buffer_bytes: usize,
 
-    /// How long a watch may wait for its client to take the next line before it is
-    /// closed as not reading, e.g. `30s`.
+    /// How long a streaming answer (a watch, a log, telemetry, a large list) may wait
+    /// for its client to take the next chunk before it is ended as not reading, e.g. `30s`.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = super::duration::parse)]
     pub watch_write_timeout: Duration,
 
@@ -222,6 +222,29 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
 
+    /// Long-running requests (watches, logs, telemetry) open at once, everyone's
+    /// together; one more is answered 429 (`Retry-After: 1`). Admin tokens may go an
+    /// eighth beyond it, so an operator is never locked out. Default: a quarter of the
+    /// open-file limit (`ulimit -n`; each may hold a descriptor), at most 2000.
+    #[arg(long, value_name = "N")]
+    pub max_long_running: Option<usize>,
+
+    /// Long-running requests one token (or dashboard session's token) may hold open;
+    /// admin tokens are not capped alone.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_long_running_per_client: usize,
+
+    /// Other requests being answered at once, everyone's together (a list streamed to a
+    /// slow client counts until its last byte), as kube-apiserver's
+    /// --max-requests-inflight; admins may go an eighth beyond it.
+    #[arg(long, value_name = "N", default_value_t = 400)]
+    pub max_requests_inflight: usize,
+
+    /// Other requests one token may have answered at once; admin tokens are not capped
+    /// alone.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_requests_inflight_per_client: usize,
+
     /// Log filter, e.g. `info`, `hive=debug` (also `RUST_LOG`).
     #[arg(long, value_name = "FILTER", env = "RUST_LOG", default_value = "info")]
     pub log: String,
@@ -298,6 +321,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         retention_bytes: args.retention_bytes,
         checkpoint_interval: args.checkpoint_interval,
         watch_write_timeout: args.watch_write_timeout,
+        limits: request_limits(&args),
         bookmark_interval: args.bookmark_interval,
         event_ttl: args.event_ttl,
         agent_controller: args.agent_controller,
@@ -324,6 +348,17 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
         http: serve_config(&args),
     };
     crate::daemon::run(config, shutdown_signal()).await
+}
+
+/// The caps on requests held at once (`server::streams`).
+fn request_limits(args: &Args) -> crate::server::streams::Limits {
+    let defaults = crate::server::streams::Limits::default_for(crate::host::limits::open_files());
+    crate::server::streams::Limits {
+        long_running: args.max_long_running.unwrap_or(defaults.long_running),
+        long_running_per_client: args.max_long_running_per_client,
+        inflight: args.max_requests_inflight,
+        inflight_per_client: args.max_requests_inflight_per_client,
+    }
 }
 
 /// The listeners' limits: the timeouts (`0` is off) and the connection cap, by default
@@ -446,6 +481,16 @@ fn check(args: &Args) -> anyhow::Result<()> {
     }
     if args.build_slots == 0 {
         bail!("--build-slots must be at least 1");
+    }
+    for (flag, value) in [
+        ("--max-long-running", args.max_long_running.unwrap_or(1)),
+        ("--max-long-running-per-client", args.max_long_running_per_client),
+        ("--max-requests-inflight", args.max_requests_inflight),
+        ("--max-requests-inflight-per-client", args.max_requests_inflight_per_client),
+    ] {
+        if value == 0 {
+            bail!("{flag} must be at least 1");
+        }
     }
     if args.audit_log_max_size == 0 {
         bail!("--audit-log-max-size must be more than 0");

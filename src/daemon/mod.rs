@@ -57,8 +57,10 @@ pub struct DaemonConfig {
     pub retention_bytes: usize,
     /// How long acknowledged writes may wait in the write-ahead log for a checkpoint.
     pub checkpoint_interval: Duration,
-    /// How long a watch waits for its client to take a line before closing it.
+    /// How long a streaming answer waits for its client to take a chunk before ending it.
     pub watch_write_timeout: Duration,
+    /// The caps on requests held at once.
+    pub limits: crate::server::streams::Limits,
     /// How often bookmark-allowing watches get a BOOKMARK.
     pub bookmark_interval: Duration,
     /// How long an Event is kept after it last happened.
@@ -159,6 +161,7 @@ pub async fn run(
         ServerConfig {
             bookmark_interval: config.bookmark_interval,
             watch_write_timeout: config.watch_write_timeout,
+            limits: config.limits,
         },
     );
     spawn_event_expiry(store.clone(), config.event_ttl);

@@ -89,6 +89,22 @@ pub struct DroppedLabels {
     pub reason: &'static str,
 }
 
+/// A limit that refused a request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// `long_running_total`, `long_running_per_client`, `inflight_total`,
+    /// `inflight_per_client` (429s), `object_size` (413), `pending_approvals` (403).
+    pub limit: &'static str,
+}
+
+/// Why the server ended a stream (any: watch, log, telemetry, list).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndedLabels {
+    /// `not_reading` (its client took nothing for the write timeout),
+    /// `credential_ended` (its token was revoked or its session ended).
+    pub reason: &'static str,
+}
+
 /// A node kind of a Job.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NodeKindLabels {
@@ -129,6 +145,22 @@ pub struct ApiMetrics {
     pub watch_events: Family<ResourceLabels, Counter>,
     /// `hive_watch_dropped_total{resource,reason}`: watches the server ended.
     pub watch_dropped: Family<DroppedLabels, Counter>,
+    /// `hive_limit_refusals_total{limit}`: requests refused by a limit.
+    pub limit_refusals: Family<LimitLabels, Counter>,
+    /// `hive_streams_ended_total{reason}`: streaming answers the server ended.
+    pub streams_ended: Family<EndedLabels, Counter>,
+}
+
+impl ApiMetrics {
+    /// The counter of requests refused by `limit`.
+    pub fn refused(&self, limit: &'static str) -> Counter {
+        self.limit_refusals.get_or_create_owned(&LimitLabels { limit })
+    }
+
+    /// The counter of streams ended for `reason`.
+    pub fn stream_ended(&self, reason: &'static str) -> Counter {
+        self.streams_ended.get_or_create_owned(&EndedLabels { reason })
+    }
 }
 
 impl Default for ApiMetrics {
@@ -140,6 +172,8 @@ impl Default for ApiMetrics {
             longrunning: Family::default(),
             watch_events: Family::default(),
             watch_dropped: Family::default(),
+            limit_refusals: Family::default(),
+            streams_ended: Family::default(),
         }
     }
 }
@@ -378,6 +412,16 @@ impl Metrics {
             "hive_watch_dropped",
             "Watches the server ended: overflow or expired (an in-stream 410), not_reading (write timeout)",
             api.watch_dropped.clone(),
+        );
+        r.register(
+            "hive_limit_refusals",
+            "Requests refused by a limit: long_running_total, long_running_per_client, inflight_total, inflight_per_client (429), object_size (413), pending_approvals (403)",
+            api.limit_refusals.clone(),
+        );
+        r.register(
+            "hive_streams_ended",
+            "Streaming answers the server ended: not_reading (write timeout), credential_ended (token revoked, session ended)",
+            api.streams_ended.clone(),
         );
         r.register(
             "hive_store_commit_duration_seconds",

@@ -113,6 +113,10 @@ pub enum ApiError {
     /// The store cannot take writes for now (it is recovering from a failed write).
     #[error("{0}")]
     Unavailable(String),
+    /// The caller, or everyone together, holds as many requests of this kind as a limit
+    /// allows (`streams.rs`); the message names the limit and its flag.
+    #[error("{0}")]
+    TooManyRequests(String),
     /// Something failed inside the server; the cause is logged, not sent.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
@@ -163,6 +167,7 @@ impl ApiError {
             ApiError::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -221,6 +226,7 @@ impl ApiError {
             ),
             ApiError::InsufficientStorage(_) => ("InsufficientStorage", Some(retry_after(5))),
             ApiError::Unavailable(_) => ("ServiceUnavailable", Some(retry_after(1))),
+            ApiError::TooManyRequests(_) => ("TooManyRequests", Some(retry_after(1))),
             ApiError::Internal(_) => ("InternalError", None),
         };
         let mut status = Status::failure(code, reason, self.to_string());

@@ -56,9 +56,12 @@ use routes::ApiRouter;
 pub struct ServerConfig {
     /// How often a watch with `allowWatchBookmarks=true` gets a BOOKMARK.
     pub bookmark_interval: Duration,
-    /// How long a watch waits for its client to take the next line; a watch that waits
-    /// longer is closed (its memory freed) as not reading.
+    /// How long a streaming answer (a watch, a log, telemetry, a large list) waits for
+    /// its client to take the next chunk; one that waits longer is ended (its memory
+    /// freed) as not reading.
     pub watch_write_timeout: Duration,
+    /// The caps on requests held at once (`streams.rs`).
+    pub limits: streams::Limits,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +69,7 @@ impl Default for ServerConfig {
         ServerConfig {
             bookmark_interval: Duration::from_secs(10),
             watch_write_timeout: Duration::from_secs(30),
+            limits: streams::Limits::default(),
         }
     }
 }
@@ -96,6 +100,8 @@ pub struct Shared {
     pub audit: Option<audit_log::AuditLog>,
     /// The registry `/metrics` serves and the handles the request layer records into.
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// The requests held now, against `config.limits`.
+    pub held: Arc<streams::Held>,
 }
 
 impl std::ops::Deref for AppState {
@@ -110,6 +116,8 @@ impl AppState {
     /// Builds the state, rendering the OpenAPI document once.
     pub fn new(store: Store, tokens: TokenStore, config: ServerConfig) -> AppState {
         let (json, hash) = openapi::rendered();
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let held = streams::Held::new(config.limits, streams::Counts::of(&metrics.api));
         AppState(Arc::new(Shared {
             store,
             tokens,
@@ -119,7 +127,8 @@ impl AppState {
             engine: None,
             fleet: None,
             audit: None,
-            metrics: Arc::new(crate::metrics::Metrics::default()),
+            metrics,
+            held,
         }))
     }
 
@@ -136,7 +145,10 @@ impl AppState {
 
     /// The same state recording into (and serving) `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> AppState {
-        self.building().metrics = metrics;
+        let held = streams::Held::new(self.config.limits, streams::Counts::of(&metrics.api));
+        let shared = self.building();
+        shared.metrics = metrics;
+        shared.held = held;
         self
     }
 
@@ -311,25 +323,35 @@ async fn authenticated(state: &AppState, mut request: Request, next: Next) -> (O
     let Some(principal) = principal else {
         return (None, ApiError::Unauthorized.into_response());
     };
+    let permit = match state.held.admit(&principal, streams::Class::of(request.method(), request.uri())) {
+        Ok(permit) => permit,
+        Err(refused) => return (Some(principal), ApiError::TooManyRequests(refused).into_response()),
+    };
     request.extensions_mut().insert::<Principal>(principal.clone());
     let response = next.run(request).await;
     if streams::is_sized(&response) {
-        return (Some(principal), response); // not a stream: nothing to cut, nothing to clone
+        return (Some(principal), response); // not a stream: nothing to keep, nothing to clone
     }
     // A stream ends when what opened it does: the session (sign-out, revocation, expiry)
-    // or the bearer token (revocation).
-    let response = match (sessions, by_cookie, bearer) {
+    // or the bearer token (revocation); and when its client stops reading.
+    let live: Box<dyn Fn() -> bool + Send + Sync> = match (sessions, by_cookie, bearer) {
         (Some(sessions), Some(id), _) => {
             let tokens = state.tokens.clone();
-            streams::end_when_dead(response, move || sessions.is_session_live(&id, &tokens))
+            Box::new(move || sessions.is_session_live(&id, &tokens))
         }
         (_, _, Some(bearer)) => {
             let (tokens, bearer) = (state.tokens.clone(), bearer.to_string());
-            streams::end_when_dead(response, move || tokens.authenticate(&bearer).is_some())
+            Box::new(move || tokens.authenticate(&bearer).is_some())
         }
-        _ => response,
+        _ => Box::new(|| true),
     };
-    (Some(principal), response)
+    let keep = streams::Keep {
+        live,
+        write_timeout: state.config.watch_write_timeout,
+        permit: Some(permit),
+        counts: Some(state.held.counts()),
+    };
+    (Some(principal), streams::keep(response, keep))
 }
 
 /// Answers a request whose handler panicked with a 500 `Status` instead of dropping the

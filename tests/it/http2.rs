@@ -22,7 +22,7 @@ use crate::harness::{agent, Daemon};
 const AGENTS: &str = "/apis/hive.dev/v1/agents";
 
 /// A TLS connection to the daemon offering `alpn`.
-async fn tls(d: &Daemon, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
+pub(crate) async fn tls(d: &Daemon, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut &d.ca_pem[..]) {
         roots.add(cert.expect("CA PEM")).expect("CA certificate");
@@ -43,14 +43,15 @@ async fn tls(d: &Daemon, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
 
 /// One HTTP/2 connection: its request sender, and the task driving it (it ends when
 /// the daemon closes the connection).
-struct H2 {
+pub(crate) struct H2 {
     send: SendRequest<Full<Bytes>>,
     conn: tokio::task::JoinHandle<hyper::Result<()>>,
-    token: String,
+    /// The bearer token its requests carry (the daemon's admin token unless changed).
+    pub(crate) token: String,
 }
 
 impl H2 {
-    async fn connect(d: &Daemon) -> H2 {
+    pub(crate) async fn connect(d: &Daemon) -> H2 {
         let tls = tls(d, &[b"h2"]).await;
         assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]), "the daemon chose h2");
         let (send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
@@ -59,7 +60,7 @@ impl H2 {
         H2 { send, conn: tokio::spawn(conn), token: d.token.clone() }
     }
 
-    async fn request(
+    pub(crate) async fn request(
         &self,
         method: &str,
         path: &str,
@@ -82,7 +83,7 @@ impl H2 {
     }
 
     /// A request's status and JSON body.
-    async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(crate) async fn json(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let response = self.request(method, path, body).await;
         let code = response.status().as_u16();
         let bytes = response.into_body().collect().await.expect("the body").to_bytes();

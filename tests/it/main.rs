@@ -48,4 +48,5 @@ mod power;
 mod pty;
 mod quotas;
 mod readme;
+mod stream_limits;
 mod vastai;

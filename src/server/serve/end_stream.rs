@@ -36,12 +36,12 @@ impl EndStream {
     }
 
     /// Resolves once [`EndStream::end`] was called.
-    pub(super) async fn requested(&self) {
+    pub(in crate::server) async fn requested(&self) {
         self.requested.notified().await;
     }
 
     /// Runs `future` with this as the [`EndStream::current`] stream.
-    pub(super) fn scope<F: std::future::Future>(
+    pub(in crate::server) fn scope<F: std::future::Future>(
         self,
         future: F,
     ) -> impl std::future::Future<Output = F::Output> {
