@@ -27,13 +27,25 @@ pub struct Facts<'a> {
     agent_exists: Box<dyn Fn(&str) -> bool + 'a>,
     pending_approvals: Box<dyn Fn(&str) -> usize + 'a>,
     key_sources: &'a KeySources,
+    refused: Box<dyn Fn(&'static str) + 'a>,
 }
 
 impl<'a> Facts<'a> {
     /// `agent_exists` says whether an agent of that name is stored; `key_sources` is
     /// what Providers may read on this host. No approval is pending.
     pub fn new(agent_exists: impl Fn(&str) -> bool + 'a, key_sources: &'a KeySources) -> Facts<'a> {
-        Facts { agent_exists: Box::new(agent_exists), pending_approvals: Box::new(|_| 0), key_sources }
+        Facts {
+            agent_exists: Box::new(agent_exists),
+            pending_approvals: Box::new(|_| 0),
+            key_sources,
+            refused: Box::new(|_| {}),
+        }
+    }
+
+    /// `refused` counts a write refused by a limit (`object_size`, `pending_approvals`).
+    pub fn with_refusals(mut self, refused: impl Fn(&'static str) + 'a) -> Facts<'a> {
+        self.refused = Box::new(refused);
+        self
     }
 
     /// `pending` counts the undecided approvals an agent requested.
@@ -62,6 +74,7 @@ pub fn check(
     }
     let size = json_size(new);
     if size > hive_api::validation::MAX_OBJECT_BYTES {
+        (facts.refused)("object_size");
         return Err(ApiError::ObjectTooLarge {
             kind: kind.kind.to_string(),
             size,
@@ -205,6 +218,7 @@ fn approval(principal: &Principal, old: Option<&Value>, new: &mut Value, facts: 
         }
         let pending = (facts.pending_approvals)(agent);
         if pending >= MAX_PENDING_APPROVALS_PER_AGENT {
+            (facts.refused)("pending_approvals");
             return Err(forbidden(format!(
                 "exceeded quota: {pending} of its approvals are undecided, the most an agent may have \
                  open ({MAX_PENDING_APPROVALS_PER_AGENT}); an operator decides or deletes them first"

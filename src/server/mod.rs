@@ -179,6 +179,9 @@ impl AppState {
     pub fn admission_facts(&self) -> admission::Facts<'_> {
         admission::Facts::new(|agent| self.store.get("agents", agent).is_some(), self.key_sources())
             .with_pending_approvals(|agent| pending_approvals(&self.store, agent))
+            .with_refusals(|limit| {
+                self.metrics.api.refused(limit).inc();
+            })
     }
 }
 

@@ -38,6 +38,14 @@ async fn an_agent_token_keeps_at_most_sixteen_approvals_undecided() {
     assert_eq!(created.code, 201, "{}", created.body);
     let by_admin = api.post("/apis/hive.dev/v1/approvals", &approval("by-admin", "an operator's")).await;
     assert_eq!(by_admin.code, 201, "{}", by_admin.body);
+    assert_eq!(refusals(&d, "pending_approvals").await, 1, "/metrics counts the refusal");
+}
+
+/// `hive_limit_refusals_total{limit}` on the daemon's `/metrics`.
+async fn refusals(d: &Daemon, limit: &str) -> u64 {
+    let text = d.client().get("/metrics").await.body.as_str().unwrap_or_default().to_string();
+    let line = format!("hive_limit_refusals_total{{limit=\"{limit}\"}} ");
+    text.lines().find_map(|l| l.strip_prefix(&line)?.parse().ok()).unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,4 +94,5 @@ async fn free_text_and_whole_objects_are_bounded() {
     assert_eq!(second.code, 413, "{}", second.body);
     let after = api.get("/apis/hive.dev/v1/agents/alpha").await.body["metadata"]["resourceVersion"].clone();
     assert_eq!(after, before, "the refused patch wrote nothing");
+    assert_eq!(refusals(&d, "object_size").await, 2, "/metrics counts both refusals");
 }
