@@ -186,7 +186,8 @@ pub struct Args {
 
     /// Also serve the dashboard (and the API it calls) on this address, with the same
     /// TLS; it is always on --listen at `/`. A bare port means 127.0.0.1:PORT
-    /// (`HIVE_DASHBOARD_PORT` sets that port).
+    /// (`HIVE_DASHBOARD_PORT` sets that port; the Myelin document's
+    /// `MYELIN_DASHBOARD_PORT` too, when neither the flag nor `HIVE_DASHBOARD_PORT` is given).
     #[arg(long, value_name = "ADDR", env = "HIVE_DASHBOARD_PORT", value_parser = crate::dashboard::parse_listen)]
     pub dashboard_listen: Option<SocketAddr>,
 
@@ -298,7 +299,9 @@ pub enum RuntimeChoice {
 }
 
 /// Runs `hive serve` until Ctrl-C or SIGTERM.
-pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
+pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
+    args.dashboard_listen =
+        dashboard_listen(args.dashboard_listen, crate::host::env::var(MYELIN_DASHBOARD_PORT))?;
     check(&args)?;
     let key_sources = key_sources(&args)?;
     init_tracing(&args.log, args.log_format);
@@ -466,6 +469,20 @@ fn key_sources(args: &Args) -> anyhow::Result<crate::fleet::providers::keys::Key
         sources.allow_env(BUILTIN_KEY_ENV);
     }
     Ok(sources)
+}
+
+/// The Myelin document's name for the dashboard's port.
+const MYELIN_DASHBOARD_PORT: &str = "MYELIN_DASHBOARD_PORT";
+
+/// `--dashboard-listen` (or `HIVE_DASHBOARD_PORT`) when given, else `MYELIN_DASHBOARD_PORT`.
+fn dashboard_listen(given: Option<SocketAddr>, myelin: Option<String>) -> anyhow::Result<Option<SocketAddr>> {
+    match (given, myelin) {
+        (Some(addr), _) => Ok(Some(addr)),
+        (None, Some(value)) => crate::dashboard::parse_listen(&value)
+            .map(Some)
+            .map_err(|e| anyhow::anyhow!("{MYELIN_DASHBOARD_PORT}={value:?}: {e}")),
+        (None, None) => Ok(None),
+    }
 }
 
 /// Rejects flag values clap cannot check by itself.

@@ -89,6 +89,24 @@ async fn the_dashboard_is_served_on_an_extra_listener_too() {
     assert!(root.body.as_str().unwrap_or("").contains("Sign in"));
 }
 
+/// The Myelin document's `MYELIN_DASHBOARD_PORT` selects the dashboard's port too (issue
+/// 29): on `main` before this it was not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn myelin_dashboard_port_selects_the_dashboards_port() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let d = Daemon::start_with_env(&[], &[("MYELIN_DASHBOARD_PORT", &port.to_string())]);
+    let mut api = d.client();
+    api.base = format!("https://127.0.0.1:{port}");
+    let login = api.get("/login").await;
+    assert_eq!(login.code, 200, "{:?}", login.body);
+    // A bad value is a clear start-up error naming the variable.
+    let dir = tempfile::tempdir().unwrap();
+    let refused = Daemon::spawn_env(dir.path(), &[], &[("MYELIN_DASHBOARD_PORT", "not-a-port")])
+        .err()
+        .expect("the daemon refuses to start");
+    assert!(refused.contains("MYELIN_DASHBOARD_PORT"), "{refused}");
+}
+
 /// Logs, Jobs, charts and the metrics page in a real browser
 /// (tests/browser/logs_jobs_metrics.py): an agent with two runs and a few Jobs, and a
 /// process node whose telemetry hub holds recent frames before the page opens.
