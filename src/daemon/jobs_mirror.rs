@@ -1,25 +1,38 @@
 //! The Jobs mirror: the scheduler owns every DAG in memory; Job objects in the store
-//! are its durable mirror for clients. This task writes the scheduler's batched
-//! updates into Job `status` (one status write per Job per batch), creates the Job
-//! objects of fan-out children (claimed by the run whose scheduler made them), and
-//! deletes Jobs that fell out of history. At daemon start, Jobs a previous run claimed
+//! are its durable mirror for clients. This task writes the scheduler's updates into
+//! Job `status`, creates the Job objects of fan-out children (claimed by the run whose
+//! scheduler made them), and deletes Jobs that fell out of history. A Job's updates
+//! coalesce into one pending status, written at once when a reader waits on it (its
+//! first status, a new phase, settling) and otherwise at most once per interval that
+//! grows with the Job's size (`coalesce`): a node's transition costs the store O(1)
+//! bytes, not a rewrite of every node. At daemon start, Jobs a previous run claimed
 //! and left non-terminal are marked `Interrupted`: the boot reconcile re-derives the
 //! work, and no claimed Job is ever run twice. Unclaimed Jobs (written while no daemon
 //! ran) are left for the intake, which runs them. The terminal Jobs earlier runs left
 //! ([`settled`], Interrupted ones included) begin the scheduler's history, so at most 5
 //! per template stay stored across restarts too.
 
-use std::collections::BTreeMap;
-
-use hive_api::job::{Job, JobClaim, JobPhase};
+use hive_api::job::{Job, JobClaim, JobPhase, JobStatus};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::client::{self, Api};
 use crate::scheduler::{JobSnapshot, JobUpdate, SettledJob};
 use crate::store::{self, Store};
 
-/// Applies batches of scheduler updates until the scheduler drops its sender; fan-out
-/// children are written unclaimed (for a scheduler with no intake beside it).
+mod coalesce;
+
+use coalesce::Coalescer;
+
+pub use coalesce::{MAX_STALENESS, WRITE_RATE};
+
+/// Batches taken from the channel at most before what is due is written, so a flood of
+/// updates never holds a due status back.
+const DRAIN: usize = 1024;
+
+/// Applies batches of scheduler updates until the scheduler drops its sender, then
+/// writes what is pending; fan-out children are written unclaimed (for a scheduler with
+/// no intake beside it).
 pub async fn run(store: Store, updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>) {
     mirror(store, updates, None).await
 }
@@ -31,58 +44,109 @@ pub async fn run_claimed(store: Store, updates: mpsc::UnboundedReceiver<Vec<JobU
 }
 
 async fn mirror(store: Store, mut updates: mpsc::UnboundedReceiver<Vec<JobUpdate>>, run: Option<String>) {
-    while let Some(batch) = updates.recv().await {
-        if let Err(err) = apply(&store, batch, run.as_deref()).await {
-            tracing::warn!(error = %err, "the Jobs mirror could not write a batch");
+    let mirror = Mirror { jobs: Api::<Job>::new(&store), run };
+    let mut pending = Coalescer::default();
+    loop {
+        let next_due = pending.next_due();
+        let batch = tokio::select! {
+            batch = updates.recv() => batch,
+            () = sleep_until(next_due) => {
+                for snapshot in pending.take_due(Some(Instant::now())) {
+                    mirror.write(&mut pending, snapshot).await;
+                }
+                continue;
+            }
+        };
+        let Some(batch) = batch else { break };
+        mirror.take(&mut pending, batch).await;
+        for _ in 1..DRAIN {
+            let Ok(batch) = updates.try_recv() else { break };
+            mirror.take(&mut pending, batch).await;
         }
+        for snapshot in pending.take_due(Some(Instant::now())) {
+            mirror.write(&mut pending, snapshot).await;
+        }
+    }
+    // The scheduler is gone (shutdown): what is pending is written once, not retried.
+    for snapshot in pending.take_due(None) {
+        mirror.write(&mut pending, snapshot).await;
     }
 }
 
-/// Writes one batch: creations first (claimed by `run`, when given), then one coalesced
-/// status write per Job, then removals.
-pub async fn apply(store: &Store, batch: Vec<JobUpdate>, run: Option<&str>) -> client::Result<()> {
-    let jobs = Api::<Job>::new(store);
-    let mut changed: BTreeMap<String, Vec<JobSnapshot>> = BTreeMap::new();
-    let mut removed = Vec::new();
-    for update in batch {
-        match update {
-            JobUpdate::Created { name, spec } => {
-                let mut child = Job::new(name, (*spec).clone());
-                child.status.claim =
-                    run.map(|run| JobClaim { run: run.to_string(), at: hive_api::Time(store.now()) });
-                match jobs.create(&child).await {
-                    Ok(_) | Err(client::Error::Store(store::Error::AlreadyExists { .. })) => {}
-                    Err(err) => return Err(err),
+/// Sleeps until `due`, or forever when nothing is due.
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The mirror's writer: the Jobs it writes and the daemon run it writes for.
+struct Mirror {
+    jobs: Api<Job>,
+    run: Option<String>,
+}
+
+impl Mirror {
+    /// Takes one batch in order: a creation and a removal are written at once (a
+    /// removed Job's pending status is dropped), a status change is merged into the
+    /// Job's pending status.
+    async fn take(&self, pending: &mut Coalescer, batch: Vec<JobUpdate>) {
+        for update in batch {
+            let result = match update {
+                JobUpdate::Created { name, spec } => {
+                    let mut child = Job::new(name, (*spec).clone());
+                    child.status.claim = self.run.as_ref().map(|run| JobClaim {
+                        run: run.clone(),
+                        at: hive_api::Time(self.jobs.store().now()),
+                    });
+                    match self.jobs.create(&child).await {
+                        Err(client::Error::Store(store::Error::AlreadyExists { .. })) => Ok(()),
+                        other => other.map(drop),
+                    }
                 }
+                JobUpdate::Changed(snapshot) => {
+                    pending.merge(snapshot, Instant::now());
+                    Ok(())
+                }
+                JobUpdate::Removed { name } => {
+                    pending.forget(&name);
+                    self.jobs.delete(&name).await.map(drop)
+                }
+            };
+            if let Err(err) = result {
+                tracing::warn!(error = %err, "the Jobs mirror could not write an update");
             }
-            JobUpdate::Changed(snapshot) => changed.entry(snapshot.name.clone()).or_default().push(snapshot),
-            JobUpdate::Removed { name } => removed.push(name),
         }
     }
-    for (name, snapshots) in changed {
-        // Only the object this run claimed mirrors its DAG: a Job deleted while it ran
-        // and created again under its name waits, unclaimed, for the old DAG to settle,
-        // and must not show that DAG's progress.
-        let ours = |status: &hive_api::job::JobStatus| match (run, &status.claim) {
+
+    /// Writes one Job's pending status. Only the object this run claimed mirrors its
+    /// DAG: a Job deleted while it ran and created again under its name waits,
+    /// unclaimed, for the old DAG to settle, and must not show that DAG's progress.
+    async fn write(&self, pending: &mut Coalescer, snapshot: JobSnapshot) {
+        let run = self.run.as_deref();
+        let ours = |status: &JobStatus| match (run, &status.claim) {
             (Some(run), Some(claim)) => claim.run == run,
             (Some(_), None) => false,
             (None, _) => true,
         };
-        let mirrored = jobs.patch_status(&name, |status| {
+        let written = self.jobs.patch_status(&snapshot.name, |status| {
             if ours(status) {
-                snapshots.iter().for_each(|s| s.apply_to(status))
+                snapshot.apply_to(status)
             }
         });
-        match mirrored.await {
-            Ok(_) => {}
-            Err(err) if err.is_not_found() => {}
-            Err(err) => return Err(err),
+        match written.await {
+            Ok(_) => {
+                let bytes = self.jobs.get_raw(&snapshot.name).map_or(0, |o| o.len());
+                pending.written(&snapshot, Instant::now(), bytes);
+            }
+            Err(err) if err.is_not_found() => pending.forget(&snapshot.name),
+            Err(err) => {
+                tracing::warn!(error = %err, job = %snapshot.name, "the Jobs mirror could not write a status");
+                pending.failed(snapshot, Instant::now());
+            }
         }
     }
-    for name in removed {
-        jobs.delete(&name).await?;
-    }
-    Ok(())
 }
 
 /// Marks every Job a previous run claimed and left unfinished as `Interrupted`, naming
@@ -228,6 +292,76 @@ mod tests {
         assert!(states.contains(&("bad/reconcile", "Failed")), "{states:?}");
         assert!(nodes.iter().any(|n| n["error"].as_str().is_some_and(|e| e.contains("did not come up"))));
 
+        scheduler.shutdown().await;
+        drop(scheduler);
+        let _ = tokio::time::timeout(Duration::from_secs(5), mirror).await;
+    }
+
+    /// Succeeds every node once its pace of (paused) time has passed.
+    struct Paced(Duration);
+
+    impl Executor for Paced {
+        async fn run(&self, _node: NodeRun) -> Result<NodeOutcome, NodeError> {
+            tokio::time::sleep(self.0).await;
+            Ok(NodeOutcome::default())
+        }
+    }
+
+    // Regression (issue 28, item 4): the mirror rewrote a Job's whole status once per
+    // scheduler turn, so an N-node chain wrote N statuses of up to N nodes: O(N²) bytes
+    // (10.6 GB for 5,000 nodes). Now its bytes are linear in N: a few whole statuses at
+    // once (the first, settling) and node changes at most `WRITE_RATE` a second.
+    #[tokio::test(start_paused = true)]
+    async fn a_chain_job_costs_the_store_bytes_linear_in_its_length() {
+        use hive_api::job::{Edge, JobNode, JobNodeKind};
+        const NODES: usize = 400;
+        const PACE: Duration = Duration::from_millis(1);
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            retention_bytes: 4 << 30,
+            watch_buffer_bytes: 4 << 30,
+            ..StoreConfig::new(dir.path().join("hive.redb"))
+        };
+        let store = Store::open(config).unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mirror = tokio::spawn(run(store.clone(), rx));
+        let scheduler = Scheduler::start(Paced(PACE), tx, SchedulerConfig::default());
+        let nodes = (0..NODES)
+            .map(|i| {
+                let node = JobNode::new(format!("n{i}"), JobNodeKind::Reconcile, Some("a"));
+                if i == 0 {
+                    node
+                } else {
+                    node.after(format!("n{}", i - 1), Edge::AfterOk)
+                }
+            })
+            .collect();
+        let spec = hive_api::JobSpec { template: JobTemplate::Reconcile, nodes, ..Default::default() };
+        let created = Api::<Job>::new(&store).create(&Job::new("chain", spec.clone())).await.unwrap();
+        let from = created.metadata.resource_version.unwrap().parse::<u64>().unwrap();
+        let mut watch = store.watch(KIND, from).unwrap();
+        scheduler.submit("chain", spec).await.unwrap();
+
+        // Every status write of the Job, until the one that settles it.
+        let (mut writes, mut bytes) = (0, 0);
+        let last = loop {
+            let event = watch.next().await.unwrap().unwrap();
+            writes += 1;
+            bytes += event.object.len();
+            let job: Job = event.object.decode().unwrap();
+            if job.status.finished_at.is_some() {
+                break job;
+            }
+        };
+        assert_eq!(last.status.phase, Some(JobPhase::Done));
+        assert_eq!(last.status.nodes.len(), NODES, "every node's state at the end");
+        assert!(last.status.nodes.iter().all(|n| n.state == hive_api::job::JobNodeState::Done));
+        let size = store.get(KIND, "chain").unwrap().len();
+        // Linear: a bounded number of whole statuses, whatever the chain's length. Before,
+        // 401 writes of up to 84 KB, 26 MB in all (314 times the Job); now the first
+        // status and the settled one, and at a pace of 1 ms a node `WRITE_RATE` allows
+        // about one more whole status.
+        assert!(bytes <= 8 * size, "{writes} status writes, {bytes} bytes for a {size}-byte Job");
         scheduler.shutdown().await;
         drop(scheduler);
         let _ = tokio::time::timeout(Duration::from_secs(5), mirror).await;

@@ -447,3 +447,68 @@ async fn five_terminal_jobs_per_template_are_kept_across_restarts_interrupted_on
     assert!(stops.iter().all(|j| j["status"]["phase"] == "Interrupted"), "{:?}", names(&stops));
     assert!(stops.iter().any(|j| j["metadata"]["name"] == last_stop.as_str()), "{:?}", names(&stops));
 }
+
+/// A Job of `len` SetWanted nodes of agent `agent`, each after the previous one.
+fn chain_job(name: &str, agent: &str, len: usize) -> Value {
+    let nodes: Vec<Value> = (0..len)
+        .map(|i| {
+            let mut node = json!({"id": format!("n{i}"), "kind": "SetWanted", "agent": agent,
+                                  "params": {"wanted": "Offline"}});
+            if i > 0 {
+                node["deps"] = json!([{"node": format!("n{}", i - 1)}]);
+            }
+            node
+        })
+        .collect();
+    json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"template": "Reconcile", "nodes": nodes}})
+}
+
+// Regression (issue 28, item 4): the Jobs mirror rewrote a Job's whole status once per
+// scheduler turn, so a 5,000-node chain wrote 10.6 GB (1.2 MB statuses) and took
+// 387 s. Now a Job's node changes are written at most once per interval that grows with
+// its size (`jobs_mirror::WRITE_RATE`), and at once only its first status, a new phase
+// and its settling: the number of writes is bounded by the chain's running time over
+// that interval, not by its length (this 1,000-node chain wrote ~1,000 statuses before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_job_rewrites_its_status_a_bounded_number_of_times() {
+    use hive::daemon::jobs_mirror::{MAX_STALENESS, WRITE_RATE};
+    const NODES: usize = 1_000;
+    let d = Daemon::start();
+    let api = d.client();
+    let repo = config_repo(&d.dir);
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("a", &repo, "Offline")).await.code, 201);
+    let mut watch = api.watch("/apis/hive.dev/v1/jobs?watch=true&fieldSelector=metadata.name%3Dchain").await;
+    let started = std::time::Instant::now();
+    assert_eq!(api.post("/apis/hive.dev/v1/jobs", &chain_job("chain", "a", NODES)).await.code, 201);
+
+    // The first event is the Job as created (spec only): the smallest it will be, so
+    // its size gives the shortest interval between two writes of node changes.
+    let added = watch.next(Duration::from_secs(60)).await.expect("the Job's creation");
+    assert_eq!(added["type"], "ADDED");
+    let shortest =
+        (added["object"].to_string().len() as f64 / WRITE_RATE as f64).min(MAX_STALENESS.as_secs_f64());
+    // At once: the claim, the first status, a new phase (Running, then Done) and
+    // settling, with room for one more; the rest one interval apart at least.
+    let bound = |elapsed: f64| 6 + (elapsed / shortest) as usize;
+    let mut writes = 0;
+    let last = loop {
+        let event = watch.next(Duration::from_secs(120)).await.expect("the chain goes on");
+        writes += 1;
+        let elapsed = started.elapsed().as_secs_f64();
+        assert!(
+            writes <= bound(elapsed),
+            "{writes} writes of a {NODES}-node chain's status in {elapsed:.1} s (at most {} at one per {shortest:.2} s)",
+            bound(elapsed)
+        );
+        if event["object"]["status"]["finishedAt"].is_string() {
+            break event["object"].clone();
+        }
+    };
+    // Every node's state at the end, in the stored object as kubectl reads it.
+    assert_eq!(last["status"]["phase"], "Done", "{}", last["status"]["message"]);
+    let stored = api.get("/apis/hive.dev/v1/jobs/chain").await.body;
+    let nodes = stored["status"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), NODES);
+    assert!(nodes.iter().all(|n| n["state"] == "Done"), "{}", stored["status"]);
+}
