@@ -53,6 +53,20 @@ pub enum Operator {
     DoesNotExist,
 }
 
+/// An object's labels as a selector reads them: a value found by its key. A map is
+/// one; so is any form that finds a key without building a map (the store keeps each
+/// object's labels packed beside its JSON).
+pub trait Labels {
+    /// The value of the label `key`, or `None` when the object has no such label.
+    fn label(&self, key: &str) -> Option<&str>;
+}
+
+impl Labels for BTreeMap<String, String> {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
 /// One comma-separated term of a label selector: a label key and what its value must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Requirement {
@@ -82,11 +96,11 @@ impl Requirement {
     }
 
     /// Whether the labels satisfy this requirement.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let value = labels.get(&self.key);
+    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
+        let value = labels.label(&self.key);
         match &self.op {
-            Operator::Equals(v) => value == Some(v),
-            Operator::NotEquals(v) => value != Some(v),
+            Operator::Equals(v) => value == Some(v.as_str()),
+            Operator::NotEquals(v) => value != Some(v.as_str()),
             Operator::In(vs) => value.is_some_and(|v| vs.contains(v)),
             Operator::NotIn(vs) => value.is_none_or(|v| !vs.contains(v)),
             Operator::Exists => value.is_some(),
@@ -161,7 +175,7 @@ impl LabelSelector {
     }
 
     /// Whether an object with these labels is selected.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub fn matches<L: Labels + ?Sized>(&self, labels: &L) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 }

@@ -34,7 +34,7 @@ pub fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Re
 /// The response for a stored object: its JSON as committed (no re-encoding). `created`
 /// is the name a create wrote, which its path does not say.
 fn object_response(code: StatusCode, object: &Obj, created: Option<String>, warnings: &[String]) -> Response {
-    let mut response = encoded_response(code, object.json().clone(), warnings);
+    let mut response = encoded_response(code, object.json_bytes(), warnings);
     // For the audit log, so that neither it nor the handler parses the object back.
     response.extensions_mut().insert(super::audit_log::Written::object(object, created));
     response
@@ -256,7 +256,7 @@ pub async fn get(
             true,
         )));
     }
-    Ok(encoded_response(StatusCode::OK, object.json().clone(), &[]))
+    Ok(encoded_response(StatusCode::OK, object.json_bytes(), &[]))
 }
 
 fn not_found(kind: &KindInfo, name: &str) -> ApiError {
@@ -329,10 +329,11 @@ pub async fn list(
         // Only the page itself is taken from the cache.
         state.store.page(kind.plural, start_after, limit)
     } else {
-        // Matching parses each object: done here, not under the cache's lock.
+        // Matching reads the labels and names the store keeps beside each object; only
+        // a selector on another field parses it: done here, not under the cache's lock.
         let (revision, objects) = state.store.list_after(kind.plural, start_after);
         let mut page = Page { revision, ..Page::default() };
-        for (name, object) in objects.into_iter().filter(|(_, o)| selectors.matches_stored(o)) {
+        for (name, object) in objects.into_iter().filter(|(name, o)| selectors.matches_stored(name, o)) {
             if limit.is_some_and(|l| page.items.len() >= l) {
                 page.remaining += 1;
             } else {

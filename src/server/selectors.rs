@@ -1,12 +1,15 @@
 //! `labelSelector` and `fieldSelector` of a list or watch, parsed once and matched
-//! against each stored object.
+//! against each stored object: labels from the form the store keeps beside each
+//! object's JSON, `metadata.name` from the store's key, so neither parses the object.
 
-use hive_api::selector::{FieldSelector, LabelSelector};
+use std::borrow::Cow;
+
+use hive_api::selector::{Field, FieldSelector, LabelSelector};
 use hive_api::KindInfo;
-use serde_json::Value;
 
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
+use crate::store::Obj;
 
 /// Parsed selectors of a list or watch.
 pub struct Selectors {
@@ -39,29 +42,37 @@ impl Selectors {
         self.labels.is_none() && self.fields.is_none()
     }
 
-    /// Whether a stored object passes both selectors (parsed only when there are any).
-    pub fn matches_stored(&self, object: &crate::store::Obj) -> bool {
-        self.is_empty() || self.matches(&object.value())
+    /// Whether matching parses objects: a field selector on a path other than
+    /// `metadata.name` and `metadata.namespace` (an Event's `involvedObject.name`).
+    pub fn parses_objects(&self) -> bool {
+        self.fields.iter().flat_map(FieldSelector::requirements).any(|r| matches!(r.field, Field::Path(_)))
     }
 
-    /// Whether an object passes both selectors.
-    pub fn matches(&self, object: &Value) -> bool {
-        if let Some(fields) = &self.fields {
-            if !fields.matches_object(object) {
-                return false;
-            }
+    /// Whether the stored object `name` passes both selectors.
+    pub fn matches_stored(&self, name: &str, object: &Obj) -> bool {
+        self.matches_with(object, || Cow::Borrowed(name))
+    }
+
+    /// Whether a stored object whose name is not at hand (a watch event's) passes both
+    /// selectors; its name is read from its JSON, without parsing the rest, only when a
+    /// field selector asks for it.
+    pub fn matches_object(&self, object: &Obj) -> bool {
+        self.matches_with(object, || Cow::Owned(object.name()))
+    }
+
+    /// Labels first: they are at hand, and most selectors are only labels. Every hive
+    /// kind is cluster-scoped, so `metadata.namespace` is `""` without looking.
+    fn matches_with<'a>(&self, object: &Obj, name: impl FnOnce() -> Cow<'a, str>) -> bool {
+        if self.labels.as_ref().is_some_and(|labels| !labels.matches(&object.labels())) {
+            return false;
         }
-        if let Some(labels) = &self.labels {
-            let map: std::collections::BTreeMap<String, String> = object
-                .get("metadata")
-                .and_then(|m| m.get("labels"))
-                .and_then(Value::as_object)
-                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
-                .unwrap_or_default();
-            if !labels.matches(&map) {
-                return false;
-            }
+        match &self.fields {
+            None => true,
+            Some(fields) if self.parses_objects() => fields.matches_object(&object.value()),
+            Some(fields) => fields.matches(&name()),
         }
-        true
     }
 }
+
+#[cfg(test)]
+mod tests;

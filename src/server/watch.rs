@@ -289,12 +289,12 @@ fn selected<'a>(selectors: &Selectors, event: &'a store::StoreEvent) -> Selected
     if selectors.is_empty() {
         return Selected::AsStored;
     }
-    let now = event.type_ != EventType::Deleted && selectors.matches(&event.object.value());
+    let now = event.type_ != EventType::Deleted && selectors.matches_object(&event.object);
     let before = match (&event.previous, event.type_) {
-        (Some(previous), _) => selectors.matches(&previous.value()),
+        (Some(previous), _) => selectors.matches_object(previous),
         (None, EventType::Added) => false,
         (None, EventType::Modified) => now,
-        (None, EventType::Deleted) => selectors.matches(&event.object.value()),
+        (None, EventType::Deleted) => selectors.matches_object(&event.object),
     };
     match (before, now) {
         (false, false) => Selected::Nothing,
@@ -337,14 +337,14 @@ pub async fn serve(
     // "N": every change after N, or an in-stream 410 when N is no longer retained.
     let (start, initial) = match requested {
         None => {
-            let (revision, objects) = state.store.list(kind.plural);
+            let (revision, objects) = state.store.list_after(kind.plural, None);
             (revision, Some(objects))
         }
         Some(n) if send_initial => {
             // sendInitialEvents with resourceVersionMatch=NotOlderThan: the current
             // state (which is not older than N), then live.
             let _ = n;
-            let (revision, objects) = state.store.list(kind.plural);
+            let (revision, objects) = state.store.list_after(kind.plural, None);
             (revision, Some(objects))
         }
         Some(n) => (n, None),
@@ -375,7 +375,7 @@ pub async fn serve(
     };
     tokio::spawn(async move {
         if let Some(objects) = initial {
-            for object in objects.iter().filter(|o| selectors.matches_stored(o)) {
+            for (_, object) in objects.iter().filter(|(name, o)| selectors.matches_stored(name, o)) {
                 if tx.send(encoder.object_event("ADDED", object)).await.is_err() {
                     return;
                 }
