@@ -166,6 +166,35 @@ impl Store {
         self.inner.shared.read().page(kind, after, limit)
     }
 
+    /// Up to `limit` objects of `kind` named after `after` that `keep` selects, sorted by
+    /// name: a page of a selected list. It looks at objects only until it is full and
+    /// one more matched, so its cost is what it returns and what it passes over, not
+    /// the size of the kind; and it holds the cache's lock over at most `per_lock`
+    /// objects at a time, so writes wait on it no longer than that.
+    ///
+    /// The page is at the revision of its first look. An object changed after that and
+    /// looked at later is in it as changed: a watch from the page's revision replays
+    /// the change (what a watcher sees after any list), and misses none.
+    pub fn page_selected(
+        &self,
+        kind: &str,
+        after: Option<&str>,
+        limit: Option<usize>,
+        per_lock: usize,
+        mut keep: impl FnMut(&str, &Obj) -> bool,
+    ) -> Page {
+        let limit = limit.unwrap_or(usize::MAX);
+        let mut page = Page { revision: self.inner.shared.read().revision, ..Page::default() };
+        let mut from = after.map(Arc::<str>::from);
+        loop {
+            let state = self.inner.shared.read();
+            match state.select(kind, from.as_deref(), limit, per_lock, &mut keep, &mut page) {
+                Some(looked_at) => from = Some(looked_at),
+                None => return page,
+            }
+        }
+    }
+
     /// The current time on the store's clock: what every in-daemon writer stamps
     /// conditions, timestamps and events with, so tests can move it.
     pub fn now(&self) -> chrono::DateTime<chrono::Utc> {

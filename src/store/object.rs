@@ -50,6 +50,7 @@ pub struct Obj {
 #[cfg(test)]
 thread_local! {
     static PARSED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static LABELS_READ: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The part of an object the store reads when it loads one: its name and labels.
@@ -132,6 +133,8 @@ impl Obj {
 
     /// The object's `metadata.labels`, read without parsing the object.
     pub fn labels(&self) -> StoredLabels<'_> {
+        #[cfg(test)]
+        LABELS_READ.with(|read| read.set(read.get() + 1));
         let json = self.json_len();
         let end = self.bytes.len().saturating_sub(TRAILER).max(json);
         StoredLabels { section: &self.bytes[json..end] }
@@ -161,6 +164,13 @@ impl Obj {
     #[cfg(test)]
     pub fn parsed_on_this_thread() -> usize {
         PARSED.with(std::cell::Cell::get)
+    }
+
+    /// How many times this thread has read a stored object's labels: what a test counts
+    /// to show how many objects a selector looked at.
+    #[cfg(test)]
+    pub fn labels_read_on_this_thread() -> usize {
+        LABELS_READ.with(std::cell::Cell::get)
     }
 
     /// Whether `other` is this very object (the same stored bytes, not merely equal

@@ -39,7 +39,7 @@ pub(super) struct State {
     pub closed: bool,
 }
 
-/// One page of a list: see [`State::page`].
+/// One page of a list: see [`State::page`] and [`State::select`].
 #[derive(Debug, Default)]
 pub struct Page {
     /// The revision the page is current at.
@@ -47,8 +47,12 @@ pub struct Page {
     pub items: Vec<Obj>,
     /// The name of the last item, if any.
     pub last: Option<Arc<str>>,
-    /// Objects after the page.
-    pub remaining: usize,
+    /// How many objects come after the page, when it counted them: a page of every
+    /// object does; a selected one stops at the first match after its last item, so it
+    /// does not know (as kube-apiserver leaves `remainingItemCount` out of such pages).
+    pub remaining: Option<usize>,
+    /// Whether an object comes after the page (for a selected page, one that matches).
+    pub more: bool,
 }
 
 impl State {
@@ -78,7 +82,7 @@ impl State {
     /// no copy of a name and no clone of an object past the page.
     pub fn page(&self, kind: &str, after: Option<&str>, limit: Option<usize>) -> Page {
         use std::ops::Bound;
-        let mut page = Page { revision: self.revision, ..Page::default() };
+        let mut page = Page { revision: self.revision, remaining: Some(0), ..Page::default() };
         let Some(objects) = self.objects.get(kind) else { return page };
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         let mut range = objects.range::<str, _>((from, Bound::Unbounded));
@@ -90,8 +94,43 @@ impl State {
             last = Some(name);
         }
         page.last = last.cloned();
-        page.remaining = range.count();
+        let remaining = range.count();
+        (page.remaining, page.more) = (Some(remaining), remaining > 0);
         page
+    }
+
+    /// Adds to `page` the objects of `kind` named after `after` that `keep` selects, by
+    /// name, until it holds `limit` and one more matched (then `page.more` is set),
+    /// looking at no more than `budget` objects. Returns the name of the last object
+    /// looked at when the budget ran out first: where the page goes on.
+    pub fn select(
+        &self,
+        kind: &str,
+        after: Option<&str>,
+        limit: usize,
+        budget: usize,
+        keep: &mut impl FnMut(&str, &Obj) -> bool,
+        page: &mut Page,
+    ) -> Option<Arc<str>> {
+        use std::ops::Bound;
+        let objects = self.objects.get(kind)?;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut looked_at: Option<&Arc<str>> = None;
+        for (looked, (name, object)) in objects.range::<str, _>((from, Bound::Unbounded)).enumerate() {
+            if looked == budget.max(1) {
+                return looked_at.cloned();
+            }
+            looked_at = Some(name);
+            if keep(name, object) {
+                if page.items.len() >= limit {
+                    page.more = true;
+                    return None;
+                }
+                page.items.push(object.clone());
+                page.last = Some(name.clone());
+            }
+        }
+        None
     }
 
     pub fn object_count(&self) -> usize {

@@ -346,6 +346,115 @@ async fn lists_page_and_select() {
     assert_eq!(by_name.body["items"].as_array().unwrap().len(), 1);
 }
 
+/// Pages of one item under a label selector, over many Agents: the right items in
+/// order, a continue token on every page but the last, no `remainingItemCount` (unknown
+/// under a selector, as kube-apiserver answers), and labels changed between pages seen
+/// by the pages after (issue 28, item 6: each such page parsed every later Agent).
+#[tokio::test]
+async fn label_selected_pages_of_one_follow_the_labels() {
+    let d = Daemon::start();
+    let api = d.client();
+    let name = |i: usize| format!("p{i:02}");
+    let tier = |i: usize| ["gold", "silver", ""][i % 3];
+    for i in 0..45 {
+        let mut a = agent(&name(i));
+        a["metadata"]["labels"] = match tier(i) {
+            "" => json!({}),
+            "silver" => json!({"tier": "silver", "legacy": "yes"}),
+            gold => json!({"tier": gold}),
+        };
+        assert_eq!(api.post(AGENTS, &a).await.code, 201);
+    }
+    // Labels written with JSON escapes are the labels they spell.
+    let mut escaped = agent("p45").to_string();
+    escaped = escaped
+        .replace(r#""labels":{"app":"demo"}"#, r#""labels":{"ti\u0065r":"g\u006fld","hive.dev\/team":"a"}"#);
+    assert!(escaped.contains("u0065r"), "{escaped}");
+    assert_eq!(api.send("POST", AGENTS, "application/json", Some(escaped)).await.code, 201);
+
+    let pages = |selector: String| {
+        let api = &api;
+        async move {
+            let (mut names, mut token, mut rv) = (Vec::new(), String::new(), None);
+            loop {
+                let page =
+                    api.get(&format!("{AGENTS}?labelSelector={selector}&limit=1&continue={token}")).await;
+                assert_eq!(page.code, 200, "{selector}: {}", page.body);
+                let meta = &page.body["metadata"];
+                assert!(meta.get("remainingItemCount").is_none(), "{selector}: {meta}");
+                assert_eq!(*rv.get_or_insert(meta["resourceVersion"].clone()), meta["resourceVersion"]);
+                let items = page.body["items"].as_array().unwrap();
+                names.extend(items.iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()));
+                match meta["continue"].as_str() {
+                    Some(next) => {
+                        assert_eq!(items.len(), 1, "{selector}: a page with a token is full");
+                        token = next.to_string();
+                    }
+                    None => return names,
+                }
+            }
+        }
+    };
+    let gold: Vec<String> = (0..45).filter(|&i| tier(i) == "gold").map(name).chain(["p45".into()]).collect();
+    let model =
+        |keep: &dyn Fn(usize) -> bool| -> Vec<String> { (0..45).filter(|&i| keep(i)).map(name).collect() };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("tier%3Dgold", gold.clone()),
+        ("%21legacy", model(&|i| tier(i) != "silver").into_iter().chain(["p45".into()]).collect()),
+        (
+            "tier%20in%20(gold,silver)",
+            model(&|i| !tier(i).is_empty()).into_iter().chain(["p45".into()]).collect(),
+        ),
+        ("tier%20notin%20(gold)", model(&|i| tier(i) != "gold")),
+        ("hive.dev/team%3Da", vec!["p45".into()]),
+        ("tier%3Dgold,legacy", vec![]),
+    ];
+    for (selector, want) in cases {
+        assert_eq!(pages(selector.to_string()).await, want, "{selector}");
+    }
+
+    // Between two pages: one Agent ahead stops matching, one ahead starts, and one
+    // already passed changes too. Later pages read the live cache.
+    let first = api.get(&format!("{AGENTS}?labelSelector=tier%3Dgold&limit=2")).await;
+    let names: Vec<&str> = first.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["p00", "p03"]);
+    let relabel = |who: &'static str, tier: &'static str| {
+        let api = &api;
+        async move {
+            let patch = json!({"metadata": {"labels": {"tier": tier}}});
+            let path = format!("{AGENTS}/{who}");
+            assert_eq!(api.patch(&path, "application/merge-patch+json", &patch).await.code, 200);
+        }
+    };
+    relabel("p06", "silver").await;
+    relabel("p07", "gold").await;
+    relabel("p00", "silver").await;
+    let token = first.body["metadata"]["continue"].as_str().unwrap();
+    let mut rest = Vec::new();
+    let mut next = Some(token.to_string());
+    while let Some(token) = next {
+        let page = api.get(&format!("{AGENTS}?labelSelector=tier%3Dgold&limit=1&continue={token}")).await;
+        rest.extend(
+            page.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string()),
+        );
+        next = page.body["metadata"]["continue"].as_str().map(str::to_string);
+    }
+    let mut want: Vec<String> =
+        gold.iter().filter(|n| n.as_str() > "p03" && n.as_str() != "p06").cloned().collect();
+    want.push("p07".into());
+    want.sort();
+    assert_eq!(rest, want);
+}
+
 #[tokio::test]
 async fn watch_replays_resumes_bookmarks_and_initial_events() {
     let d = Daemon::start();

@@ -127,6 +127,38 @@ async fn a_selected_page_parses_no_object() {
     }
 }
 
+/// A page with a selector looks at objects only until it is full and one more matched,
+/// so paging through a list looks at each object about once, however small the pages:
+/// it used to look at every object after the token for each page.
+#[tokio::test]
+async fn paging_a_selected_list_looks_at_each_object_about_once() {
+    let fixture = Fixture::new().await;
+    for (query, every) in
+        [("labelSelector=tier%3Dgold", 4), ("labelSelector=legacy%2Ctier", 4), ("labelSelector=tier", 4)]
+    {
+        let before = Obj::labels_read_on_this_thread();
+        let (pages, names) = fixture.pages(query, 1).await;
+        let looked = Obj::labels_read_on_this_thread() - before;
+        assert_eq!(pages.len(), names.len(), "{query}: one item a page");
+        // Each page looks from its token to the match after its own: at most the gap
+        // between two matches more than the objects in between.
+        assert!(
+            looked <= COUNT + every * pages.len(),
+            "{query}: {looked} objects looked at for {} pages",
+            pages.len()
+        );
+        for page in &pages {
+            assert!(
+                page["metadata"].get("remainingItemCount").is_none(),
+                "{query}: unknown under a selector, as kube-apiserver answers: {}",
+                page["metadata"]
+            );
+        }
+    }
+    let unselected = fixture.get(&format!("{AGENTS}?limit=100")).await;
+    assert_eq!(unselected["metadata"]["remainingItemCount"], COUNT - 100, "counted without a selector");
+}
+
 /// Reads the next watch line from `body`, at most 5 s.
 async fn next_line(body: &mut axum::body::BodyDataStream, buffered: &mut Vec<u8>) -> Value {
     loop {

@@ -58,13 +58,13 @@ async fn stored_json_equals_serde_json_and_is_shared_before_and_after_reopen() {
         assert!(store.get("agents", "gone").is_none());
         assert_eq!(store.list_after("agents", Some("a1")).1.len(), 1, "a page after a1");
         let first = store.page("agents", None, Some(1));
-        assert_eq!((first.revision, first.items.len(), first.remaining), (revision, 1, 1));
+        assert_eq!((first.revision, first.items.len(), first.remaining), (revision, 1, Some(1)));
         assert!(first.items[0].is(&named[0].1), "the page shares the cache's copy");
         assert_eq!(first.last.as_deref(), Some("a1"));
         let rest = store.page("agents", first.last.as_deref(), Some(5));
-        assert_eq!((rest.items.len(), rest.remaining, rest.last.as_deref()), (1, 0, Some("a2")));
+        assert_eq!((rest.items.len(), rest.remaining, rest.last.as_deref()), (1, Some(0), Some("a2")));
         let none = store.page("agents", Some("a2"), None);
-        assert_eq!((none.items.len(), none.remaining, none.last), (0, 0, None));
+        assert_eq!((none.items.len(), none.remaining, none.last), (0, Some(0), None));
         assert_eq!(store.page("nothing", None, None).items.len(), 0);
         let mut watch = store.watch("agents", 0).unwrap();
         let mut last = std::collections::HashMap::new();

@@ -5,6 +5,7 @@ mod batch;
 mod durability;
 mod log;
 mod model;
+mod pages;
 mod semantics;
 mod watch;
 
