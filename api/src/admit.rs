@@ -7,16 +7,52 @@ use serde_json::Value;
 use crate::resource::KindInfo;
 use crate::validation::{self, summary, ValidationError};
 
-/// What to do with fields the kind does not define (`fieldValidation`, as upstream).
+/// What to do with fields the kind does not define, and with keys a body gives twice
+/// (`fieldValidation`, as upstream).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum FieldValidation {
-    /// Reject the object, naming every unknown field.
+    /// Reject the object, naming every unknown field and every key given twice.
     Strict,
-    /// Drop unknown fields and report them as warnings (the default).
+    /// Drop unknown fields, keep the last of a key given twice, and report each as a
+    /// warning (the default).
     #[default]
     Warn,
-    /// Drop unknown fields silently.
+    /// Drop unknown fields and keep the last of a key given twice, silently.
     Ignore,
+}
+
+/// Keys a body gave more than once, found by the parser that read it (which kept the
+/// last value of each): the paths of the first few and how many in all, so that a body of
+/// any number of them makes a bounded message. As kube-apiserver's strict decoding,
+/// `Strict` refuses them and `Warn` warns about them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Duplicates {
+    /// The paths of the first [`validation::MAX_CAUSES`] + 1, e.g. `metadata.labels.app`.
+    listed: Vec<String>,
+    /// How many in all.
+    total: usize,
+}
+
+impl Duplicates {
+    /// Counts one more key given twice; `field` renders its path, and is called only for
+    /// the first [`validation::MAX_CAUSES`] + 1 (the rest are only counted).
+    pub fn record(&mut self, field: impl FnOnce() -> String) {
+        if self.listed.len() <= validation::MAX_CAUSES {
+            self.listed.push(field());
+        }
+        self.total += 1;
+    }
+
+    /// None was found.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// `duplicate field "…"` for each of the first [`validation::MAX_CAUSES`], then one
+    /// that counts the rest.
+    pub fn warnings(&self) -> Vec<String> {
+        field_words("duplicate field", &self.listed, self.total)
+    }
 }
 
 /// An admitted object.
@@ -25,7 +61,8 @@ pub struct Admitted {
     /// The normalized object: `apiVersion` and `kind` set, defaults filled in, unknown
     /// fields dropped, fields in canonical order.
     pub object: Value,
-    /// One `unknown field "…"` warning per dropped field (with [`FieldValidation::Warn`]).
+    /// With [`FieldValidation::Warn`], one `duplicate field "…"` warning per key given
+    /// twice, then one `unknown field "…"` warning per dropped field.
     pub warnings: Vec<String>,
 }
 
@@ -58,14 +95,16 @@ pub enum AdmitError {
         /// What was wrong.
         message: String,
     },
-    /// Unknown fields under [`FieldValidation::Strict`].
+    /// Keys given twice, or unknown fields, under [`FieldValidation::Strict`].
     #[error(
         "{kind} in version \"v1\" cannot be handled as a {kind}: strict decoding error: {}",
-        unknown_list(fields)
+        strict_list(duplicates, fields)
     )]
     Strict {
         /// The kind's name.
         kind: &'static str,
+        /// Keys the body gave twice.
+        duplicates: Duplicates,
         /// Paths of the unknown fields.
         fields: Vec<String>,
     },
@@ -89,29 +128,47 @@ fn at(field: &str) -> String {
     }
 }
 
-fn unknown_list(fields: &[String]) -> String {
-    unknown_field_warnings(fields).join(", ")
+fn strict_list(duplicates: &Duplicates, unknown: &[String]) -> String {
+    let mut words = duplicates.warnings();
+    words.extend(unknown_field_warnings(unknown));
+    words.join(", ")
 }
 
-/// `unknown field "…"` for each of the first [`validation::MAX_CAUSES`] fields, then one
-/// that counts the rest: as many unknown fields as a body holds make neither a message nor
-/// the `Warning` headers of an answer grow with them.
 fn unknown_field_warnings(fields: &[String]) -> Vec<String> {
+    field_words("unknown field", fields, fields.len())
+}
+
+/// `{what} "…"` for each of the first [`validation::MAX_CAUSES`] of `total` fields (of
+/// which `fields` holds the first few, or all), then one that counts the rest: as many
+/// unknown or repeated fields as a body holds make neither a message nor the `Warning`
+/// headers of an answer grow with them.
+fn field_words(what: &str, fields: &[String], total: usize) -> Vec<String> {
     let max = validation::MAX_CAUSES;
-    let listed = if fields.len() <= max + 1 { fields } else { &fields[..max] };
-    let mut words: Vec<String> = listed.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-    if listed.len() < fields.len() {
-        let more = fields.len() - max;
+    let listed = if total <= max + 1 { fields } else { &fields[..max.min(fields.len())] };
+    let mut words: Vec<String> = listed.iter().map(|f| format!("{what} \"{f}\"")).collect();
+    if let (true, Some(first)) = (listed.len() < total, fields.get(max)) {
+        let more = total - max;
         words.push(format!(
-            "{more} more unknown fields not listed, the first \"{}\" (at most {max} are listed)",
-            fields[max]
+            "{more} more {what}s not listed, the first \"{first}\" (at most {max} are listed)"
         ));
     }
     words
 }
 
 /// Decodes, defaults and validates a whole object of `kind`.
-pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> Result<Admitted, AdmitError> {
+pub fn admit(kind: &KindInfo, value: Value, validation: FieldValidation) -> Result<Admitted, AdmitError> {
+    admit_body(kind, value, &Duplicates::default(), validation)
+}
+
+/// [`admit`] for a body as a client sent it, with the keys it gave twice: under
+/// [`FieldValidation::Strict`] they are refused beside the unknown fields, under
+/// [`FieldValidation::Warn`] each is a warning before theirs.
+pub fn admit_body(
+    kind: &KindInfo,
+    mut value: Value,
+    duplicates: &Duplicates,
+    validation: FieldValidation,
+) -> Result<Admitted, AdmitError> {
     if let Some(found) = value.get("apiVersion").and_then(Value::as_str) {
         if found != kind.api_version {
             return Err(AdmitError::ApiVersion { found: found.into(), expected: kind.api_version });
@@ -135,12 +192,19 @@ pub fn admit(kind: &KindInfo, mut value: Value, validation: FieldValidation) -> 
         message: e.message,
     })?;
     let mut warnings = Vec::new();
-    if !decoded.unknown_fields.is_empty() {
+    if !decoded.unknown_fields.is_empty() || !duplicates.is_empty() {
         match validation {
             FieldValidation::Strict => {
-                return Err(AdmitError::Strict { kind: kind.kind, fields: decoded.unknown_fields })
+                return Err(AdmitError::Strict {
+                    kind: kind.kind,
+                    duplicates: duplicates.clone(),
+                    fields: decoded.unknown_fields,
+                })
             }
-            FieldValidation::Warn => warnings = unknown_field_warnings(&decoded.unknown_fields),
+            FieldValidation::Warn => {
+                warnings = duplicates.warnings();
+                warnings.extend(unknown_field_warnings(&decoded.unknown_fields));
+            }
             FieldValidation::Ignore => {}
         }
     }
@@ -221,5 +285,66 @@ mod tests {
         let refused = admit(agents(), body, FieldValidation::Strict).unwrap_err().to_string();
         assert_eq!(refused.matches("unknown field \"").count(), validation::MAX_CAUSES);
         assert!(refused.ends_with("unknown field \"spec.bogus0049\", 2950 more unknown fields not listed, the first \"spec.bogus0050\" (at most 50 are listed)"), "{refused}");
+    }
+
+    fn twice(fields: &[&str]) -> Duplicates {
+        let mut duplicates = Duplicates::default();
+        for field in fields {
+            duplicates.record(|| field.to_string());
+        }
+        duplicates
+    }
+
+    #[test]
+    fn keys_given_twice_are_refused_beside_unknown_fields_or_warned_about_first() {
+        let body = json!({"metadata": {"name": "a", "labels": {"app": "b"}},
+                          "spec": {"config": {"repo": "r"}, "bogus": 1,
+                                   "runtime": {"type": "process", "process": {"command": ["x"]}}}});
+        let duplicates = twice(&["metadata.labels.app", "spec.config.repo"]);
+        let refused = admit_body(agents(), body.clone(), &duplicates, FieldValidation::Strict).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "Agent in version \"v1\" cannot be handled as a Agent: strict decoding error: duplicate field \
+             \"metadata.labels.app\", duplicate field \"spec.config.repo\", unknown field \"spec.bogus\""
+        );
+        let warned = admit_body(agents(), body.clone(), &duplicates, FieldValidation::Warn).unwrap();
+        assert_eq!(
+            warned.warnings,
+            [
+                "duplicate field \"metadata.labels.app\"",
+                "duplicate field \"spec.config.repo\"",
+                "unknown field \"spec.bogus\""
+            ]
+        );
+        let ignored = admit_body(agents(), body, &duplicates, FieldValidation::Ignore).unwrap();
+        assert!(ignored.warnings.is_empty(), "{:?}", ignored.warnings);
+        // Keys given twice alone are refused too, before the object's own validity.
+        let invalid = json!({"metadata": {"name": "Not_A_Name"}});
+        let refused = admit_body(agents(), invalid, &twice(&["metadata.name"]), FieldValidation::Strict);
+        assert!(matches!(refused, Err(AdmitError::Strict { .. })), "{refused:?}");
+    }
+
+    #[test]
+    fn thousands_of_keys_given_twice_are_listed_up_to_a_bound() {
+        let mut duplicates = Duplicates::default();
+        let mut rendered = 0;
+        for i in 0..3000 {
+            duplicates.record(|| {
+                rendered += 1;
+                format!("metadata.labels.l{i:04}")
+            });
+        }
+        assert_eq!(rendered, validation::MAX_CAUSES + 1, "only the listed paths are rendered");
+        let warnings = duplicates.warnings();
+        assert_eq!(warnings.len(), validation::MAX_CAUSES + 1);
+        assert_eq!(warnings[0], "duplicate field \"metadata.labels.l0000\"");
+        assert_eq!(
+            warnings[validation::MAX_CAUSES],
+            "2950 more duplicate fields not listed, the first \"metadata.labels.l0050\" (at most 50 are listed)"
+        );
+        // Up to one more than the bound is listed whole.
+        let exactly = twice(&["a"; validation::MAX_CAUSES + 1]);
+        assert_eq!(exactly.warnings().len(), validation::MAX_CAUSES + 1);
+        assert!(exactly.warnings().iter().all(|w| w == "duplicate field \"a\""));
     }
 }

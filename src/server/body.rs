@@ -1,6 +1,8 @@
 //! Request bodies: a size limit with a `Status` error, JSON or YAML by content type,
-//! parse errors that name the line and column, and the rest of a body nobody read
-//! discarded before the answer goes out.
+//! parse errors that name the line and column, the keys a body gives twice, and the rest
+//! of a body nobody read discarded before the answer goes out.
+
+mod duplicates;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -12,6 +14,7 @@ use axum::http::{header, HeaderMap};
 use axum::middleware::Next;
 use axum::response::Response;
 use futures_util::{Stream, StreamExt};
+use hive_api::Duplicates;
 use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -141,36 +144,51 @@ impl Drop for Tracked {
     }
 }
 
+/// A parsed body: its value (of a key given twice, the last), and the keys it gave twice,
+/// for `fieldValidation` to refuse or warn about (`hive_api::admit_body`).
+#[derive(Debug)]
+pub struct Parsed {
+    /// The body as JSON.
+    pub value: Value,
+    /// The keys it gave more than once.
+    pub duplicates: Duplicates,
+}
+
 /// Parses a body as JSON, naming the position of a syntax error.
-pub fn parse_json(bytes: &[u8]) -> ApiResult<Value> {
+pub fn parse_json(bytes: &[u8]) -> ApiResult<Parsed> {
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(ApiError::BadRequest("the request body is empty; expected a JSON object".into()));
     }
-    serde_json::from_slice(bytes).map_err(|e| {
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    let parsed = duplicates::read(&mut reader).and_then(|read| reader.end().map(|()| read));
+    let (value, duplicates) = parsed.map_err(|e| {
         ApiError::BadRequest(format!("malformed JSON at line {}, column {}: {e}", e.line(), e.column()))
-    })
+    })?;
+    Ok(Parsed { value, duplicates })
 }
 
 /// Parses a body as YAML (JSON is valid YAML), naming the position of a syntax error.
-pub fn parse_yaml(bytes: &[u8]) -> ApiResult<Value> {
+pub fn parse_yaml(bytes: &[u8]) -> ApiResult<Parsed> {
     let text = std::str::from_utf8(bytes)
         .map_err(|e| ApiError::BadRequest(format!("the request body is not UTF-8: {e}")))?;
     if text.trim().is_empty() {
         return Err(ApiError::BadRequest("the request body is empty; expected a YAML or JSON object".into()));
     }
-    serde_yaml_ng::from_str::<Value>(text).map_err(|e| match e.location() {
-        Some(loc) => ApiError::BadRequest(format!(
-            "malformed YAML at line {}, column {}: {e}",
-            loc.line(),
-            loc.column()
-        )),
-        None => ApiError::BadRequest(format!("malformed YAML: {e}")),
-    })
+    let (value, duplicates) =
+        duplicates::read(serde_yaml_ng::Deserializer::from_str(text)).map_err(|e| match e.location() {
+            Some(loc) => ApiError::BadRequest(format!(
+                "malformed YAML at line {}, column {}: {e}",
+                loc.line(),
+                loc.column()
+            )),
+            None => ApiError::BadRequest(format!("malformed YAML: {e}")),
+        })?;
+    Ok(Parsed { value, duplicates })
 }
 
 /// Parses an object body (`Content-Type` JSON or YAML) and requires a JSON object.
-pub fn parse_object(media: MediaType, bytes: &[u8]) -> ApiResult<Value> {
-    let value = match media {
+pub fn parse_object(media: MediaType, bytes: &[u8]) -> ApiResult<Parsed> {
+    let parsed = match media {
         MediaType::Json => parse_json(bytes)?,
         MediaType::Yaml | MediaType::ApplyPatch => parse_yaml(bytes)?,
         _ => {
@@ -181,13 +199,13 @@ pub fn parse_object(media: MediaType, bytes: &[u8]) -> ApiResult<Value> {
             ))
         }
     };
-    if !value.is_object() {
+    if !parsed.value.is_object() {
         return Err(ApiError::BadRequest(format!(
             "the request body must be a JSON object, not {}",
-            json_type(&value)
+            json_type(&parsed.value)
         )));
     }
-    Ok(value)
+    Ok(parsed)
 }
 
 /// Decodes a parsed body as `T`, refusing a value of the wrong shape with a 400 that
@@ -215,6 +233,103 @@ pub fn json_type(value: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every key given twice, by path, whatever the body's form; the last value kept.
+    #[test]
+    fn keys_given_twice_are_found_by_their_path_in_json_and_yaml() {
+        let cases: [(&str, MediaType, &str, &[&str]); 7] = [
+            ("none", MediaType::Json, r#"{"a": {"b": 1, "c": [{"d": 1}, {"d": 2}]}}"#, &[]),
+            ("top", MediaType::Json, r#"{"a": 1, "b": 2, "a": 3}"#, &["a"]),
+            (
+                "nested",
+                MediaType::Json,
+                r#"{"spec": {"nodes": [{"id": "x"}, {"id": "y", "id": "z"}]}}"#,
+                &["spec.nodes[1].id"],
+            ),
+            ("three times", MediaType::Json, r#"{"m": {"k": 1, "k": 2, "k": 3}}"#, &["m.k", "m.k"]),
+            (
+                "yaml",
+                MediaType::Yaml,
+                "metadata:\n  labels:\n    app: a\n    app: b\nspec: {x: 1, x: 2}\n",
+                &["metadata.labels.app", "spec.x"],
+            ),
+            ("yaml as apply", MediaType::ApplyPatch, "a:\n- b: 1\n  b: 2\n", &["a[0].b"]),
+            ("json as yaml", MediaType::Yaml, r#"{"a": {"b": 1, "b": 2}}"#, &["a.b"]),
+        ];
+        for (name, media, body, want) in cases {
+            let parsed = parse_object(media, body.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let mut expected = Duplicates::default();
+            for field in want {
+                expected.record(|| field.to_string());
+            }
+            assert_eq!(parsed.duplicates, expected, "{name}");
+        }
+        let parsed = parse_object(MediaType::Json, br#"{"m": {"k": 1, "k": 2, "k": 3}}"#).unwrap();
+        assert_eq!(parsed.value, serde_json::json!({"m": {"k": 3}}), "the last value is kept");
+    }
+
+    /// Looking for keys given twice changes nothing in what a body parses to.
+    #[test]
+    fn a_body_parses_to_what_the_plain_parsers_make_of_it() {
+        let json = [
+            r#"{"a": [1, -2, 3.5, 1e300, 18446744073709551615, 99999999999999999999, null, true, "\u00e9\ud83d\ude00"]}"#,
+            r#"{"nested": {"deep": [[[], {}], {"x": {"y": null}}]}, "": "empty key"}"#,
+            r#"{"order": {"z": 1, "a": 2, "m": 3}}"#,
+        ];
+        for text in json {
+            let plain: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(parse_json(text.as_bytes()).unwrap().value, plain, "{text}");
+        }
+        let yaml = [
+            "a: 1\nb: [x, 'y', \"z\"]\nc: ~\nd: .nan\ne: 0x1F\nf: 1.5e3\ng: yes\n",
+            "1: one\ntrue: t\nnull: n\n3.5: f\n",
+            "base: &b {x: 1}\nuse: *b\nbig: 340282366920938463463374607431768211455\nneg: -170141183460469231731687303715884105728\n",
+            "text: |\n  two\n  lines\nfolded: >\n  one\n  line\n",
+        ];
+        for text in yaml {
+            let plain: Result<Value, _> = serde_yaml_ng::from_str(text);
+            match (plain, parse_yaml(text.as_bytes())) {
+                (Ok(plain), Ok(parsed)) => assert_eq!(parsed.value, plain, "{text}"),
+                (Err(_), Err(_)) => {}
+                (plain, parsed) => panic!("{text}: the plain parser says {plain:?}, this one {parsed:?}"),
+            }
+        }
+        for refused in ["a: !tag 1\n", "? [a]\n: b\n", "a: 1\n---\nb: 2\n", "a: *nowhere\n"] {
+            assert!(serde_yaml_ng::from_str::<Value>(refused).is_err(), "{refused}");
+            assert!(parse_yaml(refused.as_bytes()).is_err(), "{refused}");
+        }
+        for refused in [r#"{"a": 1} {"b": 2}"#, r#"{"a": 1,}"#, "[1, 2"] {
+            assert!(parse_json(refused.as_bytes()).is_err(), "{refused}");
+        }
+    }
+
+    /// Nesting past the parsers' limit is a 400, not a stack overflow; and a key given
+    /// twice under a hundred levels of long keys is named by a path cut short.
+    #[test]
+    fn deep_or_long_bodies_are_bounded_work() {
+        for depth in [200, 100_000] {
+            let json = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let err = parse_json(json.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains("recursion limit exceeded"), "{err}");
+            let nested = format!("{}1{}", "{\"a\":".repeat(depth.min(200)), "}".repeat(depth.min(200)));
+            let err = parse_yaml(nested.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains("recursion limit exceeded"), "{err}");
+        }
+        // (YAML allows keys of at most 1,024 characters.)
+        let key = "k".repeat(1000);
+        let mut body = String::from("\"x\": 1, \"x\": 2");
+        for _ in 0..100 {
+            body = format!("\"{key}\": {{{body}}}");
+        }
+        let body = format!("{{{body}}}");
+        for parsed in [parse_json(body.as_bytes()), parse_yaml(body.as_bytes())] {
+            let warnings = parsed.unwrap().duplicates.warnings();
+            assert_eq!(warnings.len(), 1);
+            let named = &warnings[0];
+            assert!(named.starts_with("duplicate field \"kkk") && named.ends_with("…\""), "{named:.80}");
+            assert!(named.len() < duplicates::MAX_PATH_BYTES + 64, "{} bytes", named.len());
+        }
+    }
 
     #[test]
     fn json_errors_name_the_position() {

@@ -300,9 +300,13 @@ pub async fn create_command(
     use crate::fleet::commands::{self, RecordError, Recorded};
     let params = Params::from_uri(&uri)?;
     let bytes = super::body::read(body).await?;
-    let value = super::body::parse_object(MediaType::of(&headers), &bytes)?;
-    let admitted =
-        hive_api::admit(&hive_api::KindInfo::of::<FleetCommand>(), value, params.field_validation()?)?;
+    let parsed = super::body::parse_object(MediaType::of(&headers), &bytes)?;
+    let admitted = hive_api::admit_body(
+        &hive_api::KindInfo::of::<FleetCommand>(),
+        parsed.value,
+        &parsed.duplicates,
+        params.field_validation()?,
+    )?;
     let mut command: FleetCommand = crate::client::decode_value(&admitted.object)?;
     if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
         let default = state.fleet.as_ref().map_or(commands::DEFAULT_PROVIDER, |f| f.default_provider());

@@ -102,7 +102,8 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let engine = engine(&state)?;
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let body::Parsed { value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let validation = params.field_validation()?;
     let has_nodes =
         value.pointer("/spec/nodes").and_then(serde_json::Value::as_array).is_some_and(|n| !n.is_empty());
     if !has_nodes {
@@ -114,9 +115,15 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
             let field = if e.field.is_empty() { "spec".to_string() } else { e.field };
             invalid("", &field, e.message)
         })?;
-        if !unknown.is_empty() && params.field_validation()? == super::params::FieldValidation::Strict {
-            return Err(hive_api::AdmitError::Strict { kind: "Job", fields: unknown }.into());
+        let strict = validation == super::params::FieldValidation::Strict;
+        if strict && (!unknown.is_empty() || !duplicates.is_empty()) {
+            return Err(hive_api::AdmitError::Strict { kind: "Job", duplicates, fields: unknown }.into());
         }
+        let warnings = if validation == super::params::FieldValidation::Warn {
+            duplicates.warnings()
+        } else {
+            Vec::new()
+        };
         let (template, agents, source, reason) =
             (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);
         let name = Some(job.metadata.name).filter(|n| !n.is_empty());
@@ -127,10 +134,10 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
         }
         let request = crate::submit::Request { template, agents, source, reason, name };
         let job = engine.submit_request(&request).await.map_err(submit_error)?;
-        return Ok(created(&job));
+        return created(&job, &warnings);
     }
     // A custom DAG: validated like any Job, stored, then scheduled.
-    let admitted = hive_api::admit(&hive_api::KindInfo::of::<Job>(), value, params.field_validation()?)?;
+    let admitted = hive_api::admit_body(&hive_api::KindInfo::of::<Job>(), value, &duplicates, validation)?;
     let mut job: Job = crate::client::decode_value(&admitted.object)?;
     job.status = Default::default();
     if job.metadata.name.is_empty() {
@@ -140,16 +147,16 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let dry_run = params.dry_run()?;
     let job = Api::<Job>::new(&state.store).create_opts(&job, dry_run).await?;
     if dry_run {
-        return Ok(created(&job));
+        return created(&job, &admitted.warnings);
     }
     let job = engine.take(&job.metadata.name).await.map_err(submit_error)?;
-    Ok(created(&job))
+    created(&job, &admitted.warnings)
 }
 
-fn created(job: &Job) -> Response {
-    let mut response = (StatusCode::CREATED, serde_json::to_vec(job).unwrap_or_default()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
+/// 201 and the Job, with the body's warnings.
+fn created(job: &Job, warnings: &[String]) -> ApiResult<Response> {
+    let value = serde_json::to_value(job).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(super::resources::json_response(StatusCode::CREATED, &value, warnings))
 }
 
 #[derive(Default, Deserialize)]
@@ -173,7 +180,7 @@ async fn cancel(
     let options: CancelOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         CancelOptions::default()
     } else {
-        let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+        let value = body::parse_object(MediaType::of(&headers), &bytes)?.value;
         body::decode(&value, "invalid cancel options")
             .map_err(|e| ApiError::BadRequest(format!("{e}; expected {{\"children\": BOOL}}")))?
     };

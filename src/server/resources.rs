@@ -20,6 +20,7 @@ use super::{admission, apply};
 use super::{watch, AppState};
 use crate::auth::Principal;
 use crate::store::{Mutation, Obj, Outcome, Page, Subresource};
+use hive_api::Duplicates;
 
 /// How many times a patch is re-applied when a concurrent write wins the race. Each
 /// group commit lets one of N racing patches of one object through, so N racers need
@@ -77,8 +78,35 @@ fn manager(params: &Params, headers: &HeaderMap) -> String {
 /// Decodes, defaults and validates a whole object of `kind` ([`hive_api::admit`]).
 /// Returns the normalized object and the warnings to send.
 pub fn admit(kind: &KindInfo, value: Value, validation: FieldValidation) -> ApiResult<(Value, Vec<String>)> {
-    let admitted = hive_api::admit(kind, value, validation)?;
+    admit_body(kind, value, &Duplicates::default(), validation)
+}
+
+/// [`admit`] for what a client sent, with the keys it gave twice
+/// ([`hive_api::admit_body`]).
+fn admit_body(
+    kind: &KindInfo,
+    value: Value,
+    duplicates: &Duplicates,
+    validation: FieldValidation,
+) -> ApiResult<(Value, Vec<String>)> {
+    let admitted = hive_api::admit_body(kind, value, duplicates, validation)?;
     Ok((admitted.object, admitted.warnings))
+}
+
+/// The keys a JSON patch's operations give twice (`{"op": …, "value": 1, "value": 2}`):
+/// refused under `Strict`, else warned about, as kube-apiserver checks the operations
+/// themselves (`json patch duplicate field "[0].value"`).
+fn json_patch_duplicates(duplicates: &Duplicates, validation: FieldValidation) -> ApiResult<Vec<String>> {
+    let words = duplicates.warnings().into_iter().map(|w| format!("json patch {w}"));
+    match validation {
+        _ if duplicates.is_empty() => Ok(Vec::new()),
+        FieldValidation::Strict => Err(ApiError::BadRequest(format!(
+            "strict decoding error: {}",
+            words.collect::<Vec<_>>().join(", ")
+        ))),
+        FieldValidation::Warn => Ok(words.collect()),
+        FieldValidation::Ignore => Ok(Vec::new()),
+    }
 }
 
 /// Equal once `metadata.managedFields` is set aside.
@@ -377,8 +405,9 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
+    let parsed = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let (mut object, warnings) =
+        admit_body(kind, parsed.value, &parsed.duplicates, params.field_validation()?)?;
     if let Some(meta) = metadata_mut(&mut object) {
         meta.remove("managedFields");
         meta.remove("resourceVersion");
@@ -409,9 +438,9 @@ pub async fn replace(
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let mut value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let body::Parsed { mut value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
     ensure_body_name(kind, &mut value, &name)?;
-    let (mut object, warnings) = admit(kind, value, params.field_validation()?)?;
+    let (mut object, warnings) = admit_body(kind, value, &duplicates, params.field_validation()?)?;
     let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?.value();
     let sub = matches!(subresource, Subresource::Status).then_some("status");
     check_update(kind, &object, &current, sub)?;
@@ -450,11 +479,20 @@ pub async fn patch(
         Json(json_patch::Patch),
         Apply(Value),
     }
+    // The keys the body gave twice: a merge patch's and an applied manifest's are checked
+    // with the object's fields, a JSON patch's here.
+    let mut duplicates = Duplicates::default();
+    let mut patch_warnings = Vec::new();
     let patch = match media {
-        MediaType::MergePatch | MediaType::Json => Patch::Merge(body::parse_object(MediaType::Json, &bytes)?),
+        MediaType::MergePatch | MediaType::Json => {
+            let parsed = body::parse_object(MediaType::Json, &bytes)?;
+            duplicates = parsed.duplicates;
+            Patch::Merge(parsed.value)
+        }
         MediaType::JsonPatch => {
-            let value = body::parse_json(&bytes)?;
-            let ops: json_patch::Patch = serde_json::from_value(value)
+            let parsed = body::parse_json(&bytes)?;
+            patch_warnings = json_patch_duplicates(&parsed.duplicates, validation)?;
+            let ops: json_patch::Patch = serde_json::from_value(parsed.value)
                 .map_err(|e| ApiError::BadRequest(format!("invalid JSON patch: {e}")))?;
             Patch::Json(ops)
         }
@@ -465,7 +503,9 @@ pub async fn patch(
                         .into(),
                 ));
             }
-            let mut value = body::parse_object(MediaType::ApplyPatch, &bytes)?;
+            let parsed = body::parse_object(MediaType::ApplyPatch, &bytes)?;
+            let mut value = parsed.value;
+            duplicates = parsed.duplicates;
             ensure_body_name(kind, &mut value, &name)?;
             Patch::Apply(value)
         }
@@ -500,7 +540,7 @@ pub async fn patch(
                 // Server-side apply creates an absent object.
                 // Check the manifest (unknown fields, validity), but hand apply the
                 // manifest as sent: defaults are not the applier's fields.
-                let (_, warnings) = admit(kind, applied.clone(), validation)?;
+                let (_, warnings) = admit_body(kind, applied.clone(), &duplicates, validation)?;
                 let merged = apply::apply(None, applied, &manager, params.force()?, now())
                     .map_err(|c| conflict(kind, &name, &c))?;
                 let (mut object, _) = admit(kind, merged, FieldValidation::Ignore)?;
@@ -538,7 +578,7 @@ pub async fn patch(
                             }
                             Patch::Apply(_) => unreachable!("matched above"),
                         }
-                        let (mut object, warnings) = admit(kind, doc, validation)?;
+                        let (mut object, warnings) = admit_body(kind, doc, &duplicates, validation)?;
                         // A patch cannot move the write to another object.
                         if name_of(&object) != name {
                             return Err(name_mismatch(kind, name_of(&object), &name));
@@ -550,7 +590,7 @@ pub async fn patch(
                         (object, warnings)
                     }
                     Patch::Apply(applied) => {
-                        let (_, warnings) = admit(kind, applied.clone(), validation)?;
+                        let (_, warnings) = admit_body(kind, applied.clone(), &duplicates, validation)?;
                         let merged = apply::apply(Some(&current), applied, &manager, params.force()?, now())
                             .map_err(|c| conflict(kind, &name, &c))?;
                         let (object, _) = admit(kind, merged, FieldValidation::Ignore)?;
@@ -588,6 +628,7 @@ pub async fn patch(
         match state.store.commit(mutation, dry_run).await {
             Ok(outcome) => {
                 let (code, object) = outcome_object(outcome);
+                let warnings: Vec<String> = patch_warnings.into_iter().chain(warnings).collect();
                 return Ok(object_response(code, &object, None, &warnings));
             }
             // A concurrent write won the race: re-read and re-apply the patch, unless the
@@ -656,7 +697,7 @@ pub async fn delete(
     let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
     } else {
-        let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+        let value = body::parse_object(MediaType::of(&headers), &bytes)?.value;
         body::decode(&value, "invalid DeleteOptions")?
     };
     let dry_run = params.dry_run()? || options.dry_run.iter().any(|d| d == "All");

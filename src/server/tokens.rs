@@ -44,7 +44,7 @@ struct CreateToken {
 
 async fn create(State(state): State<AppState>, headers: HeaderMap, body: Body) -> ApiResult<Response> {
     let bytes = body::read(body).await?;
-    let value = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let value = body::parse_object(MediaType::of(&headers), &bytes)?.value;
     let request: CreateToken = body::decode(&value, "invalid token request").map_err(|e| {
         ApiError::BadRequest(format!(
             "{e}; expected {{\"name\": NAME, \"role\": ROLE, \"agent\": AGENT (role agent only)}}"

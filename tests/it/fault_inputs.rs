@@ -254,3 +254,172 @@ async fn control_characters_in_an_agents_paths_and_arguments_are_refused_naming_
         assert_eq!(api.get(&format!("/apis/hive.dev/v1/agents/{name}")).await.code, 404, "nothing stored");
     }
 }
+
+/// An agent body whose text gives `metadata.labels.app` twice (`demo`, then `twice`) and
+/// `spec.config.rev` twice (`main`, then `v2`).
+fn agent_with_keys_twice(name: &str) -> String {
+    let text = agent(name).to_string();
+    let twice = text
+        .replacen(r#""labels":{"app":"demo"}"#, r#""labels":{"app":"demo","app":"twice"}"#, 1)
+        .replacen(r#""rev":"main""#, r#""rev":"main","rev":"v2""#, 1);
+    assert_eq!(twice.len(), text.len() + r#","app":"twice","rev":"v2""#.len(), "{text}");
+    twice
+}
+
+/// The same agent as block YAML, `app` and `rev` each given twice.
+fn agent_yaml_with_keys_twice(name: &str) -> String {
+    format!(
+        "apiVersion: hive.dev/v1\nkind: Agent\nmetadata:\n  name: {name}\n  labels:\n    app: demo\n    app: twice\n\
+         spec:\n  config:\n    repo: https://git.example.invalid/agents/{name}.git\n    rev: main\n    rev: v2\n\
+         \x20 runtime:\n    type: process\n    process:\n      command: [./run.sh]\n"
+    )
+}
+
+fn warnings(reply: &Reply) -> Vec<String> {
+    reply.headers.get_all("warning").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect()
+}
+
+const TWICE: [&str; 2] = ["metadata.labels.app", "spec.config.rev"];
+
+/// Refused under `Strict`: a 400 that names each field given twice, nothing stored.
+fn assert_refused_naming_both(what: &str, reply: &Reply) {
+    assert_eq!(reply.code, 400, "{what}: {}", reply.body);
+    assert_eq!(reply.body["reason"], "BadRequest", "{what}: {}", reply.body);
+    let message = reply.body["message"].as_str().unwrap_or_default();
+    for field in TWICE {
+        assert!(message.contains(&format!("duplicate field \"{field}\"")), "{what}: {message}");
+    }
+}
+
+/// Taken under `Warn`: the last value kept, one `Warning` per field given twice.
+fn assert_warned_about_both(what: &str, reply: &Reply) {
+    assert!(matches!(reply.code, 200 | 201), "{what}: {}", reply.body);
+    assert_eq!(reply.body["metadata"]["labels"]["app"], "twice", "{what}: the last value wins");
+    assert_eq!(reply.body["spec"]["config"]["rev"], "v2", "{what}: the last value wins");
+    let warnings = warnings(reply);
+    assert_eq!(
+        warnings,
+        TWICE.map(|f| format!("299 - \"duplicate field \\\"{f}\\\"\"")),
+        "{what}: {warnings:?}"
+    );
+}
+
+/// Issue 28 item 8: a key given twice in a JSON or YAML body was taken silently, the last
+/// one winning. As kube-apiserver: `fieldValidation=Strict` refuses it with a 400 naming
+/// the field, `Warn` (the default) keeps the last and says so in a `Warning`, `Ignore`
+/// says nothing — on create, replace, merge patch and apply; a JSON patch's operations
+/// are checked the same way.
+#[tokio::test]
+async fn a_key_given_twice_is_refused_under_strict_and_warned_about_otherwise() {
+    let d = Daemon::start();
+    let api = d.client();
+    let strict = "fieldValidation=Strict";
+
+    // Create, JSON and YAML.
+    for (what, media, body) in [
+        ("json", "application/json", agent_with_keys_twice("twice-json")),
+        ("yaml", "application/yaml", agent_yaml_with_keys_twice("twice-yaml")),
+    ] {
+        let name = format!("twice-{what}");
+        let refused = api.send("POST", &format!("{AGENTS}?{strict}"), media, Some(body.clone())).await;
+        assert_refused_naming_both(&format!("create {what} Strict"), &refused);
+        assert_eq!(api.get(&format!("{AGENTS}/{name}")).await.code, 404, "{what}: nothing stored");
+        let ignored = api
+            .send("POST", &format!("{AGENTS}?fieldValidation=Ignore&dryRun=All"), media, Some(body.clone()))
+            .await;
+        assert_eq!(ignored.code, 201, "create {what} Ignore: {}", ignored.body);
+        assert_eq!(warnings(&ignored), Vec::<String>::new(), "create {what} Ignore");
+        let warned = api.send("POST", AGENTS, media, Some(body.clone())).await;
+        assert_warned_about_both(&format!("create {what} (Warn by default)"), &warned);
+    }
+
+    // Replace.
+    let item = format!("{AGENTS}/twice-json");
+    let body = agent_with_keys_twice("twice-json");
+    let refused = api.send("PUT", &format!("{item}?{strict}"), "application/json", Some(body.clone())).await;
+    assert_refused_naming_both("replace Strict", &refused);
+    let warned =
+        api.send("PUT", &format!("{item}?fieldValidation=Warn"), "application/json", Some(body)).await;
+    assert_warned_about_both("replace Warn", &warned);
+
+    // Merge patch and apply: the patch, and the applied manifest, are bodies too.
+    let merge =
+        r#"{"metadata":{"labels":{"app":"demo","app":"twice"}},"spec":{"config":{"rev":"main","rev":"v2"}}}"#;
+    let refused = api
+        .send("PATCH", &format!("{item}?{strict}"), "application/merge-patch+json", Some(merge.into()))
+        .await;
+    assert_refused_naming_both("merge patch Strict", &refused);
+    let warned = api.send("PATCH", &item, "application/merge-patch+json", Some(merge.into())).await;
+    assert_warned_about_both("merge patch Warn", &warned);
+    let apply = format!("{item}?fieldManager=dup&force=true");
+    let manifest = agent_yaml_with_keys_twice("twice-json");
+    let refused = api
+        .send("PATCH", &format!("{apply}&{strict}"), "application/apply-patch+yaml", Some(manifest.clone()))
+        .await;
+    assert_refused_naming_both("apply Strict", &refused);
+    let warned = api.send("PATCH", &apply, "application/apply-patch+yaml", Some(manifest)).await;
+    assert_warned_about_both("apply Warn", &warned);
+
+    // A JSON patch operation that gives `value` twice.
+    let ops = r#"[{"op":"replace","path":"/spec/config/rev","value":"main","value":"v3"}]"#;
+    let refused =
+        api.send("PATCH", &format!("{item}?{strict}"), "application/json-patch+json", Some(ops.into())).await;
+    assert_eq!(refused.code, 400, "{}", refused.body);
+    let message = refused.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("json patch") && message.contains("duplicate field \"[0].value\""), "{message}");
+    let warned = api.send("PATCH", &item, "application/json-patch+json", Some(ops.into())).await;
+    assert_eq!(warned.code, 200, "{}", warned.body);
+    assert_eq!(warned.body["spec"]["config"]["rev"], "v3");
+    assert_eq!(warnings(&warned), ["299 - \"json patch duplicate field \\\"[0].value\\\"\""]);
+
+    // Nothing else is touched by a refusal.
+    let stored = api.get(&item).await;
+    assert_eq!(stored.body["spec"]["config"]["rev"], "v3", "{}", stored.body);
+}
+
+/// A body of 100,000 keys each given twice, and one whose duplicate sits under a deep path
+/// of long keys: the refusal and the warnings list 50 fields and count the rest, the
+/// field paths they name are cut short, and neither takes long.
+#[tokio::test]
+async fn a_body_of_many_keys_given_twice_is_a_bounded_refusal_and_bounded_warnings() {
+    let d = Daemon::start();
+    let api = d.client();
+    // Under an unknown field, so that only the keys given twice are at stake.
+    let mut extra = String::new();
+    for i in 0..100_000 {
+        extra.push_str(&format!("\"l{i}\":\"a\",\"l{i}\":\"b\","));
+    }
+    let text = agent("many-twice").to_string();
+    let body = text.replacen(r#""rev":"main""#, &format!("\"rev\":\"main\",\"extra\":{{{extra}\"z\":1}}"), 1);
+    assert!(body.len() < 3 << 20, "{} bytes: within the body limit", body.len());
+    let started = std::time::Instant::now();
+    let strict = format!("{AGENTS}?fieldValidation=Strict");
+    let refused = api.send("POST", &strict, "application/json", Some(body.clone())).await;
+    assert_eq!(refused.code, 400, "{:.300}", refused.body.to_string());
+    let message = refused.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("duplicate field \"spec.config.extra.l0\""), "{message:.300}");
+    assert!(message.contains("99950 more"), "{message:.300}");
+    assert!(message.contains("unknown field \"spec.config.extra\""), "{message:.300}");
+    assert!(body_len(&refused) < MAX_ERROR_BYTES, "the error is {} bytes", body_len(&refused));
+
+    let warned = api.send("POST", &format!("{AGENTS}?dryRun=All"), "application/json", Some(body)).await;
+    assert_eq!(warned.code, 201, "{:.300}", warned.body.to_string());
+    let warned_about = warnings(&warned);
+    assert_eq!(warned_about.len(), MAX_CAUSES + 2, "{warned_about:?}");
+    assert!(warned_about[MAX_CAUSES].contains("99950 more"), "{}", warned_about[MAX_CAUSES]);
+    assert!(warned_about[MAX_CAUSES + 1].contains("unknown field"), "{}", warned_about[MAX_CAUSES + 1]);
+
+    // 100 levels of 20 KiB keys, and a key given twice at the bottom: the path named is cut.
+    let key = "k".repeat(20 << 10);
+    let mut deep = String::from("\"x\":1,\"x\":2");
+    for _ in 0..100 {
+        deep = format!("\"{key}\":{{{deep}}}");
+    }
+    let body = text.replacen(r#""rev":"main""#, &format!("\"rev\":\"main\",\"extra\":{{{deep}}}"), 1);
+    let refused = api.send("POST", &strict, "application/json", Some(body)).await;
+    assert_eq!(refused.code, 400, "{:.300}", refused.body.to_string());
+    let message = refused.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("duplicate field \"spec.config.extra.kkk"), "{message:.300}");
+    assert!(body_len(&refused) < 16 << 10, "the error is {} bytes", body_len(&refused));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
+}
