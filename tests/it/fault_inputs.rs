@@ -423,3 +423,22 @@ async fn a_body_of_many_keys_given_twice_is_a_bounded_refusal_and_bounded_warnin
     assert!(body_len(&refused) < 16 << 10, "the error is {} bytes", body_len(&refused));
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "took {:?}", started.elapsed());
 }
+
+/// 100,000 nested YAML flow mappings (half a megabyte) kept the YAML parser busy for over
+/// a minute of CPU before the 400: libyaml reads the whole document before anything
+/// counts its depth, and its scanner looks at every open flow level for every token. The
+/// body is now refused at once, naming the bound.
+#[tokio::test]
+async fn a_yaml_body_nested_a_hundred_thousand_deep_is_refused_at_once() {
+    let d = Daemon::start();
+    let api = d.client();
+    let depth = 100_000;
+    let body = format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let started = std::time::Instant::now();
+    let reply = api.send("POST", AGENTS, "application/yaml", Some(body)).await;
+    let took = started.elapsed();
+    assert_eq!(reply.code, 400, "{:.300}", reply.body.to_string());
+    let message = reply.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("nested more than 128 deep"), "{message}");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+}
