@@ -221,7 +221,7 @@ impl Engine {
             }
         }
         self.deploy.markers.remove(agent);
-        self.deploy.resolver.forget(agent);
+        self.deploy.resolver.forget(agent).await;
     }
 
     /// Creates a new agent with its Spawn Job (one transaction) and schedules the Job.

@@ -2,7 +2,9 @@
 //! approval would change — the commits and the per-file stat from the target agent's
 //! applied commit to the requested one (the reviewed commit, or the pull request's head
 //! when none was given). Read-only; any role. The config repository is fetched into the
-//! daemon's mirror first, so the answer is current.
+//! daemon's mirror first, so the answer is current (concurrent askers share a fetch:
+//! `meta::resolve`); a failure names the agent and its repository, never a path of the
+//! daemon's.
 
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -61,12 +63,19 @@ async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiRes
         .into_response());
     };
     let quiet = |_: &str| {};
-    let (head_sha, summary) =
-        engine.deploy.resolver.diff(&agent, &base, &head, &quiet).await.map_err(|e| ApiError::Conflict {
+    let resolver = &engine.deploy.resolver;
+    let (head_sha, summary) = resolver.diff(&agent, &base, &head, &quiet).await.map_err(|e| {
+        // The log has the error with its paths; the answer names no path of the daemon's.
+        tracing::warn!(approval = %name, agent = %target, error = %e, "could not compare for an approval's diff");
+        ApiError::Conflict {
             plural: "approvals".into(),
             name: name.clone(),
-            message: format!("cannot compare {target}'s applied commit with {head:?}: {e}"),
-        })?;
+            message: format!(
+                "cannot compare {target}'s applied commit with {head:?}: {}",
+                resolver.describe(&agent, &e)
+            ),
+        }
+    })?;
     let mut body = serde_json::to_value(&summary).map_err(|e| ApiError::Internal(e.into()))?;
     body["approval"] = json!(name);
     body["agent"] = json!(target);

@@ -514,3 +514,62 @@ async fn a_config_change_approval_for_a_missing_agent_is_refused_naming_the_targ
             "runtime": {"type": "process", "process": {"command": ["x"]}}}}}});
     assert_eq!(api.post("/apis/hive.dev/v1/approvals", &spawn).await.code, 201);
 }
+
+/// Issue 28 item 8: 128 viewers asking for one approval's diff at once got 11 × 409 from
+/// the agent's one mirror (`could not lock config file`: each request fetched into it at
+/// the same time), and each message showed the daemon's state dir. Every answer is now a
+/// 200 with the same diff; a diff that fails names the agent and its repository, never a
+/// path in the state dir.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_diffs_of_one_repo_all_succeed_and_a_failed_one_shows_no_state_path() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    // The repository outside the state dir, so that naming it is not naming the state dir.
+    let repos = tempfile::tempdir().unwrap();
+    let repo = config_repo(repos.path());
+    let api = spawned(&d, &repo, "alpha").await;
+    let v2 = sha(&repo, "v2");
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval("alpha-v2", "alpha", &v2)).await.code, 201);
+    let viewer = ok(d.hive(&["token", "create", "--name", "vera", "--role", "viewer"]));
+    let viewer = d.client_with(Some(viewer.trim()));
+
+    let asks = (0..128).map(|_| {
+        let viewer = viewer.clone();
+        tokio::spawn(async move { viewer.get("/hive/v1/approvals/alpha-v2/diff").await })
+    });
+    let answers = futures_util::future::join_all(asks).await;
+    let mut refused = Vec::new();
+    for answer in answers {
+        let answer = answer.unwrap();
+        if answer.code != 200 {
+            refused.push(format!("{}: {}", answer.code, answer.body));
+            continue;
+        }
+        assert_eq!(
+            (answer.body["head"].as_str(), answer.body["commitCount"].as_u64()),
+            (Some(v2.as_str()), Some(1))
+        );
+    }
+    assert!(refused.is_empty(), "{} of 128 refused, the first: {}", refused.len(), refused[0]);
+
+    // A commit the repository does not have, then the repository gone: each a 409 that
+    // names the agent and the repository, and no path in the state dir.
+    let state_dir = d.dir.display().to_string();
+    let repo_url = repo.display().to_string();
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    assert_eq!(
+        api.post("/apis/hive.dev/v1/approvals", &approval("alpha-missing", "alpha", missing)).await.code,
+        201
+    );
+    let unknown = viewer.get("/hive/v1/approvals/alpha-missing/diff").await;
+    std::fs::rename(&repo, repos.path().join("moved")).unwrap();
+    let gone = viewer.get("/hive/v1/approvals/alpha-v2/diff").await;
+    for (what, reply) in [("unknown commit", unknown), ("repository gone", gone)] {
+        assert_eq!(reply.code, 409, "{what}: {}", reply.body);
+        let message = reply.body["message"].as_str().unwrap_or_default();
+        assert!(
+            !reply.body.to_string().contains(&state_dir),
+            "{what}: shows the state dir {state_dir}: {message}"
+        );
+        assert!(message.contains("alpha") && message.contains(&repo_url), "{what}: names neither: {message}");
+    }
+}
