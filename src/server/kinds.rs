@@ -89,8 +89,9 @@ pub struct WriteQuery {
     dry_run: Option<String>,
     /// Name of the actor making the change, recorded in `metadata.managedFields`.
     field_manager: Option<String>,
-    /// Unknown fields: `Strict` rejects the request naming each, `Warn` (default) drops them with a `Warning`
-    /// header, `Ignore` drops them silently.
+    /// Unknown fields and keys given twice: `Strict` rejects the request naming each, `Warn` (default) drops
+    /// unknown fields and keeps the last of a repeated key with a `Warning` header each, `Ignore` does so
+    /// silently.
     #[param(value_type = Option<FieldValidation>, inline)]
     field_validation: Option<String>,
 }
@@ -106,8 +107,9 @@ pub struct PatchQuery {
     dry_run: Option<String>,
     /// Name of the actor making the change; required for server-side apply (`application/apply-patch+yaml`).
     field_manager: Option<String>,
-    /// Unknown fields: `Strict` rejects the request naming each, `Warn` (default) drops them with a `Warning`
-    /// header, `Ignore` drops them silently.
+    /// Unknown fields and keys given twice: `Strict` rejects the request naming each, `Warn` (default) drops
+    /// unknown fields and keeps the last of a repeated key with a `Warning` header each, `Ignore` does so
+    /// silently.
     #[param(value_type = Option<FieldValidation>, inline)]
     field_validation: Option<String>,
     /// Server-side apply: take ownership of fields other managers own instead of failing with a conflict.

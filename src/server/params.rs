@@ -35,7 +35,7 @@ pub struct Params {
     pub dry_run: Option<String>,
     /// Name of the actor making the change (server-side apply and managedFields).
     pub field_manager: Option<String>,
-    /// `Strict`, `Warn` or `Ignore`: how unknown fields are treated.
+    /// `Strict`, `Warn` or `Ignore`: how unknown fields and keys given twice are treated.
     pub field_validation: Option<String>,
     /// Server-side apply: take ownership of conflicting fields.
     pub force: Option<String>,
