@@ -522,7 +522,9 @@ async fn a_config_change_approval_for_a_missing_agent_is_refused_naming_the_targ
 /// path in the state dir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_diffs_of_one_repo_all_succeed_and_a_failed_one_shows_no_state_path() {
-    let d = Daemon::start_with(&["--agent-controller=true"]);
+    // One token's 128 requests at once: over the default per-client cap of 100 in flight
+    // (those past it are 429s, `stream_limits`), so the cap is raised for this test.
+    let d = Daemon::start_with(&["--agent-controller=true", "--max-requests-inflight-per-client", "128"]);
     // The repository outside the state dir, so that naming it is not naming the state dir.
     let repos = tempfile::tempdir().unwrap();
     let repo = config_repo(repos.path());
