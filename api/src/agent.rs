@@ -29,6 +29,9 @@ pub const CONDITION_CRASHED: &str = "Crashed";
 /// The `LimitsEnforced` condition: whether the host enforces `spec.resources` (False
 /// carries the reason; limits are never silently ignored).
 pub const CONDITION_LIMITS_ENFORCED: &str = "LimitsEnforced";
+/// The `Placed` condition of an agent with `spec.placement`: True once its node runs and
+/// serves its runtime; False (with the reason) while it waits for the node.
+pub const CONDITION_PLACED: &str = "Placed";
 
 /// What is wanted of an agent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -53,6 +56,27 @@ pub struct AgentSpec {
     /// Name of the parent agent in the agent hierarchy, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Where the agent runs: absent, on the daemon's own host; with `node`, on that fleet
+    /// Node, whose worker serves the agent's runtime. Set when the agent is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+/// Where an agent runs (`spec.placement`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// The fleet Node (a DNS-1123 label) whose worker runs the agent. A Node that does
+    /// not exist or is not Running yet is accepted: the agent waits for it, with its
+    /// `Placed` condition False saying why. Nothing moves an agent by itself.
+    pub node: String,
+}
+
+impl AgentSpec {
+    /// The fleet Node the agent is placed on, if any.
+    pub fn node(&self) -> Option<&str> {
+        self.placement.as_ref().map(|p| p.node.as_str())
+    }
 }
 
 /// Power intent of an agent.
@@ -382,10 +406,33 @@ impl Resource for Agent {
                 );
             }
         }
+        if let Some(placement) = &spec.placement {
+            validation::name(errors, "spec.placement.node", &placement.node);
+            if spec.runtime.type_ != RuntimeType::Process {
+                errors.push(
+                    "spec.placement",
+                    Reason::Forbidden,
+                    format!(
+                        "a fleet node's worker runs process agents only, not spec.runtime.type {:?}",
+                        spec.runtime.type_.as_str()
+                    ),
+                );
+            }
+        }
         if let Some(job) = &self.status.active_job {
             validation::name(errors, "status.activeJob", job);
         }
         validation::conditions(errors, "status.conditions", &self.status.conditions);
+    }
+
+    fn validate_update(&self, old: &Self, errors: &mut Errors) {
+        if self.spec.placement != old.spec.placement {
+            errors.push(
+                "spec.placement",
+                Reason::Forbidden,
+                "is immutable: moving an agent to another node is not supported yet; delete the agent and create it on the new node",
+            );
+        }
     }
 
     fn columns() -> Vec<Column> {
@@ -398,6 +445,7 @@ impl Resource for Agent {
             Column::wide("Runtime", "The runtime, spec.runtime.type."),
             Column::wide("Active Job", "The Job holding the agent, status.activeJob."),
             Column::wide("Parent", "The parent agent, spec.parent."),
+            Column::wide("Node", "The fleet node it is placed on, spec.placement.node."),
         ]
     }
 
@@ -417,6 +465,7 @@ impl Resource for Agent {
             self.spec.runtime.type_.as_str().into(),
             self.status.active_job.clone().unwrap_or_default().into(),
             self.spec.parent.clone().unwrap_or_default().into(),
+            self.spec.node().unwrap_or_default().into(),
         ]
     }
 }

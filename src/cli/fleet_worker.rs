@@ -57,6 +57,11 @@ pub struct Args {
     /// How often telemetry is sampled and sent, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub telemetry_interval_ms: u64,
+    /// Where the node's agents live (their generations, logs, pid files) and the config
+    /// bundles the daemon ships for their builds land. The worker runs the agents placed
+    /// on its node there, as the daemon asks over the agent runtime protocol.
+    #[arg(long, value_name = "DIR", env = "HIVE_WORKER_STATE_DIR", default_value = "/var/lib/hive-worker")]
+    pub state_dir: std::path::PathBuf,
     /// Log filter (tracing `EnvFilter` syntax); logs go to stderr.
     #[arg(long, value_name = "FILTER", default_value = "info")]
     pub log: String,
@@ -77,6 +82,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     config.net = NetConfig { bind: args.bind, relay: args.relay };
     config.telemetry_interval = Duration::from_millis(args.telemetry_interval_ms);
     config.join_token = args.join_token.clone().map(crate::fleet::net::control::JoinToken);
+    config.state_dir = Some(args.state_dir.clone());
     let node = args.node.clone();
     let ready = move || -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();

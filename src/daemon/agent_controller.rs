@@ -199,6 +199,9 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             (phase == Some(JobPhase::Failed)).then_some(generation)
         })
     };
+    if let Some(action) = placement(engine, &agent, generation).await? {
+        return Ok(action);
+    }
     let stored_jobs = ctx.jobs.of(&name).await;
     let (jobs, recheck) = in_flight(engine, &stored_jobs, &name).await;
     let start_failed = last_start_failed(&stored_jobs, &name);
@@ -373,6 +376,63 @@ fn building_condition(
         ..Default::default()
     };
     set_condition(&mut status.conditions, condition, now);
+}
+
+/// How often an agent waiting for its node looks again (a Node's change does not wake
+/// the Agent controller).
+const PLACEMENT_RECHECK: Duration = Duration::from_secs(2);
+
+/// For an agent placed on a fleet node: whether the node's runtime can answer for it
+/// (`Placed` True), else the agent waits — `Placed` False with what it waits for,
+/// nothing submitted, looked at again shortly — and `Some` is what to do instead of a
+/// decision. A placed agent being deleted whose node cannot be reached loses its
+/// finalizer: there is nothing the daemon can clean up there.
+async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Option<Action>, Error> {
+    let Some(node) = agent.spec.node() else { return Ok(None) };
+    let name = &agent.metadata.name;
+    let now = Time(engine.store.now());
+    let answer = engine.runtime.answerable(agent);
+    let (state, reason, message) = match &answer {
+        Ok(()) => (ConditionStatus::True, "NodeRunning", format!("runs on node {node}")),
+        Err(why) => (ConditionStatus::False, "WaitingForNode", format!("waiting for node {node}: {why}")),
+    };
+    let placed = agent.status.condition(hive_api::agent::CONDITION_PLACED);
+    let unchanged = placed.is_some_and(|c| c.status == state && c.message == message);
+    if answer.is_err() && agent.metadata.deletion_timestamp.is_some() {
+        tracing::warn!(agent = &**name, node, %message, "deleting an agent whose node cannot be reached; nothing on the node was cleaned up");
+        engine.forget(name).await;
+        engine.agents().patch(name, |a| a.metadata.finalizers.retain(|f| f != FINALIZER)).await?;
+        return Ok(Some(Action::await_change()));
+    }
+    if !unchanged {
+        let waiting = answer.is_err();
+        engine
+            .agents()
+            .patch_status(name, |status| {
+                let condition = Condition {
+                    type_: hive_api::agent::CONDITION_PLACED.into(),
+                    status: state,
+                    reason: reason.into(),
+                    message: message.clone(),
+                    observed_generation: Some(generation),
+                    ..Default::default()
+                };
+                set_condition(&mut status.conditions, condition, now);
+                if waiting {
+                    conditions(
+                        status,
+                        now,
+                        generation,
+                        ConditionStatus::False,
+                        "WaitingForNode",
+                        &message,
+                        Some(ConditionStatus::False),
+                    );
+                }
+            })
+            .await?;
+    }
+    Ok(answer.is_err().then_some(Action::requeue(PLACEMENT_RECHECK)))
 }
 
 /// Sets `Converged` (and `Ready` when given) in `status.conditions`.

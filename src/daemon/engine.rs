@@ -54,6 +54,8 @@ pub struct EngineConfig {
     /// Where the controllers the engine runs (Agent, Approval, the Job intake) record
     /// their reconcile runs.
     pub controllers: Arc<crate::metrics::ControllerMetrics>,
+    /// The runtimes of fleet nodes, for agents placed on them (`spec.placement`).
+    pub remotes: Option<Arc<dyn crate::runtime::placed::Remotes>>,
 }
 
 impl Default for EngineConfig {
@@ -66,6 +68,7 @@ impl Default for EngineConfig {
             nixos: None,
             metrics: crate::metrics::SchedulerMetrics::default(),
             controllers: Arc::default(),
+            remotes: None,
         }
     }
 }
@@ -120,13 +123,17 @@ impl Engine {
     /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
     /// crash-watch, and submits the boot reconcile.
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
-        let runtime: Arc<dyn Runtime> = match &config.nixos {
+        let local: Arc<dyn Runtime> = match &config.nixos {
             Some(nixos) => Arc::new(NixosRuntime::new(nixos.clone())),
             None => {
                 let process =
                     config.process.clone().unwrap_or_else(|| ProcessConfig::new(state_dir.join("agents")));
                 Arc::new(ProcessRuntime::new(process))
             }
+        };
+        let runtime: Arc<dyn Runtime> = match &config.remotes {
+            Some(remotes) => Arc::new(crate::runtime::placed::Placed::new(local, remotes.clone())),
+            None => local,
         };
         let meta = crate::meta::Meta::open(crate::meta::MetaConfig {
             dir: state_dir.join("meta"),
@@ -312,6 +319,11 @@ impl Engine {
                     continue;
                 }
             };
+            if agent.spec.node().is_some() {
+                // Its node's worker owns it: a container or rented machine keeps it
+                // running for the next daemon; a local worker stops it as it ends.
+                continue;
+            }
             if let Err(err) = self.runtime.stop(&agent).await {
                 tracing::warn!(agent = &*name, error = %err, "could not stop the agent at shutdown");
             }

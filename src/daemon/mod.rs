@@ -139,7 +139,7 @@ pub async fn run(
     let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
     let fleet_config =
         crate::fleet::FleetConfig { controller_metrics: metrics.controllers.clone(), ..config.fleet.clone() };
-    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, fleet_config).await?;
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, &state_dir, fleet_config).await?;
 
     let listener =
         TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
@@ -180,6 +180,7 @@ pub async fn run(
             }),
             metrics: metrics.scheduler.clone(),
             controllers: metrics.controllers.clone(),
+            remotes: Some(fleet.agent_nodes(state_dir.join("fleet").join("ship"))),
             nixos: config.nixos_containers.then(|| {
                 let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
                 nixos.default_cpu_quota = config.agent_cpu_quota.clone();

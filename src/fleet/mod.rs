@@ -37,6 +37,7 @@ mod members;
 pub mod net;
 pub mod providers;
 mod recovery;
+pub mod remote;
 mod retained;
 pub mod status;
 
@@ -173,14 +174,20 @@ type KillTurn = Arc<tokio::sync::Mutex<Option<Option<hive_api::node::ProviderRef
 impl Fleet {
     /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
     /// execution of newly recorded commands.
-    pub async fn start(store: Store, identity: &Identity, config: FleetConfig) -> anyhow::Result<Arc<Fleet>> {
+    /// Local workers keep their agents in `<state_dir>/fleet/workers/<node>`.
+    pub async fn start(
+        store: Store,
+        identity: &Identity,
+        state_dir: &Path,
+        config: FleetConfig,
+    ) -> anyhow::Result<Arc<Fleet>> {
         let observer = config.controller_metrics.clone();
         let exe = std::env::current_exe().context("finding the hive executable for fleet workers")?;
         let (exits_tx, exits) = mpsc::unbounded_channel();
         let generation =
             commands::next_control_generation(&store).await.context("recording the control generation")?;
         let members = members::Membership::new(store.clone(), generation);
-        let process = ProcessProvider::new(exe, exits_tx);
+        let process = ProcessProvider::new(exe, state_dir.join("fleet").join("workers"), exits_tx);
         let net =
             net::FleetNet::start(*identity.secret_bytes(), config.net.clone(), generation, members.clone())
                 .await
@@ -231,6 +238,12 @@ impl Fleet {
         let events = fleet.net.member_events();
         fleet.spawn(async move { members.follow_members(events).await });
         Ok(fleet)
+    }
+
+    /// The runtimes of agents placed on this fleet's nodes, dialled from the fleet's
+    /// endpoint; config bundles for them are made in `ship`.
+    pub fn agent_nodes(&self, ship: std::path::PathBuf) -> Arc<remote::FleetNodes> {
+        Arc::new(remote::FleetNodes::new(self.store.clone(), self.net.endpoint().clone(), ship))
     }
 
     /// The name of the provider commands use when they name none.

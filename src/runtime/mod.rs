@@ -19,6 +19,7 @@
 //! pick one per agent by `spec.runtime.type`.
 
 pub mod nixos;
+pub mod placed;
 pub mod process;
 
 use std::fmt;
@@ -135,6 +136,14 @@ pub trait Runtime: Send + Sync {
     /// the processes a previous daemon left (they lost their supervisor and log pipe); the
     /// container runtime asks systemd once about each agent and starts its rescan.
     fn attach<'a>(&'a self, agents: &'a (dyn Fn() -> Vec<Agent> + Send + Sync)) -> BoxFuture<'a, ()>;
+
+    /// Whether [`Runtime::installed`] and [`Runtime::running_now`] can answer for `agent`
+    /// now: always for a local driver; for a fleet node's, once its worker was reached
+    /// and listed its agents. An `Err` says what is awaited; the Agent controller decides
+    /// nothing for the agent meanwhile.
+    fn answerable(&self, _agent: &Agent) -> std::result::Result<(), String> {
+        Ok(())
+    }
 
     /// Whether agents keep running when the daemon stops (containers, systemd units) or
     /// are stopped with it (processes, which a next daemon cannot adopt).
@@ -467,6 +476,16 @@ pub enum Error {
         /// How long the runtime waited.
         after: Duration,
     },
+    /// The agent's fleet node failed the call, or could not be reached.
+    #[error("agent {agent:?} on node {node}: {message}")]
+    Remote {
+        /// The agent.
+        agent: String,
+        /// The node it is placed on.
+        node: String,
+        /// What the node's worker said, or why it could not be asked.
+        message: String,
+    },
     /// The driver does not support the operation for this agent (e.g. a runtime type
     /// handled by another driver).
     #[error("agent {agent:?}: the {driver} runtime cannot {operation}: {message}")]
@@ -498,6 +517,7 @@ impl Error {
             | Error::Signal { agent, .. }
             | Error::Unkillable { agent, .. }
             | Error::Unsupported { agent, .. }
+            | Error::Remote { agent, .. }
             | Error::LogsElsewhere { agent, .. }
             | Error::NoPreviousRun { agent } => agent,
         }

@@ -44,6 +44,7 @@ mod kubectl;
 mod manifests;
 mod mcp;
 mod metrics;
+mod placement;
 mod power;
 mod pty;
 mod quotas;

@@ -144,7 +144,8 @@ impl FleetNet {
         Ok(net)
     }
 
-    fn endpoint(&self) -> &Endpoint {
+    /// The daemon's endpoint: what it dials workers from.
+    pub fn endpoint(&self) -> &Endpoint {
         self.router.endpoint()
     }
 

@@ -47,6 +47,9 @@ pub struct WorkerConfig {
     pub backoff: Backoff,
     /// The node's join token (from the daemon, at the resource's creation).
     pub join_token: Option<super::control::JoinToken>,
+    /// Where the node's agents live (`<dir>/agents`) and their config bundles land:
+    /// with one, the worker serves the agent runtime protocol to its daemon.
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl WorkerConfig {
@@ -62,6 +65,7 @@ impl WorkerConfig {
             heartbeat_interval: Duration::from_secs(5),
             backoff: Backoff::default(),
             join_token: None,
+            state_dir: None,
         }
     }
 }
@@ -80,6 +84,7 @@ pub struct WorkerStatus {
 /// A running worker (its endpoint, telemetry service and control loop).
 pub struct Worker {
     router: Router,
+    agents: Option<crate::fleet::remote::RuntimeService>,
     control: JoinHandle<()>,
     status: watch::Receiver<WorkerStatus>,
     advertised: Vec<SocketAddr>,
@@ -96,12 +101,22 @@ impl Worker {
     /// the background: watch [`Worker::status`] for the Welcome).
     pub async fn start(config: WorkerConfig) -> anyhow::Result<Worker> {
         let started_at = crate::host::now();
-        let endpoint = endpoint::bind(SecretKey::generate(), &config.net, vec![TELEMETRY_ALPN.to_vec()])
+        let alpns = vec![TELEMETRY_ALPN.to_vec(), crate::fleet::remote::RUNTIME_ALPN.to_vec()];
+        let endpoint = endpoint::bind(SecretKey::generate(), &config.net, alpns)
             .await
             .context("starting the fleet worker endpoint")?;
         let advertised = advertised_addresses(&endpoint.bound_sockets(), &config.control)?;
         let service = TelemetryService { node: config.node.clone(), interval: config.telemetry_interval };
-        let router = Router::builder(endpoint.clone()).accept(TELEMETRY_ALPN, service).spawn();
+        let mut router = Router::builder(endpoint.clone()).accept(TELEMETRY_ALPN, service);
+        let agents = match &config.state_dir {
+            Some(dir) => {
+                let service = agent_runtime(&config.node, config.control.endpoint_id, dir).await?;
+                router = router.accept(crate::fleet::remote::RUNTIME_ALPN, service.clone());
+                Some(service)
+            }
+            None => None,
+        };
+        let router = router.spawn();
         tracing::info!(
             node = config.node,
             endpoint_id = %endpoint.id(),
@@ -111,7 +126,7 @@ impl Worker {
         );
         let (status_tx, status) = watch::channel(WorkerStatus::default());
         let control = tokio::spawn(control_loop(endpoint, config, advertised.clone(), started_at, status_tx));
-        Ok(Worker { router, control, status, advertised })
+        Ok(Worker { router, agents, control, status, advertised })
     }
 
     /// The worker endpoint's id (random per start).
@@ -137,10 +152,30 @@ impl Worker {
     /// Stops the control loop and closes the endpoint (the daemon sees the worker leave).
     pub async fn shutdown(self) {
         self.control.abort();
+        if let Some(agents) = &self.agents {
+            agents.stop_all().await;
+        }
         if let Err(err) = self.router.shutdown().await {
             tracing::warn!(%err, "fleet worker endpoint shutdown");
         }
     }
+}
+
+/// The node's agent runtime: the process runtime in `<dir>/agents`, served to `daemon`
+/// only. Processes a previous worker left (it died without stopping them) are stopped.
+async fn agent_runtime(
+    node: &str,
+    daemon: EndpointId,
+    dir: &std::path::Path,
+) -> anyhow::Result<crate::fleet::remote::RuntimeService> {
+    use crate::runtime::process::{ProcessConfig, ProcessRuntime};
+    use crate::runtime::Runtime as _;
+    let agents_dir = dir.join("agents");
+    crate::durable::create_dir_all(&agents_dir)
+        .with_context(|| format!("creating the worker's agent directory {}", agents_dir.display()))?;
+    let runtime = std::sync::Arc::new(ProcessRuntime::new(ProcessConfig::new(agents_dir.clone())));
+    runtime.attach(&Vec::new).await;
+    Ok(crate::fleet::remote::RuntimeService::new(node, daemon, runtime, agents_dir, dir.join("incoming")))
 }
 
 /// Runs a worker until `shutdown` resolves, calling `on_ready` after the first Welcome.

@@ -59,15 +59,21 @@ struct Handle {
 /// The local worker processes of this daemon.
 pub struct ProcessProvider {
     exe: PathBuf,
+    /// Where each worker keeps its agents: `<state_root>/<node>`.
+    state_root: PathBuf,
     workers: Mutex<HashMap<String, Handle>>,
     exits: mpsc::UnboundedSender<Exit>,
 }
 
 impl ProcessProvider {
-    /// A provider starting workers from `exe` (normally `std::env::current_exe()`);
-    /// unexpected exits are sent to `exits`.
-    pub fn new(exe: PathBuf, exits: mpsc::UnboundedSender<Exit>) -> Arc<ProcessProvider> {
-        Arc::new(ProcessProvider { exe, workers: Mutex::new(HashMap::new()), exits })
+    /// A provider starting workers from `exe` (normally `std::env::current_exe()`), each
+    /// keeping its agents in `<state_root>/<node>`; unexpected exits are sent to `exits`.
+    pub fn new(
+        exe: PathBuf,
+        state_root: PathBuf,
+        exits: mpsc::UnboundedSender<Exit>,
+    ) -> Arc<ProcessProvider> {
+        Arc::new(ProcessProvider { exe, state_root, workers: Mutex::new(HashMap::new()), exits })
     }
 
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
@@ -91,6 +97,8 @@ impl ProcessProvider {
         let exe = settings.executable.as_ref().map_or_else(|| self.exe.clone(), PathBuf::from);
         let mut child = Command::new(&exe)
             .args(["fleet-worker", "--node", node, "--supervise", "stdin"])
+            .arg("--state-dir")
+            .arg(self.state_root.join(node))
             .args(args)
             .envs(&settings.env)
             .env("MYELIN_AGENT_ONLY", "1")

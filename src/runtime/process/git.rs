@@ -148,6 +148,18 @@ pub async fn checkout(agent: &str, mirror: &Path, sha: &str, dir: &Path, log: &d
     Ok(())
 }
 
+/// The ref a shipped bundle carries: the one commit a fleet node builds.
+pub const SHIP_REF: &str = "refs/hive/ship";
+
+/// Writes a git bundle of commit `sha` (and its history) from the mirror to `file`, under
+/// [`SHIP_REF`]: what a fleet node builds from, so it never needs the config remote.
+pub async fn bundle(agent: &str, mirror: &Path, sha: &str, file: &Path, log: &dyn BuildLog) -> Result<()> {
+    git(agent, Repo::Bare(mirror), &["update-ref", SHIP_REF, sha], log).await?;
+    let target = file.to_string_lossy();
+    git(agent, Repo::Bare(mirror), &["bundle", "create", "--quiet", &target, SHIP_REF], log).await?;
+    Ok(())
+}
+
 /// The repository a git command works on, named explicitly.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Repo<'a> {

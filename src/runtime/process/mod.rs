@@ -82,6 +82,10 @@ struct Inner {
     /// Serializes prebuilds of one agent (mirror fetch and generation numbering);
     /// prebuild is lease-exempt, so two Jobs may build one agent at once.
     builds: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Serializes starts of one agent: two callers asking at once (crash-watch's restart
+    /// and a Job's start, or a fleet node's worker serving both) launch it once, and the
+    /// second is answered with the running pid.
+    starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     events: broadcast::Sender<RuntimeEvent>,
     /// Whether limits can be enforced, decided on first need (see [`limits::detect`]).
     cgroups: OnceLock<Cgroups>,
@@ -104,6 +108,7 @@ impl ProcessRuntime {
                 config,
                 agents: Mutex::new(HashMap::new()),
                 builds: Mutex::new(HashMap::new()),
+                starts: Mutex::new(HashMap::new()),
                 events,
                 cgroups: OnceLock::new(),
             }),
@@ -277,6 +282,11 @@ impl ProcessRuntime {
     /// See [`Runtime::start_with`].
     pub async fn start_with(&self, agent: &Agent, fallback: Fallback) -> Result<Started> {
         let dir = self.dir(agent)?;
+        let lock = {
+            let mut starts = self.inner.starts.lock().unwrap_or_else(|e| e.into_inner());
+            starts.entry(dir.agent.clone()).or_default().clone()
+        };
+        let _guard = lock.lock().await;
         if let Some(running) = self.running(&dir.agent) {
             return Ok(Started { pid: running.pid, recovered_from: None });
         }
@@ -546,6 +556,7 @@ impl ProcessRuntime {
         }
         self.inner.slots().remove(&dir.agent);
         self.inner.builds.lock().unwrap_or_else(|e| e.into_inner()).remove(&dir.agent);
+        self.inner.starts.lock().unwrap_or_else(|e| e.into_inner()).remove(&dir.agent);
         self.publish(&dir.agent, Change::Destroyed);
         Ok(())
     }

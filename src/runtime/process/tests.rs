@@ -294,6 +294,39 @@ async fn a_failed_start_gets_the_cold_start_fallback_and_both_errors_when_that_f
 }
 
 // Issue 26, item 6: crash-watch's retry is one launch, never the fallback's two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_starts_at_once_launch_the_agent_once() {
+    bounded(async {
+        let world = World::new();
+        let rt = Arc::new(world.runtime.clone());
+        let (_, log) = build_log();
+        let agent = world.agent("v1", &[]);
+        rt.create(&agent, &log).await.unwrap();
+        let mut events = rt.subscribe();
+        // Crash-watch's restart and a Job's start asking together, on two threads (as a
+        // fleet node's worker serving both does): one process, both told its pid.
+        let starts: Vec<_> = [Fallback::Never, Fallback::ColdStart]
+            .into_iter()
+            .map(|fallback| {
+                let (rt, agent) = (rt.clone(), agent.clone());
+                tokio::spawn(async move { rt.start_with(&agent, fallback).await })
+            })
+            .collect();
+        let mut pids = Vec::new();
+        for start in starts {
+            pids.push(start.await.unwrap().unwrap().pid);
+        }
+        assert_eq!(pids[0], pids[1], "two processes were launched");
+        let mut starts = 0;
+        while let Ok(event) = events.try_recv() {
+            starts += usize::from(matches!(event.change, Change::Started { .. }));
+        }
+        assert_eq!(starts, 1);
+        rt.stop(&agent).await.unwrap();
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_start_without_the_fallback_is_one_attempt() {
     bounded(async {

@@ -1,0 +1,211 @@
+//! Agents on fleet nodes (`spec.placement.node`): an agent placed on a process node runs
+//! under that node's worker, built from the config commit the daemon ships, with the
+//! same Jobs, crash-watch and logs as a local agent; a placement on a node that is not
+//! there waits, and bad placements are refused naming the field.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::agents::config_repo;
+use crate::harness::{eventually, ok, Api, Daemon};
+
+const AGENTS: &str = "/apis/hive.dev/v1/agents";
+const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
+const NODES: &str = "/apis/hive.dev/v1/nodes";
+
+fn placed(name: &str, repo: &Path, node: &str) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
+           "spec": {"wanted": "Up", "config": {"repo": repo.display().to_string(), "rev": "v1"},
+                    "placement": {"node": node},
+                    "runtime": {"type": "process", "gracefulStopSeconds": 5, "process": {"command": ["sh", "run.sh"]}}}})
+}
+
+fn provision(id: &str) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+           "spec": {"provision": {"provider": "process", "count": 1}}})
+}
+
+fn condition<'a>(agent: &'a Value, type_: &str) -> Option<&'a Value> {
+    agent["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// `/proc/<pid>/stat` fields after the command name: state, ppid, …
+fn stat(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Live processes running the agent's `run.sh` whose parent is `parent`.
+fn agents_under(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Some(fields) = stat(pid) else { continue };
+        if fields[0] != "Z" && fields[1] == parent.to_string() && cmdline(pid).contains("run.sh") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+async fn running_node(api: &Api, name: &str) -> Value {
+    eventually(&format!("node {name} to run"), || async {
+        let node = api.get(&format!("{NODES}/{name}")).await.body;
+        (node["status"]["phase"] == "Running").then_some(node)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_placed_on_a_process_node_runs_under_its_worker() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+
+    // Placed before the node exists: accepted, and it waits, saying why.
+    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
+    let waiting = eventually("the agent to wait for its node", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (condition(&agent, "Placed")?["status"] == "False").then_some(agent)
+    })
+    .await;
+    let placed_cond = condition(&waiting, "Placed").unwrap();
+    assert_eq!(placed_cond["reason"], "WaitingForNode", "{waiting}");
+    assert!(placed_cond["message"].as_str().unwrap().contains("node-1"), "{waiting}");
+    assert!(waiting["status"]["activeJob"].is_null(), "nothing is submitted while it waits: {waiting}");
+
+    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
+    let node = running_node(&api, "node-1").await;
+    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+
+    let agent = eventually("the placed agent to be Ready", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (condition(&agent, "Ready")?["status"] == "True" && agent["status"]["power"] == "Running")
+            .then_some(agent)
+    })
+    .await;
+    assert_eq!(condition(&agent, "Placed").unwrap()["status"], "True", "{agent}");
+    // It runs under the node's worker, not under the daemon.
+    let pids = eventually("the agent's process under the worker", || async {
+        let pids = agents_under(worker);
+        (pids.len() == 1).then_some(pids)
+    })
+    .await;
+    assert!(agents_under(d.pid()).is_empty(), "the daemon runs no agent itself");
+    // Built from the commit the daemon shipped: the worker's agent dir holds it.
+    let v1 = String::from_utf8(
+        std::process::Command::new("git")
+            .args(["rev-parse", "v1^{commit}"])
+            .current_dir(&repo)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    assert_eq!(agent["status"]["appliedRev"], v1.trim(), "{agent}");
+
+    // Its output streams back from the node.
+    let logs = eventually("the agent's output", || async {
+        let out = d.hive(&["logs", "agent/alpha"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("hello from v1").then_some(text)
+    })
+    .await;
+    assert!(logs.contains("hello from v1"), "{logs}");
+
+    // A crash on the node is crash-watched and the agent restarted there.
+    assert!(std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut tries = 0;
+    let restarted = loop {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        let now = agents_under(worker);
+        if agent["status"]["restarts"].as_u64() >= Some(1) && now.len() == 1 && now[0] != pids[0] {
+            break now;
+        }
+        tries += 1;
+        assert!(tries < 600, "crash-watch did not restart it: {agent} {now:?} {pids:?}\n{}", d.log());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(restarted.len(), 1);
+
+    // A rev change rebuilds on the node and swaps to it.
+    let patch = json!({"spec": {"config": {"rev": "v2"}}});
+    assert_eq!(api.patch(&format!("{AGENTS}/alpha"), "application/merge-patch+json", &patch).await.code, 200);
+    eventually("v2 to run on the node", || async {
+        let out = d.hive(&["logs", "agent/alpha", "--tail", "1"]);
+        String::from_utf8_lossy(&out.stdout).contains("hello from v2").then_some(())
+    })
+    .await;
+    let after = agents_under(worker);
+    assert_eq!(after.len(), 1, "one process of the agent after the swap");
+
+    // The placement is fixed once the agent exists.
+    let moved = json!({"spec": {"placement": {"node": "node-2"}}});
+    let reply = api.patch(&format!("{AGENTS}/alpha"), "application/merge-patch+json", &moved).await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("spec.placement"), "{:?}", reply.body);
+
+    // `hive stop` stops it on the node.
+    ok(d.hive(&["stop", "alpha"]));
+    eventually("the agent to stop on the node", || async { agents_under(worker).is_empty().then_some(()) })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_placements_are_refused_or_wait_and_start_nothing() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+
+    let mut bad = placed("beta", &repo, "Node_1");
+    let reply = api.post(AGENTS, &bad).await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("spec.placement.node"), "{:?}", reply.body);
+    bad["spec"]["placement"]["node"] = json!("node-1");
+    bad["spec"]["runtime"] = json!({"type": "nixosContainer"});
+    let reply = api.post(AGENTS, &bad).await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("spec.placement"), "{:?}", reply.body);
+    assert_eq!(api.get(&format!("{AGENTS}/beta")).await.code, 404, "nothing was stored");
+
+    // A killed node takes no agent: it waits, saying the node is Killed.
+    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
+    running_node(&api, "node-1").await;
+    let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
+                      "spec": {"kill": {"node": "node-1"}}});
+    assert_eq!(api.post(COMMANDS, &kill).await.code, 201);
+    eventually("the node to be killed", || async {
+        let node = api.get(&format!("{NODES}/node-1")).await.body;
+        (node["status"]["phase"] == "Killed").then_some(())
+    })
+    .await;
+    assert_eq!(api.post(AGENTS, &placed("gamma", &repo, "node-1")).await.code, 201);
+    let agent = eventually("the agent on a killed node to wait", || async {
+        let agent = api.get(&format!("{AGENTS}/gamma")).await.body;
+        let message = condition(&agent, "Placed")?["message"].as_str()?.to_string();
+        message.contains("Killed").then_some(agent)
+    })
+    .await;
+    assert!(agent["status"]["activeJob"].is_null(), "{agent}");
+    assert!(agents_under(d.pid()).is_empty(), "nothing started on the daemon's host instead");
+    // Deleting it does not hang on the unreachable node.
+    assert_eq!(api.delete(&format!("{AGENTS}/gamma")).await.code, 200);
+    eventually("the waiting agent to be deleted", || async {
+        (api.get(&format!("{AGENTS}/gamma")).await.code == 404).then_some(())
+    })
+    .await;
+}
