@@ -1,5 +1,7 @@
-//! The `Job` kind: one DAG of primitive nodes submitted to the scheduler, and the
-//! pure checks of its graph (unique node ids, no dangling deps, no cycles).
+//! The `Job` kind: one DAG of primitive nodes submitted to the scheduler, the pure
+//! checks of its graph (`dag.rs`: unique node ids, no dangling deps, no cycles), each
+//! node's typed action (`action.rs`: its params parsed, with their defaults) and what
+//! is observed of a Job (`status.rs`).
 
 use std::collections::BTreeSet;
 
@@ -7,11 +9,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::meta::Time;
 use crate::resource::{Column, Resource};
 use crate::validation::{self, Errors, Reason};
 
+mod action;
 mod dag;
+mod status;
+
+pub use action::{ActionError, NodeAction, DEFAULT_KILL, DEFAULT_NON_FATAL, DEFAULT_RELOCK};
+pub use status::{JobClaim, JobNodeState, JobNodeStatus, JobPhase, JobStatus};
 
 crate::resource! {
     /// A Job: one DAG of primitive nodes (prebuild, swap, reconcile …) run by the
@@ -176,7 +182,18 @@ pub struct JobNode {
     /// Nodes of this Job that must finish first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deps: Vec<Dep>,
-    /// Kind-specific parameters, e.g. `{"wanted": "Offline"}` for `SetWanted`.
+    /// Kind-specific parameters, e.g. `{"wanted": "Offline"}` for `SetWanted`. Each
+    /// kind takes only its own (any other key, a wrong type or a missing required one is
+    /// refused, naming `spec.nodes[i].params.<key>`): `SetWanted`: `wanted` (`Up` or
+    /// `Offline`, required). `Reconcile`: `kill` (boolean, default false: stop an agent
+    /// wanted Offline gracefully). `Prebuild`: `relock` (boolean, default true: lock the
+    /// agent's wanted rev first; false builds what the meta lock pins). `MetaLock`:
+    /// `inputs` (the meta inputs to bump, `hive` or agents' names, required),
+    /// `agents` (the agents to rebuild, in order; default every installed agent whose
+    /// input changed), `nonFatal` (boolean, default false: a failed bump still fans out
+    /// the rebuilds). `ApprovalDeploy`: `approval` (the Approval's name, required).
+    /// `StopForUpdate`, `Signal`, `Drain`, `WriteDropin`, `WritePermFile`, `Swap` and
+    /// `Create` take none.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     #[schema(value_type = Object)]
     pub params: serde_json::Map<String, Value>,
@@ -192,6 +209,23 @@ impl JobNode {
             deps: Vec::new(),
             params: Default::default(),
         }
+    }
+
+    /// A node that runs `action`, with no deps: its kind and params are the action's
+    /// wire form ([`NodeAction::params`]).
+    pub fn from_action(id: impl Into<String>, agent: Option<&str>, action: &NodeAction) -> JobNode {
+        JobNode {
+            id: id.into(),
+            kind: action.kind(),
+            agent: agent.map(str::to_string),
+            deps: Vec::new(),
+            params: action.params(),
+        }
+    }
+
+    /// What the node does: its kind and params parsed ([`NodeAction::parse`]).
+    pub fn action(&self) -> Result<NodeAction, ActionError> {
+        NodeAction::parse(self.kind, &self.params)
     }
 
     /// Adds a dep on `node` with the given edge.
@@ -296,231 +330,70 @@ pub enum Edge {
     AfterAny,
 }
 
-/// What is observed of a Job.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct JobStatus {
-    /// Roll-up of the node states.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<JobPhase>,
-    /// Per-node state, keyed by node id.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nodes: Vec<JobNodeStatus>,
-    /// When the scheduler accepted the Job.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub submitted_at: Option<Time>,
-    /// When the first node started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
-    /// When the Job settled: every node terminal (a `Failed` Job may still run an
-    /// AfterAny node until then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Time>,
-    /// Human-readable summary, e.g. why the Job failed or was interrupted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Names of the child Jobs this one fanned out.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub children: Vec<String>,
-    /// Which daemon run took the Job to its scheduler. Set exactly once, by a write
-    /// conditional on the resourceVersion it read, so no two runs (a restart, a second
-    /// daemon) ever run one Job. Absent while the Job waits for an intake.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim: Option<JobClaim>,
-}
-
-/// The claim of a Job by one daemon run.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct JobClaim {
-    /// The claiming daemon run, unique per start of a daemon.
-    pub run: String,
-    /// When it claimed the Job.
-    pub at: Time,
-}
-
-impl JobStatus {
-    /// The status of the node with the given id, if reported.
-    pub fn node(&self, id: &str) -> Option<&JobNodeStatus> {
-        self.nodes.iter().find(|n| n.id == id)
-    }
-
-    /// Whether the Job will not change any more: its phase is terminal and, for a
-    /// `Failed` Job (failed as soon as one node failed), every node is terminal too
-    /// (`finishedAt` is set then, or every reported node is terminal).
-    pub fn settled(&self) -> bool {
-        match self.phase {
-            None => false,
-            Some(JobPhase::Failed) => {
-                self.finished_at.is_some() || self.nodes.iter().all(|n| n.state.is_terminal())
-            }
-            Some(phase) => phase.is_terminal(),
-        }
-    }
-}
-
-/// Roll-up state of a Job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-pub enum JobPhase {
-    /// No node has started.
-    Queued,
-    /// Some node has started and some node is not terminal.
-    Running,
-    /// Every node succeeded.
-    Done,
-    /// At least one node failed. An AfterAny node (the Reconcile after a failed Swap) may
-    /// still run; `finishedAt` is set once every node is terminal.
-    Failed,
-    /// Every node is terminal, none failed, at least one was cancelled.
-    Cancelled,
-    /// The daemon restarted while the Job was unfinished; the boot reconcile re-derives
-    /// the work.
-    Interrupted,
-}
-
-impl JobPhase {
-    /// The serialized name, e.g. `Running`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobPhase::Queued => "Queued",
-            JobPhase::Running => "Running",
-            JobPhase::Done => "Done",
-            JobPhase::Failed => "Failed",
-            JobPhase::Cancelled => "Cancelled",
-            JobPhase::Interrupted => "Interrupted",
-        }
-    }
-
-    /// True once the phase will not change any more. A `Failed` Job may still have nodes
-    /// running: [`JobStatus::settled`] says when the Job itself is over.
-    pub fn is_terminal(self) -> bool {
-        !matches!(self, JobPhase::Queued | JobPhase::Running)
-    }
-
-    /// The roll-up of node states, as the coordinator document has it: `Failed` as soon
-    /// as any node failed (even while an AfterAny Reconcile still runs after a failed
-    /// Swap; leases are held until every node is terminal), else `Running` while some
-    /// node started and some is not terminal, else `Queued`, `Cancelled` if any was
-    /// cancelled, else `Done`.
-    pub fn roll_up(states: impl IntoIterator<Item = JobNodeState>) -> JobPhase {
-        let (mut any, mut pending, mut started, mut failed, mut cancelled) =
-            (false, false, false, false, false);
-        for state in states {
-            any = true;
-            match state {
-                JobNodeState::Queued => pending = true,
-                JobNodeState::Running => (pending, started) = (true, true),
-                JobNodeState::Done => started = true,
-                JobNodeState::Failed => (started, failed) = (true, true),
-                JobNodeState::Cancelled => cancelled = true,
-            }
-        }
-        match () {
-            _ if !any => JobPhase::Done,
-            _ if failed => JobPhase::Failed,
-            _ if pending && started => JobPhase::Running,
-            _ if pending => JobPhase::Queued,
-            _ if cancelled => JobPhase::Cancelled,
-            _ => JobPhase::Done,
-        }
-    }
-}
-
-/// What is observed of one node.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct JobNodeStatus {
-    /// The node's `id` in `spec.nodes`.
-    pub id: String,
-    /// Where the node is in its life.
-    #[serde(default)]
-    pub state: JobNodeState,
-    /// Label of the step the node is on, e.g. `building toplevel`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<String>,
-    /// When the node started running.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<Time>,
-    /// When the node became terminal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub finished_at: Option<Time>,
-    /// Why the node failed (or which dep cancelled it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Reference to the node's build log, which `hive logs -f` follows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log_ref: Option<String>,
-}
-
-/// Where a node is in its life.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
-pub enum JobNodeState {
-    /// Waiting for its deps and resources.
-    #[default]
-    Queued,
-    /// Executing.
-    Running,
-    /// Succeeded.
-    Done,
-    /// Ran and failed.
-    Failed,
-    /// Never ran: an AfterOk dep failed or was cancelled, or the Job was cancelled while
-    /// queued. Distinct from `Failed`.
-    Cancelled,
-}
-
-impl JobNodeState {
-    /// The serialized name, e.g. `Done`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobNodeState::Queued => "Queued",
-            JobNodeState::Running => "Running",
-            JobNodeState::Done => "Done",
-            JobNodeState::Failed => "Failed",
-            JobNodeState::Cancelled => "Cancelled",
-        }
-    }
-
-    /// True once the node will not change any more.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, JobNodeState::Done | JobNodeState::Failed | JobNodeState::Cancelled)
-    }
-}
-
-impl Resource for Job {
-    fn validate(&self, errors: &mut Errors) {
-        let spec = &self.spec;
-        if let Some(parent) = &spec.parent {
+impl JobSpec {
+    /// Every check of a spec but its nodes' params: the references, the reason, the
+    /// template's shape and the graph (ids, agents, deps, no cycles). What a scheduler
+    /// needs to hold the DAG; the params are parsed per node into [`NodeAction`]s, and a
+    /// node whose params do not parse fails alone.
+    pub fn validate_graph(&self, errors: &mut Errors) {
+        if let Some(parent) = &self.parent {
             validation::name(errors, "spec.parent", parent);
         }
-        if let Some(approval) = &spec.approval {
+        if let Some(approval) = &self.approval {
             validation::name(errors, "spec.approval", approval);
         }
-        if let Some(reason) = &spec.reason {
+        if let Some(reason) = &self.reason {
             validation::text(errors, "spec.reason", reason);
         }
-        validation::tokens(errors, "spec.inputs", &spec.inputs);
-        for (i, agent) in spec.agents.iter().enumerate() {
+        validation::tokens(errors, "spec.inputs", &self.inputs);
+        for (i, agent) in self.agents.iter().enumerate() {
             validation::name(errors, &format!("spec.agents[{i}]"), agent);
         }
-        if spec.nodes.is_empty() {
-            if spec.agents.is_empty() {
+        if self.nodes.is_empty() {
+            if self.agents.is_empty() {
                 errors.push(
                     "spec.nodes",
                     Reason::Required,
                     "a Job needs at least one node, or spec.agents for a template Job",
                 );
-            } else if !spec.template.builds_from_agents() {
+            } else if !self.template.builds_from_agents() {
                 errors.push(
                     "spec.template",
                     Reason::Invalid,
-                    format!("{:?} is not built from agents; give spec.nodes instead", spec.template.as_str()),
+                    format!("{:?} is not built from agents; give spec.nodes instead", self.template.as_str()),
                 );
             }
         }
-        dag::validate(errors, &spec.nodes);
+        dag::validate(errors, &self.nodes);
+    }
 
-        let ids: BTreeSet<&str> = spec.nodes.iter().map(|n| n.id.as_str()).collect();
+    /// Parses every node's params into its action ([`JobNode::action`]), each problem
+    /// at its field in the spec, e.g. `spec.nodes[3].params.relok`. A spec of more than
+    /// [`MAX_NODES`] nodes is refused by [`JobSpec::validate_graph`] alone.
+    pub fn validate_params(&self, errors: &mut Errors) {
+        if self.nodes.len() > MAX_NODES {
+            return;
+        }
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Err(err) = node.action() {
+                errors.0.extend(err.at(&format!("spec.nodes[{i}]")));
+            }
+        }
+    }
+}
+
+impl Resource for Job {
+    fn validate(&self, errors: &mut Errors) {
+        self.spec.validate_graph(errors);
+        // The params are checked while the Job may still be taken. Once claimed its spec
+        // is fixed and the scheduler's: checking it again on each status write would
+        // leave a Job stored before a check existed unclaimable, its progress unwritable.
+        // Its scheduler fails the node whose params do not parse instead, naming why.
+        if self.status.waiting() {
+            self.spec.validate_params(errors);
+        }
+
+        let ids: BTreeSet<&str> = self.spec.nodes.iter().map(|n| n.id.as_str()).collect();
         let mut seen = BTreeSet::new();
         for (i, node) in self.status.nodes.iter().enumerate() {
             let at = format!("status.nodes[{i}].id");
@@ -581,164 +454,4 @@ impl Job {
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::resource::{decode, validate};
-
-    /// A stop of two agents, one online (graceful) and one offline: one Job, one subgraph
-    /// per agent.
-    fn valid() -> Value {
-        json!({
-            "apiVersion": "hive.dev/v1",
-            "kind": "Job",
-            "metadata": {"name": "stop-1"},
-            "spec": {
-                "template": "Stop",
-                "reason": "operator stop",
-                "source": "Cli",
-                "nodes": [
-                    {"id": "a-wanted", "kind": "SetWanted", "agent": "alpha", "params": {"wanted": "Offline"}},
-                    {"id": "a-signal", "kind": "Signal", "agent": "alpha", "deps": [{"node": "a-wanted", "edge": "AfterOk"}]},
-                    {"id": "a-drain", "kind": "Drain", "agent": "alpha", "deps": [{"node": "a-signal", "edge": "AfterOk"}]},
-                    {"id": "a-reconcile", "kind": "Reconcile", "agent": "alpha", "deps": [{"node": "a-drain", "edge": "AfterOk"}]},
-                    {"id": "b-wanted", "kind": "SetWanted", "agent": "beta", "params": {"wanted": "Offline"}},
-                    {"id": "b-reconcile", "kind": "Reconcile", "agent": "beta", "deps": [{"node": "b-wanted", "edge": "AfterOk"}]}
-                ]
-            }
-        })
-    }
-
-    fn job(nodes: Value) -> Value {
-        json!({"metadata": {"name": "j"}, "spec": {"template": "Rebuild", "nodes": nodes}})
-    }
-
-    fn node(id: &str, deps: &[&str]) -> Value {
-        let deps: Vec<Value> = deps.iter().map(|d| json!({"node": d})).collect();
-        json!({"id": id, "kind": "Reconcile", "agent": "alpha", "deps": deps})
-    }
-
-    #[test]
-    fn valid_job_round_trips() {
-        let (job, unknown) = decode::<Job>(&valid()).unwrap();
-        assert!(unknown.is_empty());
-        assert_eq!(validate(&job), vec![]);
-        let mut want = valid();
-        want["status"] = json!({});
-        assert_eq!(serde_json::to_value(&job).unwrap(), want);
-        assert_eq!(job.agents(), ["alpha", "beta"]);
-    }
-
-    #[test]
-    fn edge_defaults_to_after_ok() {
-        let (job, _) = decode::<Job>(&job(json!([node("a", &[]), node("b", &["a"])]))).unwrap();
-        assert_eq!(job.spec.nodes[1].deps, [Dep { node: "a".into(), edge: Edge::AfterOk }]);
-        assert_eq!(job.spec.source, JobSource::Api);
-    }
-
-    #[test]
-    fn spec_and_status_references_are_checked() {
-        let mut value = valid();
-        value["spec"]["parent"] = json!("Parent");
-        value["spec"]["inputs"] = json!(["hyperhive", "hyperhive"]);
-        value["status"] = json!({"phase": "Running", "nodes": [{"id": "a-wanted", "state": "Done"},
-            {"id": "zz"}, {"id": "a-wanted"}], "children": ["ok", "Not_ok"]});
-        let fields: Vec<String> =
-            validate(&decode::<Job>(&value).unwrap().0).into_iter().map(|e| e.field).collect();
-        assert_eq!(
-            fields,
-            [
-                "spec.parent",
-                "spec.inputs[1]",
-                "status.nodes[1].id",
-                "status.nodes[2].id",
-                "status.children[1]"
-            ]
-        );
-    }
-
-    #[test]
-    fn unknown_fields_and_bad_kinds() {
-        let mut value = valid();
-        value["spec"]["bogus"] = json!(1);
-        value["spec"]["nodes"][1]["deps"][0]["weight"] = json!(2);
-        let (_, mut unknown) = decode::<Job>(&value).unwrap();
-        unknown.sort();
-        assert_eq!(unknown, ["spec.bogus", "spec.nodes[1].deps[0].weight"]);
-
-        let mut value = valid();
-        value["spec"]["nodes"][2]["kind"] = json!("Teleport");
-        assert_eq!(decode::<Job>(&value).unwrap_err().field, "spec.nodes[2].kind");
-    }
-
-    #[test]
-    fn a_template_job_names_agents_instead_of_nodes() {
-        let fields = |spec: Value| -> Vec<String> {
-            let value = json!({"metadata": {"name": "j"}, "spec": spec});
-            validate(&decode::<Job>(&value).unwrap().0).into_iter().map(|e| e.field).collect()
-        };
-        assert_eq!(fields(json!({"template": "Restart", "agents": ["alpha"]})), Vec::<String>::new());
-        assert_eq!(fields(json!({"template": "Restart"})), ["spec.nodes"]);
-        assert_eq!(fields(json!({"template": "MetaUpdate", "agents": ["alpha"]})), ["spec.template"]);
-        assert_eq!(fields(json!({"template": "Stop", "agents": ["alpha", "Not_ok"]})), ["spec.agents[1]"]);
-    }
-
-    #[test]
-    fn the_spec_is_fixed_once_claimed() {
-        let (old, _) = decode::<Job>(&valid()).unwrap();
-        let mut new = old.clone();
-        new.spec.reason = Some("edited".into());
-        let errors = |old: &Job| {
-            let mut errors = Errors::default();
-            new.validate_update(old, &mut errors);
-            errors.0.into_iter().map(|e| e.field).collect::<Vec<_>>()
-        };
-        assert_eq!(errors(&old), Vec::<String>::new(), "unclaimed: the intake may still expand it");
-        let mut claimed = old.clone();
-        claimed.status.claim = Some(JobClaim { run: "run-1".into(), at: Time(chrono::DateTime::UNIX_EPOCH) });
-        assert_eq!(errors(&claimed), ["spec.reason"]);
-    }
-
-    #[test]
-    fn roll_up() {
-        use JobNodeState::*;
-        let cases: &[(&[JobNodeState], JobPhase)] = &[
-            (&[Queued, Queued], JobPhase::Queued),
-            (&[Running, Queued], JobPhase::Running),
-            (&[Done, Queued], JobPhase::Running),
-            (&[Failed, Running], JobPhase::Failed),
-            (&[Failed, Queued], JobPhase::Failed),
-            (&[Done, Done], JobPhase::Done),
-            (&[Done, Failed, Cancelled], JobPhase::Failed),
-            (&[Done, Cancelled], JobPhase::Cancelled),
-            (&[Cancelled, Cancelled], JobPhase::Cancelled),
-        ];
-        for (states, want) in cases {
-            assert_eq!(JobPhase::roll_up(states.iter().copied()), *want, "{states:?}");
-        }
-    }
-
-    #[test]
-    fn cells_match_columns() {
-        let (mut job, _) = decode::<Job>(&valid()).unwrap();
-        job.status.phase = Some(JobPhase::Running);
-        job.status.nodes = vec![
-            JobNodeStatus { id: "a-wanted".into(), state: JobNodeState::Done, ..Default::default() },
-            JobNodeStatus { id: "b-wanted".into(), state: JobNodeState::Done, ..Default::default() },
-            JobNodeStatus { id: "a-signal".into(), state: JobNodeState::Running, ..Default::default() },
-        ];
-        assert_eq!(Job::columns().len(), job.cells().len());
-        assert_eq!(
-            job.cells(),
-            vec![
-                json!("Stop"),
-                json!("Running"),
-                json!("2/6"),
-                json!("alpha,beta"),
-                json!("Cli"),
-                json!("operator stop")
-            ]
-        );
-    }
-}
+mod tests;

@@ -221,7 +221,7 @@ mod tests {
 
     #[test]
     fn graph_rules_name_their_fields() {
-        let meta_lock = json!({"id": "lock", "kind": "MetaLock"});
+        let meta_lock = json!({"id": "lock", "kind": "MetaLock", "params": {"inputs": ["hive"]}});
         let no_agent = json!({"id": "x", "kind": "Swap"});
         let cases: Vec<(Value, &[&str])> = vec![
             (json!([node("a", &[]), node("b", &["a"]), node("c", &["a", "b"])]), &[]),
