@@ -12,7 +12,7 @@
 //! A spawn never changes `spec.wanted`: an agent created `Offline` is built and left
 //! stopped.
 
-use hive_api::job::{JobNodeKind, JobSpec, JobTemplate};
+use hive_api::job::{JobNodeKind, JobSpec, JobTemplate, NodeAction};
 
 /// What a reconcile of one agent acts on.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -179,9 +179,11 @@ pub fn touches(job: &JobSpec) -> Touches {
             agents.push(agent.clone());
         }
         if node.kind == JobNodeKind::MetaLock {
-            match node.params.get("agents").and_then(|v| v.as_array()) {
-                Some(listed) => agents.extend(listed.iter().filter_map(|a| a.as_str()).map(str::to_string)),
-                None => return Touches::All,
+            match node.action() {
+                Ok(NodeAction::MetaLock { agents: Some(listed), .. }) => agents.extend(listed),
+                // Every installed agent whose input changed (or a node that will fail,
+                // its params unreadable): all of them, to be safe.
+                _ => return Touches::All,
             }
         }
     }
@@ -241,13 +243,10 @@ mod tests {
     #[test]
     fn meta_jobs_hold_up_the_agents_they_will_rebuild() {
         use hive_api::job::JobNode;
-        use serde_json::json;
         let lock = |agents: Option<Vec<&str>>| {
-            let mut node = JobNode::new("meta-lock".to_string(), JobNodeKind::MetaLock, None::<&str>);
-            if let Some(agents) = agents {
-                node.params.insert("agents".into(), json!(agents));
-            }
-            node
+            let agents = agents.map(|a| a.into_iter().map(str::to_string).collect());
+            let action = NodeAction::MetaLock { inputs: vec!["hive".into()], agents, non_fatal: false };
+            JobNode::from_action("meta-lock", None, &action)
         };
         let spec = |template, nodes: Vec<JobNode>, agents: Vec<&str>| JobSpec {
             template,

@@ -104,7 +104,7 @@ pub enum Claim {
 
 /// True while a Job waits for an intake: nobody claimed it and it is not terminal.
 pub fn waiting(job: &Job) -> bool {
-    job.status.claim.is_none() && !job.status.phase.is_some_and(JobPhase::is_terminal)
+    job.status.waiting()
 }
 
 /// Claims Job `name` for daemon run `run`, exactly once across every claimer (see the

@@ -1,4 +1,4 @@
-//! The executors that touch the meta repo: Prebuild's and Create's lock registration,
+//! The actions that touch the meta repo: Prebuild's and Create's lock registration,
 //! MetaLock (bump, then fan out child rebuilds of exactly the affected agents),
 //! WritePermFile, and ApprovalDeploy (prepare → fused stop/update/start → finalize or
 //! abort). Each holds the deploy-window gate for its whole mutation span and no longer:
@@ -8,7 +8,6 @@ use hive_api::agent::{Agent, Wanted};
 use hive_api::approval::{Approval, ApprovalKind};
 use hive_api::job::{JobSource, JobSpec, JobTemplate};
 use hive_api::names::DECIDED_BY;
-use serde_json::Value;
 
 use super::{failed, NodeLines, RuntimeExecutor};
 use crate::client::Api;
@@ -16,7 +15,7 @@ use crate::meta::applied::Marker;
 use crate::meta::resolve::source_url;
 use crate::meta::{AgentInput, Gate};
 use crate::runtime::{BuildLog, Generation};
-use crate::scheduler::{NodeError, NodeRun};
+use crate::scheduler::{NodeContext, NodeError, NodeRun};
 
 impl RuntimeExecutor {
     /// The commit a build of `agent` uses: with `relock`, its wanted rev resolved now and
@@ -75,16 +74,17 @@ impl RuntimeExecutor {
         }
     }
 
-    /// MetaLock: bumps the inputs, then fans out one rebuild per affected agent.
-    pub(super) async fn meta_lock(&self, node: &NodeRun) -> Result<String, NodeError> {
-        let ctx = &node.ctx;
+    /// MetaLock: bumps `inputs`, then fans out one rebuild per affected agent — the
+    /// `listed` agents when given, else every installed agent whose input changed. With
+    /// `non_fatal`, a failed bump is reported and the rebuilds still fan out.
+    pub(super) async fn meta_lock(
+        &self,
+        ctx: &NodeContext,
+        inputs: &[String],
+        listed: Option<&[String]>,
+        non_fatal: bool,
+    ) -> Result<String, NodeError> {
         let log = NodeLines(ctx);
-        let params = node.params();
-        let inputs: Vec<String> =
-            params.get("inputs").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
-        let listed: Option<Vec<String>> =
-            params.get("agents").and_then(|v| serde_json::from_value(v.clone()).ok());
-        let non_fatal = params.get("nonFatal").and_then(Value::as_bool).unwrap_or(false);
         if inputs.is_empty() {
             return Err(failed("MetaLock names no inputs"));
         }
@@ -92,7 +92,7 @@ impl RuntimeExecutor {
         let bump = async {
             let gate = self.deploy.meta.gate().await;
             let mut updates = Vec::new();
-            for input in &inputs {
+            for input in inputs {
                 let rev = if input == "hive" {
                     self.deploy.hive_rev.clone()
                 } else {
@@ -128,7 +128,7 @@ impl RuntimeExecutor {
             Err(err) => return Err(err),
         };
         let agents = match listed {
-            Some(agents) => agents,
+            Some(agents) => agents.to_vec(),
             None => self.affected(&changed).await,
         };
         for agent in &agents {
@@ -210,16 +210,15 @@ impl RuntimeExecutor {
     /// and its applied-rev marker restored — agent, marker and lock agree on the old
     /// commit, and the approval fails. Completing instead would mean retrying a commit
     /// that just failed, with the agent already running what no lock records.
-    pub(super) async fn approval_deploy(&self, node: &NodeRun, name: &str) -> Result<String, NodeError> {
+    pub(super) async fn approval_deploy(
+        &self,
+        node: &NodeRun,
+        name: &str,
+        approval_name: &str,
+    ) -> Result<String, NodeError> {
         let ctx = &node.ctx;
         let log = NodeLines(ctx);
-        let approval_name = node
-            .params()
-            .get("approval")
-            .and_then(Value::as_str)
-            .ok_or_else(|| failed("ApprovalDeploy names no approval"))?
-            .to_string();
-        let approval = Api::<Approval>::new(&self.store).get_existing(&approval_name).map_err(failed)?;
+        let approval = Api::<Approval>::new(&self.store).get_existing(approval_name).map_err(failed)?;
         let agent = self.agent(name)?;
         let gate = self.deploy.meta.gate().await;
         ctx.set_step("resolving the change");

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use hive_api::job::{Edge, JobNodeState, JobNodeStatus, JobPhase};
 use hive_api::{JobSpec, Time};
 
+use super::executor::{actions, Actions};
 use super::log::NodeLog;
 use super::snapshot::JobSnapshot;
 
@@ -63,6 +64,8 @@ pub(super) struct Dag {
     pub(super) seq: u64,
     pub(super) name: Arc<str>,
     pub(super) spec: Arc<JobSpec>,
+    /// Each node's action, parsed once, here, when the scheduler takes the Job.
+    pub(super) actions: Actions,
     pub(super) nodes: Vec<NodeSlot>,
     /// `dependents[i]`: nodes that depend on node `i`, with the edge.
     dependents: Vec<Vec<(u32, Edge)>>,
@@ -114,6 +117,7 @@ impl Dag {
         Dag {
             seq,
             name,
+            actions: actions(&spec),
             spec,
             nodes,
             dependents,

@@ -449,7 +449,13 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             })),
             fan_out: fan_out.clone(),
         };
-        let run = NodeRun { job: dag.name.clone(), spec: dag.spec.clone(), index: i as usize, ctx };
+        let run = NodeRun {
+            job: dag.name.clone(),
+            spec: dag.spec.clone(),
+            actions: dag.actions.clone(),
+            index: i as usize,
+            ctx,
+        };
         let executor = self.executor.clone();
         self.tasks.spawn(async move {
             let result = AssertUnwindSafe(executor.run(run))

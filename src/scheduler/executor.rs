@@ -4,9 +4,9 @@
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use hive_api::job::{JobNode, JobNodeKind, JobSource, JobTemplate};
+use hive_api::job::{JobNode, JobNodeKind, JobSource, JobTemplate, NodeAction};
+use hive_api::validation::summary;
 use hive_api::{Job, JobSpec};
-use serde_json::Value;
 
 use super::error::{Error, NodeError, Result};
 use super::log::NodeLog;
@@ -15,7 +15,7 @@ use super::log::NodeLog;
 const MAX_STEP_LEN: usize = 256;
 
 /// Runs one node's primitive. The real implementation dispatches on
-/// [`NodeRun::kind`] to the runtime driver; tests use scripted executors.
+/// [`NodeRun::action`] to the runtime driver; tests use scripted executors.
 ///
 /// The scheduler calls `run` on its own tokio task per node, so a slow node never
 /// blocks scheduling; a panic inside `run` fails the node ([`NodeError::Panicked`]).
@@ -32,13 +32,29 @@ pub struct NodeOutcome {
     pub step: Option<String>,
 }
 
-/// One node to run: which Job and node, the spec it came from, and its context.
+/// Each node's typed action, in node order, parsed once when the scheduler took the
+/// Job; a node whose params do not parse (a Job stored before they were checked) holds
+/// why, naming its fields (`spec.nodes[3].params.relok: …`).
+pub type Actions = Arc<[Result<NodeAction, String>]>;
+
+/// Parses the action of every node of `spec` ([`JobNode::action`]).
+pub(super) fn actions(spec: &JobSpec) -> Actions {
+    let parse = |(i, node): (usize, &JobNode)| {
+        node.action().map_err(|err| summary(&err.at(&format!("spec.nodes[{i}]"))))
+    };
+    spec.nodes.iter().enumerate().map(parse).collect()
+}
+
+/// One node to run: which Job and node, the spec it came from, its typed action, and
+/// its context.
 #[derive(Debug)]
 pub struct NodeRun {
     /// The Job's name.
     pub job: Arc<str>,
     /// The Job's spec, shared (not copied) with the scheduler.
     pub spec: Arc<JobSpec>,
+    /// The action of each node of `spec`, shared with the scheduler.
+    pub actions: Actions,
     /// Index of the node in `spec.nodes`.
     pub index: usize,
     /// Step label, build log and fan-out for this node.
@@ -66,9 +82,13 @@ impl NodeRun {
         self.node().agent.as_deref()
     }
 
-    /// Kind-specific parameters.
-    pub fn params(&self) -> &serde_json::Map<String, Value> {
-        &self.node().params
+    /// What the node does, its params typed; a node whose params do not parse fails
+    /// with why.
+    pub fn action(&self) -> Result<&NodeAction, NodeError> {
+        match &self.actions[self.index] {
+            Ok(action) => Ok(action),
+            Err(why) => Err(NodeError::Failed(format!("the node's params do not parse: {why}"))),
+        }
     }
 
     /// The Job's template.
@@ -88,7 +108,7 @@ impl NodeRun {
             steps: StepSink(Arc::new(|_| {})),
             fan_out: Arc::new(Mutex::new(Vec::new())),
         };
-        NodeRun { job, spec, index, ctx }
+        NodeRun { job, actions: actions(&spec), spec, index, ctx }
     }
 }
 

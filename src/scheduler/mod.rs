@@ -54,7 +54,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use hive_api::job::JobTemplate;
-use hive_api::{Job, JobSpec};
+use hive_api::JobSpec;
 use tokio::sync::{mpsc, oneshot, watch};
 
 mod dag;
@@ -186,16 +186,19 @@ impl SchedulerHandle {
     }
 
     /// Validates the DAG (names, unique node ids, agents where needed, deps that
-    /// resolve, no cycles — the Job kind's own validation) and enqueues it under
-    /// `name`. Validation runs on the caller's task, not the scheduler's.
+    /// resolve, no cycles — the Job kind's own validation but the params) and enqueues
+    /// it under `name`. Validation runs on the caller's task, not the scheduler's. Each
+    /// node's params are parsed when it is taken ([`NodeRun::action`]): a node whose
+    /// params do not parse — in a Job stored before they were checked — fails alone,
+    /// naming why, and the Job settles as any other.
     pub async fn submit(&self, name: impl Into<String>, spec: JobSpec) -> Result<()> {
         let name = name.into();
-        let job = Job::new(name, spec);
-        let errors = hive_api::resource::validate(&job);
+        let mut errors = hive_api::validation::Errors::default();
+        hive_api::validation::name(&mut errors, "metadata.name", &name);
+        spec.validate_graph(&mut errors);
         if !errors.is_empty() {
-            return Err(Error::Invalid { name: job.metadata.name, errors });
+            return Err(Error::Invalid { name, errors: errors.0 });
         }
-        let (name, spec) = (job.metadata.name, job.spec);
         self.ask(|reply| Msg::Submit { name, spec, reply }).await?
     }
 

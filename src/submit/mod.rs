@@ -10,7 +10,7 @@ pub mod shapes;
 use std::collections::BTreeSet;
 
 use hive_api::agent::Agent;
-use hive_api::job::{Job, JobSource, JobSpec, JobTemplate};
+use hive_api::job::{Job, JobSource, JobSpec, JobTemplate, NodeAction};
 
 use crate::client::{self, Api};
 use crate::store::{self, Outcome, Store};
@@ -181,7 +181,9 @@ pub fn dag_intents(store: &Store, job: &Job) -> Result<Vec<store::Mutation>> {
         if node.kind != hive_api::job::JobNodeKind::SetWanted {
             continue;
         }
-        let (Some(agent), Ok(value)) = (node.agent.as_deref(), shapes::wanted_param(&node.params)) else {
+        let (Some(agent), Ok(NodeAction::SetWanted { wanted: value })) =
+            (node.agent.as_deref(), node.action())
+        else {
             continue; // the scheduler refuses or the node fails it, naming why
         };
         match wanted.iter_mut().find(|(a, _)| *a == agent) {

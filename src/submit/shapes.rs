@@ -8,8 +8,7 @@
 //! DAG with an independent subgraph per agent.
 
 use hive_api::agent::Wanted;
-use hive_api::job::{Edge, JobNode, JobNodeKind, JobTemplate};
-use serde_json::json;
+use hive_api::job::{Edge, JobNode, JobTemplate, NodeAction};
 
 /// What the submit layer read about one agent just before building its subgraph.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,15 +34,6 @@ pub fn intent(template: JobTemplate) -> Option<Wanted> {
     }
 }
 
-/// A SetWanted node's `wanted` parameter (`Up` when absent).
-pub fn wanted_param(params: &serde_json::Map<String, serde_json::Value>) -> Result<Wanted, String> {
-    match params.get("wanted").and_then(|v| v.as_str()) {
-        Some("Offline") => Ok(Wanted::Offline),
-        Some("Up") | None => Ok(Wanted::Up),
-        Some(other) => Err(format!("SetWanted: unknown wanted {other:?}")),
-    }
-}
-
 /// Whether `template` is one the submit layer builds from agent state (the api's
 /// definition, which admission also uses for template Jobs).
 pub fn is_agent_template(template: JobTemplate) -> bool {
@@ -55,8 +45,7 @@ pub fn is_agent_template(template: JobTemplate) -> bool {
 /// wrote instead of re-resolving (and reverting) it.
 pub fn rebuild_locked(agent: &str) -> Vec<JobNode> {
     let mut chain = Chain::new(agent);
-    chain.rebuild();
-    chain.nodes[0].params.insert("relock".into(), json!(false));
+    chain.rebuild(false);
     chain.nodes
 }
 
@@ -64,10 +53,7 @@ pub fn rebuild_locked(agent: &str) -> Vec<JobNode> {
 /// carrying the approval's name (the executor reads the change from it).
 pub fn approval_deploy(agent: &str, approval: &str) -> Vec<JobNode> {
     let mut chain = Chain::new(agent);
-    chain
-        .then("approval-deploy", JobNodeKind::ApprovalDeploy)
-        .params
-        .insert("approval".into(), json!(approval));
+    chain.then("approval-deploy", NodeAction::ApprovalDeploy { approval: approval.to_string() });
     chain.nodes
 }
 
@@ -78,15 +64,9 @@ pub fn approval_deploy(agent: &str, approval: &str) -> Vec<JobNode> {
 /// agent whose input changed. `non_fatal`: a failed bump is reported in the step label
 /// and the rebuilds still fan out (the boot sweep must not strand stale agents).
 pub fn meta_lock(inputs: &[String], fan_out: Option<&[String]>, non_fatal: bool) -> Vec<JobNode> {
-    let mut node = JobNode::new("meta-lock".to_string(), JobNodeKind::MetaLock, None::<&str>);
-    node.params.insert("inputs".into(), json!(inputs));
-    if let Some(agents) = fan_out {
-        node.params.insert("agents".into(), json!(agents));
-    }
-    if non_fatal {
-        node.params.insert("nonFatal".into(), json!(true));
-    }
-    vec![node]
+    let action =
+        NodeAction::MetaLock { inputs: inputs.to_vec(), agents: fan_out.map(<[String]>::to_vec), non_fatal };
+    vec![JobNode::from_action("meta-lock", None, &action)]
 }
 
 /// Builds the nodes of one DAG: a subgraph per agent, in the order given.
@@ -109,41 +89,40 @@ impl<'a> Chain<'a> {
         format!("{}/{step}", self.agent)
     }
 
-    fn push(&mut self, step: &str, kind: JobNodeKind, edge: Edge) -> &mut JobNode {
-        let mut node = JobNode::new(self.id(step), kind, Some(self.agent));
+    fn push(&mut self, step: &str, action: NodeAction, edge: Edge) {
+        let mut node = JobNode::from_action(self.id(step), Some(self.agent), &action);
         if let Some(prev) = self.nodes.last() {
             node = node.after(prev.id.clone(), edge);
         }
         self.nodes.push(node);
-        self.nodes.last_mut().expect("just pushed")
     }
 
-    fn then(&mut self, step: &str, kind: JobNodeKind) -> &mut JobNode {
-        self.push(step, kind, Edge::AfterOk)
+    fn then(&mut self, step: &str, action: NodeAction) {
+        self.push(step, action, Edge::AfterOk)
     }
 
     fn set_wanted(&mut self, wanted: Wanted) {
-        let value = match wanted {
-            Wanted::Up => "Up",
-            Wanted::Offline => "Offline",
-        };
-        self.then("set-wanted", JobNodeKind::SetWanted).params.insert("wanted".into(), json!(value));
+        self.then("set-wanted", NodeAction::SetWanted { wanted });
+    }
+
+    fn reconcile(&mut self) {
+        self.then("reconcile", NodeAction::Reconcile { kill: false });
     }
 
     /// Prebuild → StopForUpdate → Swap →(AfterAny) Reconcile: the one rebuild shape.
     /// The AfterAny edge brings a wanted-up agent back on its old config when the swap
-    /// fails.
-    fn rebuild(&mut self) {
-        self.then("prebuild", JobNodeKind::Prebuild);
-        self.then("stop-for-update", JobNodeKind::StopForUpdate);
-        self.then("swap", JobNodeKind::Swap);
-        self.push("reconcile", JobNodeKind::Reconcile, Edge::AfterAny);
+    /// fails. Without `relock` the build uses what the meta lock pins.
+    fn rebuild(&mut self, relock: bool) {
+        self.then("prebuild", NodeAction::Prebuild { relock });
+        self.then("stop-for-update", NodeAction::StopForUpdate);
+        self.then("swap", NodeAction::Swap);
+        self.push("reconcile", NodeAction::Reconcile { kill: false }, Edge::AfterAny);
     }
 
     fn quiesce(&mut self, agent: &AgentState) {
         if agent.running && agent.graceful {
-            self.then("signal", JobNodeKind::Signal);
-            self.then("drain", JobNodeKind::Drain);
+            self.then("signal", NodeAction::Signal);
+            self.then("drain", NodeAction::Drain);
         }
     }
 }
@@ -151,23 +130,23 @@ impl<'a> Chain<'a> {
 fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
     let mut chain = Chain::new(&agent.name);
     match template {
-        JobTemplate::Rebuild => chain.rebuild(),
+        JobTemplate::Rebuild => chain.rebuild(true),
         JobTemplate::Stop => {
             chain.set_wanted(Wanted::Offline);
             chain.quiesce(agent);
-            chain.then("reconcile", JobNodeKind::Reconcile);
+            chain.reconcile();
         }
         JobTemplate::Kill => {
             chain.set_wanted(Wanted::Offline);
-            chain.then("reconcile", JobNodeKind::Reconcile).params.insert("kill".into(), json!(true));
+            chain.then("reconcile", NodeAction::Reconcile { kill: true });
         }
         JobTemplate::Restart => {
             chain.set_wanted(Wanted::Up);
             if agent.running {
                 chain.quiesce(agent);
-                chain.then("stop-for-update", JobNodeKind::StopForUpdate);
+                chain.then("stop-for-update", NodeAction::StopForUpdate);
             }
-            chain.then("reconcile", JobNodeKind::Reconcile);
+            chain.reconcile();
         }
         JobTemplate::Start => {
             chain.set_wanted(Wanted::Up);
@@ -176,25 +155,21 @@ fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
                 // document's "build against the bumped lock"): a start never moves the
                 // agent to a newer commit of its branch; only a rebuild, an approved
                 // deploy or a meta-update does.
-                let at = chain.nodes.len();
-                chain.rebuild();
-                chain.nodes[at].params.insert("relock".into(), json!(false));
+                chain.rebuild(false);
             } else {
-                chain.then("reconcile", JobNodeKind::Reconcile);
+                chain.reconcile();
             }
         }
         JobTemplate::PermChange => {
-            chain.then("write-perm-file", JobNodeKind::WritePermFile);
-            chain.rebuild();
+            chain.then("write-perm-file", NodeAction::WritePermFile);
+            chain.rebuild(true);
         }
         JobTemplate::Spawn => {
-            chain.then("create", JobNodeKind::Create);
-            chain.then("write-dropin", JobNodeKind::WriteDropin);
-            chain.then("reconcile", JobNodeKind::Reconcile);
+            chain.then("create", NodeAction::Create);
+            chain.then("write-dropin", NodeAction::WriteDropin);
+            chain.reconcile();
         }
-        _ => {
-            chain.then("reconcile", JobNodeKind::Reconcile);
-        }
+        _ => chain.reconcile(),
     }
     chain.nodes
 }
@@ -274,7 +249,7 @@ mod tests {
             ["a/set-wanted", "a/signal", "a/drain", "a/reconcile", "b/set-wanted", "b/reconcile"]
         );
         assert!(nodes.iter().all(|n| n.deps.iter().all(|d| d.node.starts_with(n.agent.as_deref().unwrap()))));
-        assert_eq!(nodes[0].params["wanted"], "Offline");
+        assert_eq!(nodes[0].action(), Ok(NodeAction::SetWanted { wanted: Wanted::Offline }));
     }
 
     #[test]
@@ -284,16 +259,22 @@ mod tests {
             render(&child),
             "prebuild stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"
         );
-        assert_eq!(child[0].params["relock"], false, "children must not revert the bump");
-        let deploy = approval_deploy("a", "apr-1");
         assert_eq!(
-            (deploy.len(), deploy[0].kind, deploy[0].params["approval"].as_str()),
-            (1, JobNodeKind::ApprovalDeploy, Some("apr-1"))
+            child[0].action(),
+            Ok(NodeAction::Prebuild { relock: false }),
+            "children must not revert the bump"
         );
+        assert_eq!(child[0].params, serde_json::json!({"relock": false}).as_object().cloned().unwrap());
+        let deploy = approval_deploy("a", "apr-1");
+        assert_eq!(deploy.len(), 1);
+        assert_eq!(deploy[0].action(), Ok(NodeAction::ApprovalDeploy { approval: "apr-1".into() }));
         let lock = meta_lock(&["hive".into()], Some(&["p".into(), "c".into()]), true);
         assert_eq!(lock[0].agent, None);
-        assert_eq!(lock[0].params["agents"], json!(["p", "c"]));
-        assert_eq!(lock[0].params["nonFatal"], true);
+        let agents = Some(vec!["p".to_string(), "c".to_string()]);
+        assert_eq!(
+            lock[0].action(),
+            Ok(NodeAction::MetaLock { inputs: vec!["hive".into()], agents, non_fatal: true })
+        );
         for (template, nodes) in [
             (JobTemplate::Rebuild, child),
             (JobTemplate::ApprovalDeploy, deploy),
@@ -308,11 +289,42 @@ mod tests {
     #[test]
     fn kill_reconciles_without_a_drain_and_intents_match() {
         let nodes = build(JobTemplate::Kill, &[agent("a", true, false, true)]);
-        assert_eq!(nodes[1].params["kill"], true);
+        assert_eq!(nodes[1].action(), Ok(NodeAction::Reconcile { kill: true }));
         assert_eq!(intent(JobTemplate::Kill), Some(Wanted::Offline));
         assert_eq!(intent(JobTemplate::Restart), Some(Wanted::Up));
         assert_eq!(intent(JobTemplate::Rebuild), None);
         assert_eq!(intent(JobTemplate::Spawn), None, "a spawn keeps the wanted it was created with");
+    }
+
+    /// Built from typed actions, the nodes read as hive has always written them: stored
+    /// Jobs and clients see no change.
+    #[test]
+    fn nodes_keep_their_wire_form() {
+        use serde_json::json;
+        let wire = |nodes: Vec<JobNode>| serde_json::to_value(nodes).unwrap();
+        assert_eq!(
+            wire(build(JobTemplate::Kill, &[agent("a", true, false, true)])),
+            json!([
+                {"id": "a/set-wanted", "kind": "SetWanted", "agent": "a", "params": {"wanted": "Offline"}},
+                {"id": "a/reconcile", "kind": "Reconcile", "agent": "a", "deps": [{"node": "a/set-wanted", "edge": "AfterOk"}],
+                 "params": {"kill": true}}
+            ])
+        );
+        assert_eq!(
+            wire(build(JobTemplate::Start, &[agent("a", false, true, true)])),
+            json!([
+                {"id": "a/set-wanted", "kind": "SetWanted", "agent": "a", "params": {"wanted": "Up"}},
+                {"id": "a/prebuild", "kind": "Prebuild", "agent": "a", "deps": [{"node": "a/set-wanted", "edge": "AfterOk"}],
+                 "params": {"relock": false}},
+                {"id": "a/stop-for-update", "kind": "StopForUpdate", "agent": "a", "deps": [{"node": "a/prebuild", "edge": "AfterOk"}]},
+                {"id": "a/swap", "kind": "Swap", "agent": "a", "deps": [{"node": "a/stop-for-update", "edge": "AfterOk"}]},
+                {"id": "a/reconcile", "kind": "Reconcile", "agent": "a", "deps": [{"node": "a/swap", "edge": "AfterAny"}]}
+            ])
+        );
+        assert_eq!(
+            wire(meta_lock(&["hive".into()], None, false)),
+            json!([{"id": "meta-lock", "kind": "MetaLock", "params": {"inputs": ["hive"]}}])
+        );
     }
 
     #[test]

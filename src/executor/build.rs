@@ -1,0 +1,80 @@
+//! The build actions: Prebuild (lock, then build the new generation while the old one
+//! serves), Swap (to the generation this Job's Prebuild built), Create (first spawn,
+//! registered in the meta flake) and WriteDropin (limits).
+
+use super::{failed, NodeLines, RuntimeExecutor};
+use crate::scheduler::{NodeContext, NodeError, NodeRun};
+
+impl RuntimeExecutor {
+    /// Prebuild: with `relock`, locks the agent's wanted rev (else reads what the meta
+    /// lock pins), then builds it; the generation is kept for this Job's Swap.
+    pub(super) async fn prebuild(
+        &self,
+        node: &NodeRun,
+        name: &str,
+        relock: bool,
+    ) -> Result<String, NodeError> {
+        let (ctx, log) = (&node.ctx, NodeLines(&node.ctx));
+        let agent = self.agent(name)?;
+        ctx.set_step(if relock { "locking the config rev" } else { "reading the meta lock" });
+        // The gate is held only for the lock; the long build runs without it.
+        let sha = self.lock_for_build(&agent, relock, &log).await?;
+        let mut pinned = agent.clone();
+        pinned.spec.config.rev = Some(sha);
+        ctx.set_step("building");
+        let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
+        let step = format!("built generation {}", generation.id);
+        let key = (node.job.to_string(), name.to_string());
+        self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(key, generation);
+        Ok(step)
+    }
+
+    /// Swap: flips the agent to the generation this Job's Prebuild built, rewriting its
+    /// drop-in first (so limit changes take effect with the next lifecycle op).
+    pub(super) async fn swap(&self, node: &NodeRun, name: &str) -> Result<String, NodeError> {
+        let agent = self.agent(name)?;
+        let key = (node.job.to_string(), name.to_string());
+        let generation =
+            self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).remove(&key).ok_or_else(|| {
+                failed(format!(
+                "no prebuilt generation for agent {name:?} in Job {}: a Prebuild of this Job must run first",
+                node.job
+            ))
+            })?;
+        self.write_limits(&agent).await?;
+        node.ctx.set_step(format!("swapping to {}", generation.id));
+        self.runtime.swap(&agent, &generation).await.map_err(failed)?;
+        self.mark_applied(name, &generation.rev).await;
+        Ok(format!("now on generation {}", generation.id))
+    }
+
+    /// Create: registers the agent in the meta flake, creates its first generation and
+    /// commits its permissions when it has any.
+    pub(super) async fn create(&self, ctx: &NodeContext, name: &str) -> Result<String, NodeError> {
+        let log = NodeLines(ctx);
+        let agent = self.agent(name)?;
+        ctx.set_step("registering in the meta flake");
+        let sha = self.lock_for_build(&agent, true, &log).await?;
+        let mut pinned = agent.clone();
+        pinned.spec.config.rev = Some(sha);
+        ctx.set_step("creating");
+        let generation = self.runtime.create(&pinned, &log).await.map_err(failed)?;
+        self.mark_applied(name, &generation.rev).await;
+        if !agent.spec.permissions.tool_groups.is_empty() || !agent.spec.permissions.capabilities.is_empty() {
+            self.write_perm_file(name).await?;
+        }
+        Ok(format!("created generation {}", generation.id))
+    }
+
+    /// WriteDropin: writes the agent's limits and reports whether the host enforces them.
+    pub(super) async fn write_dropin(&self, name: &str) -> Result<String, NodeError> {
+        let agent = self.agent(name)?;
+        let limits = self.write_limits(&agent).await?;
+        Ok(format!(
+            "limits cpu {} memory {} {}",
+            limits.cpu_quota,
+            limits.memory_max,
+            if limits.enforced { "enforced" } else { "NOT enforced" }
+        ))
+    }
+}
