@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::agents::{agent, config_repo, git, wait_power, wait_terminal};
-use crate::harness::{Api, Daemon};
+use crate::harness::{fails, Api, Daemon};
 
 async fn run_job(api: &Api, template: &str, agents: &[&str]) -> (String, Value) {
     let reply = api
@@ -339,10 +339,75 @@ async fn malformed_template_jobs_name_the_field_and_write_nothing() {
     assert!(api.get("/apis/hive.dev/v1/jobs").await.body["items"].as_array().unwrap().is_empty());
 }
 
+// Regression (issue 29): a node's params were a JSON map read by string, so a misspelt
+// key silently took its default (`relok: false` built with a relock) and any param was
+// stored on any kind. Now each kind's params parse into its typed action at admission:
+// an unknown key, a wrong type, a param on a kind that takes none or a missing required
+// one is a 422 naming `spec.nodes[i].params.<key>`, by every write path, and nothing is
+// stored.
+#[tokio::test]
+async fn bad_node_params_name_their_field_and_write_nothing() {
+    let d = Daemon::start();
+    let api = d.client();
+    let job = |nodes: Value| {
+        json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "bad-params"},
+               "spec": {"template": "Rebuild", "nodes": nodes}})
+    };
+    let cases = [
+        (
+            json!([{"id": "p", "kind": "Prebuild", "agent": "a", "params": {"relok": false}}]),
+            "spec.nodes[0].params.relok",
+            "FieldValueNotSupported",
+            "Unsupported value: \"relok\" (Prebuild takes: relock)",
+        ),
+        (
+            json!([{"id": "w", "kind": "SetWanted", "agent": "a", "params": {"wanted": "Up"}},
+                   {"id": "p", "kind": "Prebuild", "agent": "a", "params": {"relock": "yes"}, "deps": [{"node": "w"}]}]),
+            "spec.nodes[1].params.relock",
+            "FieldValueInvalid",
+            "Invalid value: \"yes\": must be true or false",
+        ),
+        (
+            json!([{"id": "s", "kind": "Swap", "agent": "a", "params": {"rev": "abc"}}]),
+            "spec.nodes[0].params.rev",
+            "FieldValueNotSupported",
+            "Unsupported value: \"rev\" (Swap takes no params)",
+        ),
+        (
+            json!([{"id": "d", "kind": "ApprovalDeploy", "agent": "a"}]),
+            "spec.nodes[0].params.approval",
+            "FieldValueRequired",
+            "Required value: an ApprovalDeploy node names the Approval it deploys",
+        ),
+    ];
+    for (nodes, field, reason, message) in cases {
+        for path in ["/apis/hive.dev/v1/jobs?dryRun=All", "/apis/hive.dev/v1/jobs"] {
+            let reply = api.post(path, &job(nodes.clone())).await;
+            assert_eq!(reply.code, 422, "{path} {nodes}: {:?}", reply.body);
+            let causes = reply.body["details"]["causes"].as_array().cloned().unwrap_or_default();
+            assert_eq!(causes.len(), 1, "{nodes}: {causes:?}");
+            assert_eq!(causes[0]["field"], field, "{nodes}: {causes:?}");
+            assert_eq!(causes[0]["reason"], reason, "{nodes}: {causes:?}");
+            assert_eq!(causes[0]["message"], message, "{nodes}: {causes:?}");
+        }
+    }
+    // Every other write path admits a Job the same way.
+    let yaml = "apiVersion: hive.dev/v1\nkind: Job\nmetadata:\n  name: relok\nspec:\n  template: Rebuild\n  nodes:\n    - {id: p, kind: Prebuild, agent: a, params: {relok: false}}\n";
+    let file = d.dir.join("relok.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let err = fails(d.hive(&["apply", "-f", &file.display().to_string()]));
+    assert!(err.contains("spec.nodes[0].params.relok"), "{err}");
+    let err = fails(d.kubectl(&["apply", "--server-side", "-f", &file.display().to_string()]));
+    assert!(err.contains("spec.nodes[0].params.relok"), "{err}");
+    let after = api.get("/apis/hive.dev/v1/jobs").await;
+    assert_eq!(after.body["items"].as_array().map(Vec::len), Some(0), "nothing written: {}", after.body);
+}
+
 fn ring_job(name: &str, len: usize) -> Value {
     let nodes: Vec<Value> = (0..len)
         .map(|i| {
-            json!({"id": format!("n{i}"), "kind": "MetaLock", "deps": [{"node": format!("n{}", (i + 1) % len)}]})
+            json!({"id": format!("n{i}"), "kind": "MetaLock", "params": {"inputs": ["hive"]},
+                   "deps": [{"node": format!("n{}", (i + 1) % len)}]})
         })
         .collect();
     json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
