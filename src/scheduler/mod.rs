@@ -71,7 +71,7 @@ pub mod bench;
 mod tests;
 
 pub use error::{Error, NodeError, Result};
-pub use executor::{Executor, NodeContext, NodeOutcome, NodeRun};
+pub use executor::{Actions, Executor, NodeContext, NodeOutcome, NodeRun};
 pub use log::{LogFollower, NodeLog};
 pub use resources::LeasedAgents;
 pub use snapshot::{JobSink, JobSnapshot, JobUpdate, NullSink};
