@@ -32,6 +32,9 @@ pub const CONDITION_LIMITS_ENFORCED: &str = "LimitsEnforced";
 /// The `Placed` condition of an agent with `spec.placement`: True once its node runs and
 /// serves its runtime; False (with the reason) while it waits for the node.
 pub const CONDITION_PLACED: &str = "Placed";
+/// The `NodeLost` condition of a placed agent: True while its node is gone or cannot be
+/// reached (its observed power is then `Lost`). Nothing moves the agent by itself.
+pub const CONDITION_NODE_LOST: &str = "NodeLost";
 
 /// What is wanted of an agent.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -299,6 +302,8 @@ pub enum Power {
     /// The runtime could not tell.
     #[default]
     Unknown,
+    /// The agent's fleet node is gone or cannot be reached: what runs there is unknown.
+    Lost,
 }
 
 impl Power {
@@ -310,6 +315,7 @@ impl Power {
             Power::Stopping => "Stopping",
             Power::Stopped => "Stopped",
             Power::Unknown => "Unknown",
+            Power::Lost => "Lost",
         }
     }
 }

@@ -15,15 +15,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hive_api::agent::{Agent, AgentStatus, Wanted, CONDITION_CONVERGED, CONDITION_READY};
+use hive_api::agent::{
+    Agent, AgentStatus, Power, Wanted, CONDITION_CONVERGED, CONDITION_NODE_LOST, CONDITION_PLACED,
+    CONDITION_READY,
+};
 use hive_api::job::{Job, JobPhase, JobSource, JobTemplate};
 use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
 use hive_controllers::agent::{decide, touches, Decision, Facts, Submit, Touches};
 use hive_controllers::{Action, Config, Controller, Target};
 
+use crate::client::events::EventType;
 use crate::client::{self, Api};
 use crate::daemon::agent_jobs::{self, AgentJobs};
 use crate::daemon::Engine;
+use crate::runtime::Change;
 use crate::submit::LiveState;
 
 pub use hive_api::names::AGENT_FINALIZER as FINALIZER;
@@ -62,6 +67,21 @@ pub fn spawn(engine: Arc<Engine>) {
         Touches::Agents(names) => names.into_iter().for_each(|name| queue.add(name)),
     };
     let jobs = agent_jobs::spawn(engine.store.clone(), wake);
+    // A placed agent's node lost or back: its observed state changed outside any Job.
+    let (mut changes, queue) = (engine.runtime.subscribe(), controller.queue());
+    tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(event) => {
+                    if matches!(event.change, Change::NodeLost { .. } | Change::NodeBack { .. }) {
+                        queue.add(event.agent);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    });
     let ctx = Arc::new(Context { engine, jobs, reconciles: Mutex::new(HashMap::new()) });
     tokio::spawn(controller.run(
         reconcile,
@@ -385,54 +405,134 @@ const PLACEMENT_RECHECK: Duration = Duration::from_secs(2);
 /// For an agent placed on a fleet node: whether the node's runtime can answer for it
 /// (`Placed` True), else the agent waits — `Placed` False with what it waits for,
 /// nothing submitted, looked at again shortly — and `Some` is what to do instead of a
-/// decision. A placed agent being deleted whose node cannot be reached loses its
-/// finalizer: there is nothing the daemon can clean up there.
+/// decision. An agent that was on its node when the node went away (killed, stopped,
+/// unreachable) is observed `Lost`, with `NodeLost` True and an Event, and is not moved
+/// or restarted anywhere: a new placement or a power verb is the operator's answer. A
+/// placed agent being deleted whose node cannot be reached loses its finalizer: there
+/// is nothing the daemon can clean up there.
 async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Option<Action>, Error> {
     let Some(node) = agent.spec.node() else { return Ok(None) };
     let name = &agent.metadata.name;
     let now = Time(engine.store.now());
     let answer = engine.runtime.answerable(agent);
-    let (state, reason, message) = match &answer {
-        Ok(()) => (ConditionStatus::True, "NodeRunning", format!("runs on node {node}")),
-        Err(why) => (ConditionStatus::False, "WaitingForNode", format!("waiting for node {node}: {why}")),
-    };
-    let placed = agent.status.condition(hive_api::agent::CONDITION_PLACED);
-    let unchanged = placed.is_some_and(|c| c.status == state && c.message == message);
     if answer.is_err() && agent.metadata.deletion_timestamp.is_some() {
-        tracing::warn!(agent = &**name, node, %message, "deleting an agent whose node cannot be reached; nothing on the node was cleaned up");
+        tracing::warn!(
+            agent = &**name,
+            node,
+            "deleting an agent whose node cannot be reached; nothing on the node was cleaned up"
+        );
         engine.forget(name).await;
         engine.agents().patch(name, |a| a.metadata.finalizers.retain(|f| f != FINALIZER)).await?;
         return Ok(Some(Action::await_change()));
     }
-    if !unchanged {
-        let waiting = answer.is_err();
-        engine
-            .agents()
-            .patch_status(name, |status| {
-                let condition = Condition {
-                    type_: hive_api::agent::CONDITION_PLACED.into(),
-                    status: state,
-                    reason: reason.into(),
-                    message: message.clone(),
-                    observed_generation: Some(generation),
-                    ..Default::default()
-                };
-                set_condition(&mut status.conditions, condition, now);
-                if waiting {
-                    conditions(
-                        status,
-                        now,
-                        generation,
-                        ConditionStatus::False,
-                        "WaitingForNode",
-                        &message,
-                        Some(ConditionStatus::False),
-                    );
+    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(generation),
+        ..Default::default()
+    };
+    let was_lost =
+        agent.status.condition(CONDITION_NODE_LOST).is_some_and(|c| c.status == ConditionStatus::True);
+    match &answer {
+        Ok(()) => {
+            let placed =
+                cond(CONDITION_PLACED, ConditionStatus::True, "NodeRunning", &format!("runs on node {node}"));
+            let current = agent.status.condition(CONDITION_PLACED);
+            if current.is_some_and(|c| c.status == placed.status && c.message == placed.message) && !was_lost
+            {
+                return Ok(None);
+            }
+            let running = engine.runtime.running_now(name);
+            engine
+                .agents()
+                .patch_status(name, |status| {
+                    set_condition(&mut status.conditions, placed.clone(), now);
+                    if was_lost {
+                        let back = cond(
+                            CONDITION_NODE_LOST,
+                            ConditionStatus::False,
+                            "NodeBack",
+                            &format!("node {node} is reachable again"),
+                        );
+                        set_condition(&mut status.conditions, back, now);
+                        status.power = Some(if running { Power::Running } else { Power::Stopped });
+                    }
+                })
+                .await?;
+            if was_lost {
+                let message = format!(
+                    "node {node} is reachable again; the agent {}",
+                    if running { "runs" } else { "is stopped" }
+                );
+                record(engine, agent, EventType::Normal, "NodeBack", &message).await;
+            }
+            Ok(None)
+        }
+        Err(why) => {
+            // On its node before (it was placed, or ran there): lost, not waiting.
+            let was_there =
+                agent.status.condition(CONDITION_PLACED).is_some_and(|c| c.status == ConditionStatus::True)
+                    || was_lost;
+            let message = if was_there {
+                format!("node {node} is lost: {why}")
+            } else {
+                format!("waiting for node {node}: {why}")
+            };
+            let unchanged = agent.status.condition(CONDITION_PLACED).is_some_and(|c| c.message == message);
+            if !unchanged {
+                engine
+                    .agents()
+                    .patch_status(name, |status| {
+                        let reason = if was_there { "NodeLost" } else { "WaitingForNode" };
+                        set_condition(
+                            &mut status.conditions,
+                            cond(CONDITION_PLACED, ConditionStatus::False, reason, &message),
+                            now,
+                        );
+                        if was_there {
+                            set_condition(
+                                &mut status.conditions,
+                                cond(CONDITION_NODE_LOST, ConditionStatus::True, "NodeLost", &message),
+                                now,
+                            );
+                            status.power = Some(Power::Lost);
+                            status.active_job = None;
+                        }
+                        conditions(
+                            status,
+                            now,
+                            generation,
+                            ConditionStatus::False,
+                            reason,
+                            &message,
+                            Some(ConditionStatus::False),
+                        );
+                    })
+                    .await?;
+                if was_there && !was_lost {
+                    record(
+                        engine,
+                        agent,
+                        EventType::Warning,
+                        "NodeLost",
+                        &format!("{message}; the agent is not moved"),
+                    )
+                    .await;
                 }
-            })
-            .await?;
+            }
+            Ok(Some(Action::requeue(PLACEMENT_RECHECK)))
+        }
     }
-    Ok(answer.is_err().then_some(Action::requeue(PLACEMENT_RECHECK)))
+}
+
+/// Records an Event about `agent`; a failure is logged, never the reconcile's error.
+async fn record(engine: &Engine, agent: &Agent, type_: EventType, reason: &str, message: &str) {
+    let recorder = crate::client::events::Recorder::new(engine.store.clone(), "hive-agent-controller");
+    if let Err(error) = recorder.record(agent, type_, reason, message).await {
+        tracing::warn!(agent = agent.metadata.name, %error, reason, "the agent's Event was not recorded");
+    }
 }
 
 /// Sets `Converged` (and `Ready` when given) in `status.conditions`.

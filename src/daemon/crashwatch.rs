@@ -241,6 +241,16 @@ impl CrashWatch {
             Change::Destroyed => {
                 self.history.remove(&event.agent);
             }
+            Change::NodeLost { .. } => {
+                // Nothing restarts an agent whose node is lost: a restart scheduled before
+                // is called off (its token no longer matches).
+                if let Some(history) = self.history.get_mut(&event.agent) {
+                    history.token += 1;
+                    history.pending = false;
+                    history.running_since = None;
+                }
+            }
+            Change::NodeBack { .. } => {}
         }
         Ok(())
     }

@@ -333,6 +333,19 @@ pub enum Change {
     Swapped(Generation),
     /// The agent's runtime state was removed.
     Destroyed,
+    /// The fleet node the agent is placed on went away or cannot be reached: nothing is
+    /// known of the agent until it is back.
+    NodeLost {
+        /// The node.
+        node: String,
+        /// Why it is lost.
+        why: String,
+    },
+    /// The node is reachable again and listed the agent's state.
+    NodeBack {
+        /// The node.
+        node: String,
+    },
 }
 
 /// Why a runtime operation failed. Every variant names the agent; those about a

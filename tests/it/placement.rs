@@ -209,3 +209,52 @@ async fn bad_placements_are_refused_or_wait_and_start_nothing() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
+    let node = running_node(&api, "node-1").await;
+    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
+    eventually("the placed agent to be Ready", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (condition(&agent, "Ready")?["status"] == "True").then_some(())
+    })
+    .await;
+    assert_eq!(agents_under(worker).len(), 1);
+
+    let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
+                      "spec": {"kill": {"node": "node-1"}}});
+    assert_eq!(api.post(COMMANDS, &kill).await.code, 201);
+    let lost = eventually("the agent to be observed Lost", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (agent["status"]["power"] == "Lost").then_some(agent)
+    })
+    .await;
+    let node_lost = condition(&lost, "NodeLost").expect("a NodeLost condition");
+    assert_eq!(node_lost["status"], "True", "{lost}");
+    assert!(node_lost["message"].as_str().unwrap().contains("node-1"), "{lost}");
+    assert_eq!(condition(&lost, "Ready").unwrap()["status"], "False", "{lost}");
+    let events = eventually("a NodeLost Event", || async {
+        let events = api.get("/api/v1/events").await.body;
+        let items = events["items"].as_array()?.clone();
+        items
+            .iter()
+            .any(|e| e["reason"] == "NodeLost" && e["involvedObject"]["name"] == "alpha")
+            .then_some(items)
+    })
+    .await;
+    assert!(!events.is_empty());
+    // Nothing moved it: no agent process on the daemon's host, no other node, and it
+    // stays Lost with no Job working on it.
+    assert!(agents_under(d.pid()).is_empty());
+    let nodes = api.get(NODES).await.body;
+    assert_eq!(nodes["items"].as_array().unwrap().len(), 1, "{nodes}");
+    let again = api.get(&format!("{AGENTS}/alpha")).await.body;
+    assert_eq!(again["status"]["power"], "Lost", "{again}");
+    assert!(again["status"]["activeJob"].is_null(), "{again}");
+}

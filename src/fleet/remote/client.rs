@@ -30,6 +30,9 @@ use crate::runtime::{
 
 /// How long dialling a worker may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a watch may hear nothing before the worker counts as unreachable; a worker
+/// lists its agents every [`super::serve::WATCH_HEARTBEAT`].
+const WATCH_SILENCE: Duration = Duration::from_secs(30);
 /// The largest log chunk a worker may send.
 const MAX_CHUNK: usize = 1 << 20;
 
@@ -239,40 +242,85 @@ impl Inner {
     }
 }
 
-/// Follows the worker's agents until aborted: a list, then changes; redialled with backoff.
+/// Follows the worker's agents until aborted: a list, then changes; redialled with
+/// backoff. A watch that had listed and ends is redialled at once; only when that fails
+/// too is the node lost: each agent it had gets a [`Change::NodeLost`], and a
+/// [`Change::NodeBack`] when a later watch lists them again.
 async fn follow(inner: Arc<Inner>, backoff: Backoff) {
     let mut delay = backoff.min;
+    let mut lost = false;
+    let mut retry_at_once = false;
     loop {
-        match follow_once(&inner, &mut delay, backoff).await {
-            Ok(()) => {}
-            Err(err) => {
-                tracing::debug!(node = inner.node, err, retry_in = ?delay, "fleet runtime watch ended");
-                let mut listed = inner.listed.lock().unwrap_or_else(PoisonError::into_inner);
-                if listed.is_err() {
-                    *listed = Err(format!("its worker cannot be reached: {err}"));
-                }
-            }
+        let mut listed = false;
+        let err = follow_once(&inner, &mut listed, &mut lost).await;
+        tracing::debug!(node = inner.node, err, retry_in = ?delay, "fleet runtime watch ended");
+        if listed {
+            // It ran: try again (almost) at once before calling the node lost.
+            delay = backoff.min;
+            retry_at_once = true;
+            tokio::time::sleep(backoff.min).await;
+            continue;
         }
+        if !lost && (retry_at_once || inner.listed.lock().unwrap_or_else(PoisonError::into_inner).is_err()) {
+            lost = true;
+            inner.lose(&format!("its worker cannot be reached: {err}"));
+        }
+        retry_at_once = false;
         tokio::time::sleep(delay).await;
         delay = backoff.next(delay);
     }
 }
 
-async fn follow_once(
-    inner: &Inner,
-    delay: &mut Duration,
-    backoff: Backoff,
-) -> std::result::Result<(), String> {
-    let (mut send, mut recv) = inner.open().await?;
-    wire::write_message(&mut send, &Request::Watch).await.map_err(|e| e.to_string())?;
+impl Inner {
+    /// Marks every agent of the node lost and tells the subscribers.
+    fn lose(&self, why: &str) {
+        *self.listed.lock().unwrap_or_else(PoisonError::into_inner) = Err(why.to_string());
+        let agents: Vec<String> = {
+            let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
+            states.values_mut().for_each(|s| s.running = false);
+            states.keys().cloned().collect()
+        };
+        for agent in agents {
+            tracing::warn!(node = self.node, agent, why, "fleet node lost");
+            let change = Change::NodeLost { node: self.node.clone(), why: why.to_string() };
+            let _ = self.events.send(RuntimeEvent { agent, change, at: crate::host::now() });
+        }
+    }
+}
+
+/// One watch: returns why it ended. `listed` says whether the worker listed its agents;
+/// `lost` is cleared (and each listed agent told [`Change::NodeBack`]) when it does.
+async fn follow_once(inner: &Inner, listed: &mut bool, lost: &mut bool) -> String {
+    let (mut send, mut recv) = match inner.open().await {
+        Ok(stream) => stream,
+        Err(err) => return err,
+    };
+    if let Err(err) = wire::write_message(&mut send, &Request::Watch).await {
+        return err.to_string();
+    }
     loop {
-        let reply: Reply = wire::read_message(&mut recv).await.map_err(|e| e.to_string())?;
-        *delay = backoff.min;
+        let reply = match tokio::time::timeout(WATCH_SILENCE, wire::read_message::<_, Reply>(&mut recv)).await
+        {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(err)) => return err.to_string(),
+            Err(_) => return format!("the worker sent nothing for {WATCH_SILENCE:?}"),
+        };
         match reply {
             Reply::Agents { agents } => {
-                let mut states = inner.states.lock().unwrap_or_else(PoisonError::into_inner);
-                *states = agents.into_iter().map(|s| (s.agent.clone(), s)).collect();
+                let names: Vec<String> = agents.iter().map(|s| s.agent.clone()).collect();
+                {
+                    let mut states = inner.states.lock().unwrap_or_else(PoisonError::into_inner);
+                    *states = agents.into_iter().map(|s| (s.agent.clone(), s)).collect();
+                }
                 *inner.listed.lock().unwrap_or_else(PoisonError::into_inner) = Ok(());
+                *listed = true;
+                if std::mem::take(lost) {
+                    tracing::info!(node = inner.node, "fleet node reachable again");
+                    for agent in names {
+                        let change = Change::NodeBack { node: inner.node.clone() };
+                        let _ = inner.events.send(RuntimeEvent { agent, change, at: crate::host::now() });
+                    }
+                }
             }
             Reply::Event(event) => {
                 let event = RuntimeEvent::from(event);
@@ -290,11 +338,13 @@ async fn follow_once(
                         Change::Destroyed => {
                             states.remove(&event.agent);
                         }
+                        // Only the daemon's side makes these.
+                        Change::NodeLost { .. } | Change::NodeBack { .. } => continue,
                     }
                 }
                 let _ = inner.events.send(event);
             }
-            other => return Err(format!("unexpected watch message {other:?}")),
+            other => return format!("unexpected watch message {other:?}"),
         }
     }
 }

@@ -22,6 +22,9 @@ use super::wire::{self as msg, AgentState, Reply, Request, MAX_BUNDLE};
 use crate::fleet::net::wire;
 use crate::runtime::{self, Fallback, Runtime};
 
+/// How often a watch lists the worker's agents again when nothing changed.
+pub const WATCH_HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The worker's agent runtime service.
 #[derive(Clone)]
 pub struct RuntimeService {
@@ -283,12 +286,18 @@ impl RuntimeService {
         if wire::write_message(&mut send, &Reply::Agents { agents: self.states() }).await.is_err() {
             return;
         }
+        let mut heartbeat = tokio::time::interval(WATCH_HEARTBEAT);
+        heartbeat.tick().await;
         loop {
-            let reply = match events.recv().await {
-                Ok(event) => Reply::Event((&event).into()),
-                // Behind: a fresh list puts the daemon's view right again.
-                Err(broadcast::error::RecvError::Lagged(_)) => Reply::Agents { agents: self.states() },
-                Err(broadcast::error::RecvError::Closed) => return,
+            let reply = tokio::select! {
+                event = events.recv() => match event {
+                    Ok(event) => Reply::Event((&event).into()),
+                    // Behind: a fresh list puts the daemon's view right again.
+                    Err(broadcast::error::RecvError::Lagged(_)) => Reply::Agents { agents: self.states() },
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                // The list again now and then: the daemon hears the node is there.
+                _ = heartbeat.tick() => Reply::Agents { agents: self.states() },
             };
             if wire::write_message(&mut send, &reply).await.is_err() {
                 return;

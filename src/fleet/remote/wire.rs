@@ -355,6 +355,18 @@ pub enum WireChange {
     Swapped(WireGeneration),
     /// Destroyed.
     Destroyed,
+    /// The daemon lost the node (never sent by a worker).
+    NodeLost {
+        /// The node.
+        node: String,
+        /// Why.
+        why: String,
+    },
+    /// The node came back (never sent by a worker).
+    NodeBack {
+        /// The node.
+        node: String,
+    },
 }
 
 impl From<&RuntimeEvent> for WireEvent {
@@ -364,6 +376,8 @@ impl From<&RuntimeEvent> for WireEvent {
             Change::Exited(exit) => WireChange::Exited(exit.into()),
             Change::Swapped(g) => WireChange::Swapped(g.into()),
             Change::Destroyed => WireChange::Destroyed,
+            Change::NodeLost { node, why } => WireChange::NodeLost { node: node.clone(), why: why.clone() },
+            Change::NodeBack { node } => WireChange::NodeBack { node: node.clone() },
         };
         WireEvent { agent: e.agent.clone(), change, at: e.at }
     }
@@ -376,6 +390,8 @@ impl From<WireEvent> for RuntimeEvent {
             WireChange::Exited(exit) => Change::Exited(exit.into()),
             WireChange::Swapped(g) => Change::Swapped(g.into()),
             WireChange::Destroyed => Change::Destroyed,
+            WireChange::NodeLost { node, why } => Change::NodeLost { node, why },
+            WireChange::NodeBack { node } => Change::NodeBack { node },
         };
         RuntimeEvent { agent: e.agent, change, at: e.at }
     }

@@ -298,6 +298,9 @@ fn changes(events: &mut broadcast::Receiver<RuntimeEvent>) -> Vec<String> {
             Change::Exited(exit) => format!("{} exited requested={}", event.agent, exit.requested),
             Change::Swapped(g) => format!("{} swapped {}", event.agent, g.id),
             Change::Destroyed => format!("{} destroyed", event.agent),
+            change @ (Change::NodeLost { .. } | Change::NodeBack { .. }) => {
+                format!("{} {change:?}", event.agent)
+            }
         });
     }
     changes

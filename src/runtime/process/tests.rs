@@ -195,6 +195,7 @@ async fn rebuild_keeps_the_old_generation_serving_until_the_swap() {
                 Change::Exited(exit) => format!("exited requested={}", exit.requested),
                 Change::Swapped(g) => format!("swapped {}", &g.id[..1]),
                 Change::Destroyed => "destroyed".into(),
+                change @ (Change::NodeLost { .. } | Change::NodeBack { .. }) => format!("{change:?}"),
             });
         }
         assert_eq!(changes, ["swapped 1", "started", "exited requested=true", "swapped 2", "started"]);
