@@ -337,7 +337,11 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         hive_flake: args.hive_flake.clone(),
         fleet: crate::fleet::FleetConfig {
             default_provider: args.provider,
-            net: crate::fleet::net::NetConfig { bind: args.fleet_listen, relay: args.fleet_relay },
+            net: crate::fleet::net::NetConfig {
+                bind: args.fleet_listen,
+                relay: args.fleet_relay,
+                advertise: args.fleet_advertise,
+            },
             advertise: args.fleet_advertise,
             docker_image: args.docker_image.clone(),
             docker_network: args.docker_network.clone(),

@@ -128,12 +128,18 @@ pub enum ControlRequest {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum ControlReply {
-    /// The Hello's facts are persisted; the worker may bind to `generation`.
+    /// The Hello's facts are persisted; the worker binds to `generation` and redials
+    /// the daemon from now on at `daemon_endpoint_id` and `addresses`.
     Welcome {
         /// The daemon run's control generation.
         generation: u64,
         /// The daemon's endpoint id (hex).
         daemon_endpoint_id: String,
+        /// Where the daemon's control endpoint is now: its advertised address first,
+        /// then the bound ones (an unspecified IP is the one the worker reached it at).
+        /// Empty from a daemon that names none: the worker keeps what it dialled.
+        #[serde(default)]
+        addresses: Vec<SocketAddr>,
     },
     /// The Hello was not accepted.
     Refused {
@@ -184,6 +190,8 @@ pub enum MemberEvent {
 pub(crate) struct ControlService {
     pub(crate) endpoint: Endpoint,
     pub(crate) generation: u64,
+    /// The address workers are told to dial, when not the bound one.
+    pub(crate) advertise: Option<SocketAddr>,
     pub(crate) members: Arc<dyn Members>,
     pub(crate) events: broadcast::Sender<MemberEvent>,
     /// node → the connection that most recently welcomed it, so an old connection
@@ -207,6 +215,17 @@ impl ControlService {
             addresses: self.endpoint.bound_sockets(),
             generation: self.generation,
         }
+    }
+
+    /// Where a welcomed worker redials: the advertised address, then the bound ones.
+    pub(crate) fn control_addresses(&self) -> Vec<SocketAddr> {
+        let mut addresses: Vec<SocketAddr> = self.advertise.into_iter().collect();
+        for bound in self.endpoint.bound_sockets() {
+            if !addresses.contains(&bound) {
+                addresses.push(bound);
+            }
+        }
+        addresses
     }
 
     fn current(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
@@ -250,6 +269,7 @@ impl ControlService {
                         ControlReply::Welcome {
                             generation: self.generation,
                             daemon_endpoint_id: self.endpoint.id().to_string(),
+                            addresses: self.control_addresses(),
                         }
                     }
                     Err(reason) => {

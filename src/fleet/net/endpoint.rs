@@ -31,12 +31,16 @@ pub struct NetConfig {
     pub bind: SocketAddr,
     /// Relays and discovery.
     pub relay: RelayChoice,
+    /// The address workers are told to dial the daemon at, when not the bound one (a
+    /// public address, a port forward): the daemon's Welcome names it first. Workers'
+    /// endpoints leave it `None`.
+    pub advertise: Option<SocketAddr>,
 }
 
 impl NetConfig {
     /// Direct addresses only, bound to `bind`.
     pub fn direct(bind: SocketAddr) -> NetConfig {
-        NetConfig { bind, relay: RelayChoice::Disabled }
+        NetConfig { bind, relay: RelayChoice::Disabled, advertise: None }
     }
 
     /// Direct addresses only, on 127.0.0.1 with a free port (tests).

@@ -121,6 +121,7 @@ impl FleetNet {
         let service = control::ControlService {
             endpoint: endpoint.clone(),
             generation,
+            advertise: config.advertise,
             members,
             events: events.clone(),
             current: Arc::default(),

@@ -416,3 +416,110 @@ async fn a_dropped_telemetry_stream_is_redialled_until_forgotten() {
     router.shutdown().await.unwrap();
     net.shutdown().await;
 }
+
+/// A daemon stand-in on the control ALPN that welcomes every Hello with generation
+/// `generation` and the raw `addresses` (as a daemon moving elsewhere would), then acks
+/// heartbeats. Written as JSON, so it speaks exactly the wire form.
+#[derive(Debug, Clone)]
+struct MovingDaemon {
+    id: String,
+    generation: u64,
+    addresses: Vec<SocketAddr>,
+}
+
+impl iroh::protocol::ProtocolHandler for MovingDaemon {
+    async fn accept(&self, conn: iroh::endpoint::Connection) -> Result<(), iroh::protocol::AcceptError> {
+        let (mut send, mut recv) = conn.accept_bi().await?;
+        let id = &self.id;
+        while let Ok(request) = wire::read_message::<_, serde_json::Value>(&mut recv).await {
+            let reply = match request["type"].as_str() {
+                Some("Hello") => serde_json::json!({"type": "Welcome", "generation": self.generation,
+                    "daemon_endpoint_id": id, "addresses": self.addresses}),
+                _ => serde_json::json!({"type": "Ack"}),
+            };
+            if wire::write_message(&mut send, &reply).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_redials_the_daemon_where_its_welcome_said_not_where_it_started() {
+    let (old_port, new_port) = (free_port(), free_port());
+    assert_ne!(old_port, new_port);
+    let new_address = SocketAddr::from(([127, 0, 0, 1], new_port));
+    // The daemon the worker was started with welcomes it and names its new address.
+    let ep = endpoint::bind(iroh::SecretKey::from_bytes(&SECRET), &loopback(old_port), vec![]).await.unwrap();
+    let id = ep.id().to_string();
+    let old = iroh::protocol::Router::builder(ep)
+        .accept(CONTROL_ALPN, MovingDaemon { id, generation: 1, addresses: vec![new_address] })
+        .spawn();
+    let target: ControlTarget = format!("{}@127.0.0.1:{old_port}", old.endpoint().id()).parse().unwrap();
+    let mut config = WorkerConfig::new("n1", 3, target);
+    config.net = NetConfig::loopback();
+    config.heartbeat_interval = Duration::from_millis(200);
+    config.backoff = fast();
+    let worker = Worker::start(config).await.unwrap();
+    bound_to(&worker, 1).await;
+    old.shutdown().await.unwrap();
+
+    // The daemon comes back (same identity, next generation) at the address it named;
+    // nothing listens where the worker started any more.
+    let (sink, mut seen) = Sink::new(Mode::Admit);
+    let moved = daemon(new_port, 2, sink).await;
+    let hello = within("the rejoin at the new address", seen.recv()).await.unwrap();
+    assert_eq!((hello.kind, hello.bound_generation), (HelloKind::Rejoin, Some(1)));
+    bound_to(&worker, 2).await;
+
+    worker.shutdown().await;
+    moved.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_welcome_names_the_daemons_control_address_and_generation() {
+    let (sink, _seen) = Sink::new(Mode::Admit);
+    let net = daemon(0, 23, sink).await;
+    let client = endpoint::bind(iroh::SecretKey::generate(), &NetConfig::loopback(), vec![]).await.unwrap();
+    let target: ControlTarget = net.control_target(None).parse().unwrap();
+    let conn = within("dial", client.connect(target.endpoint_addr(), CONTROL_ALPN)).await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let hello = Hello {
+        kind: HelloKind::Join,
+        node: "n1".into(),
+        logical_id: 1,
+        endpoint_id: client.id().to_string(),
+        addresses: vec![],
+        facts: sampler::runtime_facts(crate::host::now()).await,
+        bound_generation: None,
+        join_token: None,
+    };
+    wire::write_message(&mut send, &ControlRequest::Hello(hello)).await.unwrap();
+    let welcome: serde_json::Value = within("welcome", wire::read_message(&mut recv)).await.unwrap();
+    assert_eq!(welcome["type"], "Welcome", "{welcome}");
+    assert_eq!(welcome["generation"], 23, "{welcome}");
+    assert_eq!(welcome["daemon_endpoint_id"], net.endpoint_id().to_string(), "{welcome}");
+    assert_eq!(welcome["addresses"], serde_json::json!(net.bound_addrs()), "{welcome}");
+    client.close().await;
+    net.shutdown().await;
+}
+
+#[test]
+fn a_welcome_rebinds_the_target_to_the_addresses_it_names() {
+    let id = iroh::SecretKey::from_bytes(&SECRET).public();
+    let started: ControlTarget = format!("{id}@10.0.0.5:7000").parse().unwrap();
+    let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+    // The named address first, what was dialled after it; an unspecified IP is the one
+    // the worker reaches the daemon at; port 0 is no address.
+    let rebound = worker::rebind(
+        &started,
+        &id.to_string(),
+        &[addr("0.0.0.0:7100"), addr("192.0.2.9:7200"), addr("192.0.2.9:0")],
+    );
+    assert_eq!(rebound.endpoint_id, id);
+    assert_eq!(rebound.addresses, [addr("10.0.0.5:7100"), addr("192.0.2.9:7200"), addr("10.0.0.5:7000")]);
+    // An older daemon's Welcome names nothing, and an id that does not parse is ignored.
+    assert_eq!(worker::rebind(&started, &id.to_string(), &[]), started);
+    assert_eq!(worker::rebind(&started, "nope", &[addr("192.0.2.9:7200")]), started);
+}

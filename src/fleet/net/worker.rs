@@ -2,7 +2,8 @@
 //! identity is its node name and logical id) that serves telemetry pulls, and the
 //! control loop that joins the daemon and, whenever the control connection drops,
 //! redials with backoff, resolves [`CONTROL_NAME`] and rejoins — binding to a new control
-//! generation only after the daemon's Welcome (sent once the facts are persisted).
+//! generation, and to the control address the Welcome names, only after the daemon's
+//! Welcome (sent once the facts are persisted).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -79,6 +80,8 @@ pub struct WorkerStatus {
     pub connected: bool,
     /// How many Hellos the daemon refused so far.
     pub refusals: u32,
+    /// Where the worker redials the daemon, as the last Welcome said (`None` before it).
+    pub control: Option<ControlTarget>,
 }
 
 /// A running worker (its endpoint, telemetry service and control loop).
@@ -269,8 +272,10 @@ async fn control_loop(
 ) {
     let node = config.node.as_str();
     let mut delay = config.backoff.min;
+    // Where the daemon is: as the worker was started, then as each Welcome says.
+    let mut target = config.control.clone();
     loop {
-        let result = session(&endpoint, &config, &advertised, started_at, &status).await;
+        let result = session(&endpoint, &config, &mut target, &advertised, started_at, &status).await;
         let was_welcomed = status.borrow().connected;
         status.send_modify(|s| s.connected = false);
         match result {
@@ -294,12 +299,13 @@ async fn control_loop(
 async fn session(
     endpoint: &Endpoint,
     config: &WorkerConfig,
+    target: &mut ControlTarget,
     advertised: &[SocketAddr],
     started_at: chrono::DateTime<chrono::Utc>,
     status: &watch::Sender<WorkerStatus>,
 ) -> Result<(), SessionError> {
     let node = config.node.as_str();
-    let dial = endpoint.connect(config.control.endpoint_addr(), CONTROL_ALPN);
+    let dial = endpoint.connect(target.endpoint_addr(), CONTROL_ALPN);
     let conn = match tokio::time::timeout(CONTROL_TIMEOUT, dial).await {
         Ok(conn) => conn.map_err(|e| SessionError::Connect(e.to_string()))?,
         Err(_) => return Err(SessionError::Timeout(CONTROL_TIMEOUT)),
@@ -346,12 +352,16 @@ async fn session(
     };
     tracing::info!(node, ?kind, "fleet worker: hello sent; waiting for welcome");
     match stream.ask_within(&ControlRequest::Hello(hello), WELCOME_TIMEOUT).await? {
-        ControlReply::Welcome { generation, daemon_endpoint_id } => {
+        ControlReply::Welcome { generation, daemon_endpoint_id, addresses } => {
+            // The facts are persisted: bind to this generation, and redial the daemon
+            // where it says it is from now on.
+            *target = rebind(target, &daemon_endpoint_id, &addresses);
             status.send_modify(|s| {
                 s.bound_generation = Some(generation);
                 s.connected = true;
+                s.control = Some(target.clone());
             });
-            tracing::info!(node, generation, daemon = daemon_endpoint_id, "fleet worker: welcomed; bound");
+            tracing::info!(node, generation, daemon = %target, "fleet worker: welcomed; bound");
         }
         ControlReply::Refused { reason } => return Err(SessionError::Refused(reason)),
         other => return Err(SessionError::Unexpected(Box::new(other))),
@@ -367,6 +377,36 @@ async fn session(
             err = conn.closed() => return Err(SessionError::Closed(err.to_string())),
         }
     }
+}
+
+/// Where to redial after a Welcome from the daemon `endpoint_id` naming `addresses`:
+/// those addresses (an unspecified IP replaced by each IP the worker reaches the daemon
+/// at now), then the ones dialled so far that the Welcome did not name, as a fallback.
+/// A Welcome naming no address (an older daemon) or an id that does not parse leaves the
+/// target as it is.
+pub(super) fn rebind(current: &ControlTarget, endpoint_id: &str, addresses: &[SocketAddr]) -> ControlTarget {
+    let Ok(endpoint_id) = endpoint_id.parse() else { return current.clone() };
+    if addresses.is_empty() {
+        return current.clone();
+    }
+    let mut rebound = Vec::new();
+    for address in addresses {
+        if address.port() == 0 {
+            continue;
+        }
+        if address.ip().is_unspecified() {
+            let reached = current.addresses.iter().filter(|a| a.is_ipv4() == address.is_ipv4());
+            rebound.extend(reached.map(|a| SocketAddr::new(a.ip(), address.port())));
+        } else {
+            rebound.push(*address);
+        }
+    }
+    for address in &current.addresses {
+        rebound.push(*address);
+    }
+    let mut seen = std::collections::HashSet::new();
+    rebound.retain(|a| seen.insert(*a));
+    ControlTarget { endpoint_id, addresses: rebound }
 }
 
 /// The worker side of the telemetry ALPN: each pull gets its own sampler.
