@@ -145,6 +145,19 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub fleet_advertise: Option<SocketAddr>,
 
+    /// How long one attempt to pull a joined node's telemetry may wait for its first
+    /// descriptors (`1s` up to `10m`). A node that has not described its channels by
+    /// then stays Provisioning (its `Telemetry` condition says it waits) and the pull is
+    /// retried with backoff for the node's lifetime: a slow node is slow, never Failed.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "15s",
+        env = "HIVE_FLEET_TELEMETRY_WAIT",
+        value_parser = parse_telemetry_wait
+    )]
+    pub fleet_telemetry_wait: Duration,
+
     /// iroh relays and discovery for the fleet endpoint: `disabled` (direct addresses
     /// only; the default) or `n0` (n0's public relays and DNS discovery, for nodes behind
     /// NAT; publishes the endpoint's addresses to n0; needs the internet, so the test
@@ -343,6 +356,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
                 advertise: args.fleet_advertise,
             },
             advertise: args.fleet_advertise,
+            telemetry_wait: args.fleet_telemetry_wait,
             docker_image: args.docker_image.clone(),
             docker_network: args.docker_network.clone(),
             vastai_base_url: args.vastai_base_url.clone(),
@@ -355,6 +369,16 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         http: serve_config(&args),
     };
     crate::daemon::run(config, shutdown_signal()).await
+}
+
+/// `--fleet-telemetry-wait`: a duration from 1 s to 10 min (a shorter attempt could
+/// never reach a worker over a slow link; a longer one only delays the retry).
+fn parse_telemetry_wait(text: &str) -> Result<Duration, String> {
+    let wait = super::duration::parse(text)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&wait) {
+        return Err(format!("{text:?} is outside 1s..10m"));
+    }
+    Ok(wait)
 }
 
 /// The caps on requests held at once (`server::streams`).

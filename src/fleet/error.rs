@@ -45,9 +45,12 @@ pub enum Error {
     /// A Kill named the node while it waited for its worker to join.
     #[error("killed while waiting for its worker")]
     KilledWhileJoining,
-    /// A Kill (or a delete) came while the node's telemetry pull was starting.
-    #[error("killed or stopped while its telemetry pull started")]
-    KilledWhileFollowing,
+    /// The node ended (killed, deleted, its worker gone) before its telemetry flowed.
+    #[error("the node ended ({phase}) before its telemetry flowed")]
+    EndedWhileFollowing {
+        /// Its phase then, or `gone`.
+        phase: String,
+    },
     /// The Provider the node names was deleted before its resource was created.
     #[error("the provider {provider:?} no longer exists")]
     ProviderMissing {

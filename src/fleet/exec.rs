@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
+use hive_api::meta::{set_condition, Condition, ConditionStatus};
 use hive_api::node::{Node, NodePhase, ProviderRef};
 use hive_api::provider::{Provider as ProviderObject, ProviderSpec};
 
@@ -14,9 +15,6 @@ use super::error::{Error, Result};
 use super::providers::{Launch, Lifetime, Provider};
 use super::{command_result, commands, is_terminal, retained, Fleet};
 use crate::client::Api;
-
-/// How long the first telemetry descriptors may take after a worker joined.
-pub const TELEMETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the provider work of a newly recorded command, once.
 pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
@@ -230,10 +228,12 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<()> {
         }
         return Err(fail_node(&fleet, &name, error).await);
     }
-    if let Err(error) = start_telemetry(&fleet, &name).await {
-        return Err(fail_node(&fleet, &name, error).await);
+    match start_telemetry(&fleet, &name).await {
+        Ok(()) => Ok(()),
+        // The node's end (a Kill, a delete, its worker's exit) has said why already.
+        Err(error) if ended(&fleet, &name).is_some() => Err(error),
+        Err(error) => Err(fail_node(&fleet, &name, error).await),
     }
-    Ok(())
 }
 
 /// Resolves once a Kill names `name` (checked twice a second).
@@ -243,29 +243,100 @@ async fn killed(fleet: &Fleet, name: &str) {
     }
 }
 
-/// Pulls `name`'s telemetry from the endpoint its worker joined with; once the first
-/// descriptors arrived the node is Running.
+/// The Node condition that says whether a joined node's telemetry flows.
+pub const TELEMETRY_CONDITION: &str = "Telemetry";
+
+/// A [`TELEMETRY_CONDITION`].
+fn telemetry(flowing: bool, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: TELEMETRY_CONDITION.into(),
+        status: if flowing { ConditionStatus::True } else { ConditionStatus::False },
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: None,
+        observed_generation: None,
+    }
+}
+
+/// Why a node's telemetry wait ended without descriptors, if it did.
+fn ended(fleet: &Fleet, name: &str) -> Option<Error> {
+    let node = fleet.nodes.get(name).ok().flatten();
+    if node.as_ref().is_none_or(|n| !is_live(n)) || kill_requested(fleet, name) {
+        let phase = node.and_then(|n| n.status.phase).map_or("gone", NodePhase::as_str);
+        return Some(Error::EndedWhileFollowing { phase: phase.to_string() });
+    }
+    None
+}
+
+/// Resolves once [`ended`] says why (checked twice a second).
+async fn end_of(fleet: &Fleet, name: &str) -> Error {
+    loop {
+        if let Some(why) = ended(fleet, name) {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Pulls `name`'s telemetry from the endpoint its worker joined with, for the node's
+/// lifetime; once the first descriptors arrived the node is Running. A worker slow to
+/// describe its channels is slow, not failed: each attempt waits
+/// `--fleet-telemetry-wait`, the pull is retried with backoff, and meanwhile the node
+/// stays Provisioning with its [`TELEMETRY_CONDITION`] saying so. The wait ends early
+/// only when the node ends (killed, deleted, its worker exited).
 pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<()> {
     let node = load_node(fleet, name)?;
     let endpoint = node.status.endpoint_id.clone().unwrap_or_default();
     let addresses = node.status.addresses.iter().filter_map(|a| a.parse().ok()).collect();
-    let followed = fleet.net.follow_telemetry(name, &endpoint, addresses, TELEMETRY_TIMEOUT).await;
+    let wait = fleet.config.telemetry_wait;
+    let mut first = match fleet.net.start_following(name, &endpoint, addresses, wait) {
+        Ok(first) => first,
+        Err(error) => {
+            let error = Error::node(name, Error::NoTelemetry(error));
+            let text = error.to_string();
+            fleet.node_status(name, |s| s.error = Some(text.clone())).await;
+            return Err(error);
+        }
+    };
+    let mut waited = false;
+    let flowing = loop {
+        tokio::select! {
+            biased;
+            first = &mut first => break first.is_ok(),
+            why = end_of(fleet, name) => {
+                fleet.net.forget(name);
+                return Err(Error::node(name, why));
+            }
+            () = tokio::time::sleep(wait) => {
+                if !waited {
+                    waited = true;
+                    let message = format!(
+                        "the worker joined; its telemetry has not flowed within {wait:?}; \
+                         the pull is retried with backoff"
+                    );
+                    tracing::info!(node = name, ?wait, "fleet node waits for its telemetry");
+                    let condition = telemetry(false, "WaitingForTelemetry", &message);
+                    let now = fleet.now();
+                    fleet.node_status(name, |s| {
+                        set_condition(&mut s.conditions, condition.clone(), now);
+                    })
+                    .await;
+                }
+            }
+        }
+    };
     // A Kill (or a delete) may have come while the pull was being set up: its forget ran
     // before this follower existed, so stop the follower here.
-    let gone =
-        fleet.nodes.get(name).ok().flatten().is_none_or(|n| !is_live(&n) || kill_requested(fleet, name));
-    if gone {
+    if let Some(why) = ended(fleet, name) {
         fleet.net.forget(name);
-        return Err(Error::node(name, Error::KilledWhileFollowing));
+        return Err(Error::node(name, why));
     }
-    if let Err(error) = followed {
-        fleet.net.forget(name);
-        let error = Error::node(name, Error::NoTelemetry(error));
-        let text = error.to_string();
-        fleet.node_status(name, |s| s.error = Some(text.clone())).await;
-        return Err(error);
+    if !flowing {
+        // A newer pull (a rejoin's) replaced this one: it makes the node Running.
+        return await_running(fleet, name).await;
     }
     let now = fleet.now();
+    let condition = telemetry(true, "Flowing", "the worker's telemetry flows");
     fleet
         .node_status(name, |s| {
             if matches!(s.phase, Some(NodePhase::Provisioning | NodePhase::Running)) {
@@ -274,11 +345,27 @@ pub(super) async fn start_telemetry(fleet: &Fleet, name: &str) -> Result<()> {
                 }
                 s.phase = Some(NodePhase::Running);
                 s.error = None;
+                set_condition(&mut s.conditions, condition.clone(), now);
             }
         })
         .await;
     tracing::info!(node = name, "fleet node ready: joined, telemetry flowing");
     Ok(())
+}
+
+/// Resolves once `name` is Running (a newer telemetry pull got there), or errs once it
+/// ended.
+async fn await_running(fleet: &Fleet, name: &str) -> Result<()> {
+    loop {
+        if let Some(why) = ended(fleet, name) {
+            return Err(Error::node(name, why));
+        }
+        let phase = fleet.nodes.get(name).ok().flatten().and_then(|n| n.status.phase);
+        if phase == Some(NodePhase::Running) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// The resource a node's record names at a provider that outlives the daemon: a

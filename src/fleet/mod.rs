@@ -110,6 +110,9 @@ pub struct FleetConfig {
     /// The address workers on other hosts (Vast.ai) dial the daemon at, when it differs
     /// from the bound one (a public address, a port forward).
     pub advertise: Option<SocketAddr>,
+    /// How long one attempt to pull a joined node's telemetry waits for its first
+    /// descriptors before it is retried (`--fleet-telemetry-wait`).
+    pub telemetry_wait: Duration,
     /// The image of `docker` nodes when the Provider names none.
     pub docker_image: String,
     /// The Docker network of `docker` nodes when the Provider names none.

@@ -34,6 +34,7 @@ mod fleet;
 mod fleet_docker;
 mod fleet_docker_daemon;
 mod fleet_intake;
+mod fleet_myelin;
 mod fleet_vastai;
 mod generated;
 mod harness;

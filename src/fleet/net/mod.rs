@@ -191,10 +191,35 @@ impl FleetNet {
     }
 
     /// Starts pulling `node`'s telemetry from the worker at `endpoint_id` (hex) and
-    /// `addresses`, for the node's lifetime: a dropped stream is redialled with backoff
-    /// until [`FleetNet::forget`]. Resolves once the first descriptors arrived; an `Err`
-    /// (bad id, or no descriptors within `first_within`) leaves the follower running —
-    /// call `forget` to stop it. Following a node again replaces its follower.
+    /// `addresses`, for the node's lifetime: a pull that got no descriptors within
+    /// `attempt`, or a dropped stream, is redialled with backoff until
+    /// [`FleetNet::forget`]. The receiver resolves once the first descriptors arrived,
+    /// and fails when the follower stopped first (forgotten, or replaced: following a
+    /// node again replaces its follower). A bad id is an error and starts nothing.
+    pub fn start_following(
+        &self,
+        node: &str,
+        endpoint_id: &str,
+        addresses: Vec<SocketAddr>,
+        attempt: Duration,
+    ) -> Result<oneshot::Receiver<()>, String> {
+        let worker: EndpointId = endpoint_id
+            .parse()
+            .map_err(|e| format!("{node}: invalid worker endpoint id {endpoint_id:?}: {e}"))?;
+        let (first_tx, first) = oneshot::channel();
+        let follow =
+            telemetry::Follow { node: node.to_string(), worker, addresses, backoff: self.backoff, attempt };
+        let task =
+            tokio::spawn(telemetry::follow(self.endpoint().clone(), self.hub.clone(), follow, first_tx));
+        if let Some(previous) = self.followers().insert(node.to_string(), task.abort_handle()) {
+            previous.abort();
+        }
+        Ok(first)
+    }
+
+    /// [`FleetNet::start_following`], each attempt given `first_within`, resolved once
+    /// the first descriptors arrived; an `Err` (bad id, or no descriptors within
+    /// `first_within`) leaves a follower running — call `forget` to stop it.
     pub async fn follow_telemetry(
         &self,
         node: &str,
@@ -202,22 +227,7 @@ impl FleetNet {
         addresses: Vec<SocketAddr>,
         first_within: Duration,
     ) -> Result<(), String> {
-        let worker: EndpointId = endpoint_id
-            .parse()
-            .map_err(|e| format!("{node}: invalid worker endpoint id {endpoint_id:?}: {e}"))?;
-        let (first_tx, first) = oneshot::channel();
-        let task = tokio::spawn(telemetry::follow(
-            self.endpoint().clone(),
-            self.hub.clone(),
-            node.to_string(),
-            worker,
-            addresses,
-            self.backoff,
-            first_tx,
-        ));
-        if let Some(previous) = self.followers().insert(node.to_string(), task.abort_handle()) {
-            previous.abort();
-        }
+        let first = self.start_following(node, endpoint_id, addresses, first_within)?;
         match tokio::time::timeout(first_within, first).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(format!("{node}: the telemetry follower stopped before descriptors arrived")),

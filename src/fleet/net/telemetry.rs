@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hive_api::meta::Time;
@@ -229,29 +230,39 @@ enum PullError {
     Wire(#[from] WireError),
     #[error("the worker sent frames before descriptors")]
     Protocol,
+    #[error("no descriptors within {0:?}")]
+    NoDescriptors(Duration),
 }
 
 /// Pulls every channel of one node into `hub` until the stream fails; `first` is sent
-/// once descriptors arrived.
+/// once descriptors arrived. Dialling and the descriptors together may take `attempt`:
+/// a worker that has not described its channels by then is dropped, to be redialled.
 async fn pull_once(
     endpoint: &Endpoint,
     hub: &TelemetryHub,
     node: &str,
     addr: EndpointAddr,
+    attempt: Duration,
     first: &mut Option<oneshot::Sender<()>>,
 ) -> Result<(), PullError> {
-    let conn = endpoint.connect(addr, TELEMETRY_ALPN).await.map_err(|e| PullError::Connect(e.to_string()))?;
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| PullError::Open(e.to_string()))?;
-    wire::write_message(&mut send, &TelemetryRequest::Pull { channels: Channels::All }).await?;
-    match wire::read_message(&mut recv).await? {
-        TelemetryMessage::Descriptors(descriptors) => {
-            tracing::info!(node, channels = descriptors.len(), "fleet telemetry flowing");
-            hub.set_descriptors(node, descriptors);
-            if let Some(first) = first.take() {
-                let _ = first.send(());
-            }
+    let described = async {
+        let conn =
+            endpoint.connect(addr, TELEMETRY_ALPN).await.map_err(|e| PullError::Connect(e.to_string()))?;
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| PullError::Open(e.to_string()))?;
+        wire::write_message(&mut send, &TelemetryRequest::Pull { channels: Channels::All }).await?;
+        match wire::read_message(&mut recv).await? {
+            TelemetryMessage::Descriptors(descriptors) => Ok((conn, send, recv, descriptors)),
+            TelemetryMessage::Frames(_) => Err(PullError::Protocol),
         }
-        TelemetryMessage::Frames(_) => return Err(PullError::Protocol),
+    };
+    let (_conn, _send, mut recv, descriptors) = match tokio::time::timeout(attempt, described).await {
+        Ok(described) => described?,
+        Err(_) => return Err(PullError::NoDescriptors(attempt)),
+    };
+    tracing::info!(node, channels = descriptors.len(), "fleet telemetry flowing");
+    hub.set_descriptors(node, descriptors);
+    if let Some(first) = first.take() {
+        let _ = first.send(());
     }
     loop {
         match wire::read_message(&mut recv).await? {
@@ -261,23 +272,32 @@ async fn pull_once(
     }
 }
 
-/// Keeps pulling `node`'s telemetry, redialling with `backoff` after every failure;
-/// runs until aborted (by `FleetNet::forget`).
+/// How one node's telemetry is followed.
+pub(crate) struct Follow {
+    pub(crate) node: String,
+    pub(crate) worker: EndpointId,
+    pub(crate) addresses: Vec<SocketAddr>,
+    pub(crate) backoff: Backoff,
+    /// How long one attempt may take to get the worker's descriptors.
+    pub(crate) attempt: Duration,
+}
+
+/// Keeps pulling the node's telemetry, redialling with its backoff after every failure
+/// (a slow worker included: a slow node is slow, not lost); runs until aborted (by
+/// `FleetNet::forget`). `first` is sent once the first descriptors arrived.
 pub(crate) async fn follow(
     endpoint: Endpoint,
     hub: Arc<TelemetryHub>,
-    node: String,
-    worker: EndpointId,
-    addresses: Vec<SocketAddr>,
-    backoff: Backoff,
+    follow: Follow,
     first: oneshot::Sender<()>,
 ) {
+    let Follow { node, worker, addresses, backoff, attempt } = follow;
     let mut first = Some(first);
     let mut delay = backoff.min;
     loop {
         let addr = addresses.iter().fold(EndpointAddr::new(worker), |a, s| a.with_ip_addr(*s));
         let started = tokio::time::Instant::now();
-        match pull_once(&endpoint, &hub, &node, addr, &mut first).await {
+        match pull_once(&endpoint, &hub, &node, addr, attempt, &mut first).await {
             Ok(()) => {}
             Err(err) => {
                 tracing::warn!(node, %err, retry_in = ?delay, "fleet telemetry pull ended; redialling")
