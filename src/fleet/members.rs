@@ -134,8 +134,17 @@ fn refusal(hello: &Hello, node: Option<&Node>) -> Option<String> {
             hello.endpoint_id
         ));
     }
+    // Provider state is ground truth: a Failed node (its join timed out, its resource
+    // left running) or a Stopped one (found stopped at start, started again since) whose
+    // worker proves itself with the node's token is live again.
     match node.status.phase {
-        Some(NodePhase::Pending | NodePhase::Provisioning | NodePhase::Running | NodePhase::Failed) => None,
+        Some(
+            NodePhase::Pending
+            | NodePhase::Provisioning
+            | NodePhase::Running
+            | NodePhase::Failed
+            | NodePhase::Stopped,
+        ) => None,
         Some(phase) => Some(format!("{}: the node is {} and takes no worker", hello.node, phase.as_str())),
         None => Some(format!("{}: the node was not created by a command", hello.node)),
     }
@@ -186,8 +195,15 @@ impl Members for Membership {
                 })
                 .collect();
             let addresses: Vec<String> = hello.addresses.iter().map(ToString::to_string).collect();
+            let back = format!("its worker joined again ({:?}); waiting for its telemetry", hello.kind);
             let written = nodes
                 .patch_status(&hello.node, |s| {
+                    if matches!(s.phase, Some(NodePhase::Failed | NodePhase::Stopped)) {
+                        // Observed alive: the telemetry pull that follows makes it Running.
+                        s.phase = Some(NodePhase::Provisioning);
+                        s.error = Some(back.clone());
+                        s.finished_at = None;
+                    }
                     s.endpoint_id = Some(hello.endpoint_id.clone());
                     s.addresses = addresses.clone();
                     s.gpus = gpus.clone();

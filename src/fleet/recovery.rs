@@ -1,6 +1,7 @@
 //! Recovery at start. Provider state is ground truth:
-//! - a node record with its provider resource → adopted: its phase follows the
-//!   resource, and its worker's RejoinHello restarts the telemetry pull;
+//! - a node record with its provider resource → adopted, whatever its phase but Killed
+//!   (a Failed or Stopped node whose resource runs is Provisioning again): its phase
+//!   follows the resource, and its worker's RejoinHello restarts the telemetry pull;
 //! - a record without a resource → `Stopped`, never recreated;
 //! - a resource carrying this fleet's label without a record → an `Orphaned` node the
 //!   operator sees; nothing is done to the resource.
@@ -104,7 +105,11 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
                 // A Kill whose destroy did not finish: the resource is reported, not touched.
                 orphans.push(f);
             }
-            Some(_) => {}
+            Some(f) => {
+                // Failed or Stopped, and its resource is there: observed, like a live one.
+                adopted += 1;
+                adopt(fleet, &node_name, &f).await;
+            }
             None if live => {
                 stopped += 1;
                 mark_stopped(fleet, &node_name, "no provider resource found at start; not recreated").await;
@@ -131,9 +136,16 @@ async fn adopt(fleet: &Fleet, name: &str, found: &Found) {
             if running && rejoined {
                 // Its worker rejoined this run before recovery got here: nothing to say.
             } else if running {
+                if matches!(s.phase, Some(NodePhase::Failed | NodePhase::Stopped)) {
+                    // Its resource runs: the phase follows what is observed.
+                    s.phase = Some(NodePhase::Provisioning);
+                    s.finished_at = None;
+                }
                 s.error = Some(format!(
                     "adopted after a daemon restart ({state}); waiting for its worker to rejoin"
                 ));
+            } else if s.phase == Some(NodePhase::Stopped) {
+                s.error = Some(format!("the resource was found {state} at start; left as it is"));
             } else {
                 s.phase = Some(NodePhase::Stopped);
                 s.error = Some(format!("the resource was found {state} at start; left as it is"));

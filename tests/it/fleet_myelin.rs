@@ -1,13 +1,16 @@
 //! Myelin's promises through the real daemon (issue 29): a node whose first telemetry is
-//! slow stays Provisioning and becomes Running, never Failed. Workers are real
-//! `hive fleet-worker` processes.
+//! slow stays Provisioning and becomes Running, never Failed; provider state is ground
+//! truth at recovery (a Stopped node whose instance runs again is adopted and its worker
+//! accepted). Workers are real `hive fleet-worker` processes; Vast.ai is the stand-in of
+//! `vastai.rs`.
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::harness::{eventually, Api, Daemon};
+use crate::harness::{eventually, hive_bin, ok, Api, Daemon};
+use crate::vastai::{offers, Stand, KEY};
 
 const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
 const NODES: &str = "/apis/hive.dev/v1/nodes";
@@ -108,4 +111,133 @@ async fn slow_first_telemetry_keeps_a_node_provisioning_then_running_never_faile
     })
     .await;
     assert!(d.log().contains("fleet node waits for its telemetry"));
+}
+
+fn vast_provision(id: &str, offers: &[u64]) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+           "spec": {"provision": {"provider": "vastai", "count": offers.len(), "selectedOfferIds": offers}}})
+}
+
+/// A daemon with the `vastai` provider at `base` whose fleet endpoint keeps one port
+/// across restarts (so the instances' workers find it).
+struct Vast {
+    flags: Vec<String>,
+    key: tempfile::TempDir,
+}
+
+impl Vast {
+    fn new(base: &str) -> Vast {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let flags = ["--provider", "vastai", "--vastai-base-url", base, "--fleet-listen"];
+        let mut flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        flags.push(format!("127.0.0.1:{port}"));
+        let key = tempfile::tempdir().unwrap();
+        std::fs::write(key.path().join("key"), format!("{KEY}\n")).unwrap();
+        Vast { flags, key }
+    }
+
+    fn flags(&self, more: &[&str]) -> Vec<String> {
+        self.flags.iter().cloned().chain(more.iter().map(|f| f.to_string())).collect()
+    }
+
+    /// Gives the daemon the key (held in memory only, so once per run).
+    fn configure(&self, d: &Daemon) {
+        let key = self.key.path().join("key");
+        let key = key.to_str().unwrap();
+        ok(d.hive(&["fleet", "configure", "vastai", "--api-key-file", key, "--image", "example/node:cuda"]));
+    }
+}
+
+fn strs(flags: &[String]) -> Vec<&str> {
+    flags.iter().map(String::as_str).collect()
+}
+
+/// Waits until the daemon's log says recovery of the vastai provider finished `n` times
+/// (once per run, counted over every run of this state dir).
+async fn recovered(d: &Daemon, n: usize) {
+    eventually(&format!("recovery #{n}"), || async {
+        let log = d.log();
+        let done = log.lines().filter(|l| l.contains("fleet recovery done") && l.contains("vastai")).count();
+        (done >= n).then_some(())
+    })
+    .await;
+}
+
+/// Runs what a Vast.ai instance's on-start runs: `hive fleet-worker --supervise none`
+/// configured by the instance's environment, as the create request gave it.
+fn instance_worker(create: &Value) -> Child {
+    let mut command = Command::new(hive_bin());
+    command.args(["fleet-worker", "--supervise", "none"]).env("HIVE_FLEET_BIND", "127.0.0.1:0");
+    for (key, value) in create["env"].as_object().expect("the create's env") {
+        command.env(key, value.as_str().unwrap());
+    }
+    command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("worker")
+}
+
+/// Kills a worker process when dropped.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_node_whose_instance_runs_again_is_adopted_and_its_worker_accepted() {
+    let (stand, base) = Stand::start(offers()).await;
+    let vast = Vast::new(&base);
+    let mut d = Daemon::start_with(&strs(&vast.flags(&[])));
+    let api = d.client();
+    vast.configure(&d);
+    assert_eq!(api.post(COMMANDS, &vast_provision("rent", &[101])).await.code, 201);
+    let instance = eventually("node-1's instance", || async {
+        node(&api, "node-1").await["status"]["providerRef"]["instanceId"].as_u64()
+    })
+    .await;
+    let create = stand.lock().last_create.clone();
+    let first = Reap(instance_worker(&create));
+    eventually("node-1 Running", || async {
+        (node(&api, "node-1").await["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+
+    // The instance stops (its worker with it); the next daemon finds it stopped.
+    drop(first);
+    stand.lock().instances.get_mut(&instance).unwrap()["actual_status"] = json!("exited");
+    d.restart_with(&strs(&vast.flags(&[])));
+    let api = d.client();
+    vast.configure(&d);
+    recovered(&d, 2).await;
+    let n1 = node(&api, "node-1").await;
+    assert_eq!(n1["status"]["phase"], "Stopped", "{n1}");
+
+    // The operator starts it again at Vast.ai. The next daemon observes it running:
+    // adopted, waiting for its worker (not ignored because its record said Stopped).
+    stand.lock().instances.get_mut(&instance).unwrap()["actual_status"] = json!("running");
+    d.restart_with(&strs(&vast.flags(&[])));
+    let api = d.client();
+    vast.configure(&d);
+    recovered(&d, 3).await;
+    let n1 = node(&api, "node-1").await;
+    assert_eq!(n1["status"]["phase"], "Provisioning", "adopted: {n1}");
+    assert!(n1["status"]["error"].as_str().unwrap_or_default().contains("adopted"), "{n1}");
+    assert!(n1["status"]["finishedAt"].is_null(), "{n1}");
+
+    // Its on-start runs the worker again: accepted, and Running once telemetry flows.
+    let _second = Reap(instance_worker(&create));
+    let n1 = eventually("node-1 Running again", || async {
+        let n = node(&api, "node-1").await;
+        (n["status"]["phase"] == "Running").then_some(n)
+    })
+    .await;
+    assert_eq!(n1["status"]["providerRef"]["instanceId"], instance, "{n1}");
+    assert!(!d.log().contains("fleet: worker refused"), "the worker was accepted");
+    eventually("telemetry in the node status", || async {
+        node(&api, "node-1").await["status"]["telemetry"]["cpuPercent"].is_number().then_some(())
+    })
+    .await;
+    assert_eq!(stand.count("PUT /api/v0/asks/"), 1, "nothing was rented again");
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 0, "nothing was destroyed");
 }
