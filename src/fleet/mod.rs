@@ -21,8 +21,9 @@
 //! - `members.rs`: persists a worker's Join / RejoinHello before it is welcomed, and
 //!   starts the node's telemetry pull; `server/telemetry.rs` serves that telemetry.
 //! - `recovery.rs`: at start, provider state is ground truth — a record with its
-//!   resource is adopted, a record without one is marked Stopped, a resource without a
-//!   record is reported as an `Orphaned` node and left alone.
+//!   resource is adopted (whatever its phase but Killed), a record without one is marked
+//!   Stopped, a resource without a record (or labelled by an identity `--reset-state`
+//!   retired) is reported as an `Orphaned` node and left alone.
 //! - `api.rs`: SearchOffers and ConfigureProvider.
 //!
 //! Shutdown stops local worker processes and clears their records (they cannot be
@@ -159,6 +160,9 @@ pub struct Fleet {
     fleet_label: String,
     /// This run's id (labels the containers it creates).
     run_id: String,
+    /// The fleet labels of identities `--reset-state` retired: what they label is
+    /// reported as orphans.
+    retired_labels: Vec<String>,
     tasks: Mutex<JoinSet<()>>,
     /// Commands whose execution began in this run (each runs at most once).
     started: Mutex<HashSet<String>>,
@@ -205,6 +209,7 @@ impl Fleet {
             net,
             members,
             fleet_label: identity.fingerprint(),
+            retired_labels: identity.retired_labels().to_vec(),
             run_id: uuid::Uuid::new_v4().simple().to_string(),
             config,
             tasks: Mutex::new(JoinSet::new()),

@@ -3,8 +3,9 @@
 //!   (a Failed or Stopped node whose resource runs is Provisioning again): its phase
 //!   follows the resource, and its worker's RejoinHello restarts the telemetry pull;
 //! - a record without a resource → `Stopped`, never recreated;
-//! - a resource carrying this fleet's label without a record → an `Orphaned` node the
-//!   operator sees; nothing is done to the resource.
+//! - a resource carrying this fleet's label without a record, or the label of an
+//!   identity `--reset-state` retired → an `Orphaned` node the operator sees, an
+//!   `OrphanFound` Warning Event and a log line; nothing is done to the resource.
 //!
 //! Local worker processes cannot be adopted (they end with the daemon that supervised
 //! them), so their live records become `Stopped` at once. Docker and Vast.ai resources
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 
 use super::providers::{Found, Lifetime};
 use super::{commands, exec, Fleet};
+use crate::client::events::EventType;
 use hive_api::fleet_command::FleetCommandPhase;
 use hive_api::node::{Node, NodePhase, NodeSpec, NodeStatus};
 
@@ -47,11 +49,11 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
     let listed = match fleet.providers.ready(name, type_) {
         // Resources that end with the daemon leave nothing to recover.
         Ok(provider) if provider.lifetime() == Lifetime::Supervised => return,
-        Ok(provider) => provider.list(&fleet.fleet_label).await,
+        Ok(provider) => provider.list(&fleet.fleet_label).await.map(|found| (provider, found)),
         Err(err) => Err(err),
     };
-    let found = match listed {
-        Ok(found) => found,
+    let (provider, found) = match listed {
+        Ok(listed) => listed,
         Err(err) => {
             tracing::warn!(
                 provider = name,
@@ -117,9 +119,26 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
             None => {}
         }
     }
-    let orphaned = orphans.len();
+    let mut orphaned = orphans.len();
     for f in orphans {
-        report_orphan(fleet, name, f).await;
+        report_orphan(fleet, name, f, None).await;
+    }
+    // What an identity retired by --reset-state labelled has no intent here any more.
+    for label in &fleet.retired_labels {
+        match provider.list(label).await {
+            Ok(found) => {
+                orphaned += found.len();
+                for f in found {
+                    report_orphan(fleet, name, f, Some(label)).await;
+                }
+            }
+            Err(err) => tracing::warn!(
+                provider = name,
+                label,
+                %err,
+                "fleet recovery: listing the resources of a retired fleet label failed"
+            ),
+        }
     }
     tracing::info!(provider = name, adopted, stopped, orphaned, "fleet recovery done");
 }
@@ -166,10 +185,20 @@ fn orphan_name(provider: &str, found: &Found) -> String {
     format!("orphan-{provider}-{id}")
 }
 
-async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
+/// Reports `found` as an Orphaned node, a Warning Event and a log line; the resource
+/// is left as it is. `retired` is the fleet label it carries when that label belonged to
+/// an identity `--reset-state` retired.
+async fn report_orphan(fleet: &Fleet, provider: &str, found: Found, retired: Option<&str>) {
     let name = orphan_name(provider, &found);
+    let whose = match retired {
+        Some(label) => format!(
+            "without intent: it carries fleet label {label}, of this state directory's identity \
+             before --reset-state"
+        ),
+        None => "without a live record in this fleet".to_string(),
+    };
     let error = format!(
-        "found at provider {provider} ({}) labelled {} without a live record in this fleet; left untouched \
+        "found at provider {provider} ({}) labelled {} {whose}; left untouched \
          (a Kill command naming this node destroys it)",
         found.state,
         found.node.as_deref().map_or("with no node".to_string(), |n| format!(
@@ -180,11 +209,14 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
     let status = NodeStatus {
         phase: Some(NodePhase::Orphaned),
         provider_ref: Some(found.reference.clone()),
-        error: Some(error),
+        error: Some(error.clone()),
         ..Default::default()
     };
+    tracing::warn!(node = name, provider, reference = ?found.reference, why = error, "fleet recovery: orphan reported");
     if fleet.nodes.get_raw(&name).is_some() {
-        fleet.node_status(&name, |s| *s = status.clone()).await;
+        if let Some(node) = fleet.node_status(&name, |s| *s = status.clone()).await {
+            orphan_event(fleet, &node, &error).await;
+        }
         return;
     }
     let mut node = Node::new(
@@ -200,8 +232,17 @@ async fn report_orphan(fleet: &Fleet, provider: &str, found: Found) {
     node.status = status;
     node.status.sync_ready(fleet.now());
     match fleet.nodes.create(&node).await {
-        Ok(_) => tracing::warn!(node = name, provider, "fleet recovery: orphan reported"),
+        Ok(node) => orphan_event(fleet, &node, &error).await,
         Err(err) => tracing::warn!(node = name, %err, "fleet recovery: reporting an orphan failed"),
+    }
+}
+
+/// The `OrphanFound` Warning Event about the orphan `node`.
+async fn orphan_event(fleet: &Fleet, node: &Node, message: &str) {
+    let recorder = crate::client::events::Recorder::new(fleet.store.clone(), "hive-fleet");
+    let recorded = recorder.record(node, EventType::Warning, "OrphanFound", message).await;
+    if let Err(err) = recorded {
+        tracing::warn!(node = node.metadata.name, %err, "fleet recovery: the orphan's Event was not recorded");
     }
 }
 

@@ -1,8 +1,9 @@
 //! Myelin's promises through the real daemon (issue 29): a node whose first telemetry is
 //! slow stays Provisioning and becomes Running, never Failed; provider state is ground
 //! truth at recovery (a Stopped node whose instance runs again is adopted and its worker
-//! accepted). Workers are real `hive fleet-worker` processes; Vast.ai is the stand-in of
-//! `vastai.rs`.
+//! accepted); and `--reset-state` never makes a leased instance invisible (it is
+//! reported as an orphan and left alone). Workers are real `hive fleet-worker`
+//! processes; Vast.ai is the stand-in of `vastai.rs`.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::{Child, Command, Stdio};
@@ -240,4 +241,51 @@ async fn a_stopped_node_whose_instance_runs_again_is_adopted_and_its_worker_acce
     .await;
     assert_eq!(stand.count("PUT /api/v0/asks/"), 1, "nothing was rented again");
     assert_eq!(stand.count("DELETE /api/v0/instances/"), 0, "nothing was destroyed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reset_state_reports_the_earlier_identitys_instances_as_orphans_and_touches_nothing() {
+    let (stand, base) = Stand::start(offers()).await;
+    let vast = Vast::new(&base);
+    let mut d = Daemon::start_with(&strs(&vast.flags(&[])));
+    let api = d.client();
+    vast.configure(&d);
+    assert_eq!(api.post(COMMANDS, &vast_provision("rent", &[101])).await.code, 201);
+    let instance = eventually("node-1's instance", || async {
+        node(&api, "node-1").await["status"]["providerRef"]["instanceId"].as_u64()
+    })
+    .await;
+    let label = stand.lock().instances[&instance]["label"].as_str().unwrap().to_string();
+    let old_fleet = label.split(':').nth(1).unwrap().to_string();
+
+    // A graceful stop leaves the lease; --reset-state forgets every intent and makes a
+    // new identity (a new fleet label).
+    d.restart_with(&strs(&vast.flags(&["--reset-state"])));
+    let api = d.client();
+    assert_eq!(api.get(&format!("{NODES}/node-1")).await.code, 404, "the state was reset");
+    vast.configure(&d);
+    recovered(&d, 2).await;
+
+    let name = format!("orphan-vastai-{instance}");
+    let orphan = node(&api, &name).await;
+    assert_eq!(orphan["status"]["phase"], "Orphaned", "{orphan}");
+    let error = orphan["status"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains(&old_fleet) && error.contains("--reset-state"), "{error}");
+    assert_eq!(orphan["status"]["providerRef"]["instanceId"], instance, "{orphan}");
+    let events = api.get(&format!("/api/v1/events?fieldSelector=involvedObject.name%3D{name}")).await.body;
+    let reasons: Vec<&Value> = events["items"].as_array().unwrap().iter().map(|e| &e["reason"]).collect();
+    assert!(reasons.contains(&&json!("OrphanFound")), "{events}");
+    assert!(d.log().contains("fleet recovery: orphan reported"));
+
+    // Nothing was touched: the lease runs on, nothing was rented or destroyed.
+    assert!(stand.lock().instances.contains_key(&instance), "the instance is left alone");
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 0);
+    assert_eq!(stand.count("PUT /api/v0/asks/"), 1);
+    // The report survives another restart (without a reset) and stays one report.
+    d.restart_with(&strs(&vast.flags(&[])));
+    let api = d.client();
+    vast.configure(&d);
+    recovered(&d, 3).await;
+    assert_eq!(node(&api, &name).await["status"]["phase"], "Orphaned");
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 0);
 }
