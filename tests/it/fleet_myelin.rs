@@ -5,7 +5,6 @@
 //! reported as an orphan and left alone). Workers are real `hive fleet-worker`
 //! processes; Vast.ai is the stand-in of `vastai.rs`.
 
-use std::os::unix::fs::PermissionsExt as _;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
@@ -42,26 +41,36 @@ impl Drop for Continue {
     }
 }
 
-/// A stand-in `nvidia-smi` in `dir`: the worker's first call (its join's facts) answers
-/// "no GPU" at once; the second (the first telemetry pull's) writes the worker's pid to
-/// `dir/stopped` and stops it with SIGSTOP, so its telemetry is late by as long as the
-/// test keeps it stopped. Later calls answer "no GPU".
+/// A stand-in `nvidia-smi` in `dir/bin`: until `dir/released` exists, every call writes
+/// the calling worker's pid to `dir/stopped`, stops the worker with SIGSTOP and waits
+/// for the release (its exit while the worker is stopped could make the kernel continue
+/// an orphaned process group), so the worker is late by as long as the test keeps it
+/// stopped; then it answers "no GPU". Each call is traced in `dir/trace`.
 fn stopping_nvidia_smi(dir: &std::path::Path) {
     let script = format!(
-        "#!/bin/sh\nd={dir}\nn=$(cat \"$d/calls\" 2>/dev/null || echo 0)\nn=$((n + 1))\necho $n > \"$d/calls\"\n\
-         if [ \"$n\" = 2 ]; then echo $PPID > \"$d/stopped.tmp\"; mv \"$d/stopped.tmp\" \"$d/stopped\"; kill -STOP $PPID; fi\nexit 1\n",
+        "#!/bin/sh\nd={dir}\necho \"$(date +%T.%N) pid=$PPID\" >> \"$d/trace\"\n\
+         if [ ! -e \"$d/released\" ]; then\n\
+         echo $PPID > \"$d/stopped.tmp\"; mv \"$d/stopped.tmp\" \"$d/stopped\"; kill -STOP $PPID\n\
+         while [ ! -e \"$d/released\" ]; do sleep 0.1; done\nfi\nexit 1\n",
         dir = dir.display()
     );
-    let path = dir.join("nvidia-smi");
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Written aside and put in place by `install`, so no process of the suite ever holds
+    // the stand-in open for writing: a child another test forks meanwhile would keep that
+    // descriptor until its exec, and the worker's exec of the stand-in would fail with
+    // ETXTBSY (no stand-in run, no stop).
+    let draft = dir.join("nvidia-smi.draft");
+    std::fs::write(&draft, script).unwrap();
+    let installed =
+        Command::new("install").arg("-m").arg("755").arg(&draft).arg(dir.join("bin/nvidia-smi")).status();
+    assert!(installed.unwrap().success(), "installing the stand-in nvidia-smi");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_first_telemetry_keeps_a_node_provisioning_then_running_never_failed() {
     let bin = tempfile::tempdir().unwrap();
+    std::fs::create_dir(bin.path().join("bin")).unwrap();
     stopping_nvidia_smi(bin.path());
-    let path = format!("{}:{}", bin.path().display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!("{}:{}", bin.path().join("bin").display(), std::env::var("PATH").unwrap_or_default());
     // Each attempt to pull telemetry waits 2 s (`--fleet-telemetry-wait`, here as its
     // variable) before it is retried.
     let d = Daemon::start_with_env(&[], &[("PATH", &path), ("HIVE_FLEET_TELEMETRY_WAIT", "2s")]);
@@ -70,28 +79,45 @@ async fn slow_first_telemetry_keeps_a_node_provisioning_then_running_never_faile
                            "spec": {"provision": {"provider": "process", "count": 1}}});
     assert_eq!(api.post(COMMANDS, &provision).await.code, 201);
 
-    // The worker joined and was stopped at its first telemetry pull.
+    // The worker is stopped when it asks for its GPUs: first for its join's facts (let
+    // it go on until the node has joined), then at its first telemetry pull.
     let stopped = bin.path().join("stopped");
-    let pid: u32 = eventually("the worker stopped at its first telemetry pull", || async {
-        std::fs::read_to_string(&stopped).ok()?.trim().parse().ok()
-    })
-    .await;
-    let mut worker = Continue(Some(pid));
+    let mut worker = loop {
+        let pid: u32 = eventually("the worker to be stopped", || async {
+            std::fs::read_to_string(&stopped).ok()?.trim().parse().ok()
+        })
+        .await;
+        let mut worker = Continue(Some(pid));
+        if node(&api, "node-1").await["status"]["runtime"]["joinedAt"].is_string() {
+            break worker;
+        }
+        std::fs::remove_file(&stopped).unwrap();
+        worker.now();
+    };
 
     // However long it takes, the node waits, saying so; it is never Failed.
-    let waiting = eventually("node-1 to say it waits for telemetry", || async {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let waiting = loop {
         let n = node(&api, "node-1").await;
         assert_ne!(n["status"]["phase"], "Failed", "a slow node is slow, not Failed: {n}");
-        let waits = condition(&n, "Telemetry").is_some_and(|c| c["reason"] == "WaitingForTelemetry");
-        waits.then_some(n)
-    })
-    .await;
+        if condition(&n, "Telemetry").is_some_and(|c| c["reason"] == "WaitingForTelemetry") {
+            break n;
+        }
+        if std::time::Instant::now() > deadline {
+            let log = d.log();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            let trace = std::fs::read_to_string(bin.path().join("trace")).unwrap_or_default();
+            panic!("node-1 never said it waits for telemetry: {n}\n{trace}\n{}", tail.join("\n"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
     assert_eq!(waiting["status"]["phase"], "Provisioning", "{waiting}");
     assert_eq!(condition(&waiting, "Telemetry").unwrap()["status"], "False", "{waiting}");
     assert_eq!(condition(&waiting, "Ready").unwrap()["status"], "False", "{waiting}");
     assert_eq!(api.get(&format!("{COMMANDS}/slow")).await.body["status"]["phase"], "Running");
 
     // It describes its telemetry at last: Running, through the pull retried meanwhile.
+    std::fs::write(bin.path().join("released"), "").unwrap();
     worker.now();
     let running = eventually("node-1 Running", || async {
         let n = node(&api, "node-1").await;
