@@ -587,4 +587,22 @@ mod tests {
         }
         assert!(checked(&["--checkpoint-interval", "soon"]).is_err());
     }
+
+    #[test]
+    fn the_fleet_telemetry_wait_is_from_a_second_to_ten_minutes() {
+        let wait =
+            |flags: &[&str]| Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()));
+        assert_eq!(wait(&[]).unwrap().args.fleet_telemetry_wait, Duration::from_secs(15));
+        assert_eq!(
+            wait(&["--fleet-telemetry-wait", "2s"]).unwrap().args.fleet_telemetry_wait,
+            Duration::from_secs(2)
+        );
+        for bad in ["0", "500ms", "11m"] {
+            let err = wait(&["--fleet-telemetry-wait", bad]).err().unwrap().to_string();
+            assert!(
+                err.contains("--fleet-telemetry-wait") && err.contains("outside 1s..10m"),
+                "{bad}: {err}"
+            );
+        }
+    }
 }
