@@ -60,6 +60,10 @@ pub struct Provision {
     /// Labels given to every node created.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Build slots of every node created (their `spec.buildSlots`): how many builds of
+    /// the agents placed on one node run at once there. 1 to 64; unset: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_slots: Option<u32>,
 }
 
 impl Provision {
@@ -183,6 +187,14 @@ impl Resource for FleetCommand {
         if let Some(p) = &self.spec.provision {
             if !p.provider.is_empty() {
                 validation::name(errors, "spec.provision.provider", &p.provider);
+            }
+            if let Some(slots) = p.build_slots.filter(|s| !(1..=crate::node::MAX_BUILD_SLOTS).contains(s)) {
+                let max = crate::node::MAX_BUILD_SLOTS;
+                errors.push(
+                    "spec.provision.buildSlots",
+                    Reason::Invalid,
+                    format!("{slots}: must be 1 to {max}"),
+                );
             }
             if p.count == 0 {
                 errors.push("spec.provision.count", Reason::Invalid, "0: must be at least 1");

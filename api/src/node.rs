@@ -43,6 +43,20 @@ pub struct NodeSpec {
     /// Labels the node's worker advertises.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// How many builds of the agents placed on this node run at once on it (1 to 64;
+    /// unset: 1). The daemon's host keeps its own `--build-slots` for its agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_slots: Option<u32>,
+}
+
+/// The most build slots a node may have.
+pub const MAX_BUILD_SLOTS: u32 = 64;
+
+impl NodeSpec {
+    /// The node's build slots: `spec.buildSlots`, else 1.
+    pub fn build_slots(&self) -> usize {
+        self.build_slots.unwrap_or(1).clamp(1, MAX_BUILD_SLOTS) as usize
+    }
 }
 
 /// What is observed of a node.
@@ -262,6 +276,13 @@ impl Resource for Node {
     fn validate(&self, errors: &mut Errors) {
         let spec = &self.spec;
         validation::name(errors, "spec.provider", &spec.provider);
+        if let Some(slots) = spec.build_slots.filter(|s| !(1..=MAX_BUILD_SLOTS).contains(s)) {
+            errors.push(
+                "spec.buildSlots",
+                Reason::Invalid,
+                format!("{slots}: must be 1 to {MAX_BUILD_SLOTS}"),
+            );
+        }
         match &spec.command {
             Some(command) => validation::name(errors, "spec.command", command),
             // An orphan was found at the provider without a record: no command made it,

@@ -45,6 +45,10 @@ enum Verb {
         /// The image of the nodes (default: the Provider's).
         #[arg(long, value_name = "IMAGE")]
         image: Option<String>,
+        /// How many builds of the agents placed on one node run at once there (1 to 64;
+        /// default 1).
+        #[arg(long, value_name = "N")]
+        build_slots: Option<u32>,
         /// The command id; reuse it to retry safely. Default: a new one, printed first.
         #[arg(long, value_name = "ID")]
         command_id: Option<String>,
@@ -170,13 +174,16 @@ pub async fn exec(args: Args, ctx: &Context) -> anyhow::Result<()> {
             ))?;
             return Ok(());
         }
-        Verb::Provision { count, offers, provider, image, command_id, no_wait } => {
+        Verb::Provision { count, offers, provider, image, build_slots, command_id, no_wait } => {
             let mut provision = json!({"count": count});
             if let Some(provider) = provider {
                 provision["provider"] = json!(provider);
             }
             if !offers.is_empty() {
                 provision["selectedOfferIds"] = json!(offers);
+            }
+            if let Some(slots) = build_slots {
+                provision["buildSlots"] = json!(slots);
             }
             if let Some(image) = image {
                 provision["image"] = json!(image);

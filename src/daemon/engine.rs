@@ -177,6 +177,14 @@ impl Engine {
             SchedulerConfig {
                 build_slots: config.build_slots.max(1),
                 metrics: config.metrics.clone(),
+                // An agent placed on a fleet node builds there, on the node's slots.
+                build_hosts: config.remotes.clone().map_or_else(Default::default, |remotes| {
+                    crate::scheduler::BuildHosts::new(move |agent| {
+                        let node = remotes.placement(agent)?;
+                        let slots = remotes.build_slots(&node);
+                        Some((node, slots))
+                    })
+                }),
                 ..Default::default()
             },
             settled,

@@ -455,6 +455,7 @@ fn plan(store: &Store, command: FleetCommand) -> Result<(FleetCommand, Vec<Mutat
                     image: provision.image.clone(),
                     bootstrap: provision.bootstrap.clone(),
                     labels: provision.labels.clone(),
+                    build_slots: provision.build_slots,
                 },
             );
             node.metadata.labels =

@@ -25,6 +25,8 @@ pub trait Remotes: Send + Sync + std::fmt::Debug {
     /// The runtime of `node`'s agents; an error says why there is none (no such node,
     /// not joined).
     fn runtime(&self, node: &str) -> std::result::Result<Arc<dyn Runtime>, String>;
+    /// How many builds run at once on `node` (its `spec.buildSlots`; 1 when unknown).
+    fn build_slots(&self, node: &str) -> usize;
     /// Every remote runtime's changes (one channel for all nodes).
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent>;
 }

@@ -67,6 +67,8 @@ pub(super) struct Dag {
     /// Each node's action, parsed once, here, when the scheduler takes the Job.
     pub(super) actions: Actions,
     pub(super) nodes: Vec<NodeSlot>,
+    /// The host whose build slot each heavy node takes: `None` for the daemon's.
+    pub(super) build_host: Vec<Option<Arc<str>>>,
     /// `dependents[i]`: nodes that depend on node `i`, with the edge.
     dependents: Vec<Vec<(u32, Edge)>>,
     counts: [u32; 5],
@@ -118,6 +120,7 @@ impl Dag {
             seq,
             name,
             actions: actions(&spec),
+            build_host: vec![None; n],
             spec,
             nodes,
             dependents,

@@ -224,7 +224,15 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         self.history.forget_stored(&name);
         let seq = self.next_seq;
         self.next_seq += 1;
-        let dag = Dag::new(seq, name.as_str().into(), Arc::new(spec), now);
+        let mut dag = Dag::new(seq, name.as_str().into(), Arc::new(spec), now);
+        for (i, node) in dag.spec.nodes.iter().enumerate() {
+            let Some(agent) = node.agent.as_deref().filter(|_| node.kind.is_heavy()) else { continue };
+            if let Some((host, slots)) = self.config.build_hosts.of(agent) {
+                let host: Arc<str> = host.into();
+                self.resources.host_slots(&host, slots);
+                dag.build_host[i] = Some(host);
+            }
+        }
         self.ready.extend(dag.roots().map(|i| (seq, i)));
         self.names.insert(name, seq);
         self.dags.insert(seq, dag);
@@ -294,8 +302,11 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     ) {
         let Some(dag) = self.dags.get_mut(&seq) else { return };
         if dag.is_heavy(index) {
-            self.resources.give_slot();
-            self.config.metrics.build_slots_in_use.dec();
+            let host = dag.build_host[index as usize].as_ref();
+            self.resources.give_slot(host);
+            if host.is_none() {
+                self.config.metrics.build_slots_in_use.dec();
+            }
         }
         if let Some(started) = dag.node_started_at(index) {
             let took = (now.0 - started.0).to_std().unwrap_or_default();
@@ -397,7 +408,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         for (seq, i) in candidates {
             let dag = &self.dags[&seq];
             let heavy = dag.is_heavy(i);
-            let slot_free = self.resources.slots_left() > 0;
+            let slot_free = self.resources.slots_left(dag.build_host[i as usize].as_deref()) > 0;
             let acquire = match dag.lease_of(i) {
                 None => None,
                 Some(agent) if dag.holds(agent) => None,
@@ -429,8 +440,11 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         let limit = self.config.log_limit;
         let dag = self.dags.get_mut(&seq).expect("ready DAG exists");
         if dag.is_heavy(i) {
-            self.resources.take_slot();
-            self.config.metrics.build_slots_in_use.inc();
+            let host = dag.build_host[i as usize].as_ref();
+            self.resources.take_slot(host);
+            if host.is_none() {
+                self.config.metrics.build_slots_in_use.inc();
+            }
         }
         let log = dag.nodes[i as usize].log.clone().unwrap_or_else(|| NodeLog::new(limit));
         dag.start(i, now, log.clone());

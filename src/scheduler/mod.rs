@@ -90,7 +90,49 @@ pub struct SchedulerConfig {
     pub history_per_template: usize,
     /// Where node durations, lease waits and build-slot use are recorded.
     pub metrics: crate::metrics::SchedulerMetrics,
+    /// Which host builds an agent, when not the daemon's: an agent placed on a fleet node
+    /// builds there, on that node's slots instead of `build_slots`.
+    pub build_hosts: BuildHosts,
 }
+
+/// Where the heavy nodes of an agent run, when not on the daemon's host: the host's name
+/// and how many build slots it has. Asked once per heavy node, when its Job is taken
+/// (an agent's placement is fixed once it exists).
+#[derive(Clone, Default)]
+pub struct BuildHosts(Option<Arc<HostOf>>);
+
+/// The host that builds an agent and its build slots; `None` for the daemon's host.
+type HostOf = dyn Fn(&str) -> Option<(String, usize)> + Send + Sync;
+
+impl BuildHosts {
+    /// Hosts as `host_of` says, per agent.
+    pub fn new(host_of: impl Fn(&str) -> Option<(String, usize)> + Send + Sync + 'static) -> BuildHosts {
+        BuildHosts(Some(Arc::new(host_of)))
+    }
+
+    /// The host that builds `agent` and its slots; `None` for the daemon's host.
+    pub(crate) fn of(&self, agent: &str) -> Option<(String, usize)> {
+        self.0.as_ref().and_then(|host_of| host_of(agent))
+    }
+}
+
+impl std::fmt::Debug for BuildHosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "BuildHosts(..)" } else { "BuildHosts(daemon only)" })
+    }
+}
+
+impl PartialEq for BuildHosts {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for BuildHosts {}
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
@@ -99,6 +141,7 @@ impl Default for SchedulerConfig {
             log_limit: 1 << 20,
             history_per_template: 5,
             metrics: crate::metrics::SchedulerMetrics::default(),
+            build_hosts: BuildHosts::default(),
         }
     }
 }

@@ -18,6 +18,8 @@ pub type LeasedAgents = Arc<HashSet<String>>;
 pub(super) struct Resources {
     slots_total: usize,
     slots_used: usize,
+    /// Other hosts' build slots (fleet nodes that build their placed agents): total, used.
+    hosts: HashMap<Arc<str>, (usize, usize)>,
     /// Agent → `seq` of the DAG holding its lease.
     leases: HashMap<String, u64>,
     leased: watch::Sender<LeasedAgents>,
@@ -32,6 +34,7 @@ impl Resources {
         let resources = Resources {
             slots_total: build_slots.max(1),
             slots_used: 0,
+            hosts: HashMap::new(),
             leases: HashMap::new(),
             leased,
             leases_changed: false,
@@ -39,20 +42,38 @@ impl Resources {
         (resources, rx)
     }
 
-    /// How many more heavy nodes could start now.
-    pub(super) fn slots_left(&self) -> usize {
-        self.slots_total - self.slots_used
+    /// How many more heavy nodes could start now on `host` (`None`: the daemon's).
+    pub(super) fn slots_left(&self, host: Option<&str>) -> usize {
+        match host {
+            None => self.slots_total - self.slots_used,
+            Some(host) => self.hosts.get(host).map_or(1, |(total, used)| total.saturating_sub(*used)),
+        }
     }
 
-    /// Takes a build slot; the caller checked [`Resources::slots_left`].
-    pub(super) fn take_slot(&mut self) {
-        debug_assert!(self.slots_left() > 0);
-        self.slots_used += 1;
+    /// Sets how many build slots `host` has (at least one), keeping those in use.
+    pub(super) fn host_slots(&mut self, host: &Arc<str>, total: usize) {
+        self.hosts.entry(host.clone()).or_insert((0, 0)).0 = total.max(1);
     }
 
-    /// Returns a build slot.
-    pub(super) fn give_slot(&mut self) {
-        self.slots_used -= 1;
+    /// Takes a build slot on `host`; the caller checked [`Resources::slots_left`].
+    pub(super) fn take_slot(&mut self, host: Option<&Arc<str>>) {
+        debug_assert!(self.slots_left(host.map(|h| &**h)) > 0);
+        match host {
+            None => self.slots_used += 1,
+            Some(host) => self.hosts.entry(host.clone()).or_insert((1, 0)).1 += 1,
+        }
+    }
+
+    /// Returns a build slot to `host`.
+    pub(super) fn give_slot(&mut self, host: Option<&Arc<str>>) {
+        match host {
+            None => self.slots_used -= 1,
+            Some(host) => {
+                if let Some((_, used)) = self.hosts.get_mut(host) {
+                    *used = used.saturating_sub(1);
+                }
+            }
+        }
     }
 
     /// The DAG holding `agent`'s lease.

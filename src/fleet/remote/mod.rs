@@ -19,6 +19,9 @@ pub mod nodes;
 pub mod serve;
 pub mod wire;
 
+#[cfg(test)]
+mod tests;
+
 pub use client::{Locate, RemoteRuntime};
 pub use nodes::FleetNodes;
 pub use serve::RuntimeService;

@@ -91,6 +91,10 @@ impl Remotes for FleetNodes {
         Ok(runtime)
     }
 
+    fn build_slots(&self, node: &str) -> usize {
+        Api::<Node>::new(&self.store).get(node).ok().flatten().map_or(1, |node| node.spec.build_slots())
+    }
+
     fn subscribe(&self) -> broadcast::Receiver<RuntimeEvent> {
         self.events.subscribe()
     }

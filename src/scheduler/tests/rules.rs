@@ -84,6 +84,28 @@ async fn heavy_nodes_never_exceed_build_slots() {
 }
 
 #[tokio::test]
+async fn builds_of_placed_agents_take_their_nodes_slots_not_the_daemons() {
+    // Agents n1a, n1b, n1c build on node-1 (2 slots), n2a on node-2 (1 slot); the
+    // rest on the daemon's host (1 slot).
+    let hosts = crate::scheduler::BuildHosts::new(|agent| match agent {
+        a if a.starts_with("n1") => Some(("node-1".into(), 2)),
+        a if a.starts_with("n2") => Some(("node-2".into(), 1)),
+        _ => None,
+    });
+    let mut h =
+        Harness::new(SchedulerConfig { build_slots: 1, build_hosts: hosts, ..SchedulerConfig::default() });
+    for agent in ["local1", "n1a", "n1b", "n1c", "n2a", "local2"] {
+        h.submit(agent, job(JobTemplate::Rebuild, chain(agent, &[Prebuild]))).await;
+    }
+    // One local build (the daemon's slot), two on node-1, one on node-2.
+    assert_eq!(h.running_names(), ["local1/0", "n1a/0", "n1b/0", "n2a/0"]);
+    // A node's slot freed starts that node's next build only.
+    assert_eq!(h.ok("n1a", "0").await, names(&[("n1c", "0")]));
+    assert_eq!(h.ok("n2a", "0").await, vec![]);
+    assert_eq!(h.ok("local1", "0").await, names(&[("local2", "0")]));
+}
+
+#[tokio::test]
 async fn the_lease_is_held_until_the_dag_is_terminal() {
     let mut h = Harness::slots(1);
     // Signal(a) takes the lease; the DAG keeps it through its exempt Prebuild.
