@@ -28,7 +28,7 @@ use crate::client::events::EventType;
 use crate::client::{self, Api};
 use crate::daemon::agent_jobs::{self, AgentJobs};
 use crate::daemon::Engine;
-use crate::runtime::Change;
+use crate::runtime::{Change, Unanswerable};
 use crate::submit::LiveState;
 
 pub use hive_api::names::AGENT_FINALIZER as FINALIZER;
@@ -471,10 +471,11 @@ async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Op
             Ok(None)
         }
         Err(why) => {
-            // On its node before (it was placed, or ran there): lost, not waiting.
+            // Lost only when it was there (it has an observed power) and its node is gone
+            // or stopped answering; a node not reached yet since the daemon started (its
+            // worker survived the restart) is waited for, and nothing is concluded.
             let was_there =
-                agent.status.condition(CONDITION_PLACED).is_some_and(|c| c.status == ConditionStatus::True)
-                    || was_lost;
+                (agent.status.power.is_some() || was_lost) && matches!(why, Unanswerable::Lost(_));
             let message = if was_there {
                 format!("node {node} is lost: {why}")
             } else {

@@ -266,8 +266,8 @@ impl CrashWatch {
         // A restart already scheduled or under way answers this exit too: a start's
         // cold-start retry, or an exit its own start published late, is one crash.
         let answered = history.pending || history.restarting;
-        self.write_status(&name, |status| status.power = Some(Power::Stopped)).await?;
         if !own_accord || (leased && !early) || answered {
+            self.write_status(&name, |status| status.power = Some(Power::Stopped)).await?;
             if !answered {
                 self.event(agent, EventType::Normal, "Stopped", &format!("stopped ({exit})")).await;
             }
@@ -310,14 +310,21 @@ impl CrashWatch {
         });
         let wait = due.saturating_duration_since(Instant::now());
         let message = format!("{what}; crash {crashes} in a row, restarting in {}", human(wait));
-        self.set_crashed(
-            &name,
-            agent.metadata.generation,
-            ConditionStatus::True,
-            "CrashLoopBackOff",
-            &message,
-            now,
-        )
+        // Stopped and Crashed in one write: the Agent controller, woken by it, must never
+        // see the agent stopped without the crash and start it itself.
+        let generation = agent.metadata.generation;
+        self.write_status(&name, |status| {
+            status.power = Some(Power::Stopped);
+            let condition = Condition {
+                type_: CONDITION_CRASHED.into(),
+                status: ConditionStatus::True,
+                reason: "CrashLoopBackOff".into(),
+                message: message.clone(),
+                observed_generation: generation,
+                ..Default::default()
+            };
+            set_condition(&mut status.conditions, condition, now);
+        })
         .await?;
         self.event(agent, EventType::Warning, "Crashed", what).await;
         self.event(agent, EventType::Warning, "BackOff", &format!("restarting in {}", human(wait))).await;

@@ -141,13 +141,32 @@ pub trait Runtime: Send + Sync {
     /// now: always for a local driver; for a fleet node's, once its worker was reached
     /// and listed its agents. An `Err` says what is awaited; the Agent controller decides
     /// nothing for the agent meanwhile.
-    fn answerable(&self, _agent: &Agent) -> std::result::Result<(), String> {
+    fn answerable(&self, _agent: &Agent) -> std::result::Result<(), Unanswerable> {
         Ok(())
     }
 
     /// Whether agents keep running when the daemon stops (containers, systemd units) or
     /// are stopped with it (processes, which a next daemon cannot adopt).
     fn agents_outlive_daemon(&self) -> bool;
+}
+
+/// Why a runtime cannot answer for an agent yet ([`Runtime::answerable`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unanswerable {
+    /// Not yet: its node is coming up, or its worker has not been reached since the
+    /// daemon started. Nothing is known of the agent, nothing is concluded.
+    Waiting(String),
+    /// Its node is gone (killed, stopped, failed, deleted) or stopped answering: what ran
+    /// there is lost.
+    Lost(String),
+}
+
+impl fmt::Display for Unanswerable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unanswerable::Waiting(why) | Unanswerable::Lost(why) => f.write_str(why),
+        }
+    }
 }
 
 /// What [`Runtime::logs`] returns, as kubectl's pod-log options.

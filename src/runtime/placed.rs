@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 
 use super::{
     BuildLog, Drain, Error, Fallback, Generation, Kick, Limits, LogOptions, LogStream, Observed, Result,
-    Runtime, RuntimeEvent, Started,
+    Runtime, RuntimeEvent, Started, Unanswerable,
 };
 
 /// The runtimes of fleet nodes, and where agents are placed.
@@ -162,10 +162,13 @@ impl Runtime for Placed {
         self.local.attach(agents)
     }
 
-    fn answerable(&self, agent: &Agent) -> std::result::Result<(), String> {
-        match self.of(agent) {
-            Ok(runtime) => runtime.answerable(agent),
-            Err(err) => Err(err.to_string()),
+    fn answerable(&self, agent: &Agent) -> std::result::Result<(), Unanswerable> {
+        match agent.spec.node() {
+            None => self.local.answerable(agent),
+            Some(node) => match self.remotes.runtime(node) {
+                Ok(runtime) => runtime.answerable(agent),
+                Err(why) => Err(Unanswerable::Lost(why)),
+            },
         }
     }
 

@@ -25,7 +25,7 @@ use crate::fleet::net::{wire, Backoff};
 use crate::runtime::process::git;
 use crate::runtime::{
     BuildLog, Change, Drain, Error, Fallback, Generation, Kick, Limits, LogOptions, LogStream, Observed,
-    Result, Runtime, RuntimeEvent, Started,
+    Result, Runtime, RuntimeEvent, Started, Unanswerable,
 };
 
 /// How long dialling a worker may take.
@@ -37,7 +37,7 @@ const WATCH_SILENCE: Duration = Duration::from_secs(30);
 const MAX_CHUNK: usize = 1 << 20;
 
 /// Where the node's worker is now: its endpoint and addresses, from the Node's status.
-pub type Locate = Arc<dyn Fn() -> std::result::Result<EndpointAddr, String> + Send + Sync>;
+pub type Locate = Arc<dyn Fn() -> std::result::Result<EndpointAddr, Unanswerable> + Send + Sync>;
 
 /// The runtime of the agents placed on one node.
 pub struct RemoteRuntime {
@@ -54,7 +54,7 @@ struct Inner {
     conn: tokio::sync::Mutex<Option<Connection>>,
     states: Mutex<HashMap<String, AgentState>>,
     /// Whether the worker listed its agents since the view was started; else why not yet.
-    listed: Mutex<std::result::Result<(), String>>,
+    listed: Mutex<std::result::Result<(), Unanswerable>>,
     events: broadcast::Sender<RuntimeEvent>,
 }
 
@@ -84,7 +84,9 @@ impl RemoteRuntime {
                 ship,
                 conn: tokio::sync::Mutex::new(None),
                 states: Mutex::new(HashMap::new()),
-                listed: Mutex::new(Err("its worker has not listed its agents yet".into())),
+                listed: Mutex::new(Err(Unanswerable::Waiting(
+                    "its worker has not listed its agents yet".into(),
+                ))),
                 events,
             }),
             watch: Mutex::new(None),
@@ -123,7 +125,7 @@ impl RemoteRuntime {
         log: Option<&dyn BuildLog>,
     ) -> Result<Reply> {
         self.watch();
-        let (mut send, mut recv) = self.inner.open().await.map_err(|e| self.remote(agent, e))?;
+        let (mut send, mut recv) = self.inner.open().await.map_err(|e| self.remote(agent, e.to_string()))?;
         wire::write_message(&mut send, &request).await.map_err(|e| self.remote(agent, e.to_string()))?;
         if let Some(bundle) = bundle {
             let mut file = tokio::fs::File::open(&bundle)
@@ -212,7 +214,7 @@ impl RemoteRuntime {
 
 impl Inner {
     /// A stream on the worker's connection, dialling it when there is none.
-    async fn open(&self) -> std::result::Result<(SendStream, RecvStream), String> {
+    async fn open(&self) -> std::result::Result<(SendStream, RecvStream), Unanswerable> {
         let conn = self.connection().await?;
         match conn.open_bi().await {
             Ok(stream) => Ok(stream),
@@ -220,12 +222,14 @@ impl Inner {
                 // The connection died since: dial once more.
                 *self.conn.lock().await = None;
                 let conn = self.connection().await?;
-                conn.open_bi().await.map_err(|e| format!("opening a stream to the worker: {e}"))
+                conn.open_bi()
+                    .await
+                    .map_err(|e| Unanswerable::Waiting(format!("opening a stream to the worker: {e}")))
             }
         }
     }
 
-    async fn connection(&self) -> std::result::Result<Connection, String> {
+    async fn connection(&self) -> std::result::Result<Connection, Unanswerable> {
         let mut held = self.conn.lock().await;
         if let Some(conn) = held.as_ref().filter(|c| c.close_reason().is_none()) {
             return Ok(conn.clone());
@@ -234,8 +238,12 @@ impl Inner {
         let dial = self.endpoint.connect(addr, RUNTIME_ALPN);
         let conn = match tokio::time::timeout(DIAL_TIMEOUT, dial).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(err)) => return Err(format!("dialling the worker failed: {err}")),
-            Err(_) => return Err(format!("the worker did not answer within {DIAL_TIMEOUT:?}")),
+            Ok(Err(err)) => return Err(Unanswerable::Waiting(format!("dialling the worker failed: {err}"))),
+            Err(_) => {
+                return Err(Unanswerable::Waiting(format!(
+                    "the worker did not answer within {DIAL_TIMEOUT:?}"
+                )))
+            }
         };
         *held = Some(conn.clone());
         Ok(conn)
@@ -243,27 +251,40 @@ impl Inner {
 }
 
 /// Follows the worker's agents until aborted: a list, then changes; redialled with
-/// backoff. A watch that had listed and ends is redialled at once; only when that fails
-/// too is the node lost: each agent it had gets a [`Change::NodeLost`], and a
-/// [`Change::NodeBack`] when a later watch lists them again.
+/// backoff. A watch that had listed and ends is redialled at once; when that fails too,
+/// or the node is gone (its record says so), the node is lost: each agent it had gets a
+/// [`Change::NodeLost`], and a [`Change::NodeBack`] when a later watch lists them again.
+/// Until a first list in this daemon run, a worker not reached yet is waited for.
 async fn follow(inner: Arc<Inner>, backoff: Backoff) {
     let mut delay = backoff.min;
-    let mut lost = false;
-    let mut retry_at_once = false;
+    let (mut lost, mut ever_listed, mut retry_at_once) = (false, false, false);
     loop {
         let mut listed = false;
-        let err = follow_once(&inner, &mut listed, &mut lost).await;
-        tracing::debug!(node = inner.node, err, retry_in = ?delay, "fleet runtime watch ended");
+        let why = follow_once(&inner, &mut listed, &mut lost).await;
+        tracing::debug!(node = inner.node, %why, retry_in = ?delay, "fleet runtime watch ended");
         if listed {
             // It ran: try again (almost) at once before calling the node lost.
-            delay = backoff.min;
+            ever_listed = true;
             retry_at_once = true;
+            delay = backoff.min;
             tokio::time::sleep(backoff.min).await;
             continue;
         }
-        if !lost && (retry_at_once || inner.listed.lock().unwrap_or_else(PoisonError::into_inner).is_err()) {
-            lost = true;
-            inner.lose(&format!("its worker cannot be reached: {err}"));
+        let verdict = match why {
+            Unanswerable::Waiting(why) if ever_listed && retry_at_once => Unanswerable::Lost(why),
+            other => other,
+        };
+        match verdict {
+            Unanswerable::Lost(why) if !lost => {
+                lost = true;
+                inner.lose(&why);
+            }
+            Unanswerable::Lost(_) => {}
+            waiting @ Unanswerable::Waiting(_) => {
+                if !lost {
+                    *inner.listed.lock().unwrap_or_else(PoisonError::into_inner) = Err(waiting);
+                }
+            }
         }
         retry_at_once = false;
         tokio::time::sleep(delay).await;
@@ -274,7 +295,8 @@ async fn follow(inner: Arc<Inner>, backoff: Backoff) {
 impl Inner {
     /// Marks every agent of the node lost and tells the subscribers.
     fn lose(&self, why: &str) {
-        *self.listed.lock().unwrap_or_else(PoisonError::into_inner) = Err(why.to_string());
+        *self.listed.lock().unwrap_or_else(PoisonError::into_inner) =
+            Err(Unanswerable::Lost(why.to_string()));
         let agents: Vec<String> = {
             let mut states = self.states.lock().unwrap_or_else(PoisonError::into_inner);
             states.values_mut().for_each(|s| s.running = false);
@@ -290,20 +312,20 @@ impl Inner {
 
 /// One watch: returns why it ended. `listed` says whether the worker listed its agents;
 /// `lost` is cleared (and each listed agent told [`Change::NodeBack`]) when it does.
-async fn follow_once(inner: &Inner, listed: &mut bool, lost: &mut bool) -> String {
+async fn follow_once(inner: &Inner, listed: &mut bool, lost: &mut bool) -> Unanswerable {
     let (mut send, mut recv) = match inner.open().await {
         Ok(stream) => stream,
         Err(err) => return err,
     };
     if let Err(err) = wire::write_message(&mut send, &Request::Watch).await {
-        return err.to_string();
+        return Unanswerable::Waiting(format!("its worker cannot be reached: {err}"));
     }
     loop {
         let reply = match tokio::time::timeout(WATCH_SILENCE, wire::read_message::<_, Reply>(&mut recv)).await
         {
             Ok(Ok(reply)) => reply,
-            Ok(Err(err)) => return err.to_string(),
-            Err(_) => return format!("the worker sent nothing for {WATCH_SILENCE:?}"),
+            Ok(Err(err)) => return Unanswerable::Waiting(format!("its worker stopped answering: {err}")),
+            Err(_) => return Unanswerable::Waiting(format!("its worker sent nothing for {WATCH_SILENCE:?}")),
         };
         match reply {
             Reply::Agents { agents } => {
@@ -344,7 +366,9 @@ async fn follow_once(inner: &Inner, listed: &mut bool, lost: &mut bool) -> Strin
                 }
                 let _ = inner.events.send(event);
             }
-            other => return format!("unexpected watch message {other:?}"),
+            other => {
+                return Unanswerable::Lost(format!("its worker sent an unexpected watch message {other:?}"))
+            }
         }
     }
 }
@@ -519,7 +543,8 @@ impl Runtime for RemoteRuntime {
 
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
         Box::pin(async move {
-            let (mut send, mut recv) = self.inner.open().await.map_err(|e| self.remote(agent, e))?;
+            let (mut send, mut recv) =
+                self.inner.open().await.map_err(|e| self.remote(agent, e.to_string()))?;
             let request = Request::Logs { agent: agent.to_string(), options: WireLogOptions::from(options) };
             wire::write_message(&mut send, &request).await.map_err(|e| self.remote(agent, e.to_string()))?;
             let _ = send.finish();
@@ -544,7 +569,7 @@ impl Runtime for RemoteRuntime {
         Box::pin(async move { self.watch() })
     }
 
-    fn answerable(&self, _agent: &Agent) -> std::result::Result<(), String> {
+    fn answerable(&self, _agent: &Agent) -> std::result::Result<(), Unanswerable> {
         self.watch();
         self.inner.listed.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }

@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use super::RemoteRuntime;
 use crate::client::Api;
 use crate::runtime::placed::Remotes;
-use crate::runtime::{Runtime, RuntimeEvent};
+use crate::runtime::{Runtime, RuntimeEvent, Unanswerable};
 use crate::store::Store;
 
 /// The runtimes of the fleet's nodes.
@@ -41,19 +41,31 @@ impl FleetNodes {
     }
 }
 
-/// Where `node`'s worker is, from its stored status.
-fn locate(store: &Store, node: &str) -> Result<EndpointAddr, String> {
-    let found = Api::<Node>::new(store).get(node).map_err(|e| e.to_string())?;
-    let node = found.ok_or_else(|| format!("there is no Node named {node:?}"))?;
+/// Where `node`'s worker is, from its stored status: a node that is gone (no record, or
+/// Killing, Killed, Stopped, Failed, Orphaned) is lost; one still coming up is waited for.
+fn locate(store: &Store, node: &str) -> Result<EndpointAddr, Unanswerable> {
+    let found = Api::<Node>::new(store).get(node).map_err(|e| Unanswerable::Waiting(e.to_string()))?;
+    let node = found.ok_or_else(|| Unanswerable::Lost(format!("there is no Node named {node:?}")))?;
     let name = &node.metadata.name;
     let phase = node.status.phase.map_or("without a phase", |p| p.as_str());
-    if node.status.phase != Some(NodePhase::Running) {
-        return Err(format!("node {name} is {phase}, not Running"));
+    match node.status.phase {
+        Some(NodePhase::Running) => {}
+        Some(
+            NodePhase::Killing
+            | NodePhase::Killed
+            | NodePhase::Stopped
+            | NodePhase::Failed
+            | NodePhase::Orphaned,
+        ) => {
+            return Err(Unanswerable::Lost(format!("node {name} is {phase}")));
+        }
+        _ => return Err(Unanswerable::Waiting(format!("node {name} is {phase}, not Running yet"))),
     }
-    let id =
-        node.status.endpoint_id.as_deref().ok_or_else(|| format!("node {name}'s worker has not joined"))?;
-    let id: EndpointId =
-        id.parse().map_err(|e| format!("node {name}: its endpoint id {id:?} is invalid: {e}"))?;
+    let joined = node.status.endpoint_id.as_deref();
+    let id = joined.ok_or_else(|| Unanswerable::Waiting(format!("node {name}'s worker has not joined")))?;
+    let id: EndpointId = id
+        .parse()
+        .map_err(|e| Unanswerable::Lost(format!("node {name}: its endpoint id {id:?} is invalid: {e}")))?;
     let addresses: Vec<SocketAddr> = node.status.addresses.iter().filter_map(|a| a.parse().ok()).collect();
     Ok(addresses.iter().fold(EndpointAddr::new(id), |addr, s| addr.with_ip_addr(*s)))
 }
