@@ -749,8 +749,11 @@ mod tests {
                 json!("0123456789ab"),
                 json!("process"),
                 json!(""),
-                json!("root")
+                json!("root"),
+                json!("")
             ]
         );
+        agent.spec.placement = Some(Placement { node: "node-1".into() });
+        assert_eq!(agent.cells().last(), Some(&json!("node-1")));
     }
 }
