@@ -258,3 +258,50 @@ async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
     assert_eq!(again["status"]["power"], "Lost", "{again}");
     assert!(again["status"]["activeJob"].is_null(), "{again}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_approved_commit_deploys_to_a_placed_agent_on_its_node() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
+    let node = running_node(&api, "node-1").await;
+    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
+    eventually("the placed agent to be Ready", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (condition(&agent, "Ready")?["status"] == "True").then_some(())
+    })
+    .await;
+    let rev = |name: &str| {
+        let out = std::process::Command::new("git").args(["rev-parse", name]).current_dir(&repo).output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let v2 = rev("v2");
+
+    // The deploy trail is the daemon's (its meta repo); the build and the start run on the node.
+    let approval = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "alpha-v2"},
+                          "spec": {"kind": "ApplyCommit", "target": "alpha", "payload": {"commit": v2},
+                                   "summary": "v2 on the node"}});
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &approval).await.code, 201);
+    ok(d.hive(&["approve", "alpha-v2"]));
+    let done = eventually("the approval to be Deployed", || async {
+        let a = api.get("/apis/hive.dev/v1/approvals/alpha-v2").await.body;
+        matches!(a["status"]["phase"].as_str(), Some("Deployed" | "Failed")).then_some(a)
+    })
+    .await;
+    assert_eq!(done["status"]["phase"], "Deployed", "{done}");
+    let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+    assert_eq!(agent["status"]["appliedRev"], v2, "{agent}");
+    assert_eq!(agent["status"]["power"], "Running", "{agent}");
+    eventually("v2 to run under the node's worker", || async {
+        let out = d.hive(&["logs", "agent/alpha", "--tail", "1"]);
+        (String::from_utf8_lossy(&out.stdout).contains("hello from v2") && agents_under(worker).len() == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(agents_under(d.pid()).is_empty(), "nothing ran on the daemon's host");
+    let trail = ok(d.hive(&["audit", "alpha"]));
+    assert!(trail.contains("deploy/alpha/1"), "{trail}");
+}
