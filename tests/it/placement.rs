@@ -275,7 +275,8 @@ async fn an_approved_commit_deploys_to_a_placed_agent_on_its_node() {
     })
     .await;
     let rev = |name: &str| {
-        let out = std::process::Command::new("git").args(["rev-parse", name]).current_dir(&repo).output().unwrap();
+        let out =
+            std::process::Command::new("git").args(["rev-parse", name]).current_dir(&repo).output().unwrap();
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     };
     let v2 = rev("v2");
