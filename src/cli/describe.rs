@@ -1,8 +1,11 @@
 //! `hive describe`: kubectl's generic describer — name, labels, annotations, metadata,
-//! spec and status as indented key/values, a conditions table and the object's events.
+//! spec and status as indented key/values, a conditions table and the object's events;
+//! an agent's node beside its kind, and a Node's placed agents (as `kubectl describe
+//! node` lists its pods).
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
+use hive_api::{Agent, KindInfo, Node, Object};
 use serde_json::{Map, Value};
 
 use super::client::{self, Client, Query};
@@ -60,12 +63,20 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
             }
             objects
         };
+        // A Node's agents, from one list of every agent (a placement is a spec field the
+        // API cannot select on), fetched once for all the Nodes described.
+        let agents = match target.kind.kind == Node::KIND && !objects.is_empty() {
+            true => Some(placed_agents(&client).await),
+            false => None,
+        };
         for object in objects {
             let events = match args.show_events {
                 true => Some(events_for(&client, &target.kind, &object).await.unwrap_or_default()),
                 false => None,
             };
-            let text = render(&object, events.as_deref(), crate::host::now());
+            let related =
+                Related { events: events.as_deref(), agents: agents.as_ref().map(Option::as_deref) };
+            let text = render(&object, related, crate::host::now());
             output::print(&if printed > 0 { format!("\n{text}") } else { text })?;
             printed += 1;
         }
@@ -110,8 +121,25 @@ async fn events_for(client: &Client, kind: &hive_api::KindInfo, object: &Value) 
     )
 }
 
-/// Renders one object (and its events, when known) as `kubectl describe` does.
-pub fn render(object: &Value, events: Option<&[Value]>, now: DateTime<Utc>) -> String {
+/// Every agent, or `None` when the server cannot say (shown as `Agents: <unknown>`).
+/// Describe never fails because of a Node's agents.
+async fn placed_agents(client: &Client) -> Option<Vec<Value>> {
+    let list = client.get(&kind::collection_path(&KindInfo::of::<Agent>())).await.ok()?;
+    Some(list.get("items")?.as_array()?.clone())
+}
+
+/// What `describe` shows beside the object itself, each `None` when not fetched.
+#[derive(Clone, Copy, Default)]
+pub struct Related<'a> {
+    /// The object's events; `None` when not fetched (`--show-events=false`).
+    pub events: Option<&'a [Value]>,
+    /// For a Node: every agent (the rendering keeps those placed on it), or `Some(None)`
+    /// when the list could not be read.
+    pub agents: Option<Option<&'a [Value]>>,
+}
+
+/// Renders one object (and what is related to it, when known) as `kubectl describe` does.
+pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> String {
     let mut w = Writer::default();
     let meta = object.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     w.line(0, &format!("Name:\t{}", meta.get("name").and_then(Value::as_str).unwrap_or_default()));
@@ -121,7 +149,13 @@ pub fn render(object: &Value, events: Option<&[Value]>, now: DateTime<Utc>) -> S
         0,
         &format!("API Version:\t{}", object.get("apiVersion").and_then(Value::as_str).unwrap_or_default()),
     );
-    w.line(0, &format!("Kind:\t{}", object.get("kind").and_then(Value::as_str).unwrap_or_default()));
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
+    w.line(0, &format!("Kind:\t{kind}"));
+    if kind == Agent::KIND {
+        // Where it runs, as `kubectl describe pod` says its node up top.
+        let node = object.pointer("/spec/placement/node").and_then(Value::as_str);
+        w.line(0, &format!("Node:\t{}", node.unwrap_or("<none> (the daemon's host)")));
+    }
 
     let mut rest = meta.clone();
     for skip in ["name", "namespace", "labels", "annotations", "managedFields"] {
@@ -148,7 +182,11 @@ pub fn render(object: &Value, events: Option<&[Value]>, now: DateTime<Utc>) -> S
     if let Some(Value::Array(conditions)) = conditions {
         conditions_table(&mut w, &conditions);
     }
-    if let Some(events) = events {
+    if let Some(agents) = related.agents {
+        let name = meta.get("name").and_then(Value::as_str).unwrap_or_default();
+        agents_table(&mut w, name, agents);
+    }
+    if let Some(events) = related.events {
         events_table(&mut w, events, now);
     }
     tabwrite(&w.text, 0, 2)
@@ -303,6 +341,44 @@ fn conditions_table(w: &mut Writer, conditions: &[Value]) {
     }
 }
 
+/// The agents placed on Node `node`, by name: wanted and observed power, and Ready.
+fn agents_table(w: &mut Writer, node: &str, agents: Option<&[Value]>) {
+    let Some(agents) = agents else {
+        w.line(0, "Agents:\t<unknown>");
+        return;
+    };
+    let mut placed: Vec<&Value> = agents
+        .iter()
+        .filter(|a| a.pointer("/spec/placement/node").and_then(Value::as_str) == Some(node))
+        .collect();
+    if placed.is_empty() {
+        w.line(0, "Agents:\t<none>");
+        return;
+    }
+    placed.sort_by_key(|a| a.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default());
+    w.line(0, &format!("Agents:\t({} placed)", placed.len()));
+    w.line(1, "Name\tWanted\tObserved\tReady");
+    w.line(1, "----\t------\t--------\t-----");
+    for a in placed {
+        let text = |k: &str| a.pointer(k).and_then(Value::as_str).map(|s| s.replace(['\t', '\n'], " "));
+        let ready = a
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
+            .and_then(|c| c.get("status").and_then(Value::as_str))
+            .unwrap_or("<none>");
+        w.line(
+            1,
+            &format!(
+                "{}\t{}\t{}\t{ready}",
+                text("/metadata/name").unwrap_or_default(),
+                text("/spec/wanted").unwrap_or_else(|| "Up".into()),
+                text("/status/power").unwrap_or_else(|| "<none>".into()),
+            ),
+        );
+    }
+}
+
 fn events_table(w: &mut Writer, events: &[Value], now: DateTime<Utc>) {
     if events.is_empty() {
         w.line(0, "Events:\t<none>");
@@ -442,14 +518,77 @@ mod tests {
                    "reportingComponent": "hive-agent-controller",
                    "firstTimestamp": "2026-11-29T14:20:00Z", "lastTimestamp": "2026-11-29T14:55:00Z", "count": 3}),
         ];
-        insta::assert_snapshot!(render(&agent(), Some(&events), now()));
+        insta::assert_snapshot!(render(&agent(), Related { events: Some(&events), agents: None }, now()));
     }
 
     #[test]
     fn describe_minimal_object() {
         let object =
             json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"}, "spec": {}});
-        insta::assert_snapshot!(render(&object, Some(&[]), now()));
+        insta::assert_snapshot!(render(&object, Related { events: Some(&[]), agents: None }, now()));
+    }
+
+    /// A line with its runs of spaces made one, so a case does not depend on alignment.
+    fn words(line: &str) -> String {
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    fn node() -> Value {
+        json!({
+            "apiVersion": "hive.dev/v1", "kind": "Node", "metadata": {"name": "node-1"},
+            "spec": {"provider": "process", "logicalId": 1},
+            "status": {"phase": "Running"}
+        })
+    }
+
+    fn placed(name: &str, node: Option<&str>, power: Option<&str>, ready: Option<&str>) -> Value {
+        let mut agent =
+            json!({"kind": "Agent", "metadata": {"name": name}, "spec": {"wanted": "Up"}, "status": {}});
+        if let Some(node) = node {
+            agent["spec"]["placement"] = json!({"node": node});
+        }
+        if let Some(power) = power {
+            agent["status"]["power"] = json!(power);
+        }
+        if let Some(ready) = ready {
+            agent["status"]["conditions"] = json!([{"type": "Ready", "status": ready}]);
+        }
+        agent
+    }
+
+    #[test]
+    fn describe_node_lists_its_placed_agents() {
+        let agents = vec![
+            placed("zeta", Some("node-1"), None, None),
+            placed("local", None, Some("Running"), Some("True")),
+            placed("alpha", Some("node-1"), Some("Running"), Some("True")),
+            placed("other", Some("node-2"), Some("Running"), Some("True")),
+        ];
+        let related = Related { events: None, agents: Some(Some(&agents)) };
+        insta::assert_snapshot!(render(&node(), related, now()));
+    }
+
+    #[test]
+    fn a_node_without_agents_says_so() {
+        let elsewhere = [placed("b", Some("node-2"), None, None)];
+        let cases: [(Option<&[Value]>, &str); 3] = [
+            (Some(&[]), "Agents: <none>"),
+            (Some(&elsewhere), "Agents: <none>"),
+            (None, "Agents: <unknown>"),
+        ];
+        for (agents, line) in cases {
+            let text = render(&node(), Related { events: None, agents: Some(agents) }, now());
+            assert!(text.lines().any(|l| words(l) == line), "{line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn an_agent_says_which_node_runs_it() {
+        let cases = [(Some("node-1"), "Node: node-1"), (None, "Node: <none> (the daemon's host)")];
+        for (node, line) in cases {
+            let text = render(&placed("a", node, None, None), Related::default(), now());
+            assert!(text.lines().any(|l| words(l) == line), "{line:?} in\n{text}");
+        }
     }
 
     #[test]
@@ -477,7 +616,7 @@ mod tests {
     fn long_annotations_are_cut() {
         let long = "x".repeat(200);
         let object = json!({"metadata": {"name": "a", "annotations": {"note": long}}});
-        let text = render(&object, None, now());
+        let text = render(&object, Related::default(), now());
         let expected_line = format!("{}  {}...", " ".repeat(14), "x".repeat(138));
         assert!(text.lines().any(|l| l == expected_line), "{text}");
     }

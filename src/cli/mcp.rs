@@ -398,7 +398,8 @@ impl Server {
 
     #[tool(
         description = "List every agent: name, wanted power (Up/Offline), observed power, applied \
-                       config rev, the Ready condition and the Job currently holding it.",
+                       config rev, the Ready condition, the Job currently holding it and the fleet \
+                       node it is placed on (no `node`: the daemon's own host).",
         annotations(read_only_hint = true)
     )]
     async fn list_agents(&self) -> Result<CallToolResult, ErrorData> {
@@ -407,7 +408,9 @@ impl Server {
 
     #[tool(
         description = "One agent in detail: its spec in brief (wanted, config repo and rev, runtime \
-                       type, resources, permissions, parent), its status and all its conditions.",
+                       type, resources, permissions, parent, and `node`: the fleet node it is placed \
+                       on, absent when it runs on the daemon's own host), its status and all its \
+                       conditions (`Placed` says whether its node runs it).",
         annotations(read_only_hint = true)
     )]
     async fn get_agent(&self, Parameters(args): Parameters<AgentName>) -> Result<CallToolResult, ErrorData> {

@@ -46,6 +46,7 @@ mod manifests;
 mod mcp;
 mod metrics;
 mod placement;
+mod placement_surfaces;
 mod power;
 mod pty;
 mod quotas;

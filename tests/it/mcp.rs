@@ -18,8 +18,8 @@ const READ: Duration = Duration::from_secs(20);
 const TOOLS: [&str; 7] =
     ["follow_job", "get_agent", "list_agents", "list_approvals", "power", "request_approval", "whoami"];
 
-/// A `hive mcp` child and the client half of its stdio.
-struct Mcp {
+/// A `hive mcp` child and the client half of its stdio (also used by `placement_surfaces`).
+pub(crate) struct Mcp {
     child: Child,
     stdin: Option<ChildStdin>,
     stdout: Lines<BufReader<ChildStdout>>,
@@ -30,7 +30,7 @@ struct Mcp {
 impl Mcp {
     /// Spawns `hive --kubeconfig KUBECONFIG mcp` (stderr to a file beside it) and
     /// completes the handshake; returns the `initialize` result too.
-    async fn start(kubeconfig: &Path) -> (Mcp, Value) {
+    pub(crate) async fn start(kubeconfig: &Path) -> (Mcp, Value) {
         let stderr = kubeconfig.with_extension("mcp-stderr.log");
         let log = std::fs::File::create(&stderr).expect("stderr file");
         let mut child = Command::new(harness::hive_bin())
@@ -121,7 +121,7 @@ impl Mcp {
     }
 
     /// A successful tool call: its summary line and its JSON.
-    async fn call_ok(&mut self, tool: &str, arguments: Value) -> (String, Value) {
+    pub(crate) async fn call_ok(&mut self, tool: &str, arguments: Value) -> (String, Value) {
         let result = self.call(tool, arguments).await;
         assert_ne!(result["isError"], json!(true), "{tool} failed: {result}");
         let content = result["content"].as_array().expect("content");
@@ -145,7 +145,7 @@ impl Mcp {
     }
 
     /// Closes stdin, as a client does when it is done, and expects a clean exit.
-    async fn close(mut self) -> String {
+    pub(crate) async fn close(mut self) -> String {
         drop(self.stdin.take());
         let status = tokio::time::timeout(READ, self.child.wait())
             .await

@@ -57,11 +57,15 @@ pub fn whoami(me: &Value) -> Reply {
     Reply { summary, data: Value::Object(pick(me, &["/name", "/role", "/agent"])) }
 }
 
-/// One agent's row: name, wanted, observed power, applied rev, Ready, active Job.
+/// One agent's row: name, wanted, observed power, applied rev, Ready, active Job, and
+/// the fleet Node it is placed on (absent: it runs on the daemon's own host).
 fn agent_row(agent: &Value) -> Value {
     let mut row = pick(agent, &["/metadata/name", "/spec/wanted", "/status/power", "/status/appliedRev"]);
     // `wanted` defaults to Up when the stored spec leaves it out.
     row.entry("wanted").or_insert_with(|| json!("Up"));
+    if let Some(node) = text(agent, "/spec/placement/node") {
+        row.insert("node".into(), json!(node));
+    }
     if let Some(ready) = ready(agent) {
         row.insert("ready".into(), ready);
     }
@@ -80,6 +84,9 @@ fn agent_phrase(row: &Value) -> String {
         _ => "not ready",
     };
     let mut phrase = format!("{name} ({wanted}/{power}, {ready}");
+    if let Some(node) = text(row, "/node") {
+        phrase.push_str(&format!(", on node {node}"));
+    }
     if let Some(job) = text(row, "/activeJob") {
         phrase.push_str(&format!(", job {job}"));
     }
@@ -101,8 +108,9 @@ pub fn agent_list(list: &Value) -> Reply {
 }
 
 /// `GET /apis/hive.dev/v1/agents/NAME`: the spec in brief (the runtime by its type
-/// only: its command and environment are the operator's business), status and
-/// conditions.
+/// only: its command and environment are the operator's business; the Node it is placed
+/// on as `node`, absent for the daemon's own host), status and conditions (`Placed`
+/// among them for a placed agent).
 pub fn agent(agent: &Value) -> Reply {
     let row = agent_row(agent);
     let mut spec = pick(
@@ -110,6 +118,9 @@ pub fn agent(agent: &Value) -> Reply {
         &["/spec/wanted", "/spec/config", "/spec/resources", "/spec/permissions", "/spec/parent"],
     );
     spec.entry("wanted").or_insert_with(|| json!("Up"));
+    if let Some(node) = row.get("node") {
+        spec.insert("node".into(), node.clone());
+    }
     if let Some(runtime) = text(agent, "/spec/runtime/type") {
         spec.insert("runtime".into(), json!(runtime));
     }
@@ -120,6 +131,9 @@ pub fn agent(agent: &Value) -> Reply {
     let metadata = pick(agent, &["/metadata/name", "/metadata/generation", "/metadata/labels"]);
     let conditions = agent.pointer("/status/conditions").cloned().unwrap_or_else(|| json!([]));
     let mut summary = format!("agent {}", agent_phrase(&row));
+    if row.get("node").is_none() {
+        summary.push_str(", on the daemon's host");
+    }
     if let Some(rev) = text(&row, "/appliedRev") {
         summary.push_str(&format!(", at rev {rev}"));
     }
@@ -376,7 +390,11 @@ mod tests {
     #[test]
     fn agent_detail_keeps_the_runtime_to_its_type() {
         let reply = agent(&alpha());
-        assert_eq!(reply.summary, "agent alpha (Up/Running, ready, job stop-1), at rev abc123");
+        assert_eq!(
+            reply.summary,
+            "agent alpha (Up/Running, ready, job stop-1), on the daemon's host, at rev abc123"
+        );
+        assert_eq!(reply.data["spec"].get("node"), None, "absent: the daemon's host");
         assert_eq!(reply.data["spec"]["runtime"], json!("process"));
         assert!(!reply.data.to_string().contains("SECRET"));
         assert_eq!(
@@ -385,6 +403,26 @@ mod tests {
         );
         assert_eq!(reply.data["status"]["activeJob"], json!("stop-1"));
         assert_eq!(reply.data["conditions"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_placed_agent_reports_its_node() {
+        let mut placed = alpha();
+        placed["spec"]["placement"] = json!({"node": "node-1"});
+        let reply = agent(&placed);
+        assert_eq!(
+            reply.summary,
+            "agent alpha (Up/Running, ready, on node node-1, job stop-1), at rev abc123"
+        );
+        assert_eq!(reply.data["spec"]["node"], json!("node-1"));
+        let list = agent_list(&json!({"items": [placed, alpha()]}));
+        assert_eq!(list.data["agents"][0]["node"], json!("node-1"));
+        assert_eq!(list.data["agents"][1].get("node"), None);
+        assert!(
+            list.summary.contains("alpha (Up/Running, ready, on node node-1, job stop-1)"),
+            "{}",
+            list.summary
+        );
     }
 
     #[test]
