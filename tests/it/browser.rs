@@ -204,3 +204,78 @@ async fn logs_jobs_charts_and_metrics_work_in_a_browser() {
         d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// Where agents run, in a real browser (tests/browser/placement.py): `alpha` placed on
+/// process node `node-1` and Ready there, `local` on the daemon's host, and a second
+/// node with no agents. Screenshots go to the target dir's `browser-artifacts/placement`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_on_nodes_show_in_the_dashboard() {
+    if std::env::var("HIVE_BROWSER_TESTS").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: set HIVE_BROWSER_TESTS=1 to run the browser suite (needs chromium and playwright)"
+        );
+        return;
+    }
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let mut alpha = crate::agents::agent("alpha", &repo, "Up");
+    alpha["spec"]["placement"] = json!({"node": "node-1"});
+    for agent in [alpha, crate::agents::agent("local", &repo, "Offline")] {
+        let created = api.post("/apis/hive.dev/v1/agents", &agent).await;
+        assert_eq!(created.code, 201, "{}", created.body);
+    }
+    let command = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "p"},
+                         "spec": {"provision": {"provider": "process", "count": 2}}});
+    let provisioned = api.post("/apis/hive.dev/v1/fleetcommands", &command).await;
+    assert_eq!(provisioned.code, 201, "{}", provisioned.body);
+    crate::harness::eventually("alpha Ready on node-1", || async {
+        let a = api.get("/apis/hive.dev/v1/agents/alpha").await.body;
+        let ready = a["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        (ready && a["status"]["power"] == "Running").then_some(())
+    })
+    .await;
+    crate::harness::eventually("node-2 Running", || async {
+        let n = api.get("/apis/hive.dev/v1/nodes/node-2").await.body;
+        (n["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+
+    let token = |name: &str, role: &str| {
+        ok(d.hive(&["token", "create", "--name", name, "--role", role])).trim().to_string()
+    };
+    let viewer = token("vera", "viewer");
+    let operator = token("otto", "operator");
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let artifacts = std::path::Path::new(&target).join("browser-artifacts").join("placement");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/placement.py");
+    let out = tokio::task::spawn_blocking({
+        let (url, artifacts, admin) = (d.url.clone(), artifacts.clone(), d.token.clone());
+        move || {
+            Command::new("python3")
+                .arg(script)
+                .env("HIVE_URL", url)
+                .env("HIVE_OPERATOR_TOKEN", operator)
+                .env("HIVE_VIEWER_TOKEN", viewer)
+                .env("HIVE_ADMIN_TOKEN", admin)
+                .env("HIVE_NODE", "node-1")
+                .env("HIVE_ARTIFACTS", &artifacts)
+                .output()
+                .expect("python3 runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "browser suite failed (screenshots in {}):\n{stdout}\n{stderr}\n--- daemon log tail ---\n{}",
+        artifacts.display(),
+        d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}

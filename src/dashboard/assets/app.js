@@ -38,6 +38,7 @@ const hive = (() => {
   const link = (href, text) => h('a', { href }, text);
   const agentLink = (name) => link('/agents/' + encodeURIComponent(name), name);
   const jobLink = (name) => link('/jobs#job-' + encodeURIComponent(name), name);
+  const nodeLink = (name) => link('/nodes/' + encodeURIComponent(name), name);
 
   // State words with a glyph, so state reads without color too.
   const STATES = {
@@ -346,7 +347,7 @@ const hive = (() => {
   }
 
   return {
-    API, h, $, fill, options, append, link, agentLink, jobLink, pill, tone, time, api, send, ApiError, collection, keyed,
+    API, h, $, fill, options, append, link, agentLink, jobLink, nodeLink, pill, tone, time, api, send, ApiError, collection, keyed,
     condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
     addStream(name) { streams += 1; down.set(name, 'connecting'); renderLive(); },
     streamUp(name) { down.delete(name); renderLive(); },

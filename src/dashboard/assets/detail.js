@@ -5,10 +5,9 @@
 'use strict';
 
 (() => {
-  const { h, $, fill, pill, time, api, collection, result, API } = hive;
+  const { h, $, fill, pill, time, api, collection, keyed, result, agentLink, API } = hive;
 
   const jobHref = (name) => '/jobs/' + encodeURIComponent(name);
-  hive.nodeLink = (name) => h('a', { href: '/nodes/' + encodeURIComponent(name) }, name);
 
   // Shows that `kind` `name` does not exist: the summary says so with a way back, the
   // controls are hidden and every placeholder still loading is cleared.
@@ -160,8 +159,8 @@
         ['Provisioned', s.provisionedAt ? time(s.provisionedAt) : null], ['Ready', s.readyAt ? time(s.readyAt) : null],
         ['Finished', s.finishedAt ? time(s.finishedAt) : null],
         ['Created', time(n.metadata.creationTimestamp)],
-        // The worker's mode (Myelin's agent-only worker), not hive Agents: those run on
-        // the daemon's host, and a Node has no field naming any.
+        // The worker's mode (Myelin's agent-only worker), not hive Agents: the ones
+        // placed on this node are listed under Agents.
         ['Worker mode', rt.agentOnly ? 'agent-only: membership, readiness and telemetry, no payload' : null],
       ]));
       if (!started) {
@@ -172,7 +171,37 @@
         select.dispatchEvent(new Event('change'));
       }
     }, 'fieldSelector=' + encodeURIComponent('metadata.name=' + name));
+    nodeAgents(name);
     hive.eventsTable('#node-events', { kind: 'Node', name }, 50);
+  }
+
+  // The agents placed on the node (spec.placement.node), live from the agents' watch:
+  // a placement is a spec field the API cannot select on, so every agent is watched
+  // and those of this node kept.
+  function nodeAgents(name) {
+    const box = $('#node-agents');
+    const table = h('table', { class: 'rows', id: 'node-agents-table' },
+      h('thead', {}, h('tr', {}, ['Agent', 'State', 'Wanted', 'Observed', 'Ready'].map((c) => h('th', {}, c)))), h('tbody', {}));
+    const empty = h('p', { class: 'empty', id: 'node-agents-empty' }, 'No agent is placed on this node (spec.placement.node).');
+    fill(box, h('div', { class: 'scroll' }, table), empty);
+    hive.sortable(table);
+    const row = (a) => {
+      const ready = hive.condition(a, 'Ready');
+      return h('tr', { 'data-agent': a.metadata.name },
+        h('td', {}, agentLink(a.metadata.name)),
+        h('td', {}, pill(hive.agentState(a))),
+        h('td', {}, a.spec.wanted || 'Up'),
+        h('td', {}, (a.status && a.status.power) || 'Unknown'),
+        h('td', {}, ready ? pill(ready.status, ready.status === 'True' ? 'good' : 'off') : '—'));
+    };
+    const rows = keyed(table.tBodies[0], row);
+    const onNode = (a) => a.spec && a.spec.placement && a.spec.placement.node === name;
+    collection('agents', (items, changed, reset) => {
+      const mine = new Map([...items].filter(([, a]) => onNode(a)));
+      rows.update(mine, changed, reset);
+      table.hidden = mine.size === 0;
+      empty.hidden = mine.size > 0;
+    });
   }
 
   // ---- a Job --------------------------------------------------------------------

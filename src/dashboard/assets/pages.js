@@ -3,7 +3,7 @@
 'use strict';
 
 (() => {
-  const { h, $, fill, pill, time, api, collection, keyed, tail, condition, result, agentLink, jobLink, API } = hive;
+  const { h, $, fill, pill, time, api, collection, keyed, tail, condition, result, agentLink, jobLink, nodeLink, API } = hive;
 
   function agentState(a) {
     const crashed = condition(a, 'Crashed');
@@ -25,6 +25,8 @@
     if (!map.size) return h('p', { class: 'empty' }, 'None.');
     return h('ul', { class: 'counts' }, [...map.entries()].sort().map(([k, n]) => h('li', {}, pill(k), h('b', {}, n))));
   }
+  // The fleet Node an agent is placed on; none: the daemon's own host.
+  const placedOn = (a) => (a.spec && a.spec.placement && a.spec.placement.node) || null;
   function conditionsCell(a) {
     const cs = (a.status && a.status.conditions) || [];
     return cs.map((c) => h('span', { class: 'cond ' + (c.status === 'True' ? 'on' : 'off'), title: (c.reason || '') + (c.message ? ': ' + c.message : '') },
@@ -158,6 +160,7 @@
         h('td', { class: 'mono' }, s.appliedRev ? s.appliedRev.slice(0, 12) : '—'),
         h('td', {}, conditionsCell(a)),
         h('td', {}, s.activeJob ? jobLink(s.activeJob) : '—'),
+        h('td', { 'data-node': placedOn(a) || '' }, placedOn(a) ? nodeLink(placedOn(a)) : '—'),
         h('td', {}, time(a.metadata.creationTimestamp)));
       tr.hidden = !matches(a, filter.value.trim().toLowerCase());
       return tr;
@@ -190,6 +193,8 @@
       const s = a.status || {};
       fill('#agent-summary', pill(agentState(a)), ' ',
         h('span', {}, 'wanted ', h('b', {}, a.spec.wanted || 'Up'), ' · observed ', h('b', {}, s.power || 'Unknown')),
+        h('span', { id: 'agent-node', 'data-node': placedOn(a) || '' }, ' · ',
+          placedOn(a) ? ['on node ', nodeLink(placedOn(a))] : h('span', { class: 'muted' }, "on the daemon's host")),
         h('span', { class: 'muted' }, ' · runtime ' + ((a.spec.runtime && a.spec.runtime.type) || '?') + ' · config ' + a.spec.config.repo + (a.spec.config.rev ? '@' + a.spec.config.rev : '')),
         s.activeJob ? [' · job ', jobLink(s.activeJob)] : null);
       const cs = s.conditions || [];

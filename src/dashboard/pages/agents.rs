@@ -1,5 +1,5 @@
-//! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job)
-//! and `/agents/{name}` (conditions, generations, live output, power buttons, its Jobs
+//! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job, its
+//! node) and `/agents/{name}` (where it runs, conditions, generations, live output, power buttons, its Jobs
 //! and Events, its spec as YAML, Kill and Delete with a confirmation; a 404 page when
 //! the API has no such agent).
 
@@ -27,7 +27,8 @@ pub async fn list(viewer: Viewer) -> Response {
         m.close("div");
         m.open("table", &[("class", "rows"), ("id", "agents-table")]);
         m.open("thead", &[]).open("tr", &[]);
-        for col in ["Agent", "State", "Wanted", "Observed", "Applied rev", "Conditions", "Job", "Age"] {
+        for col in ["Agent", "State", "Wanted", "Observed", "Applied rev", "Conditions", "Job", "Node", "Age"]
+        {
             m.elem("th", &[], col);
         }
         m.close("tr").close("thead");

@@ -1,6 +1,6 @@
 //! `/nodes/{name}`: one fleet Node — its phase and conditions, what it reported about
-//! itself, its telemetry (the Fleet page's explorer, for this node alone) and its
-//! Events; a 404 page when the API has no such node.
+//! itself, the agents placed on it, its telemetry (the Fleet page's explorer, for this
+//! node alone) and its Events; a 404 page when the API has no such node.
 
 use axum::extract::Path;
 use axum::response::Response;
@@ -24,6 +24,7 @@ pub async fn page(viewer: Viewer, Path(name): Path<String>) -> Response {
         section(m, "Conditions", "node-conditions", "card");
         section(m, "Reported", "node-facts", "card");
         m.close("div");
+        section(m, "Agents", "node-agents", "card");
         m.open("section", &[("class", "card"), ("id", "explorer")]);
         m.elem("h2", &[], "Telemetry");
         // The explorer follows the node chosen here; this page offers only its own.
