@@ -2,7 +2,8 @@
 //! `hive serve` started as README says (from the repository root, on its embedded
 //! defaults: the Agent controller on, the process runtime and the process fleet
 //! provider): the outcome is checked — agents running or kept stopped, Jobs Done,
-//! approvals carried out, providers checked — not the word "created". `fleet-command.yaml`
+//! approvals carried out, providers checked, a placed agent running on its node — not the
+//! word "created". `fleet-command.yaml`
 //! (applied twice, it provisions once) is `fleet_intake`'s, and the whole directory with
 //! README's tour is `readme`'s.
 
@@ -164,4 +165,60 @@ async fn provider_yaml_gives_three_providers_each_checked_with_its_state() {
     // the provider says how to give it one, and never shows a key.
     let vastai = object(&api, "providers", "vastai").await;
     assert_ne!(vastai["status"]["state"], "Ready", "{}", vastai["status"]);
+}
+
+/// placed-agent.yaml, applied before any node exists, waits for node-1 (Placed False,
+/// nothing started); after fleet-command.yaml's Provision it runs the hello agent on
+/// node-1 — Placed and Ready, its greeting streamed back from the node, its process a
+/// child of node-1's worker — and `hive describe node/node-1` lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn placed_agent_yaml_runs_hello_on_node_1_after_a_provision() {
+    let d = fresh();
+    let api = d.client();
+    ok(d.hive(&["apply", "-f", &manifest("placed-agent.yaml")]));
+    let waiting = eventually("hello-placed to wait for node-1", || async {
+        let agent = object(&api, "agents", "hello-placed").await;
+        (condition(&agent, "Placed")?["reason"] == "WaitingForNode").then_some(agent)
+    })
+    .await;
+    assert!(waiting["status"]["activeJob"].is_null(), "nothing submitted while it waits: {waiting}");
+
+    ok(d.hive(&["apply", "-f", &manifest("fleet-command.yaml")]));
+    ok(d.hive(&["wait", "agent/hello-placed", "--for=condition=Ready", "--timeout", "120s"]));
+    let agent = object(&api, "agents", "hello-placed").await;
+    let placed = condition(&agent, "Placed").expect("Placed");
+    assert_eq!((&placed["status"], &placed["reason"]), (&"True".into(), &"NodeRunning".into()), "{agent}");
+    let logs = eventually("hello-placed's greeting in its log", || async {
+        let out = d.hive(&["logs", "agent/hello-placed"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("hello-placed: hello, built").then_some(text)
+    })
+    .await;
+    assert!(logs.contains("hello, built 20"), "built by its build step, on the node: {logs}");
+
+    // Its process runs under node-1's worker, not under the daemon.
+    let node = object(&api, "nodes", "node-1").await;
+    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid");
+    let parent_of = |pid: u32| -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat[stat.rfind(')')? + 2..].split_whitespace().nth(1)?.parse().ok()
+    };
+    let pid: u32 = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .find(|pid: &u32| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("run.sh") && parent_of(*pid) == Some(worker)
+        })
+        .unwrap_or_else(|| panic!("no run.sh under node-1's worker {worker}"));
+    assert_ne!(parent_of(pid), Some(u64::from(d.pid())));
+
+    let described = ok(d.hive(&["describe", "node/node-1"]));
+    let row = described
+        .lines()
+        .skip_while(|l| !l.starts_with("Agents:"))
+        .find(|l| l.split_whitespace().next() == Some("hello-placed"))
+        .unwrap_or_else(|| panic!("hello-placed among node-1's agents:\n{described}"));
+    assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["hello-placed", "Up", "Running", "True"]);
 }
