@@ -161,7 +161,7 @@
         ['Created', time(n.metadata.creationTimestamp)],
         // The worker's mode (Myelin's agent-only worker), not hive Agents: the ones
         // placed on this node are listed under Agents.
-        ['Worker mode', rt.agentOnly ? 'agent-only: membership, readiness and telemetry, no payload' : null],
+        ['Worker mode', rt.agentOnly ? 'agent-only: membership, readiness and telemetry, and the hive agents placed here (no other payload)' : null],
       ]));
       if (!started) {
         // The Fleet page's telemetry explorer, for this node alone.
