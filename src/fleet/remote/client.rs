@@ -33,6 +33,11 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a watch may hear nothing before the worker counts as unreachable; a worker
 /// lists its agents every [`super::serve::WATCH_HEARTBEAT`].
 const WATCH_SILENCE: Duration = Duration::from_secs(30);
+/// How long a call that is neither a build, a stop nor a start may take (and what a stop
+/// or start gets beyond twice the agent's graceful-stop time).
+const QUICK_CALL: Duration = Duration::from_secs(120);
+/// A worker's graceful-stop time for an agent that names none (the process runtime's).
+const DEFAULT_GRACEFUL: Duration = Duration::from_secs(180);
 /// The largest log chunk a worker may send.
 const MAX_CHUNK: usize = 1 << 20;
 
@@ -42,6 +47,8 @@ pub type Locate = Arc<dyn Fn() -> std::result::Result<EndpointAddr, Unanswerable
 /// The runtime of the agents placed on one node.
 pub struct RemoteRuntime {
     inner: Arc<Inner>,
+    /// How long a call that is not a build, a stop or a start may take.
+    quick: Duration,
     watch: Mutex<Option<AbortHandle>>,
 }
 
@@ -90,7 +97,15 @@ impl RemoteRuntime {
                 events,
             }),
             watch: Mutex::new(None),
+            quick: QUICK_CALL,
         }
+    }
+
+    /// The same runtime with another bound on quick calls (stops and starts get twice
+    /// the agent's graceful-stop time on top of it).
+    pub fn with_quick_bound(mut self, quick: Duration) -> RemoteRuntime {
+        self.quick = quick;
+        self
     }
 
     /// Starts following the worker's agents (idempotent): their list, then each change.
@@ -118,6 +133,43 @@ impl RemoteRuntime {
     /// One call: the request (and the bundle after it), the build lines to `log`, the
     /// final reply.
     async fn call(
+        &self,
+        agent: &str,
+        request: Request,
+        bundle: Option<PathBuf>,
+        log: Option<&dyn BuildLog>,
+    ) -> Result<Reply> {
+        // A build takes as long as it takes (its lines keep coming, and a worker that dies
+        // ends the connection); any other call has a bound, so a worker that takes a call
+        // and never answers cannot hold a Job (and its lease) forever.
+        let bound = match &request {
+            Request::Prebuild { .. } | Request::Create { .. } => None,
+            Request::StopForUpdate { agent }
+            | Request::Stop { agent }
+            | Request::Kill { agent }
+            | Request::Drain { agent }
+            | Request::Destroy { agent }
+            | Request::Start { agent, .. } => {
+                let graceful = agent
+                    .spec
+                    .runtime
+                    .graceful_stop_seconds
+                    .map_or(DEFAULT_GRACEFUL, |s| Duration::from_secs(s.into()));
+                Some(graceful * 2 + self.quick)
+            }
+            _ => Some(self.quick),
+        };
+        let exchange = self.exchange(agent, request, bundle, log);
+        match bound {
+            None => exchange.await,
+            Some(bound) => match tokio::time::timeout(bound, exchange).await {
+                Ok(reply) => reply,
+                Err(_) => Err(self.remote(agent, format!("the worker did not answer within {bound:?}"))),
+            },
+        }
+    }
+
+    async fn exchange(
         &self,
         agent: &str,
         request: Request,

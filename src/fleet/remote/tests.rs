@@ -73,6 +73,39 @@ async fn a_worker_answering_garbage_is_a_clear_error_and_nothing_hangs() {
     router.shutdown().await.unwrap();
 }
 
+/// A worker that takes every call and never answers.
+#[derive(Debug, Clone)]
+struct Silent;
+
+impl ProtocolHandler for Silent {
+    async fn accept(&self, conn: Connection) -> Result<(), AcceptError> {
+        let mut held = Vec::new();
+        while let Ok(stream) = conn.accept_bi().await {
+            held.push(stream);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_never_answers_is_an_error_within_the_calls_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let worker = bind(vec![RUNTIME_ALPN.to_vec()]).await;
+    let router = Router::builder(worker.clone()).accept(RUNTIME_ALPN, Silent).spawn();
+    let daemon = bind(vec![]).await;
+    let rt = remote(&daemon, addr_of(&worker), tmp.path()).with_quick_bound(Duration::from_millis(300));
+    let mut a = agent("alpha");
+    let err = tokio::time::timeout(WITHIN, rt.signal(&a)).await.expect("the call is bounded").unwrap_err();
+    assert!(err.to_string().contains("did not answer within"), "{err}");
+    // A stop gets twice the agent's graceful-stop time on top.
+    a.spec.runtime.graceful_stop_seconds = Some(1);
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(WITHIN, rt.stop(&a)).await.expect("the stop is bounded").unwrap_err();
+    assert!(err.to_string().contains("did not answer within"), "{err}");
+    assert!(started.elapsed() >= Duration::from_secs(2), "a stop waits out its graceful time");
+    router.shutdown().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_worker_that_is_not_there_is_an_error_within_the_dial_bound() {
     let tmp = tempfile::tempdir().unwrap();
