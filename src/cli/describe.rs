@@ -123,9 +123,10 @@ async fn events_for(client: &Client, kind: &hive_api::KindInfo, object: &Value) 
 
 /// Every agent, or `None` when the server cannot say (shown as `Agents: <unknown>`).
 /// Describe never fails because of a Node's agents.
-async fn placed_agents(client: &Client) -> Option<Vec<Value>> {
+async fn placed_agents(client: &Client) -> Option<Vec<Agent>> {
     let list = client.get(&kind::collection_path(&KindInfo::of::<Agent>())).await.ok()?;
-    Some(list.get("items")?.as_array()?.clone())
+    let list: hive_api::agent::AgentList = client::decode(&list, "AgentList").ok()?;
+    Some(list.items)
 }
 
 /// What `describe` shows beside the object itself, each `None` when not fetched.
@@ -135,7 +136,7 @@ pub struct Related<'a> {
     pub events: Option<&'a [Value]>,
     /// For a Node: every agent (the rendering keeps those placed on it), or `Some(None)`
     /// when the list could not be read.
-    pub agents: Option<Option<&'a [Value]>>,
+    pub agents: Option<Option<&'a [Agent]>>,
 }
 
 /// Renders one object (and what is related to it, when known) as `kubectl describe` does.
@@ -153,7 +154,8 @@ pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> Strin
     w.line(0, &format!("Kind:\t{kind}"));
     if kind == Agent::KIND {
         // Where it runs, as `kubectl describe pod` says its node up top.
-        let node = object.pointer("/spec/placement/node").and_then(Value::as_str);
+        let agent = client::decode::<Agent>(object, "Agent").ok();
+        let node = agent.as_ref().and_then(|a| a.spec.node());
         w.line(0, &format!("Node:\t{}", node.unwrap_or("<none> (the daemon's host)")));
     }
 
@@ -342,40 +344,30 @@ fn conditions_table(w: &mut Writer, conditions: &[Value]) {
 }
 
 /// The agents placed on Node `node`, by name: wanted and observed power, and Ready.
-fn agents_table(w: &mut Writer, node: &str, agents: Option<&[Value]>) {
+fn agents_table(w: &mut Writer, node: &str, agents: Option<&[Agent]>) {
     let Some(agents) = agents else {
         w.line(0, "Agents:\t<unknown>");
         return;
     };
-    let mut placed: Vec<&Value> = agents
-        .iter()
-        .filter(|a| a.pointer("/spec/placement/node").and_then(Value::as_str) == Some(node))
-        .collect();
+    let mut placed: Vec<&Agent> = agents.iter().filter(|a| a.spec.node() == Some(node)).collect();
     if placed.is_empty() {
         w.line(0, "Agents:\t<none>");
         return;
     }
-    placed.sort_by_key(|a| a.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default());
+    placed.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     w.line(0, &format!("Agents:\t({} placed)", placed.len()));
     w.line(1, "Name\tWanted\tObserved\tReady");
     w.line(1, "----\t------\t--------\t-----");
     for a in placed {
-        let text = |k: &str| a.pointer(k).and_then(Value::as_str).map(|s| s.replace(['\t', '\n'], " "));
-        let ready = a
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Ready")))
-            .and_then(|c| c.get("status").and_then(Value::as_str))
-            .unwrap_or("<none>");
-        w.line(
-            1,
-            &format!(
-                "{}\t{}\t{}\t{ready}",
-                text("/metadata/name").unwrap_or_default(),
-                text("/spec/wanted").unwrap_or_else(|| "Up".into()),
-                text("/status/power").unwrap_or_else(|| "<none>".into()),
-            ),
-        );
+        let ready =
+            a.status.condition(hive_api::agent::CONDITION_READY).map_or("<none>", |c| match c.status {
+                hive_api::ConditionStatus::True => "True",
+                hive_api::ConditionStatus::False => "False",
+                hive_api::ConditionStatus::Unknown => "Unknown",
+            });
+        let power = a.status.power.map_or("<none>", |p| p.as_str());
+        let name = a.metadata.name.replace(['\t', '\n'], " ");
+        w.line(1, &format!("{name}\t{}\t{power}\t{ready}", a.spec.wanted.as_str()));
     }
 }
 
@@ -541,6 +533,10 @@ mod tests {
         })
     }
 
+    fn placed_agent(name: &str, node: Option<&str>, power: Option<&str>, ready: Option<&str>) -> Agent {
+        crate::cli::client::decode(&placed(name, node, power, ready), "Agent").unwrap()
+    }
+
     fn placed(name: &str, node: Option<&str>, power: Option<&str>, ready: Option<&str>) -> Value {
         let mut agent =
             json!({"kind": "Agent", "metadata": {"name": name}, "spec": {"wanted": "Up"}, "status": {}});
@@ -559,10 +555,10 @@ mod tests {
     #[test]
     fn describe_node_lists_its_placed_agents() {
         let agents = vec![
-            placed("zeta", Some("node-1"), None, None),
-            placed("local", None, Some("Running"), Some("True")),
-            placed("alpha", Some("node-1"), Some("Running"), Some("True")),
-            placed("other", Some("node-2"), Some("Running"), Some("True")),
+            placed_agent("zeta", Some("node-1"), None, None),
+            placed_agent("local", None, Some("Running"), Some("True")),
+            placed_agent("alpha", Some("node-1"), Some("Running"), Some("True")),
+            placed_agent("other", Some("node-2"), Some("Running"), Some("True")),
         ];
         let related = Related { events: None, agents: Some(Some(&agents)) };
         insta::assert_snapshot!(render(&node(), related, now()));
@@ -570,8 +566,8 @@ mod tests {
 
     #[test]
     fn a_node_without_agents_says_so() {
-        let elsewhere = [placed("b", Some("node-2"), None, None)];
-        let cases: [(Option<&[Value]>, &str); 3] = [
+        let elsewhere = [placed_agent("b", Some("node-2"), None, None)];
+        let cases: [(Option<&[Agent]>, &str); 3] = [
             (Some(&[]), "Agents: <none>"),
             (Some(&elsewhere), "Agents: <none>"),
             (None, "Agents: <unknown>"),
