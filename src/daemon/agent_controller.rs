@@ -425,13 +425,8 @@ async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Op
         engine.agents().patch(name, |a| a.metadata.finalizers.retain(|f| f != FINALIZER)).await?;
         return Ok(Some(Action::await_change()));
     }
-    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| Condition {
-        type_: type_.into(),
-        status,
-        reason: reason.into(),
-        message: message.into(),
-        observed_generation: Some(generation),
-        ..Default::default()
+    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
+        condition(type_, status, reason, message, generation)
     };
     let was_lost =
         agent.status.condition(CONDITION_NODE_LOST).is_some_and(|c| c.status == ConditionStatus::True);
@@ -536,6 +531,24 @@ async fn record(engine: &Engine, agent: &Agent, type_: EventType, reason: &str, 
     }
 }
 
+/// A condition of the agent's `generation`.
+fn condition(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    generation: i64,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status,
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: Some(generation),
+        ..Default::default()
+    }
+}
+
 /// Sets `Converged` (and `Ready` when given) in `status.conditions`.
 fn conditions(
     status: &mut AgentStatus,
@@ -546,13 +559,8 @@ fn conditions(
     message: &str,
     ready: Option<ConditionStatus>,
 ) {
-    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| Condition {
-        type_: type_.into(),
-        status,
-        reason: reason.into(),
-        message: message.into(),
-        observed_generation: Some(generation),
-        ..Default::default()
+    let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
+        condition(type_, status, reason, message, generation)
     };
     set_condition(&mut status.conditions, cond(CONDITION_CONVERGED, converged, reason, message), now);
     if let Some(ready) = ready {

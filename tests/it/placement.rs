@@ -56,6 +56,15 @@ fn agents_under(parent: u32) -> Vec<u32> {
     pids
 }
 
+/// Waits until agent `name` is Ready.
+async fn ready(api: &Api, name: &str) {
+    eventually(&format!("{name} to be Ready"), || async {
+        let agent = api.get(&format!("{AGENTS}/{name}")).await.body;
+        (condition(&agent, "Ready")?["status"] == "True").then_some(())
+    })
+    .await;
+}
+
 async fn running_node(api: &Api, name: &str) -> Value {
     eventually(&format!("node {name} to run"), || async {
         let node = api.get(&format!("{NODES}/{name}")).await.body;
@@ -220,11 +229,7 @@ async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
     let node = running_node(&api, "node-1").await;
     let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
     assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
-    eventually("the placed agent to be Ready", || async {
-        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
-        (condition(&agent, "Ready")?["status"] == "True").then_some(())
-    })
-    .await;
+    ready(&api, "alpha").await;
     assert_eq!(agents_under(worker).len(), 1);
 
     let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
@@ -269,11 +274,7 @@ async fn an_approved_commit_deploys_to_a_placed_agent_on_its_node() {
     let node = running_node(&api, "node-1").await;
     let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
     assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
-    eventually("the placed agent to be Ready", || async {
-        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
-        (condition(&agent, "Ready")?["status"] == "True").then_some(())
-    })
-    .await;
+    ready(&api, "alpha").await;
     let rev = |name: &str| {
         let out =
             std::process::Command::new("git").args(["rev-parse", name]).current_dir(&repo).output().unwrap();
