@@ -44,13 +44,19 @@ impl Engine {
         marker.hive == self.deploy.hive_rev && locked.is_none_or(|l| l == marker.rev)
     }
 
-    /// The stored agents the runtime has installed, decoded; one never built is left to
-    /// the Agent controller, which spawns it. Only these are decoded: with many stored
-    /// agents, decoding them all was most of a cold start.
+    /// The stored agents that are installed, decoded; one never built is left to the
+    /// Agent controller, which spawns it. Installed is what the runtime says for an agent
+    /// on this host; for an agent placed on a node, whose worker may not have rejoined
+    /// yet at boot, it is the applied-rev marker its last build left here. Only these are
+    /// decoded: with many stored agents, decoding them all was most of a cold start.
     fn installed_agents(&self) -> Vec<Agent> {
         let agents = self.agents();
-        let installed = agents.names().into_iter().filter(|name| self.runtime.installed(name));
-        installed
+        let marked = self.deploy.markers.names();
+        let candidates = agents
+            .names()
+            .into_iter()
+            .filter(|name| self.runtime.installed(name) || marked.contains(&**name));
+        candidates
             .filter_map(|name| match agents.get(&name) {
                 Ok(agent) => agent,
                 Err(err) => {
@@ -58,6 +64,7 @@ impl Engine {
                     None
                 }
             })
+            .filter(|agent| agent.spec.node().is_some() || self.runtime.installed(&agent.metadata.name))
             .collect()
     }
 

@@ -49,6 +49,16 @@ impl Markers {
         crate::durable::write_atomic(&self.path(agent), &bytes, 0o644)
     }
 
+    /// Every agent that has a marker file (one directory read; whether each parses is
+    /// for [`Markers::read`] to say).
+    pub fn names(&self) -> std::collections::HashSet<String> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return Default::default() };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+            .collect()
+    }
+
     /// Removes a deleted agent's marker.
     pub fn remove(&self, agent: &str) {
         let _ = crate::durable::remove_file(&self.path(agent));
@@ -74,6 +84,7 @@ mod tests {
         assert_eq!(markers.read("a"), Some(marker));
         std::fs::write(dir.path().join("applied/a.json"), b"{torn").unwrap();
         assert_eq!(markers.read("a"), None);
+        assert_eq!(markers.names(), ["a".to_string()].into());
         markers.remove("a");
         assert!(!dir.path().join("applied/a.json").exists());
     }

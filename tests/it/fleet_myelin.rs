@@ -140,20 +140,20 @@ async fn slow_first_telemetry_keeps_a_node_provisioning_then_running_never_faile
     assert!(d.log().contains("fleet node waits for its telemetry"));
 }
 
-fn vast_provision(id: &str, offers: &[u64]) -> Value {
+pub(crate) fn vast_provision(id: &str, offers: &[u64]) -> Value {
     json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
            "spec": {"provision": {"provider": "vastai", "count": offers.len(), "selectedOfferIds": offers}}})
 }
 
 /// A daemon with the `vastai` provider at `base` whose fleet endpoint keeps one port
 /// across restarts (so the instances' workers find it).
-struct Vast {
+pub(crate) struct Vast {
     flags: Vec<String>,
     key: tempfile::TempDir,
 }
 
 impl Vast {
-    fn new(base: &str) -> Vast {
+    pub(crate) fn new(base: &str) -> Vast {
         let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let flags = ["--provider", "vastai", "--vastai-base-url", base, "--fleet-listen"];
         let mut flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
@@ -163,25 +163,25 @@ impl Vast {
         Vast { flags, key }
     }
 
-    fn flags(&self, more: &[&str]) -> Vec<String> {
+    pub(crate) fn flags(&self, more: &[&str]) -> Vec<String> {
         self.flags.iter().cloned().chain(more.iter().map(|f| f.to_string())).collect()
     }
 
     /// Gives the daemon the key (held in memory only, so once per run).
-    fn configure(&self, d: &Daemon) {
+    pub(crate) fn configure(&self, d: &Daemon) {
         let key = self.key.path().join("key");
         let key = key.to_str().unwrap();
         ok(d.hive(&["fleet", "configure", "vastai", "--api-key-file", key, "--image", "example/node:cuda"]));
     }
 }
 
-fn strs(flags: &[String]) -> Vec<&str> {
+pub(crate) fn strs(flags: &[String]) -> Vec<&str> {
     flags.iter().map(String::as_str).collect()
 }
 
 /// Waits until the daemon's log says recovery of the vastai provider finished `n` times
 /// (once per run, counted over every run of this state dir).
-async fn recovered(d: &Daemon, n: usize) {
+pub(crate) async fn recovered(d: &Daemon, n: usize) {
     eventually(&format!("recovery #{n}"), || async {
         let log = d.log();
         let done = log.lines().filter(|l| l.contains("fleet recovery done") && l.contains("vastai")).count();
@@ -191,10 +191,12 @@ async fn recovered(d: &Daemon, n: usize) {
 }
 
 /// Runs what a Vast.ai instance's on-start runs: `hive fleet-worker --supervise none`
-/// configured by the instance's environment, as the create request gave it.
-fn instance_worker(create: &Value) -> Child {
+/// configured by the instance's environment, as the create request gave it, with its
+/// agents' state in `state` (a rented machine's `/var/lib/hive-worker`).
+pub(crate) fn instance_worker(create: &Value, state: &std::path::Path) -> Child {
     let mut command = Command::new(hive_bin());
     command.args(["fleet-worker", "--supervise", "none"]).env("HIVE_FLEET_BIND", "127.0.0.1:0");
+    command.env("HIVE_WORKER_STATE_DIR", state);
     for (key, value) in create["env"].as_object().expect("the create's env") {
         command.env(key, value.as_str().unwrap());
     }
@@ -202,7 +204,7 @@ fn instance_worker(create: &Value) -> Child {
 }
 
 /// Kills a worker process when dropped.
-struct Reap(Child);
+pub(crate) struct Reap(pub(crate) Child);
 
 impl Drop for Reap {
     fn drop(&mut self) {
@@ -224,7 +226,8 @@ async fn a_stopped_node_whose_instance_runs_again_is_adopted_and_its_worker_acce
     })
     .await;
     let create = stand.lock().last_create.clone();
-    let first = Reap(instance_worker(&create));
+    let machine = tempfile::tempdir().unwrap();
+    let first = Reap(instance_worker(&create, machine.path()));
     eventually("node-1 Running", || async {
         (node(&api, "node-1").await["status"]["phase"] == "Running").then_some(())
     })
@@ -253,7 +256,7 @@ async fn a_stopped_node_whose_instance_runs_again_is_adopted_and_its_worker_acce
     assert!(n1["status"]["finishedAt"].is_null(), "{n1}");
 
     // Its on-start runs the worker again: accepted, and Running once telemetry flows.
-    let _second = Reap(instance_worker(&create));
+    let _second = Reap(instance_worker(&create, machine.path()));
     let n1 = eventually("node-1 Running again", || async {
         let n = node(&api, "node-1").await;
         (n["status"]["phase"] == "Running").then_some(n)

@@ -47,6 +47,7 @@ mod mcp;
 mod metrics;
 mod placement;
 mod placement_surfaces;
+mod placement_survival;
 mod power;
 mod pty;
 mod quotas;

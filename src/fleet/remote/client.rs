@@ -304,7 +304,7 @@ impl Inner {
 
 /// Follows the worker's agents until aborted: a list, then changes; redialled with
 /// backoff. A watch that had listed and ends is redialled at once; when that fails too,
-/// or the node is gone (its record says so), the node is lost: each agent it had gets a
+/// or the node is gone (its record says so, checked at every list), the node is lost: each agent it had gets a
 /// [`Change::NodeLost`], and a [`Change::NodeBack`] when a later watch lists them again.
 /// Until a first list in this daemon run, a worker not reached yet is waited for.
 async fn follow(inner: Arc<Inner>, backoff: Backoff) {
@@ -381,6 +381,14 @@ async fn follow_once(inner: &Inner, listed: &mut bool, lost: &mut bool) -> Unans
         };
         match reply {
             Reply::Agents { agents } => {
+                // The node's record is ground truth: a node killed or stopped by command
+                // is lost to the daemon even while its worker still answers.
+                if let Err(Unanswerable::Lost(why)) = (inner.locate)() {
+                    if let Some(conn) = inner.conn.lock().await.take() {
+                        conn.close(0u32.into(), b"the node's record says it is gone");
+                    }
+                    return Unanswerable::Lost(why);
+                }
                 let names: Vec<String> = agents.iter().map(|s| s.agent.clone()).collect();
                 {
                     let mut states = inner.states.lock().unwrap_or_else(PoisonError::into_inner);
