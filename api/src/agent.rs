@@ -60,7 +60,9 @@ pub struct AgentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
     /// Where the agent runs: absent, on the daemon's own host; with `node`, on that fleet
-    /// Node, whose worker serves the agent's runtime. Set when the agent is created.
+    /// Node, whose worker serves the agent's runtime. Changing it moves the agent: one
+    /// `Move` Job stops it where it was (when that host can be reached), builds it on the
+    /// new host, and starts it there if wanted Up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
 }
@@ -262,6 +264,11 @@ pub struct AgentStatus {
     /// The config revision (a commit) the agent currently runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_rev: Option<String>,
+    /// The fleet Node the agent's installation is on (absent: the daemon's host), as its
+    /// spawn or its last move left it. It differs from `spec.placement.node` while a move
+    /// is pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Name of the Job currently holding or waiting for this agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_job: Option<String>,
@@ -428,17 +435,10 @@ impl Resource for Agent {
         if let Some(job) = &self.status.active_job {
             validation::name(errors, "status.activeJob", job);
         }
-        validation::conditions(errors, "status.conditions", &self.status.conditions);
-    }
-
-    fn validate_update(&self, old: &Self, errors: &mut Errors) {
-        if self.spec.placement != old.spec.placement {
-            errors.push(
-                "spec.placement",
-                Reason::Forbidden,
-                "is immutable: moving an agent to another node is not supported yet; delete the agent and create it on the new node",
-            );
+        if let Some(node) = &self.status.node {
+            validation::name(errors, "status.node", node);
         }
+        validation::conditions(errors, "status.conditions", &self.status.conditions);
     }
 
     fn columns() -> Vec<Column> {

@@ -93,6 +93,9 @@ pub enum JobTemplate {
     BootSweep,
     /// A single ApprovalDeploy node applying an approved commit or config PR.
     ApprovalDeploy,
+    /// Vacate(the host it leaves) → Create → WriteDropin → Reconcile: moves an agent to
+    /// the host its `spec.placement` now names.
+    Move,
 }
 
 impl JobTemplate {
@@ -110,6 +113,7 @@ impl JobTemplate {
             JobTemplate::PermChange => "PermChange",
             JobTemplate::BootSweep => "BootSweep",
             JobTemplate::ApprovalDeploy => "ApprovalDeploy",
+            JobTemplate::Move => "Move",
         }
     }
 
@@ -126,6 +130,7 @@ impl JobTemplate {
                 | JobTemplate::Spawn
                 | JobTemplate::Reconcile
                 | JobTemplate::PermChange
+                | JobTemplate::Move
         )
     }
 }
@@ -186,14 +191,15 @@ pub struct JobNode {
     /// kind takes only its own (any other key, a wrong type or a missing required one is
     /// refused, naming `spec.nodes[i].params.<key>`): `SetWanted`: `wanted` (`Up` or
     /// `Offline`, required). `Reconcile`: `kill` (boolean, default false: stop an agent
-    /// wanted Offline gracefully). `Prebuild`: `relock` (boolean, default true: lock the
-    /// agent's wanted rev first; false builds what the meta lock pins). `MetaLock`:
+    /// wanted Offline gracefully). `Prebuild` and `Create`: `relock` (boolean, default
+    /// true: lock the agent's wanted rev first; false builds what the meta lock pins). `MetaLock`:
     /// `inputs` (the meta inputs to bump, `hive` or agents' names, required),
     /// `agents` (the agents to rebuild, in order; default every installed agent whose
     /// input changed), `nonFatal` (boolean, default false: a failed bump still fans out
     /// the rebuilds). `ApprovalDeploy`: `approval` (the Approval's name, required).
-    /// `StopForUpdate`, `Signal`, `Drain`, `WriteDropin`, `WritePermFile`, `Swap` and
-    /// `Create` take none.
+    /// `Vacate`: `from` (the fleet Node the agent leaves; absent: the daemon's host).
+    /// `StopForUpdate`, `Signal`, `Drain`, `WriteDropin`, `WritePermFile` and `Swap` take
+    /// none.
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     #[schema(value_type = Object)]
     pub params: serde_json::Map<String, Value>,
@@ -263,6 +269,9 @@ pub enum JobNodeKind {
     MetaLock,
     /// The two-phase apply-commit / merge-config-PR deploy of an approval.
     ApprovalDeploy,
+    /// Stops the agent on the host it moves off and removes its installation there;
+    /// a host that cannot be reached is left as it is.
+    Vacate,
 }
 
 impl JobNodeKind {
@@ -281,6 +290,7 @@ impl JobNodeKind {
             JobNodeKind::Create => "Create",
             JobNodeKind::MetaLock => "MetaLock",
             JobNodeKind::ApprovalDeploy => "ApprovalDeploy",
+            JobNodeKind::Vacate => "Vacate",
         }
     }
 

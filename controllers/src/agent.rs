@@ -46,6 +46,9 @@ pub struct Facts {
     /// so the controller must not start it again meanwhile (its `Crashed` condition may
     /// be written a moment after the Job's failure).
     pub start_failed: bool,
+    /// The agent's installation is on another host than `spec.placement` names now
+    /// (`status.node` differs, and it was built there): a move is due.
+    pub moved: bool,
     /// Why the newest finished build of the agent (a spawn's Create, a rebuild's
     /// Prebuild) failed, when it did: its Job and the node's error.
     pub build_failure: Option<String>,
@@ -62,6 +65,9 @@ pub enum Submit {
     Start,
     /// Wanted Offline but running: the `Stop` shape (graceful when it has a harness).
     Stop,
+    /// Placed elsewhere than it is installed: the `Move` shape (leave the old host,
+    /// create on the new one, converge power there).
+    Move,
 }
 
 impl Submit {
@@ -72,12 +78,20 @@ impl Submit {
             Submit::Rebuild => JobTemplate::Rebuild,
             Submit::Start => JobTemplate::Start,
             Submit::Stop => JobTemplate::Stop,
+            Submit::Move => JobTemplate::Move,
         }
     }
 
     /// Whether this converges power (rather than building).
     pub fn is_power(self) -> bool {
         matches!(self, Submit::Start | Submit::Stop)
+    }
+
+    /// Whether this builds the spec's config, so its fingerprint counts as submitted. A
+    /// move rebuilds what the meta lock pins on the new host: a config change made with
+    /// it is a rebuild of its own afterwards.
+    pub fn builds_config(self) -> bool {
+        matches!(self, Submit::Spawn | Submit::Rebuild)
     }
 }
 
@@ -112,6 +126,9 @@ pub fn decide(f: &Facts) -> Decision {
     }
     if f.in_flight {
         return Decision::Wait;
+    }
+    if f.moved {
+        return Decision::Submit(Submit::Move);
     }
     let built = f.submitted_fingerprint.as_deref() == Some(f.fingerprint.as_str());
     if !f.installed {
@@ -232,6 +249,11 @@ mod tests {
             ("a failed start, since restarted", Facts { start_failed: true, ..facts() }, Decision::Converged),
             ("a crashed agent wanted offline stops", Facts { crashed: true, wanted_up: false, ..facts() }, Decision::Submit(Submit::Stop)),
             ("created offline: spawned, not started", Facts { wanted_up: false, running: false, installed: false, submitted_fingerprint: None, ..facts() }, Decision::Submit(Submit::Spawn)),
+            ("a placement change moves it", Facts { moved: true, installed: false, running: false, ..facts() }, Decision::Submit(Submit::Move)),
+            ("a move with a config change moves first", Facts { moved: true, fingerprint: "f2".into(), ..facts() }, Decision::Submit(Submit::Move)),
+            ("a move waits for Jobs", Facts { moved: true, in_flight: true, ..facts() }, Decision::Wait),
+            ("a crash-looping agent moves", Facts { moved: true, crashed: true, ..facts() }, Decision::Submit(Submit::Move)),
+            ("a deleted agent is not moved", Facts { moved: true, deleting: true, ..facts() }, Decision::Destroy),
             ("delete waits for Jobs", Facts { deleting: true, in_flight: true, ..facts() }, Decision::Wait),
             ("delete destroys", Facts { deleting: true, ..facts() }, Decision::Destroy),
         ];

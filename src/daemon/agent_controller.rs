@@ -203,6 +203,14 @@ fn last_build_failure(jobs: &[impl Borrow<Job>], agent: &str) -> Option<String> 
     Some(format!("Job {} failed to build it: {error}", newest.metadata.name))
 }
 
+/// Whether `agent` is installed on another host than its placement names now: its
+/// `status.node` (where its spawn or last move put it) differs, and it was built there
+/// (an applied-rev marker; a spawn that never built anything moves nothing).
+fn moved(engine: &Engine, agent: &Agent) -> bool {
+    agent.status.node.as_deref() != agent.spec.node()
+        && engine.deploy.markers.read(&agent.metadata.name).is_some()
+}
+
 /// The condition saying whether a spawn or rebuild is under way.
 const CONDITION_BUILDING: &str = "Building";
 
@@ -228,7 +236,9 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
     let build_failure = last_build_failure(&stored_jobs, &name);
     let building = jobs
         .iter()
-        .find(|(_, template)| matches!(template, JobTemplate::Spawn | JobTemplate::Rebuild))
+        .find(|(_, template)| {
+            matches!(template, JobTemplate::Spawn | JobTemplate::Rebuild | JobTemplate::Move)
+        })
         .cloned();
     let facts = Facts {
         deleting: agent.metadata.deletion_timestamp.is_some(),
@@ -246,6 +256,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             .condition(hive_api::agent::CONDITION_CRASHED)
             .is_some_and(|c| c.status == ConditionStatus::True),
         start_failed,
+        moved: moved(engine, &agent),
         build_failure: build_failure.clone(),
     };
     let failure = build_failure.as_deref();
@@ -287,6 +298,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                 Submit::Rebuild => (op.template(), "its config, runtime settings or resources changed"),
                 Submit::Start => (op.template(), "wanted Up, but it is stopped"),
                 Submit::Stop => (op.template(), "wanted Offline, but it runs"),
+                Submit::Move => (op.template(), "its placement changed"),
             };
             let job = engine
                 .submit(template, vec![name.clone()], JobSource::Controller, Some(reason.into()))
@@ -302,7 +314,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             let message = format!("{reason}: Job {job_name}");
             agents
                 .patch_status(&name, |status| {
-                    if !op.is_power() {
+                    if op.builds_config() {
                         status.config_fingerprint = Some(print.clone());
                     }
                     status.active_job = Some(job_name.clone());
@@ -411,9 +423,27 @@ const PLACEMENT_RECHECK: Duration = Duration::from_secs(2);
 /// placed agent being deleted whose node cannot be reached loses its finalizer: there
 /// is nothing the daemon can clean up there.
 async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Option<Action>, Error> {
-    let Some(node) = agent.spec.node() else { return Ok(None) };
     let name = &agent.metadata.name;
     let now = Time(engine.store.now());
+    let lost_true = |a: &Agent| {
+        a.status.condition(CONDITION_NODE_LOST).is_some_and(|c| c.status == ConditionStatus::True)
+    };
+    let Some(node) = agent.spec.node() else {
+        // Lost on a node, and now placed on the daemon's host: the operator moved it.
+        if lost_true(agent) {
+            let message = "moved to the daemon's host";
+            let cleared =
+                condition(CONDITION_NODE_LOST, ConditionStatus::False, "Moved", message, generation);
+            engine
+                .agents()
+                .patch_status(name, |status| {
+                    set_condition(&mut status.conditions, cleared.clone(), now);
+                })
+                .await?;
+            record(engine, agent, EventType::Normal, "Moved", message).await;
+        }
+        return Ok(None);
+    };
     let answer = engine.runtime.answerable(agent);
     if answer.is_err() && agent.metadata.deletion_timestamp.is_some() {
         tracing::warn!(
@@ -428,8 +458,7 @@ async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Op
     let cond = |type_: &str, status: ConditionStatus, reason: &str, message: &str| {
         condition(type_, status, reason, message, generation)
     };
-    let was_lost =
-        agent.status.condition(CONDITION_NODE_LOST).is_some_and(|c| c.status == ConditionStatus::True);
+    let was_lost = lost_true(agent);
     match &answer {
         Ok(()) => {
             let placed =
@@ -440,28 +469,30 @@ async fn placement(engine: &Engine, agent: &Agent, generation: i64) -> Result<Op
                 return Ok(None);
             }
             let running = engine.runtime.running_now(name);
+            // Lost on another node, and now placed here: the operator moved it.
+            let moved = agent
+                .status
+                .condition(CONDITION_NODE_LOST)
+                .is_some_and(|c| !c.message.starts_with(&format!("node {node} ")));
+            let (reason, back) = if moved {
+                ("Moved", format!("moved to node {node}"))
+            } else {
+                ("NodeBack", format!("node {node} is reachable again"))
+            };
             engine
                 .agents()
                 .patch_status(name, |status| {
                     set_condition(&mut status.conditions, placed.clone(), now);
                     if was_lost {
-                        let back = cond(
-                            CONDITION_NODE_LOST,
-                            ConditionStatus::False,
-                            "NodeBack",
-                            &format!("node {node} is reachable again"),
-                        );
-                        set_condition(&mut status.conditions, back, now);
+                        let cleared = cond(CONDITION_NODE_LOST, ConditionStatus::False, reason, &back);
+                        set_condition(&mut status.conditions, cleared, now);
                         status.power = Some(if running { Power::Running } else { Power::Stopped });
                     }
                 })
                 .await?;
             if was_lost {
-                let message = format!(
-                    "node {node} is reachable again; the agent {}",
-                    if running { "runs" } else { "is stopped" }
-                );
-                record(engine, agent, EventType::Normal, "NodeBack", &message).await;
+                let message = format!("{back}; the agent {}", if running { "runs" } else { "is stopped" });
+                record(engine, agent, EventType::Normal, reason, &message).await;
             }
             Ok(None)
         }

@@ -1,8 +1,9 @@
 //! The build actions: Prebuild (lock, then build the new generation while the old one
 //! serves), Swap (to the generation this Job's Prebuild built), Create (first spawn,
-//! registered in the meta flake) and WriteDropin (limits).
+//! registered in the meta flake), Vacate (a move leaving its old host) and WriteDropin
+//! (limits).
 
-use super::{failed, NodeLines, RuntimeExecutor};
+use super::{failed, NodeLines, RuntimeExecutor, VACATE_WAIT};
 use crate::scheduler::{NodeContext, NodeError, NodeRun};
 
 impl RuntimeExecutor {
@@ -48,22 +49,75 @@ impl RuntimeExecutor {
         Ok(format!("now on generation {}", generation.id))
     }
 
-    /// Create: registers the agent in the meta flake, creates its first generation and
-    /// commits its permissions when it has any.
-    pub(super) async fn create(&self, ctx: &NodeContext, name: &str) -> Result<String, NodeError> {
+    /// Create: registers the agent in the meta flake (with `relock`, at its wanted rev;
+    /// else at what the lock pins), creates its first generation on the host its
+    /// placement names, records that host in `status.node`, and commits its permissions
+    /// when it has any.
+    pub(super) async fn create(
+        &self,
+        ctx: &NodeContext,
+        name: &str,
+        relock: bool,
+    ) -> Result<String, NodeError> {
         let log = NodeLines(ctx);
         let agent = self.agent(name)?;
         ctx.set_step("registering in the meta flake");
-        let sha = self.lock_for_build(&agent, true, &log).await?;
+        let sha = self.lock_for_build(&agent, relock, &log).await?;
         let mut pinned = agent.clone();
         pinned.spec.config.rev = Some(sha);
         ctx.set_step("creating");
         let generation = self.runtime.create(&pinned, &log).await.map_err(failed)?;
         self.mark_applied(name, &generation.rev).await;
+        self.record_host(name, agent.spec.node()).await?;
         if !agent.spec.permissions.tool_groups.is_empty() || !agent.spec.permissions.capabilities.is_empty() {
             self.write_perm_file(name).await?;
         }
-        Ok(format!("created generation {}", generation.id))
+        Ok(match agent.spec.node() {
+            Some(node) => format!("created generation {} on node {node}", generation.id),
+            None => format!("created generation {}", generation.id),
+        })
+    }
+
+    /// Vacate: the agent leaves `from` (a fleet Node; `None`: the daemon's host) for the
+    /// host its placement names now. Where `from` answers, the agent is stopped there
+    /// and its installation removed; a host that cannot be reached (a lost node) is left
+    /// as it is, and the step says so. Either way the agent counts as installed nowhere
+    /// until this Job's Create builds it on the new host (its applied-rev marker is
+    /// removed, `status.node` names the new host).
+    pub(super) async fn vacate(
+        &self,
+        ctx: &NodeContext,
+        name: &str,
+        from: Option<&str>,
+    ) -> Result<String, NodeError> {
+        let agent = self.agent(name)?;
+        let host = from.map_or_else(|| "the daemon's host".to_string(), |node| format!("node {node}"));
+        let mut there = agent.clone();
+        there.spec.placement = from.map(|node| hive_api::agent::Placement { node: node.to_string() });
+        let step = if there.spec.placement == agent.spec.placement {
+            format!("already on {host}")
+        } else {
+            ctx.set_step(format!("reaching {host}"));
+            match self.wait_answerable(ctx, &there, VACATE_WAIT).await {
+                Err(why) => format!("{host} cannot be reached ({why}): what runs there is left as it is"),
+                Ok(()) => {
+                    ctx.set_step(format!("stopping it on {host}"));
+                    self.runtime.stop(&there).await.map_err(failed)?;
+                    self.runtime.destroy(&there).await.map_err(failed)?;
+                    format!("stopped and removed on {host}")
+                }
+            }
+        };
+        self.deploy.markers.remove(name);
+        self.record_host(name, agent.spec.node()).await?;
+        Ok(step)
+    }
+
+    /// Writes `status.node`: the host the agent's installation is on (or goes to).
+    async fn record_host(&self, name: &str, node: Option<&str>) -> Result<(), NodeError> {
+        let node = node.map(str::to_string);
+        self.agents.patch_status(name, |status| status.node = node.clone()).await.map_err(failed)?;
+        Ok(())
     }
 
     /// WriteDropin: writes the agent's limits and reports whether the host enforces them.

@@ -15,11 +15,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::client::Api;
-use crate::runtime::{BuildLog, Generation, Limits, Runtime};
+use crate::runtime::{BuildLog, Generation, Limits, Runtime, Unanswerable};
 use crate::scheduler::{Executor, NodeContext, NodeError, NodeOutcome, NodeRun};
 use crate::store::Store;
 use hive_api::agent::Agent;
 use hive_api::job::{JobNodeKind, NodeAction};
+
+/// How long an action on a placed agent waits for its node's worker to answer (to join,
+/// or to rejoin after a daemon restart) before it fails: a boot sweep or a Reconcile
+/// submitted at boot waits out the workers' redial instead of failing at once.
+const NODE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a move waits for the node it leaves to answer before leaving it as it is.
+const VACATE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How often those waits ask again.
+const NODE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// What the executor deploys through: the meta repo, the rev resolver, the applied-rev
 /// markers, and the hive base rev this daemon locks.
@@ -101,6 +110,43 @@ impl RuntimeExecutor {
     fn agent(&self, name: &str) -> Result<Agent, NodeError> {
         self.agents.get_existing(name).map_err(failed)
     }
+
+    /// Waits while the runtime cannot answer for `name` yet (a placed agent whose node's
+    /// worker has not joined, or not rejoined since this daemon started), at most
+    /// [`NODE_WAIT`]; fails at once when its node is lost. An agent on this host, or one
+    /// that is gone (the action reports that), passes straight through.
+    async fn reachable(&self, ctx: &NodeContext, name: &str) -> Result<(), NodeError> {
+        let Ok(agent) = self.agent(name) else { return Ok(()) };
+        self.wait_answerable(ctx, &agent, NODE_WAIT).await.map_err(failed)
+    }
+
+    /// Waits while the runtime answers [`Unanswerable::Waiting`] for `agent`, at most
+    /// `bound`, saying so in the node's step; the reason when it is lost or the wait ran out.
+    async fn wait_answerable(
+        &self,
+        ctx: &NodeContext,
+        agent: &Agent,
+        bound: std::time::Duration,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut said = String::new();
+        loop {
+            match self.runtime.answerable(agent) {
+                Ok(()) => return Ok(()),
+                Err(Unanswerable::Lost(why)) => return Err(why),
+                Err(Unanswerable::Waiting(why)) if tokio::time::Instant::now() >= deadline => {
+                    return Err(format!("{why} (waited {}s)", bound.as_secs()))
+                }
+                Err(Unanswerable::Waiting(why)) => {
+                    if why != said {
+                        ctx.set_step(format!("waiting for the node: {why}"));
+                        said = why;
+                    }
+                    tokio::time::sleep(NODE_POLL).await;
+                }
+            }
+        }
+    }
 }
 
 /// Streams build output into the node's log, a line at a time.
@@ -127,8 +173,13 @@ impl Executor for RuntimeExecutor {
         if let Some(stored) = agent.as_deref().and_then(|a| self.agents.get(a).ok().flatten()) {
             use crate::client::events::EventType::{Normal, Warning};
             let outcome = match (&result, kind) {
-                (Ok(_), JobNodeKind::Create) => {
-                    Some((Normal, "Spawned", format!("first generation created by Job {job}")))
+                (Ok(o), JobNodeKind::Create) => Some((
+                    Normal,
+                    "Spawned",
+                    format!("{} by Job {job}", o.step.as_deref().unwrap_or("first generation created")),
+                )),
+                (Ok(o), JobNodeKind::Vacate) => {
+                    Some((Normal, "Moving", format!("{} (Job {job})", o.step.as_deref().unwrap_or_default())))
                 }
                 (Ok(o), JobNodeKind::Prebuild) => Some((Normal, "Built", o.step.clone().unwrap_or_default())),
                 (Err(e), _) => Some((Warning, "Failed", format!("{kind:?} in Job {job} failed: {e}"))),
@@ -154,7 +205,14 @@ impl RuntimeExecutor {
             node.agent()
                 .ok_or_else(|| failed(format!("{} node {} names no agent", node.kind().as_str(), node.id())))
         };
-        let step = match node.action()? {
+        let action = node.action()?;
+        if !matches!(
+            action,
+            NodeAction::SetWanted { .. } | NodeAction::MetaLock { .. } | NodeAction::Vacate { .. }
+        ) {
+            self.reachable(ctx, agent()?).await?;
+        }
+        let step = match action {
             NodeAction::SetWanted { wanted } => self.set_wanted(agent()?, *wanted)?,
             NodeAction::Reconcile { kill } => self.reconcile(ctx, agent()?, *kill).await?,
             NodeAction::StopForUpdate => self.stop_for_update(ctx, agent()?).await?,
@@ -167,7 +225,8 @@ impl RuntimeExecutor {
             }
             NodeAction::Prebuild { relock } => self.prebuild(&node, agent()?, *relock).await?,
             NodeAction::Swap => self.swap(&node, agent()?).await?,
-            NodeAction::Create => self.create(ctx, agent()?).await?,
+            NodeAction::Create { relock } => self.create(ctx, agent()?, *relock).await?,
+            NodeAction::Vacate { from } => self.vacate(ctx, agent()?, from.as_deref()).await?,
             NodeAction::MetaLock { inputs, agents, non_fatal } => {
                 self.meta_lock(ctx, inputs, agents.as_deref(), *non_fatal).await?
             }

@@ -125,6 +125,7 @@ async fn agent_state(agent: &Agent, live: &dyn LiveState) -> AgentState {
         running: live.is_running(name),
         stale: live.is_stale(name).await,
         graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+        on: agent.status.node.clone(),
     }
 }
 
@@ -267,6 +268,7 @@ pub async fn spawn_new(store: &Store, agent: &Agent, request: &Request) -> Resul
         running: false,
         stale: false,
         graceful: agent.spec.runtime.graceful_stop_seconds.is_some_and(|s| s > 0),
+        on: None,
     };
     let request = Request { template: JobTemplate::Spawn, agents: vec![name], ..request.clone() };
     let job = job_object(&request, std::slice::from_ref(&state));

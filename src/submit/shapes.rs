@@ -21,6 +21,9 @@ pub struct AgentState {
     pub stale: bool,
     /// Whether it has a harness that honours the graceful-stop fence.
     pub graceful: bool,
+    /// The fleet Node its installation is on (`status.node`; `None`: the daemon's host):
+    /// what a move leaves.
+    pub on: Option<String>,
 }
 
 /// The intent an operation writes, if any. A spawn writes none: it builds the agent
@@ -165,7 +168,13 @@ fn subgraph(template: JobTemplate, agent: &AgentState) -> Vec<JobNode> {
             chain.rebuild(true);
         }
         JobTemplate::Spawn => {
-            chain.then("create", NodeAction::Create);
+            chain.then("create", NodeAction::Create { relock: true });
+            chain.then("write-dropin", NodeAction::WriteDropin);
+            chain.reconcile();
+        }
+        JobTemplate::Move => {
+            chain.then("vacate", NodeAction::Vacate { from: agent.on.clone() });
+            chain.then("create", NodeAction::Create { relock: false });
             chain.then("write-dropin", NodeAction::WriteDropin);
             chain.reconcile();
         }
@@ -179,7 +188,7 @@ mod tests {
     use super::*;
 
     fn agent(name: &str, running: bool, stale: bool, graceful: bool) -> AgentState {
-        AgentState { name: name.into(), running, stale, graceful }
+        AgentState { name: name.into(), running, stale, graceful, on: None }
     }
 
     /// `kind(dep, dep~)` per node, `~` marking an AfterAny edge.
@@ -227,6 +236,7 @@ mod tests {
             (Start, agent("a", true, true, true), "set-wanted reconcile(set-wanted)"),
             (Kill, agent("a", true, false, true), "set-wanted reconcile(set-wanted)"),
             (Spawn, agent("a", false, false, true), "create write-dropin(create) reconcile(write-dropin)"),
+            (Move, agent("a", true, false, true), "vacate create(vacate) write-dropin(create) reconcile(write-dropin)"),
             (Reconcile, agent("a", true, false, true), "reconcile"),
             (PermChange, agent("a", true, false, true), "write-perm-file prebuild(write-perm-file) stop-for-update(prebuild) swap(stop-for-update) reconcile(swap~)"),
         ];

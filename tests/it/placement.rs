@@ -14,7 +14,7 @@ const AGENTS: &str = "/apis/hive.dev/v1/agents";
 const COMMANDS: &str = "/apis/hive.dev/v1/fleetcommands";
 const NODES: &str = "/apis/hive.dev/v1/nodes";
 
-fn placed(name: &str, repo: &Path, node: &str) -> Value {
+pub(crate) fn placed(name: &str, repo: &Path, node: &str) -> Value {
     json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
            "spec": {"wanted": "Up", "config": {"repo": repo.display().to_string(), "rev": "v1"},
                     "placement": {"node": node},
@@ -26,7 +26,7 @@ fn provision(id: &str) -> Value {
            "spec": {"provision": {"provider": "process", "count": 1}}})
 }
 
-fn condition<'a>(agent: &'a Value, type_: &str) -> Option<&'a Value> {
+pub(crate) fn condition<'a>(agent: &'a Value, type_: &str) -> Option<&'a Value> {
     agent["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
 }
 
@@ -44,7 +44,7 @@ fn cmdline(pid: u32) -> String {
 }
 
 /// Live processes running the agent's `run.sh` whose parent is `parent`.
-fn agents_under(parent: u32) -> Vec<u32> {
+pub(crate) fn agents_under(parent: u32) -> Vec<u32> {
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
@@ -57,7 +57,7 @@ fn agents_under(parent: u32) -> Vec<u32> {
 }
 
 /// Waits until agent `name` is Ready.
-async fn ready(api: &Api, name: &str) {
+pub(crate) async fn ready(api: &Api, name: &str) {
     eventually(&format!("{name} to be Ready"), || async {
         let agent = api.get(&format!("{AGENTS}/{name}")).await.body;
         (condition(&agent, "Ready")?["status"] == "True").then_some(())
@@ -65,7 +65,7 @@ async fn ready(api: &Api, name: &str) {
     .await;
 }
 
-async fn running_node(api: &Api, name: &str) -> Value {
+pub(crate) async fn running_node(api: &Api, name: &str) -> Value {
     eventually(&format!("node {name} to run"), || async {
         let node = api.get(&format!("{NODES}/{name}")).await.body;
         (node["status"]["phase"] == "Running").then_some(node)
@@ -160,12 +160,6 @@ async fn an_agent_placed_on_a_process_node_runs_under_its_worker() {
     .await;
     let after = agents_under(worker);
     assert_eq!(after.len(), 1, "one process of the agent after the swap");
-
-    // The placement is fixed once the agent exists.
-    let moved = json!({"spec": {"placement": {"node": "node-2"}}});
-    let reply = api.patch(&format!("{AGENTS}/alpha"), "application/merge-patch+json", &moved).await;
-    assert_eq!(reply.code, 422, "{:?}", reply.body);
-    assert!(reply.body["message"].as_str().unwrap().contains("spec.placement"), "{:?}", reply.body);
 
     // `hive stop` stops it on the node.
     ok(d.hive(&["stop", "alpha"]));
@@ -262,6 +256,166 @@ async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
     let again = api.get(&format!("{AGENTS}/alpha")).await.body;
     assert_eq!(again["status"]["power"], "Lost", "{again}");
     assert!(again["status"]["activeJob"].is_null(), "{again}");
+
+    // The operator's answer: a new placement. The move leaves the lost node as it is
+    // and runs the agent on the new one.
+    assert_eq!(api.post(COMMANDS, &provision("p2")).await.code, 201);
+    let node2 = running_node(&api, "node-2").await;
+    let worker2 = node2["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    place(&api, "alpha", json!({"node": "node-2"})).await;
+    let job = moved_by_one_job(&api, "alpha", 1).await;
+    let vacate = step(&job, "alpha/vacate");
+    assert!(vacate.contains("node node-1 cannot be reached"), "{vacate}");
+    ready(&api, "alpha").await;
+    eventually("the agent under node-2's worker", || async {
+        (agents_under(worker2).len() == 1).then_some(())
+    })
+    .await;
+    let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+    assert_eq!(agent["status"]["power"], "Running", "{agent}");
+    assert_eq!(agent["status"]["node"], "node-2", "{agent}");
+    let node_lost = condition(&agent, "NodeLost").expect("the NodeLost condition");
+    assert_eq!(
+        (node_lost["status"].as_str(), node_lost["reason"].as_str()),
+        (Some("False"), Some("Moved")),
+        "{agent}"
+    );
+    assert!(agents_under(d.pid()).is_empty());
+}
+
+/// Merge-patches `spec.placement` of `agent` (`null`: the daemon's host).
+async fn place(api: &Api, agent: &str, placement: Value) {
+    let patch = json!({"spec": {"placement": placement}});
+    let reply = api.patch(&format!("{AGENTS}/{agent}"), "application/merge-patch+json", &patch).await;
+    assert_eq!(reply.code, 200, "{:?}", reply.body);
+}
+
+/// The `nth` Move Job of `agent` (counting from 1), once it finished: Done, with the
+/// move's four nodes.
+async fn moved_by_one_job(api: &Api, agent: &str, nth: usize) -> Value {
+    let job = eventually(&format!("{agent}'s Move Job to finish"), || async {
+        let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+        let mut moves: Vec<Value> = jobs["items"]
+            .as_array()?
+            .iter()
+            .filter(|j| j["spec"]["template"] == "Move" && j["spec"]["agents"] == json!([agent]))
+            .cloned()
+            .collect();
+        moves.sort_by_key(|j| {
+            j["metadata"]["resourceVersion"].as_str().unwrap_or("").parse::<u64>().unwrap_or(0)
+        });
+        if moves.len() < nth {
+            return None;
+        }
+        let job = moves.swap_remove(nth - 1);
+        matches!(job["status"]["phase"].as_str(), Some("Done" | "Failed")).then_some(job)
+    })
+    .await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let kinds: Vec<&str> =
+        job["spec"]["nodes"].as_array().unwrap().iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Vacate", "Create", "WriteDropin", "Reconcile"], "{job}");
+    assert_eq!(job["spec"]["nodes"][1]["params"]["relock"], false, "a move builds the locked commit: {job}");
+    job
+}
+
+/// The step a node of `job` ended with.
+fn step(job: &Value, node: &str) -> String {
+    let nodes = job["status"]["nodes"].as_array().expect("node statuses");
+    let found = nodes.iter().find(|n| n["id"] == node).unwrap_or_else(|| panic!("no node {node}: {job}"));
+    found["step"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_placement_change_moves_the_agent_as_one_job_and_meta_updates_reach_it_there() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+    let head = || {
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let mut provision2 = provision("p");
+    provision2["spec"]["provision"]["count"] = json!(2);
+    assert_eq!(api.post(COMMANDS, &provision2).await.code, 201);
+    let pid_of =
+        |node: &Value| node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    let worker1 = pid_of(&running_node(&api, "node-1").await);
+    let worker2 = pid_of(&running_node(&api, "node-2").await);
+
+    // On node-1, following the branch `main` (at v2).
+    let mut alpha = placed("alpha", &repo, "node-1");
+    alpha["spec"]["config"]["rev"] = json!("main");
+    assert_eq!(api.post(AGENTS, &alpha).await.code, 201);
+    ready(&api, "alpha").await;
+    let v2 = head();
+    assert_eq!(agents_under(worker1).len(), 1);
+    // main moves on to v3, unreviewed: a move must not take it.
+    std::fs::write(repo.join("run.sh"), crate::agents::RUN_SH.replace("VERSION", "v3")).unwrap();
+    crate::agents::git(&repo, &["commit", "--quiet", "-am", "v3"]);
+    let v3 = head();
+
+    // To node-2: one Move Job; it stops there and runs here, on the commit it ran.
+    place(&api, "alpha", json!({"node": "node-2"})).await;
+    let job = moved_by_one_job(&api, "alpha", 1).await;
+    assert_eq!(step(&job, "alpha/vacate"), "stopped and removed on node node-1", "{job}");
+    ready(&api, "alpha").await;
+    eventually("the agent under node-2's worker only", || async {
+        (agents_under(worker2).len() == 1 && agents_under(worker1).is_empty()).then_some(())
+    })
+    .await;
+    let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+    assert_eq!(agent["status"]["node"], "node-2", "{agent}");
+    assert_eq!(agent["status"]["appliedRev"], v2.as_str(), "the move rebuilt the commit it ran: {agent}");
+    assert!(!d.dir.join("fleet/workers/node-1/agents/alpha").exists(), "node-1 keeps nothing of it");
+    let logs = ok(d.hive(&["logs", "agent/alpha"]));
+    assert!(logs.contains("hello from v2") && !logs.contains("hello from v3"), "{logs}");
+
+    // A meta-update of its input fans out to it on node-2: the build runs there.
+    let update = json!({"apiVersion": "hive.dev/v1", "kind": "Approval", "metadata": {"name": "bump-alpha"},
+                        "spec": {"kind": "UpdateMetaInputs", "payload": {"inputs": ["alpha"]}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/approvals", &update).await.code, 201);
+    ok(d.hive(&["approve", "bump-alpha"]));
+    let done = eventually("the meta-update to be Deployed", || async {
+        let a = api.get("/apis/hive.dev/v1/approvals/bump-alpha").await.body;
+        matches!(a["status"]["phase"].as_str(), Some("Deployed" | "Failed")).then_some(a)
+    })
+    .await;
+    assert_eq!(done["status"]["phase"], "Deployed", "{done}");
+    let agent = eventually("v3 to run on node-2", || async {
+        let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+        (agent["status"]["appliedRev"] == v3.as_str() && agent["status"]["power"] == "Running")
+            .then_some(agent)
+    })
+    .await;
+    assert_eq!(agent["status"]["node"], "node-2", "{agent}");
+    eventually("v3's output from node-2", || async {
+        let out = d.hive(&["logs", "agent/alpha", "--tail", "1"]);
+        (String::from_utf8_lossy(&out.stdout).contains("hello from v3") && agents_under(worker2).len() == 1)
+            .then_some(())
+    })
+    .await;
+
+    // Back to the daemon's own host.
+    place(&api, "alpha", Value::Null).await;
+    let job = moved_by_one_job(&api, "alpha", 2).await;
+    assert_eq!(step(&job, "alpha/vacate"), "stopped and removed on node node-2", "{job}");
+    ready(&api, "alpha").await;
+    eventually("the agent under the daemon only", || async {
+        (agents_under(d.pid()).len() == 1 && agents_under(worker2).is_empty()).then_some(())
+    })
+    .await;
+    let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
+    assert!(agent["status"]["node"].is_null(), "{agent}");
+    assert_eq!(agent["status"]["appliedRev"], v3.as_str(), "{agent}");
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let moves = jobs["items"].as_array().unwrap().iter().filter(|j| j["spec"]["template"] == "Move").count();
+    assert_eq!(moves, 2, "one Job per move");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

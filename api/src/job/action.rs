@@ -61,8 +61,20 @@ pub enum NodeAction {
     },
     /// Flips the agent to the generation its Job's Prebuild built.
     Swap,
-    /// First-spawn provisioning.
-    Create,
+    /// First-spawn provisioning: the first generation on the agent's host. Param
+    /// `relock` (default true).
+    Create {
+        /// Resolve and lock the agent's wanted rev first; false builds what the meta
+        /// lock pins (a move rebuilds the reviewed commit on the new host, never a newer
+        /// one of its branch).
+        relock: bool,
+    },
+    /// Leaves the host an agent moves off: stops it there and removes its installation.
+    /// Param `from` (the fleet Node it leaves; absent: the daemon's own host).
+    Vacate {
+        /// The Node the agent leaves; `None`: the daemon's host.
+        from: Option<String>,
+    },
     /// Bumps meta flake inputs, then fans out rebuilds. Params `inputs` (required, at
     /// least one), `agents` (optional), `nonFatal` (default false).
     MetaLock {
@@ -87,16 +99,16 @@ impl JobNodeKind {
         match self {
             JobNodeKind::SetWanted => &["wanted"],
             JobNodeKind::Reconcile => &["kill"],
-            JobNodeKind::Prebuild => &["relock"],
+            JobNodeKind::Prebuild | JobNodeKind::Create => &["relock"],
             JobNodeKind::MetaLock => &["inputs", "agents", "nonFatal"],
             JobNodeKind::ApprovalDeploy => &["approval"],
+            JobNodeKind::Vacate => &["from"],
             JobNodeKind::StopForUpdate
             | JobNodeKind::Signal
             | JobNodeKind::Drain
             | JobNodeKind::WriteDropin
             | JobNodeKind::WritePermFile
-            | JobNodeKind::Swap
-            | JobNodeKind::Create => &[],
+            | JobNodeKind::Swap => &[],
         }
     }
 }
@@ -144,7 +156,8 @@ impl NodeAction {
             JobNodeKind::WritePermFile => Some(NodeAction::WritePermFile),
             JobNodeKind::Prebuild => Some(NodeAction::Prebuild { relock: p.bool("relock", DEFAULT_RELOCK) }),
             JobNodeKind::Swap => Some(NodeAction::Swap),
-            JobNodeKind::Create => Some(NodeAction::Create),
+            JobNodeKind::Create => Some(NodeAction::Create { relock: p.bool("relock", DEFAULT_RELOCK) }),
+            JobNodeKind::Vacate => p.from().map(|from| NodeAction::Vacate { from }),
             JobNodeKind::MetaLock => {
                 let inputs = p.inputs();
                 let agents = p.agents();
@@ -173,7 +186,8 @@ impl NodeAction {
             NodeAction::WritePermFile => JobNodeKind::WritePermFile,
             NodeAction::Prebuild { .. } => JobNodeKind::Prebuild,
             NodeAction::Swap => JobNodeKind::Swap,
-            NodeAction::Create => JobNodeKind::Create,
+            NodeAction::Create { .. } => JobNodeKind::Create,
+            NodeAction::Vacate { .. } => JobNodeKind::Vacate,
             NodeAction::MetaLock { .. } => JobNodeKind::MetaLock,
             NodeAction::ApprovalDeploy { .. } => JobNodeKind::ApprovalDeploy,
         }
@@ -194,7 +208,7 @@ impl NodeAction {
                     put("kill", (*kill).into());
                 }
             }
-            NodeAction::Prebuild { relock } => {
+            NodeAction::Prebuild { relock } | NodeAction::Create { relock } => {
                 if *relock != DEFAULT_RELOCK {
                     put("relock", (*relock).into());
                 }
@@ -209,13 +223,17 @@ impl NodeAction {
                 }
             }
             NodeAction::ApprovalDeploy { approval } => put("approval", approval.clone().into()),
+            NodeAction::Vacate { from } => {
+                if let Some(from) = from {
+                    put("from", from.clone().into());
+                }
+            }
             NodeAction::StopForUpdate
             | NodeAction::Signal
             | NodeAction::Drain
             | NodeAction::WriteDropin
             | NodeAction::WritePermFile
-            | NodeAction::Swap
-            | NodeAction::Create => {}
+            | NodeAction::Swap => {}
         }
         params
     }
@@ -313,6 +331,18 @@ impl<'a> Params<'a> {
         let before = self.errors.0.len();
         validation::name(&mut self.errors, &field("approval"), approval);
         (self.errors.0.len() == before).then(|| approval.to_string())
+    }
+
+    /// Vacate's `from`: `Some(None)` when absent (the daemon's host), `Some(node)` for a
+    /// valid Node name, `None` with the problem recorded.
+    fn from(&mut self) -> Option<Option<String>> {
+        if !self.map.contains_key("from") {
+            return Some(None);
+        }
+        let node = self.string("from", "")?;
+        let before = self.errors.0.len();
+        validation::name(&mut self.errors, &field("from"), node);
+        (self.errors.0.len() == before).then(|| Some(node.to_string()))
     }
 
     /// A list of strings, or `None` (absent, or wrong, with the problem recorded).

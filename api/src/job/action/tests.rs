@@ -39,7 +39,10 @@ fn every_kind_parses_its_params_and_defaults() {
         (Prebuild, json!({}), NodeAction::Prebuild { relock: true }),
         (Prebuild, json!({"relock": false}), NodeAction::Prebuild { relock: false }),
         (Swap, json!({}), NodeAction::Swap),
-        (Create, json!({}), NodeAction::Create),
+        (Create, json!({}), NodeAction::Create { relock: true }),
+        (Create, json!({"relock": false}), NodeAction::Create { relock: false }),
+        (Vacate, json!({}), NodeAction::Vacate { from: None }),
+        (Vacate, json!({"from": "node-1"}), NodeAction::Vacate { from: Some("node-1".into()) }),
         (MetaLock, json!({"inputs": ["hive"]}), meta_lock(&["hive"], None, false)),
         (
             MetaLock,
@@ -124,6 +127,13 @@ fn bad_params_are_refused_naming_the_field() {
         ),
         (ApprovalDeploy, json!({"approval": ["a"]}), &["params.approval: Invalid value: [\"a\"]: must be a string"]),
         (ApprovalDeploy, json!({"approval": ""}), &["params.approval: Required value: name is required"]),
+        (Vacate, json!({"from": 3}), &["params.from: Invalid value: 3: must be a string"]),
+        (
+            Vacate,
+            json!({"from": "Node_1"}),
+            &["params.from: Invalid value: \"Node_1\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name', or '123-abc')"],
+        ),
+        (Create, json!({"relock": "no"}), &["params.relock: Invalid value: \"no\": must be true or false"]),
     ];
     for (kind, params, want) in cases {
         assert_eq!(parse(kind, params.clone()), Err(strings(want)), "{kind:?} {params}");
@@ -156,7 +166,10 @@ fn params_write_back_what_parse_reads() {
         NodeAction::Prebuild { relock: true },
         NodeAction::Prebuild { relock: false },
         NodeAction::Swap,
-        NodeAction::Create,
+        NodeAction::Create { relock: true },
+        NodeAction::Create { relock: false },
+        NodeAction::Vacate { from: None },
+        NodeAction::Vacate { from: Some("node-2".into()) },
         NodeAction::MetaLock { inputs: strings(&["hive"]), agents: None, non_fatal: false },
         NodeAction::MetaLock { inputs: strings(&["a"]), agents: Some(strings(&["a"])), non_fatal: true },
         NodeAction::ApprovalDeploy { approval: "apr-1".into() },
