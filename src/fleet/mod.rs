@@ -186,7 +186,7 @@ type KillTurn = Arc<tokio::sync::Mutex<Option<Option<hive_api::node::ProviderRef
 
 impl Fleet {
     /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
-    /// execution of newly recorded commands.
+    /// FleetCommand intake (`intake.rs`: record, claim, execute).
     /// Local workers keep their agents in `<state_dir>/fleet/workers/<node>`.
     pub async fn start(
         store: Store,
