@@ -121,6 +121,21 @@ pub struct FleetCommandStatus {
     /// When the command became terminal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<Time>,
+    /// Which daemon run took the command for execution: written with `phase: Running` by
+    /// a compare-and-swap on the command's `resourceVersion`, so of any number of daemons
+    /// or intakes that see it Pending exactly one runs it. Absent until then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<FleetCommandClaim>,
+}
+
+/// The claim of a command for execution by one daemon run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetCommandClaim {
+    /// The claiming daemon run, unique per start of a daemon.
+    pub run: String,
+    /// When it claimed the command.
+    pub at: Time,
 }
 
 /// Where a command is in its life.

@@ -7,7 +7,11 @@
 //!   `server/fleet.rs`): a new id is recorded and created together (201).
 //! - [`intake`] takes a command some other path stored unrecorded (`hive apply`,
 //!   `kubectl apply`, server-side apply: `status` empty) and records it, claimed by a
-//!   compare-and-swap on its resourceVersion; the fleet runs what either recorded.
+//!   compare-and-swap on its resourceVersion; the fleet's intake controller
+//!   (`super::intake`) calls it, then claims and runs what either recorded.
+//!
+//! Recording takes no lock: every transaction is conditional (see [`RETRIES`]), so two
+//! recordings in one daemon race exactly as two daemons sharing a store do.
 //!
 //! A used id is never run again. A create of an id that exists answers the stored record
 //! (200), with a warning when the body differs; a create of an id whose command was
@@ -41,11 +45,16 @@ pub use hive_api::names::KILLED_BY;
 /// The provider name that needs no Provider object: local worker processes.
 pub const DEFAULT_PROVIDER: &str = "process";
 
-/// Serializes command recording in this daemon: the replay check, the id allocation and
-/// the commit happen as one step, so concurrent identical creates record one command.
-/// (Across daemons, the retained record's create and the intake's compare-and-swap are
-/// what make a second recording fail.)
-static CREATE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// How many times one recording is planned again after losing a race to another.
+///
+/// No lock serializes recordings: each one's transaction is its own compare-and-swap.
+/// The command's create fails when its id was recorded meanwhile (the next round answers
+/// that record), the logical-id counter's update is conditional on the revision it was
+/// read at (a concurrent Provision moved it: the next round plans above its nodes), and
+/// the intake's status write on the command's. So concurrent identical creates record
+/// one command here as across daemons sharing a store, and of N concurrent recordings
+/// each loses at most N - 1 rounds (every lost round is another one's win).
+const RETRIES: usize = 32;
 
 /// One of the fleet's counters, an object of [`COUNTER_KIND`]: the logical-id high-water
 /// mark (`highWater`) or the control generation (`generation`).
@@ -118,7 +127,8 @@ pub enum RecordError {
         /// Every problem, each naming its field.
         errors: Vec<ValidationError>,
     },
-    /// The id is being created concurrently by another writer.
+    /// Every attempt lost a race with a concurrent recording (see [`RETRIES`]); the
+    /// caller may retry.
     #[error("{message}")]
     Conflict {
         /// The command id.
@@ -182,41 +192,44 @@ pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Resu
     if id.is_empty() {
         return Err(invalid("", "metadata.name", Reason::Required, "the command id is required"));
     }
-    let _serial = CREATE.lock().await;
-    if let Some(stored) = commands.get(&id)? {
-        return Ok(replay(stored, &command, false));
-    }
-    if let Some(original) = retained::get(store, &id) {
-        return restore(store, original, &command, dry_run).await;
-    }
-    let (recorded, intents) = plan(store, command.clone())?;
-    let mut mutations = vec![commands.create_mutation(&recorded)?, retained::claim(&recorded)];
-    mutations.extend(intents);
-    match store.commit_all(mutations, dry_run).await {
-        // The command is the first of the writes.
-        Ok(outcomes) => {
-            let created = outcomes.into_iter().next().expect("the command is one of the writes");
-            let created: FleetCommand = client::decode(&created.into_object())?;
-            if !dry_run {
-                // The retained copy gains what the store stamped (uid, creation time).
-                retained::keep(store, &created).await;
-            }
-            Ok(Recorded::Created(created))
+    for _ in 0..RETRIES {
+        if let Some(stored) = commands.get(&id)? {
+            return Ok(replay(stored, &command, false));
         }
-        // Created meanwhile by another path (another daemon, or a store-level writer).
-        Err(store::Error::AlreadyExists { .. }) => {
-            if let Some(stored) = commands.get(&id)? {
-                return Ok(replay(stored, &command, false));
-            }
-            match retained::get(store, &id) {
-                Some(original) => restore(store, original, &command, dry_run).await,
-                None => Err(RecordError::Conflict {
-                    name: id.clone(),
-                    message: format!("fleet command {id:?} is being created concurrently; retry"),
-                }),
-            }
+        if let Some(original) = retained::get(store, &id) {
+            return restore(store, original, &command, dry_run).await;
         }
-        Err(err) => Err(err.into()),
+        let (recorded, intents) = plan(store, command.clone())?;
+        let mut mutations = vec![commands.create_mutation(&recorded)?, retained::claim(&recorded)];
+        mutations.extend(intents);
+        match store.commit_all(mutations, dry_run).await {
+            // The command is the first of the writes.
+            Ok(outcomes) => {
+                let created = outcomes.into_iter().next().expect("the command is one of the writes");
+                let created: FleetCommand = client::decode(&created.into_object())?;
+                if !dry_run {
+                    // The retained copy gains what the store stamped (uid, creation time).
+                    retained::keep(store, &created).await;
+                }
+                return Ok(Recorded::Created(created));
+            }
+            // Another recording landed since the reads above: this id's (the next round
+            // answers it), or another command's that took the counter or the node names
+            // (the next round plans above them).
+            Err(store::Error::AlreadyExists { .. } | store::Error::Conflict { .. }) => continue,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(contended(&id))
+}
+
+/// The answer after [`RETRIES`] lost races in a row.
+fn contended(id: &str) -> RecordError {
+    RecordError::Conflict {
+        name: id.to_string(),
+        message: format!(
+            "fleet command {id:?}: {RETRIES} recordings in a row lost a race with others; retry"
+        ),
     }
 }
 
@@ -277,18 +290,30 @@ pub enum Intake {
 /// empty), so that it runs as if POSTed: the default provider is filled in, and the
 /// command's status, node intents, counter and retained record are written in one
 /// transaction, conditional on the command's resourceVersion as read here (the claim:
-/// a second intake, here or in another daemon, finds it changed and skips it).
+/// a second intake, here or in another daemon, finds it changed and skips it). A round
+/// lost to another command's recording (the counter moved) is read and planned again.
 pub async fn intake(
     store: &Store,
     seen: &FleetCommand,
     default_provider: &str,
 ) -> Result<Intake, RecordError> {
-    let commands = Api::<FleetCommand>::new(store);
     let id = seen.metadata.name.clone();
-    let _serial = CREATE.lock().await;
-    let Some(current) = commands.get(&id)? else { return Ok(Intake::Skipped) };
+    for _ in 0..RETRIES {
+        if let Some(done) = intake_once(store, &id, default_provider).await? {
+            return Ok(done);
+        }
+    }
+    Err(contended(&id))
+}
+
+/// One round of [`intake`]: `None` when its transaction lost a race (the command, the
+/// counter or a node changed since the read), to be read and planned again.
+async fn intake_once(store: &Store, id: &str, default_provider: &str) -> Result<Option<Intake>, RecordError> {
+    let commands = Api::<FleetCommand>::new(store);
+    let id = id.to_string();
+    let Some(current) = commands.get(&id)? else { return Ok(Some(Intake::Skipped)) };
     if current.status.phase.is_some() || current.metadata.deletion_timestamp.is_some() {
-        return Ok(Intake::Skipped);
+        return Ok(Some(Intake::Skipped));
     }
     if let Some(original) = retained::get(store, &id) {
         // This exact version goes, the original comes back: one transaction.
@@ -306,9 +331,9 @@ pub async fn intake(
         return match store.commit_all(mutations, false).await {
             Ok(outcomes) => {
                 let back = outcomes.into_iter().nth(1).expect("the restore is one of the writes");
-                Ok(Intake::Restored(client::decode(&back.into_object())?))
+                Ok(Some(Intake::Restored(client::decode(&back.into_object())?)))
             }
-            Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => Ok(Intake::Skipped),
+            Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => Ok(None),
             Err(err) => Err(err.into()),
         };
     }
@@ -331,7 +356,7 @@ pub async fn intake(
                     }
                 })
                 .await?;
-            return Ok(Intake::Refused(written.into_inner()));
+            return Ok(Some(Intake::Refused(written.into_inner())));
         }
         Err(err) => return Err(err),
     };
@@ -369,13 +394,14 @@ pub async fn intake(
             let stored = commands.get_existing(&id)?;
             retained::keep(store, &stored).await;
             tracing::info!(command = id, action = stored.action(), "fleet command recorded at intake");
-            Ok(Intake::Recorded(stored))
+            Ok(Some(Intake::Recorded(stored)))
         }
+        // The next round reads the command again: changed or gone, it is skipped then.
         Err(
             store::Error::Conflict { .. }
             | store::Error::NotFound { .. }
             | store::Error::AlreadyExists { .. },
-        ) => Ok(Intake::Skipped),
+        ) => Ok(None),
         Err(err) => Err(err.into()),
     }
 }
@@ -536,6 +562,42 @@ mod tests {
             (node.value()["spec"]["command"].as_str(), node.value()["status"]["phase"].as_str()),
             (Some("c1"), Some("Pending"))
         );
+    }
+
+    /// No lock orders recordings (a process-wide one did until issue 29): concurrent
+    /// POSTs and intakes of different ids each land, on distinct logical ids, by planning
+    /// again after a lost race.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_recordings_of_different_ids_all_land_on_distinct_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+        let commands = Api::<FleetCommand>::new(&store);
+        let mut applied = Vec::new();
+        for i in 0..8 {
+            applied.push(commands.create(&provision(&format!("applied-{i}"), 2)).await.unwrap());
+        }
+        let posts = (0..8).map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                matches!(
+                    record(&store, provision(&format!("posted-{i}"), 2), false).await.unwrap(),
+                    Recorded::Created(_)
+                )
+            })
+        });
+        let intakes = applied.into_iter().map(|seen| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                matches!(intake(&store, &seen, "process").await.unwrap(), Intake::Recorded(_))
+            })
+        });
+        let tasks: Vec<_> = posts.chain(intakes).collect();
+        for task in tasks {
+            assert!(task.await.unwrap(), "every command recorded");
+        }
+        let mut got = ids(&store);
+        got.sort();
+        assert_eq!(got, (1..=32).collect::<Vec<u64>>(), "two nodes each, no id twice");
     }
 
     #[tokio::test]

@@ -1,4 +1,4 @@
-//! Executing a recorded command, once: Provision creates each node at its provider,
+//! Executing a claimed command (see `intake.rs`), once: Provision creates each node at its provider,
 //! waits for its worker to join and for its telemetry to flow (Running); Kill destroys
 //! the node's resource and keeps its record (Killed). What a create or destroy does is
 //! the node's [`Provider`]'s business; this file only sequences it.
@@ -6,29 +6,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hive_api::fleet_command::{FleetCommand, FleetCommandPhase};
+use hive_api::fleet_command::FleetCommandPhase;
 use hive_api::meta::{set_condition, Condition, ConditionStatus};
 use hive_api::node::{Node, NodePhase, ProviderRef};
 use hive_api::provider::{Provider as ProviderObject, ProviderSpec};
 
 use super::error::{Error, Result};
+use super::intake::Claimed;
 use super::providers::{Launch, Lifetime, Provider};
 use super::{command_result, commands, is_terminal, retained, Fleet};
 use crate::client::Api;
 
-/// Runs the provider work of a newly recorded command, once.
-pub(super) async fn execute(fleet: Arc<Fleet>, command: FleetCommand) {
+/// Runs the provider work of a command this run claimed (it is Running: the claim wrote
+/// that), once: only the claim makes a [`Claimed`].
+pub(super) async fn execute(fleet: Arc<Fleet>, claimed: Claimed) {
+    let command = claimed.command();
     let name = command.metadata.name.clone();
-    if command.status.phase != Some(FleetCommandPhase::Pending) {
-        return;
-    }
-    let now = fleet.now();
-    fleet
-        .command_status(&name, |s| {
-            s.phase = Some(FleetCommandPhase::Running);
-            s.started_at = Some(now);
-        })
-        .await;
     let result = if command.spec.provision.is_some() {
         let runs = command.status.nodes.iter().map(|node| provision(fleet.clone(), node.clone()));
         let errors: Vec<Error> =

@@ -15,9 +15,11 @@
 //! - `net/`: the iroh layer — the daemon's control ALPN (Join / RejoinHello, the
 //!   `myelin.manual-control` binding) and the telemetry ALPN each worker serves and the
 //!   daemon pulls.
-//! - `exec.rs`: runs each newly recorded command's provider work exactly once. The fleet
-//!   follows FleetCommands: one stored unrecorded (empty status) goes through the intake
-//!   (`commands::intake`), one recorded Pending is run.
+//! - `intake.rs`: the FleetCommand controller: a command stored unrecorded (empty
+//!   status) is recorded (`commands::intake`); a recorded Pending one is claimed by a
+//!   compare-and-swap that moves it to Running and names this run in `status.claim`, and
+//!   only the claimer runs it.
+//! - `exec.rs`: runs a claimed command's provider work, once.
 //! - `members.rs`: persists a worker's Join / RejoinHello before it is welcomed, and
 //!   starts the node's telemetry pull; `server/telemetry.rs` serves that telemetry.
 //! - `recovery.rs`: at start, provider state is ground truth — a record with its
@@ -34,6 +36,7 @@ pub mod commands;
 pub mod error;
 mod exec;
 pub mod identity;
+mod intake;
 mod members;
 pub mod net;
 pub mod providers;
@@ -45,6 +48,7 @@ pub mod status;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -164,9 +168,11 @@ pub struct Fleet {
     /// reported as orphans.
     retired_labels: Vec<String>,
     tasks: Mutex<JoinSet<()>>,
-    /// Commands whose execution began in this run (each runs at most once).
-    started: Mutex<HashSet<String>>,
-    /// Providers whose resources were recovered in this run.
+    /// Set once shutdown began: no command is claimed and no task starts after it.
+    closing: AtomicBool,
+    /// Providers whose resources were recovered in this run. (Process memory on purpose:
+    /// recovery runs once per provider per run, whenever it is first found ready; which
+    /// commands are this run's is durable, in their `status.claim`.)
     recovered: Mutex<HashSet<String>>,
     /// Nodes whose telemetry summary was written, by the frame time written last.
     summarized: Mutex<HashMap<String, Option<Time>>>,
@@ -180,7 +186,7 @@ type KillTurn = Arc<tokio::sync::Mutex<Option<Option<hive_api::node::ProviderRef
 
 impl Fleet {
     /// Starts the fleet: the iroh endpoint, the Provider controller, recovery, and the
-    /// execution of newly recorded commands.
+    /// FleetCommand intake (`intake.rs`: record, claim, execute).
     /// Local workers keep their agents in `<state_dir>/fleet/workers/<node>`.
     pub async fn start(
         store: Store,
@@ -213,7 +219,7 @@ impl Fleet {
             run_id: uuid::Uuid::new_v4().simple().to_string(),
             config,
             tasks: Mutex::new(JoinSet::new()),
-            started: Mutex::new(HashSet::new()),
+            closing: AtomicBool::new(false),
             recovered: Mutex::new(HashSet::new()),
             summarized: Mutex::new(HashMap::new()),
             kills: Mutex::new(HashMap::new()),
@@ -223,8 +229,7 @@ impl Fleet {
         recovery::process_nodes(&fleet).await;
         retained::backfill(&store).await;
         exec::fail_interrupted_commands(&fleet).await;
-        let runner = fleet.clone();
-        fleet.spawn(async move { runner.follow().await });
+        intake::spawn(&fleet);
         let watcher = fleet.clone();
         fleet.spawn(async move { watcher.watch_exits(exits).await });
         let controller = fleet.clone();
@@ -321,66 +326,11 @@ impl Fleet {
         self.spawn(async move { recovery::recover(&fleet, &name).await });
     }
 
-    /// Takes in every stored command and runs every newly recorded one, once, following
-    /// FleetCommands with the shared watcher (list, watch, resume, relist after a 410).
-    /// The intake is awaited in order, so the commands of one file are recorded in the
-    /// order they were written (a Kill after the Provision that creates its node).
-    async fn follow(self: Arc<Self>) {
-        let client = Api::<FleetCommand>::new(&self.store);
-        let mut events = std::pin::pin!(watcher(client, WatchConfig::default()));
-        while let Some(event) = events.next().await {
-            let commands = match event {
-                Ok(Event::Restarted(all)) => all,
-                Ok(Event::Applied(command)) => vec![command],
-                Ok(Event::Deleted(_)) => continue,
-                Err(err) => {
-                    tracing::debug!(%err, "fleet: following commands");
-                    continue;
-                }
-            };
-            for command in commands {
-                if command.status.phase.is_none() {
-                    self.take_in(&command).await;
-                } else {
-                    self.run_once(command);
-                }
-            }
-        }
-    }
-
-    /// Records a command another path than POST stored (its Pending write then brings it
-    /// back here to run).
-    async fn take_in(&self, command: &FleetCommand) {
-        let name = &command.metadata.name;
-        match commands::intake(&self.store, command, self.default_provider()).await {
-            Ok(commands::Intake::Recorded(_) | commands::Intake::Skipped) => {}
-            Ok(commands::Intake::Restored(back)) => {
-                tracing::info!(command = name, phase = ?back.status.phase, "fleet command id already used: original record kept")
-            }
-            Ok(commands::Intake::Refused(refused)) => {
-                tracing::warn!(command = name, error = ?refused.status.error, "fleet command not run")
-            }
-            Err(err) => tracing::warn!(command = name, %err, "fleet: taking in a command failed"),
-        }
-    }
-
-    /// Starts executing `command` unless it was started before in this run. Only a
-    /// recorded command still to run counts (Pending, with its retained record): the
-    /// `started` set is how recovery tells this run's commands from an earlier run's.
-    fn run_once(self: &Arc<Self>, command: FleetCommand) {
-        if command.status.phase != Some(FleetCommandPhase::Pending) {
-            return;
-        }
-        let name = command.metadata.name.clone();
-        if retained::get(&self.store, &name).is_none() {
-            tracing::warn!(command = name, "a Pending fleet command that was never recorded is not run");
-            return;
-        }
-        if !self.started.lock().unwrap_or_else(PoisonError::into_inner).insert(name) {
-            return;
-        }
+    /// Runs a command this run claimed (see `intake.rs`) until it is done or the fleet
+    /// shuts down.
+    fn execute(self: &Arc<Self>, claimed: intake::Claimed) {
         let fleet = self.clone();
-        self.spawn(async move { exec::execute(fleet, command).await });
+        self.spawn(async move { exec::execute(fleet, claimed).await });
     }
 
     /// The kill turn of node `name`.
@@ -388,8 +338,17 @@ impl Fleet {
         self.kills.lock().unwrap_or_else(PoisonError::into_inner).entry(name.to_string()).or_default().clone()
     }
 
+    /// Runs `task` until shutdown; once shutdown began, drops it unstarted.
     fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
-        self.tasks.lock().unwrap_or_else(PoisonError::into_inner).spawn(task);
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        if !self.is_closing() {
+            tasks.spawn(task);
+        }
+    }
+
+    /// Whether shutdown began.
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
     }
 
     /// Stops executing, stops every local worker and clears their records (a local
@@ -397,7 +356,13 @@ impl Fleet {
     /// containers and Vast.ai instances running for the next daemon. Call before the
     /// store shuts down.
     pub async fn shutdown(&self) {
-        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut tasks = {
+            let mut running = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+            // Under the tasks' lock: a reconcile still running (its own task) cannot start
+            // an execution after the ones running now are aborted.
+            self.closing.store(true, Ordering::SeqCst);
+            std::mem::take(&mut *running)
+        };
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
         let stopped = self.process.stop_all().await;

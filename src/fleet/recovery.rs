@@ -14,9 +14,8 @@
 use std::collections::BTreeMap;
 
 use super::providers::{Found, Lifetime};
-use super::{commands, exec, Fleet};
+use super::{commands, exec, intake, retained, Fleet};
 use crate::client::events::EventType;
-use hive_api::fleet_command::FleetCommandPhase;
 use hive_api::node::{Node, NodePhase, NodeSpec, NodeStatus};
 
 /// Live records of local workers → Stopped.
@@ -65,19 +64,14 @@ pub(super) async fn recover(fleet: &Fleet, name: &str) {
             return;
         }
     };
-    // Nodes of commands this run has begun are its own, in flight: not recovered.
-    // (Every command of an earlier run was made terminal at start, so a command that is
-    // not terminal is this run's even before its execution began.)
+    // Nodes of this run's commands are its own: not recovered. Which commands are this
+    // run's is durable (`intake::this_run`: not terminal, or claimed by this run), read
+    // from the command or, once it was deleted, from its retained record.
     let this_run = |node: &Node| {
         let Some(command) = node.spec.command.as_deref() else { return false };
-        let started = fleet.started.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        started.contains(command)
-            || fleet
-                .commands
-                .get(command)
-                .ok()
-                .flatten()
-                .is_some_and(|c| c.status.phase.is_some_and(|p: FleetCommandPhase| !p.is_terminal()))
+        let command =
+            fleet.commands.get(command).ok().flatten().or_else(|| retained::get(&fleet.store, command));
+        command.is_some_and(|c| intake::this_run(&c, &fleet.run_id))
     };
     let mut by_node: BTreeMap<String, Found> = BTreeMap::new();
     let mut orphans = Vec::new();
