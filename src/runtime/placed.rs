@@ -5,7 +5,7 @@
 //!
 //! Calls that name an agent only by name (installed, running now, logs) find its
 //! placement through the [`Remotes`] the composition root gives, which reads it from the
-//! stored Agent (placement is fixed once the agent exists).
+//! stored Agent (a move's Job is taken after the placement edit it carries out).
 
 use std::sync::Arc;
 

@@ -97,7 +97,8 @@ pub struct SchedulerConfig {
 
 /// Where the heavy nodes of an agent run, when not on the daemon's host: the host's name
 /// and how many build slots it has. Asked once per heavy node, when its Job is taken
-/// (an agent's placement is fixed once it exists).
+/// (a move's Job is submitted after the placement edit, so its Create builds on the new
+/// host).
 #[derive(Clone, Default)]
 pub struct BuildHosts(Option<Arc<HostOf>>);
 
