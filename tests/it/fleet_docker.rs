@@ -58,7 +58,7 @@ fn docker_cli(args: &[&str]) -> std::process::Output {
 }
 
 /// The node image for the test's `hive` binary, built unless it exists:
-/// `hive-node:test-<sha256 of the binary, 16 hex>`, the root filesystem of
+/// `hive-node:test-agents-<sha256 of the binary, 16 hex>`, the root filesystem of
 /// [`assemble_rootfs`] loaded by `docker import` from a tar on stdin. The tag names the
 /// binary's content, so parallel test processes share one image; a [`BuildLock`] keeps
 /// them from building it twice at once. Blocking; panics on any failure.
@@ -66,7 +66,7 @@ pub fn node_image() -> String {
     let binary = std::fs::read(hive_bin()).expect("reading the hive binary");
     let digest = ring::digest::digest(&ring::digest::SHA256, &binary);
     let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let tag = format!("hive-node:test-{hex}");
+    let tag = format!("hive-node:test-agents-{hex}");
     let exists = || docker_cli(&["image", "inspect", "--format", "{{.Id}}", &tag]).status.success();
     if exists() {
         return tag;
@@ -138,30 +138,73 @@ impl Drop for BuildLock {
     }
 }
 
-/// Assembles in `out` a root filesystem that runs `bin` and nothing else: the binary at
-/// [`NODE_HIVE`], every shared library `ldd` resolves (at the same paths, the dynamic
-/// loader among them) and a `/tmp`. This is `deploy/rootfs.sh` without git: the
-/// daemon image needs git for its meta repo, a node does not, and git's copied helpers
-/// would make the image several hundred MB.
+/// Assembles in `out` the root filesystem of a node: `bin` at [`NODE_HIVE`], a `/tmp`,
+/// and what a node needs to run the agents placed on it — git (the worker builds a
+/// generation from the commit the daemon ships), a POSIX `sh`, `sleep` and `rm` (the test
+/// agents' `run.sh`) — each with every shared library `ldd` resolves, at the same paths
+/// (the dynamic loader among them). git's builtins are hard links to its binary, as git
+/// installs them, so they cost nothing in the image; its other helpers are left out.
 pub fn assemble_rootfs(bin: &Path, out: &Path) {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let inside = |p: &Path| out.join(p.strip_prefix("/").unwrap_or(p));
-    let target = inside(Path::new(NODE_HIVE));
-    std::fs::create_dir_all(target.parent().unwrap()).expect("creating the rootfs");
-    std::fs::copy(bin, &target).expect("copying the hive binary");
-    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    install(bin, &inside(Path::new(NODE_HIVE)), out);
     std::fs::create_dir_all(out.join("tmp")).expect("creating /tmp");
     std::fs::set_permissions(out.join("tmp"), std::fs::Permissions::from_mode(0o1777)).expect("chmod /tmp");
-    // `name => /path (addr)` for a library, `/path/ld-linux… (addr)` for the loader;
-    // ldd fails for a static binary, which needs nothing.
-    let ldd = Command::new("ldd").arg(bin).output().expect("running ldd (Debian: libc-bin)");
+    for tool in ["sh", "sleep", "rm"] {
+        let host = which(tool);
+        install(&std::fs::canonicalize(&host).expect("resolving a tool"), &inside(&host), out);
+        // `/bin/sh` too, whatever the host's PATH found first.
+        if tool == "sh" {
+            install(&std::fs::canonicalize(&host).unwrap(), &inside(Path::new("/bin/sh")), out);
+        }
+    }
+    let git = std::fs::canonicalize(which("git")).expect("resolving git");
+    let in_git = inside(&which("git"));
+    install(&git, &in_git, out);
+    let exec_path = Command::new("git").arg("--exec-path").output().expect("git --exec-path");
+    let exec_path = std::path::PathBuf::from(text(&exec_path.stdout).trim());
+    std::fs::create_dir_all(inside(&exec_path)).expect("creating git's exec path");
+    let git_inode = std::fs::metadata(&git).expect("git's metadata").ino();
+    for entry in std::fs::read_dir(&exec_path).expect("reading git's exec path").flatten() {
+        let is_builtin = entry.metadata().is_ok_and(|m| m.is_file() && m.ino() == git_inode);
+        let target = inside(&entry.path());
+        if is_builtin && !target.exists() {
+            std::fs::hard_link(&in_git, &target).expect("linking a git builtin");
+        }
+    }
+}
+
+/// The path `tool` has on this host's PATH; panics naming it when it has none.
+fn which(tool: &str) -> std::path::PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| panic!("the node image needs {tool} on this host's PATH"))
+}
+
+/// Copies the executable `from` to `to` (inside `root`), with the shared libraries
+/// `ldd` resolves for it at their own paths under `root`. ldd fails for a static binary,
+/// which needs nothing.
+fn install(from: &Path, to: &Path, root: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to.parent().unwrap()).expect("creating the rootfs");
+    if !to.exists() {
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // `name => /path (addr)` for a library, `/path/ld-linux… (addr)` for the loader.
+    let ldd = Command::new("ldd").arg(from).output().expect("running ldd (Debian: libc-bin)");
     for line in text(&ldd.stdout).lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let lib = match words.as_slice() {
             [_, "=>", path, ..] | [path, ..] if path.starts_with('/') => Path::new(*path),
             _ => continue,
         };
-        let copy = inside(lib);
+        let copy = root.join(lib.strip_prefix("/").unwrap_or(lib));
+        if copy.exists() {
+            continue;
+        }
         std::fs::create_dir_all(copy.parent().unwrap()).expect("creating a library directory");
         std::fs::copy(lib, &copy).unwrap_or_else(|e| panic!("copying {}: {e}", lib.display()));
     }

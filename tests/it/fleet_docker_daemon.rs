@@ -175,3 +175,95 @@ async fn docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart() {
     .await;
     assert_eq!(n1["status"]["phase"], "Running", "{n1}");
 }
+
+/// The host pid of a container's worker: the child of its init (`docker run --init`)
+/// that runs `hive fleet-worker`.
+fn worker_pid(container: &str) -> u32 {
+    let init: u32 =
+        docker(&["inspect", "--format", "{{.State.Pid}}", container]).parse().expect("the container's pid");
+    let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).unwrap_or_default();
+    children
+        .split_whitespace()
+        .filter_map(|pid| pid.parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("fleet-worker"))
+        })
+        .unwrap_or_else(|| panic!("no fleet-worker under the container's init {init}: {children}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_agent_on_a_docker_node_survives_a_graceful_restart_and_is_lost_with_its_node() {
+    use crate::placement::{agents_under, condition, placed, ready};
+    if !docker_tests_enabled(
+        "an_agent_on_a_docker_node_survives_a_graceful_restart_and_is_lost_with_its_node",
+    ) {
+        return;
+    }
+    let image = tokio::task::spawn_blocking(node_image).await.unwrap();
+    let network = format!("hive-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let _cleanup = Cleanup(network.clone());
+    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("0.0.0.0:{port}");
+    let flags = [
+        "--agent-controller=true",
+        "--provider",
+        "docker",
+        "--fleet-listen",
+        &listen,
+        "--docker-image",
+        &image,
+        "--docker-network",
+        &network,
+    ];
+    let mut d = Daemon::start_with(&flags);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = crate::agents::config_repo(tmp.path());
+    let out = ok(d.hive(&["fleet", "provision", "--count", "1", "--command-id", "up"]));
+    assert!(out.contains("up Succeeded"), "{out}");
+    let container =
+        container_of(&until(&api, "node-1", "running", |n| n["status"]["phase"] == "Running").await);
+    let worker = worker_pid(&container);
+
+    // Placed on the container node: built there from the shipped commit, run by its worker.
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &placed("alpha", &repo, "node-1")).await.code, 201);
+    ready(&api, "alpha").await;
+    let pids = eventually("the agent's process in the container", || async {
+        let pids = agents_under(worker);
+        (pids.len() == 1).then_some(pids)
+    })
+    .await;
+    let current = format!("/proc/{worker}/root/var/lib/hive-worker/agents/alpha/current");
+    let generation = std::fs::read_link(&current).expect("the agent's current generation in the container");
+    assert!(agents_under(d.pid()).is_empty(), "the daemon runs no agent itself");
+
+    // A graceful restart leaves it running; the next daemon adopts it as it runs.
+    d.restart_with(&flags);
+    let api = d.client();
+    until(&api, "node-1", "rejoined", |n| {
+        n["status"]["runtime"]["joinedBy"] == "Rejoin" && n["status"]["phase"] == "Running"
+    })
+    .await;
+    ready(&api, "alpha").await;
+    let agent = api.get("/apis/hive.dev/v1/agents/alpha").await.body;
+    assert_eq!(agent["status"]["power"], "Running", "{agent}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(agents_under(worker), pids, "the same process, not restarted");
+    assert_eq!(std::fs::read_link(&current).unwrap(), generation, "no new generation");
+
+    // Killing the node removes the container; the agent is Lost and nothing is recreated.
+    ok(d.hive(&["fleet", "kill", "node-1", "--command-id", "down"]));
+    let lost = eventually("the agent to be observed Lost", || async {
+        let agent = api.get("/apis/hive.dev/v1/agents/alpha").await.body;
+        (agent["status"]["power"] == "Lost").then_some(agent)
+    })
+    .await;
+    assert_eq!(condition(&lost, "NodeLost").unwrap()["status"], "True", "{lost}");
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let names = docker(&["ps", "-a", "--filter", &format!("network={network}"), "--format", "{{.Names}}"]);
+    assert!(names.trim().is_empty(), "nothing was recreated: {names}");
+    assert!(agents_under(d.pid()).is_empty(), "nothing started on the daemon's host");
+    let nodes = api.get(NODES).await.body;
+    assert_eq!(nodes["items"].as_array().unwrap().len(), 1, "no node was added: {nodes}");
+}
