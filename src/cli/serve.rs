@@ -158,6 +158,13 @@ pub struct Args {
     )]
     pub fleet_telemetry_wait: Duration,
 
+    /// How long a new node's worker may take to join before the node is Failed (`1s` up
+    /// to `24h`) [default: per provider: process 30s, docker 2m, vastai 30m]. A local
+    /// worker that did not join is stopped; a Vast.ai instance is left running (and
+    /// billed): its record is adopted if its worker joins later, or after a restart.
+    #[arg(long, value_name = "DURATION", env = "HIVE_FLEET_JOIN_TIMEOUT", value_parser = parse_join_timeout)]
+    pub fleet_join_timeout: Option<Duration>,
+
     /// iroh relays and discovery for the fleet endpoint: `disabled` (direct addresses
     /// only; the default) or `n0` (n0's public relays and DNS discovery, for nodes behind
     /// NAT; publishes the endpoint's addresses to n0; needs the internet, so the test
@@ -357,6 +364,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
             },
             advertise: args.fleet_advertise,
             telemetry_wait: args.fleet_telemetry_wait,
+            join_timeout: args.fleet_join_timeout,
             docker_image: args.docker_image.clone(),
             docker_network: args.docker_network.clone(),
             vastai_base_url: args.vastai_base_url.clone(),
@@ -379,6 +387,15 @@ fn parse_telemetry_wait(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is outside 1s..10m"));
     }
     Ok(wait)
+}
+
+/// `--fleet-join-timeout`: a duration from 1 s to 24 h.
+fn parse_join_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = super::duration::parse(text)?;
+    if !(Duration::from_secs(1)..=Duration::from_secs(24 * 3600)).contains(&timeout) {
+        return Err(format!("{text:?} is outside 1s..24h"));
+    }
+    Ok(timeout)
 }
 
 /// The caps on requests held at once (`server::streams`).
@@ -586,6 +603,19 @@ mod tests {
             assert!(err.contains("--checkpoint-interval must be more than 0 and at most 1m"), "{bad}: {err}");
         }
         assert!(checked(&["--checkpoint-interval", "soon"]).is_err());
+    }
+
+    #[test]
+    fn the_fleet_join_timeout_is_from_a_second_to_a_day_and_absent_by_default() {
+        let serve =
+            |flags: &[&str]| Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()));
+        assert_eq!(serve(&[]).unwrap().args.fleet_join_timeout, None);
+        let set = serve(&["--fleet-join-timeout", "90s"]).unwrap();
+        assert_eq!(set.args.fleet_join_timeout, Some(Duration::from_secs(90)));
+        for bad in ["0", "25h", "soon"] {
+            let err = serve(&["--fleet-join-timeout", bad]).err().unwrap().to_string();
+            assert!(err.contains("--fleet-join-timeout"), "{bad}: {err}");
+        }
     }
 
     #[test]

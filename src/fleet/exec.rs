@@ -196,7 +196,7 @@ async fn provision(fleet: Arc<Fleet>, name: String) -> Result<()> {
         std::future::pending::<()>().await
     };
     let lifetime = provider.lifetime();
-    let timeout = created.join_timeout;
+    let timeout = fleet.config.join_timeout.unwrap_or(created.join_timeout);
     let outcome = tokio::select! {
         biased;
         joined = joined => joined.map_err(|_| Error::JoinWaiterDropped),

@@ -118,6 +118,9 @@ pub struct FleetConfig {
     /// How long one attempt to pull a joined node's telemetry waits for its first
     /// descriptors before it is retried (`--fleet-telemetry-wait`).
     pub telemetry_wait: Duration,
+    /// How long a new node's worker may take to join (`--fleet-join-timeout`); `None`:
+    /// the provider's own bound ([`PROCESS_READY_TIMEOUT`] and its siblings).
+    pub join_timeout: Option<Duration>,
     /// The image of `docker` nodes when the Provider names none.
     pub docker_image: String,
     /// The Docker network of `docker` nodes when the Provider names none.

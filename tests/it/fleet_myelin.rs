@@ -318,3 +318,46 @@ async fn reset_state_reports_the_earlier_identitys_instances_as_orphans_and_touc
     assert_eq!(node(&api, &name).await["status"]["phase"], "Orphaned");
     assert_eq!(stand.count("DELETE /api/v0/instances/"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rented_node_whose_join_timed_out_is_failed_left_running_and_adopted_after_a_restart() {
+    let (stand, base) = Stand::start(offers()).await;
+    let vast = Vast::new(&base);
+    let flags = vast.flags(&["--fleet-join-timeout", "2s"]);
+    let mut d = Daemon::start_with(&strs(&flags));
+    let api = d.client();
+    vast.configure(&d);
+    assert_eq!(api.post(COMMANDS, &vast_provision("rent", &[101])).await.code, 201);
+    // No worker comes: the join times out. The node is Failed; the instance runs on.
+    let failed = eventually("node-1 Failed by its join timeout", || async {
+        let n = node(&api, "node-1").await;
+        (n["status"]["phase"] == "Failed").then_some(n)
+    })
+    .await;
+    let error = failed["status"]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("2s"), "the error names the timeout: {failed}");
+    let instance = failed["status"]["providerRef"]["instanceId"].as_u64().expect("instanceId");
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 0, "the paid instance is left running");
+    let create = stand.lock().last_create.clone();
+
+    // The next daemon observes the running instance: adopted, waiting for its worker.
+    d.restart_with(&strs(&flags));
+    let api = d.client();
+    vast.configure(&d);
+    recovered(&d, 2).await;
+    let n1 = node(&api, "node-1").await;
+    assert_eq!(n1["status"]["phase"], "Provisioning", "adopted: {n1}");
+    assert!(n1["status"]["error"].as_str().unwrap_or_default().contains("adopted"), "{n1}");
+
+    // Its worker comes up at last: accepted, and the node runs.
+    let machine = tempfile::tempdir().unwrap();
+    let _worker = Reap(instance_worker(&create, machine.path()));
+    let n1 = eventually("node-1 Running", || async {
+        let n = node(&api, "node-1").await;
+        (n["status"]["phase"] == "Running").then_some(n)
+    })
+    .await;
+    assert_eq!(n1["status"]["providerRef"]["instanceId"], instance, "{n1}");
+    assert_eq!(stand.count("PUT /api/v0/asks/"), 1, "nothing was rented again");
+    assert_eq!(stand.count("DELETE /api/v0/instances/"), 0, "nothing was destroyed");
+}
