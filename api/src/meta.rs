@@ -109,6 +109,12 @@ pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)]
     pub name: String,
+    /// On create, when `name` is empty: a prefix the server completes with 5 random
+    /// characters to make the name (as kube-apiserver does; a prefix over 58 characters
+    /// is cut). A generated name that is taken is generated again, a few times, before
+    /// the create answers 409 AlreadyExists. Kept as given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_name: Option<String>,
     /// Ignored: every hive kind is cluster-scoped. Accepted so that manifests written for
     /// namespaced tools apply; the server always clears it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -251,6 +257,35 @@ pub struct Condition {
 /// shaped like an object at all; never panics, whatever the shape.
 pub fn name_of(object: &serde_json::Value) -> &str {
     object.get("metadata").and_then(|m| m.get("name")).and_then(serde_json::Value::as_str).unwrap_or("")
+}
+
+/// The characters a generated name's suffix is made of (kube-apiserver's: no vowels,
+/// no look-alikes).
+const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+/// How many random characters complete a `generateName` prefix.
+pub const GENERATED_SUFFIX_LEN: usize = 5;
+
+/// The name `metadata.generateName` = `prefix` makes with `random` (one byte per suffix
+/// character): the prefix cut to leave room for the suffix in a 63-character name, then
+/// the suffix. The caller checks the prefix first ([`generate_name_problem`]).
+pub fn generated_name(prefix: &str, random: [u8; GENERATED_SUFFIX_LEN]) -> String {
+    let room = crate::validation::MAX_NAME_LEN - GENERATED_SUFFIX_LEN;
+    let mut end = prefix.len().min(room);
+    while !prefix.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut name = prefix[..end].to_string();
+    name.extend(random.iter().map(|b| SUFFIX_ALPHABET[*b as usize % SUFFIX_ALPHABET.len()] as char));
+    name
+}
+
+/// Why `prefix` cannot start a name (`metadata.generateName`), if it cannot: a name it
+/// makes must be a DNS-1123 label.
+pub fn generate_name_problem(prefix: &str) -> Option<String> {
+    let sample = generated_name(prefix, [0; GENERATED_SUFFIX_LEN]);
+    crate::validation::dns1123_label(&sample)
+        .err()
+        .map(|why| format!("{prefix:?}: a name made from it would be invalid: {why}"))
 }
 
 /// `metadata.resourceVersion` of a JSON object as a number, or `None` when it has none

@@ -104,6 +104,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
     let bytes = body::read(body).await?;
     let body::Parsed { value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
     let validation = params.field_validation()?;
+    let prefix = super::generate_name::prefix_of("Job", &value)?;
     let has_nodes =
         value.pointer("/spec/nodes").and_then(serde_json::Value::as_array).is_some_and(|n| !n.is_empty());
     if !has_nodes {
@@ -132,20 +133,44 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
                 return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));
             }
         }
-        let request = crate::submit::Request { template, agents, source, reason, name };
-        let job = engine.submit_request(&request).await.map_err(submit_error)?;
-        return created(&job, &warnings);
+        let mut request = crate::submit::Request { template, agents, source, reason, name };
+        let mut tried = 1;
+        loop {
+            if let Some(prefix) = &prefix {
+                request.name = Some(super::generate_name::new_name(prefix));
+            }
+            match engine.submit_request(&request).await.map_err(submit_error) {
+                Err(ApiError::AlreadyExists { .. })
+                    if prefix.is_some() && tried < super::generate_name::TRIES =>
+                {
+                    tried += 1
+                }
+                submitted => return created(&submitted?, &warnings),
+            }
+        }
     }
     // A custom DAG: validated like any Job, stored, then scheduled.
+    let mut value = value;
+    if let Some(prefix) = &prefix {
+        super::generate_name::name_it(&mut value, prefix);
+    }
     let admitted = hive_api::admit_body(&hive_api::KindInfo::of::<Job>(), value, &duplicates, validation)?;
     let mut job: Job = crate::client::decode_value(&admitted.object)?;
     job.status = Default::default();
-    if job.metadata.name.is_empty() {
-        let suffix = uuid::Uuid::new_v4().simple().to_string();
-        job.metadata.name = format!("custom-{}", &suffix[..8]);
-    }
     let dry_run = params.dry_run()?;
-    let job = Api::<Job>::new(&state.store).create_opts(&job, dry_run).await?;
+    let jobs = Api::<Job>::new(&state.store);
+    let mut tried = 1;
+    let job = loop {
+        match jobs.create_opts(&job, dry_run).await.map_err(ApiError::from) {
+            Err(ApiError::AlreadyExists { .. })
+                if prefix.is_some() && tried < super::generate_name::TRIES =>
+            {
+                tried += 1;
+                job.metadata.name = super::generate_name::new_name(prefix.as_deref().unwrap_or_default());
+            }
+            stored => break stored?,
+        }
+    };
     if dry_run {
         return created(&job, &admitted.warnings);
     }

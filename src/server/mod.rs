@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod generate_name;
 pub mod jobs;
 pub mod kinds;
 pub mod list_body;

@@ -405,9 +405,12 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let parsed = body::parse_object(MediaType::of(&headers), &bytes)?;
-    let (mut object, warnings) =
-        admit_body(kind, parsed.value, &parsed.duplicates, params.field_validation()?)?;
+    let body::Parsed { mut value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let prefix = super::generate_name::prefix_of(kind.kind, &value)?;
+    if let Some(prefix) = &prefix {
+        super::generate_name::name_it(&mut value, prefix);
+    }
+    let (mut object, warnings) = admit_body(kind, value, &duplicates, params.field_validation()?)?;
     if let Some(meta) = metadata_mut(&mut object) {
         meta.remove("managedFields");
         meta.remove("resourceVersion");
@@ -416,10 +419,15 @@ pub async fn create(
     clear_status(&mut object);
     admission::check(kind, principal, None, &mut object, None, &state.admission_facts())?;
     track_update(None, &mut object, &manager(&params, &headers), None);
-    let name = Some(hive_api::meta::name_of(&object)).filter(|n| !n.is_empty()).map(str::to_string);
-    let outcome =
-        state.store.commit(Mutation::Create { kind: kind.plural, object }, params.dry_run()?).await?;
+    let dry_run = params.dry_run()?;
+    let outcome = match &prefix {
+        None => state.store.commit(Mutation::Create { kind: kind.plural, object }, dry_run).await?,
+        Some(prefix) => {
+            super::generate_name::create(&state.store, kind.plural, object, prefix, dry_run).await?
+        }
+    };
     let (code, object) = outcome_object(outcome);
+    let name = Some(object.name()).filter(|n| !n.is_empty());
     Ok(object_response(code, &object, name, &warnings))
 }
 

@@ -336,3 +336,51 @@ fn apply_of_a_misspelt_kind_says_no_matches_for_kind() {
     let explain = ok(d.kubectl(&["explain", "agent.spec"]));
     assert!(explain.contains("wanted"), "{explain}");
 }
+
+// Issue 31, item 1: `metadata.generateName` was refused (`metadata.name: Required
+// value`); kube-apiserver completes the prefix with 5 random characters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generate_name_makes_a_new_name_per_create_for_kubectl_and_jobs() {
+    let d = Daemon::start();
+    let generated = AGENT_YAML.replace("  name: k1\n", "  generateName: web-\n");
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let out = ok(d.kubectl_stdin(&["create", "-f", "-", "-o", "name"], Some(&generated)));
+        let name = out.trim().strip_prefix("agent.hive.dev/").unwrap_or_else(|| panic!("{out}")).to_string();
+        assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+        names.push(name);
+    }
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 3, "three creates, three names: {names:?}");
+    let api = d.client();
+    for name in &names {
+        let agent = api.get(&format!("/apis/hive.dev/v1/agents/{name}")).await.body;
+        assert_eq!(agent["metadata"]["generateName"], "web-", "{agent}");
+    }
+    // A name given with it wins.
+    let both = AGENT_YAML.replace("  name: k1\n", "  name: fixed\n  generateName: web-\n");
+    assert_eq!(
+        ok(d.kubectl_stdin(&["create", "-f", "-", "-o", "name"], Some(&both))).trim(),
+        "agent.hive.dev/fixed"
+    );
+    // A prefix no name can start with is refused naming the field; nothing is stored.
+    let bad = AGENT_YAML.replace("  name: k1\n", "  generateName: Web_\n");
+    let err = fails(d.kubectl_stdin(&["create", "-f", "-"], Some(&bad)));
+    assert!(err.contains("metadata.generateName"), "{err}");
+    let count = api.get("/apis/hive.dev/v1/agents").await.body["items"].as_array().unwrap().len();
+    assert_eq!(count, 4, "only the four good creates stored");
+
+    // A Job: a template Job and a custom DAG each take the prefix.
+    let template = serde_json::json!({"apiVersion": "hive.dev/v1", "kind": "Job",
+        "metadata": {"generateName": "nightly-"}, "spec": {"template": "Reconcile", "agents": ["fixed"]}});
+    let reply = api.post("/apis/hive.dev/v1/jobs", &template).await;
+    assert_eq!(reply.code, 201, "{:?}", reply.body);
+    assert!(reply.body["metadata"]["name"].as_str().unwrap().starts_with("nightly-"), "{:?}", reply.body);
+    let custom = serde_json::json!({"apiVersion": "hive.dev/v1", "kind": "Job",
+        "metadata": {"generateName": "by-hand-"},
+        "spec": {"template": "Reconcile", "nodes": [{"id": "r", "kind": "Reconcile", "agent": "fixed"}]}});
+    let reply = api.post("/apis/hive.dev/v1/jobs", &custom).await;
+    assert_eq!(reply.code, 201, "{:?}", reply.body);
+    assert!(reply.body["metadata"]["name"].as_str().unwrap().starts_with("by-hand-"), "{:?}", reply.body);
+}
