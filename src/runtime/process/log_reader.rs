@@ -7,7 +7,7 @@
 //! `tail=1` of a large log reads one chunk or two, not the log. From there each chunk is
 //! rendered and sent as the client takes it (the channel holds [`QUEUED`] chunks), then,
 //! with `follow`, what is appended to the live file: read when the agent's supervisor
-//! says it appended (a `watch` it ticks after each write), and every [`FOLLOW_POLL`]
+//! says it appended (a `watch` it ticks after each write), and every `FOLLOW_POLL`
 //! in any case, for a rotation and for a writer that does not tick.
 
 use std::io::SeekFrom;
