@@ -35,6 +35,7 @@ use self::machine::Machine;
 use self::meters::fdatasync_latencies;
 use self::phase::Phase;
 use self::report::{render_markdown, render_text, Row};
+use self::units::fmt_count;
 use self::watch::{watch_phase, WatchLoad, WriterMode, WriterTransport};
 use super::Context;
 
@@ -417,8 +418,21 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         daemon.stop().await;
         return Ok(Report { rows, machine_before, load_after: Machine::load_average() });
     }
-    let (list_rows, listed) = list::phase(&daemon, work.path(), plan, &idle).await?;
+    let (list_rows, listed) = list::fill_and_list(&daemon, plan).await?;
     rows.extend(list_rows);
+    let live = daemon.memory()?;
+    rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
+    let db_path = work.path().join("state").join(super::serve::DB_FILE);
+    let db_bytes =
+        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
+    rows.push(cold_start::memory_row(
+        format!("daemon memory, {} objects, live", fmt_count(listed.items as u64)),
+        &live,
+        &idle,
+        &listed,
+        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
+    ));
+    let listed = listed.items;
 
     let mut daemon = daemon;
     let restarts = if plan.runs(Phase::ColdStart) { plan.restarts } else { 0 };

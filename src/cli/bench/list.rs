@@ -1,8 +1,7 @@
 //! The list phase: the store filled to `--objects`, then full lists of every Agent from
-//! the daemon's cache, timed to the last byte, and the daemon's memory. A full list is also what shows a restarted daemon serving, and its size gives
-//! the objects' own JSON for the memory per object.
+//! the daemon's cache, timed to the last byte. A full list is also what shows a restarted
+//! daemon serving, and its size gives the objects' own JSON for the memory per object.
 
-use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +12,7 @@ use serde::Deserialize;
 use super::api::{Api, Endpoint, AGENTS, REQUEST_TIMEOUT};
 use super::creates::{create_with, Until};
 use super::daemon::Daemon;
-use super::meters::{CpuMeter, Memory};
+use super::meters::CpuMeter;
 use super::report::{summarize, Row};
 use super::units::{fmt_count, fmt_duration};
 use super::{progress, Plan};
@@ -76,14 +75,8 @@ pub(super) async fn list_phase(endpoint: &Endpoint, runs: usize) -> Result<ListR
     let row = Row::new(format!("full list, JSON, {runs} runs"), result, Some(times.as_slice()), "");
     Ok(ListRun { row, listed })
 }
-/// Fills the store to `--objects`, times full lists and reads the daemon's memory; the
-/// rows and how many objects the lists held.
-pub(super) async fn phase(
-    daemon: &Daemon,
-    work: &Path,
-    plan: &Plan,
-    idle: &Memory,
-) -> Result<(Vec<Row>, usize)> {
+/// Fills the store to `--objects` and times full lists; their rows and what a list held.
+pub(super) async fn fill_and_list(daemon: &Daemon, plan: &Plan) -> Result<(Vec<Row>, Listed)> {
     let mut rows = Vec::new();
     let existing = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?.list_head().await?.0;
     let missing = plan.objects.saturating_sub(existing);
@@ -110,17 +103,5 @@ pub(super) async fn phase(
     let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
     rows.push(list.row.with_cpu(meter.stop()));
 
-    let live = daemon.memory()?;
-    rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
-    let db_path = work.join("state").join(crate::cli::serve::DB_FILE);
-    let db_bytes =
-        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
-    rows.push(super::cold_start::memory_row(
-        format!("daemon memory, {} objects, live", fmt_count(list.listed.items as u64)),
-        &live,
-        idle,
-        &list.listed,
-        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
-    ));
-    Ok((rows, list.listed.items))
+    Ok((rows, list.listed))
 }
