@@ -1,9 +1,10 @@
 //! `hive bench`: starts a fresh daemon as a child process on 127.0.0.1 in a temporary
 //! directory and measures it from outside, over HTTPS, as clients see it: durable
 //! creates per second at several concurrencies, one raw redb commit next to them, watch
-//! delivery latency to many watchers while writing, a large list from the cache, and
-//! the daemon's memory. Results go to stdout (with `--markdown`, also as a section for
-//! `docs/benchmarks.md`); one progress line per phase goes to stderr.
+//! delivery latency to many watchers while writing, power Jobs of a real agent, an agent
+//! on a fleet node against a local one, a large list from the cache, and the daemon's
+//! memory; `--phases` picks some of these. Results go to stdout (with `--markdown`, also
+//! as a section for `docs/benchmarks.md`); one progress line per phase goes to stderr.
 //!
 //! The clients here talk HTTP directly instead of through [`super::client::Client`]:
 //! they need one connection pool per simulated client, the status code without parsing
@@ -16,31 +17,28 @@ mod daemon;
 mod list;
 mod machine;
 mod meters;
+mod phase;
+mod placement;
 mod power;
 mod report;
 mod units;
 mod watch;
 
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 
 use self::api::REQUEST_TIMEOUT;
-use self::creates::{create_with, Until};
 use self::daemon::{open_files_limit, Daemon, WorkDir};
-use self::list::list_phase;
 use self::machine::Machine;
-use self::meters::{fdatasync_latencies, CpuMeter};
+use self::meters::fdatasync_latencies;
+use self::phase::Phase;
 use self::report::{render_markdown, render_text, Row};
 use self::units::fmt_count;
 use self::watch::{watch_phase, WatchLoad, WriterMode, WriterTransport};
 use super::Context;
 
-/// Longest a fill of `--objects` may take.
-const FILL_LIMIT: Duration = Duration::from_secs(15 * 60);
 /// Upper bounds that keep a run bounded whatever the flags say.
 const MAX_CLIENTS: usize = 1024;
 const MAX_PHASE: Duration = Duration::from_secs(600);
@@ -145,6 +143,21 @@ pub struct Args {
     #[arg(long, value_name = "N")]
     pub power_cycles: Option<usize>,
 
+    /// The placement phase's spawns, stops and starts of each of its two agents (one on
+    /// the daemon's host, one on a `process` fleet node) [default: 10; 3 with --quick].
+    #[arg(long, value_name = "N")]
+    pub placement_cycles: Option<usize>,
+
+    /// How long the placement phase follows each agent's log (`logs -f`), timing every
+    /// line from the agent's write to the client [default: 10s; 3s with --quick].
+    #[arg(long, value_name = "DURATION", value_parser = super::duration::parse)]
+    pub log_duration: Option<Duration>,
+
+    /// The phases to run, in this order whatever order they are given in [default: all].
+    /// `cold-start` needs `list`; every phase but `raw` starts the daemon.
+    #[arg(long, value_name = "PHASE,...", value_delimiter = ',', value_enum)]
+    pub phases: Vec<Phase>,
+
     /// After the fill and the lists: graceful restarts (SIGTERM, wait for the exit, start
     /// again on the same state) to time the cold start, spawn → a full list answering
     /// with every object, and to read the memory after each [default: 3; 1 with --quick;
@@ -183,7 +196,11 @@ struct Plan {
     fill_clients: usize,
     list_runs: usize,
     power_cycles: usize,
+    placement_cycles: usize,
+    log_duration: Duration,
     restarts: usize,
+    /// The phases to run, in run order.
+    phases: Vec<Phase>,
     /// Extra `hive serve` flags (`--serve-arg`).
     serve_args: Vec<String>,
 }
@@ -220,7 +237,10 @@ impl Plan {
             fill_clients: args.fill_clients,
             list_runs: pick(args.list_runs, 5, 3),
             power_cycles: pick(args.power_cycles, 10, 3),
+            placement_cycles: pick(args.placement_cycles, 10, 3),
+            log_duration: args.log_duration.unwrap_or(Duration::from_secs(if quick { 3 } else { 10 })),
             restarts: pick(args.restarts, 3, 1),
+            phases: phase::selected(&args.phases),
             serve_args: args.serve_arg.clone(),
         };
         ensure!(!plan.clients.is_empty(), "--clients needs at least one level");
@@ -230,7 +250,11 @@ impl Plan {
                 "client counts must be between 1 and {MAX_CLIENTS}, not {n}"
             );
         }
-        for (flag, d) in [("--duration", plan.duration), ("--watch-duration", plan.watch_duration)] {
+        for (flag, d) in [
+            ("--duration", plan.duration),
+            ("--watch-duration", plan.watch_duration),
+            ("--log-duration", plan.log_duration),
+        ] {
             ensure!(!d.is_zero() && d <= MAX_PHASE, "{flag} must be more than 0 and at most 10m");
         }
         ensure!((1..=100_000).contains(&plan.raw_commits), "--raw-commits must be between 1 and 100000");
@@ -241,8 +265,17 @@ impl Plan {
         ensure!((1..=10_000_000).contains(&plan.objects), "--objects must be between 1 and 10000000");
         ensure!((1..=100).contains(&plan.list_runs), "--list-runs must be between 1 and 100");
         ensure!((1..=1000).contains(&plan.power_cycles), "--power-cycles must be between 1 and 1000");
+        ensure!((1..=1000).contains(&plan.placement_cycles), "--placement-cycles must be between 1 and 1000");
         ensure!(plan.restarts <= 20, "--restarts must be at most 20");
+        ensure!(
+            !plan.runs(Phase::ColdStart) || plan.restarts == 0 || plan.runs(Phase::List),
+            "--phases cold-start needs list too: the restarts are timed to a full list of the filled store"
+        );
         Ok(plan)
+    }
+
+    fn runs(&self, phase: Phase) -> bool {
+        self.phases.contains(&phase)
     }
 
     /// Open files this process needs at most: the watchers of the largest watch load
@@ -257,17 +290,26 @@ impl Plan {
             };
             load.watchers + writer
         });
-        watch.chain([self.fill_clients]).chain(self.clients.iter().copied()).max().unwrap_or(0) + 256
+        let watch = watch.filter(|_| self.runs(Phase::Watch));
+        let fill = Some(self.fill_clients).filter(|_| self.runs(Phase::List));
+        let creates = self.clients.iter().copied().filter(|_| self.runs(Phase::Creates));
+        watch.chain(fill).chain(creates).max().unwrap_or(0) + 256
     }
 
     /// The flags that reproduce this plan.
     fn flags(&self) -> String {
         let clients: Vec<String> = self.clients.iter().map(ToString::to_string).collect();
         let loads: Vec<String> = self.watch_loads.iter().map(ToString::to_string).collect();
+        let phases = if self.phases == phase::ALL {
+            String::new()
+        } else {
+            let names: Vec<&str> = self.phases.iter().map(|p| p.name()).collect();
+            format!(" --phases {}", names.join(","))
+        };
         format!(
             "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
              --watch-writer-transport {} --watch-in-flight {}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
-             --power-cycles {} --restarts {}",
+             --power-cycles {} --placement-cycles {} --log-duration {}s --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
             self.raw_commits,
@@ -281,8 +323,11 @@ impl Plan {
             self.fill_clients,
             self.list_runs,
             self.power_cycles,
+            self.placement_cycles,
+            self.log_duration.as_secs_f64(),
             self.restarts
-        ) + &self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect::<String>()
+        ) + &phases
+            + &self.serve_args.iter().map(|a| format!(" --serve-arg={a}")).collect::<String>()
     }
 }
 
@@ -324,6 +369,90 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     );
     let mut rows = Vec::new();
 
+    // Measured first, on an idle machine, but shown after the creates they explain.
+    let raw = if plan.runs(Phase::Raw) { raw_phase(plan, work).await? } else { Vec::new() };
+    if plan.phases == [Phase::Raw] {
+        return Ok(Report { rows: raw, machine_before, load_after: Machine::load_average() });
+    }
+
+    progress(format_args!("starting the daemon"));
+    let daemon = Daemon::start(work.path(), &plan.serve_args, 0).await?;
+    let idle = daemon.memory()?;
+
+    if plan.runs(Phase::Creates) {
+        rows.extend(creates::levels(&daemon, &plan.clients, plan.duration).await?);
+    }
+    rows.extend(raw);
+
+    if plan.runs(Phase::Watch) {
+        for (index, load) in plan.watch_loads.iter().enumerate() {
+            progress(format_args!(
+                "watch: {} watchers, {} writes at {}/s, {}-loop",
+                load.watchers,
+                load.writes(plan.watch_duration),
+                load.rate,
+                plan.watch_writer.name()
+            ));
+            let watch = watch_phase(&daemon.endpoint, daemon.pid, plan, index).await?;
+            rows.extend(watch.rows());
+        }
+    }
+
+    if plan.runs(Phase::Power) {
+        progress(format_args!("power: {} stop/start cycles of a real agent process", plan.power_cycles));
+        let api = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?;
+        rows.extend(power::phase(&api, work.path(), plan.power_cycles).await?);
+    }
+
+    if plan.runs(Phase::Placement) {
+        progress(format_args!(
+            "placement: a process node; {} spawns, stops and starts of a local and a placed agent, \
+             then their logs followed for {:?}",
+            plan.placement_cycles, plan.log_duration
+        ));
+        let settings = placement::Settings { cycles: plan.placement_cycles, log_for: plan.log_duration };
+        rows.extend(placement::phase(&daemon.endpoint, work.path(), settings).await?);
+    }
+
+    if !plan.runs(Phase::List) {
+        daemon.stop().await;
+        return Ok(Report { rows, machine_before, load_after: Machine::load_average() });
+    }
+    let (list_rows, listed) = list::fill_and_list(&daemon, plan).await?;
+    rows.extend(list_rows);
+    let live = daemon.memory()?;
+    rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
+    let db_path = work.path().join("state").join(super::serve::DB_FILE);
+    let db_bytes =
+        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
+    rows.push(cold_start::memory_row(
+        format!("daemon memory, {} objects, live", fmt_count(listed.items as u64)),
+        &live,
+        &idle,
+        &listed,
+        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
+    ));
+    let listed = listed.items;
+
+    let mut daemon = daemon;
+    let restarts = if plan.runs(Phase::ColdStart) { plan.restarts } else { 0 };
+    let mut done = Vec::with_capacity(restarts);
+    for generation in 1..=restarts {
+        progress(format_args!(
+            "cold start {generation} of {restarts}: SIGTERM, then a new daemon on the same {listed} objects",
+        ));
+        let (restarted, restart) =
+            cold_start::restart(daemon, work.path(), &plan.serve_args, generation, listed).await?;
+        daemon = restarted;
+        done.push(restart);
+    }
+    rows.extend(cold_start::rows(&done, &idle));
+    daemon.stop().await;
+    Ok(Report { rows, machine_before, load_after: Machine::load_average() })
+}
+
+/// Raw redb commits, log appends and fdatasyncs in the work directory, no daemon.
+async fn raw_phase(plan: &Plan, work: &WorkDir) -> Result<Vec<Row>> {
     progress(format_args!(
         "raw redb commits, log appends and fdatasyncs n={} each in {}",
         plan.raw_commits,
@@ -339,113 +468,26 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         .context("timing raw log appends")?;
     let (dir, n) = (work.path().to_path_buf(), plan.raw_commits);
     let fsync = tokio::task::spawn_blocking(move || fdatasync_latencies(&dir, n)).await??;
-
-    progress(format_args!("starting the daemon"));
-    let daemon = Daemon::start(work.path(), &plan.serve_args, 0).await?;
-    let idle = daemon.memory()?;
-
-    let mut creates = Vec::new();
-    for &clients in &plan.clients {
-        progress(format_args!("creates c={clients} for {:?}", plan.duration));
-        let until = Until::Elapsed(plan.duration);
-        let meter = CpuMeter::start(daemon.pid);
-        let run = create_with(&daemon.endpoint, clients, until, &format!("c{clients}"), true).await?;
-        creates.push((run, meter.stop()));
-    }
-    for (run, cpu) in &creates {
-        // Issue 13's goal is relative: etcd's puts/s on the same machine, in the same run.
-        let aim = (run.clients == 64).then(|| "≥ etcd's puts/s (bench/etcd/run.sh)".to_string());
-        let measurement = format!("durable creates, {} client(s)", run.clients);
-        rows.push(run.row(measurement, aim.unwrap_or_default()).with_cpu(*cpu));
-    }
-    rows.push(Row::new(
-        "raw write-ahead log append (1 KiB, synced)",
-        format!("{} appends", appends.len()),
-        Some(appends.as_slice()),
-        "",
-    ));
-    rows.push(Row::new(
-        "raw redb commit (1 row, Immediate)",
-        format!("{} commits", raw.len()),
-        Some(raw.as_slice()),
-        "",
-    ));
-    rows.push(Row::new(
-        "fdatasync of 4 KiB (same disk)",
-        format!("{} syncs", fsync.len()),
-        Some(fsync.as_slice()),
-        "",
-    ));
-
-    for (index, load) in plan.watch_loads.iter().enumerate() {
-        progress(format_args!(
-            "watch: {} watchers, {} writes at {}/s, {}-loop",
-            load.watchers,
-            load.writes(plan.watch_duration),
-            load.rate,
-            plan.watch_writer.name()
-        ));
-        let watch = watch_phase(&daemon.endpoint, daemon.pid, plan, index).await?;
-        rows.extend(watch.rows());
-    }
-
-    progress(format_args!("power: {} stop/start cycles of a real agent process", plan.power_cycles));
-    let api = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?;
-    rows.extend(power::phase(&api, work.path(), plan.power_cycles).await?);
-
-    let existing = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?.list_head().await?.0;
-    let missing = plan.objects.saturating_sub(existing);
-    progress(format_args!(
-        "fill: {missing} creates with {} clients (to {} objects)",
-        plan.fill_clients, plan.objects
-    ));
-    let next = Arc::new(AtomicUsize::new(0));
-    let until = Until::Count { next, total: missing };
-    let meter = CpuMeter::start(daemon.pid);
-    let fill = tokio::time::timeout(
-        FILL_LIMIT,
-        create_with(&daemon.endpoint, plan.fill_clients, until, "fill", false),
-    )
-    .await
-    .map_err(|_| anyhow!("filling the store took longer than {FILL_LIMIT:?}"))??;
-    if fill.created > 0 {
-        let cpu = meter.stop();
-        rows.push(fill.row(format!("fill creates, {} clients", fill.clients), String::new()).with_cpu(cpu));
-    }
-
-    progress(format_args!("list: {} full lists", plan.list_runs));
-    let meter = CpuMeter::start(daemon.pid);
-    let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
-    rows.push(list.row.with_cpu(meter.stop()));
-
-    let live = daemon.memory()?;
-    rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
-    let db_path = work.path().join("state").join(super::serve::DB_FILE);
-    let db_bytes =
-        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
-    rows.push(cold_start::memory_row(
-        format!("daemon memory, {} objects, live", fmt_count(list.listed.items as u64)),
-        &live,
-        &idle,
-        &list.listed,
-        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
-    ));
-
-    let mut daemon = daemon;
-    let mut restarts = Vec::with_capacity(plan.restarts);
-    for generation in 1..=plan.restarts {
-        progress(format_args!(
-            "cold start {generation} of {}: SIGTERM, then a new daemon on the same {} objects",
-            plan.restarts, list.listed.items
-        ));
-        let (restarted, restart) =
-            cold_start::restart(daemon, work.path(), &plan.serve_args, generation, list.listed.items).await?;
-        daemon = restarted;
-        restarts.push(restart);
-    }
-    rows.extend(cold_start::rows(&restarts, &idle));
-    daemon.stop().await;
-    Ok(Report { rows, machine_before, load_after: Machine::load_average() })
+    Ok(vec![
+        Row::new(
+            "raw write-ahead log append (1 KiB, synced)",
+            format!("{} appends", appends.len()),
+            Some(appends.as_slice()),
+            "",
+        ),
+        Row::new(
+            "raw redb commit (1 row, Immediate)",
+            format!("{} commits", raw.len()),
+            Some(raw.as_slice()),
+            "",
+        ),
+        Row::new(
+            "fdatasync of 4 KiB (same disk)",
+            format!("{} syncs", fsync.len()),
+            Some(fsync.as_slice()),
+            "",
+        ),
+    ])
 }
 
 fn progress(what: std::fmt::Arguments<'_>) {
@@ -523,6 +565,32 @@ mod tests {
         let flags: Vec<String> = given.flags().split(' ').map(String::from).collect();
         let again = plan(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(again, given);
+        let some = plan(&["--phases", "placement,power", "--placement-cycles", "4", "--log-duration", "2s"]);
+        let some = some.unwrap();
+        assert!(some
+            .flags()
+            .ends_with(" --placement-cycles 4 --log-duration 2s --restarts 3 --phases power,placement"));
+        let flags: Vec<String> = some.flags().split(' ').map(String::from).collect();
+        assert_eq!(plan(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap(), some);
+    }
+
+    #[test]
+    fn phases_select_what_runs() {
+        assert_eq!(plan(&[]).unwrap().phases, phase::ALL);
+        let placement = plan(&["--phases", "placement"]).unwrap();
+        assert_eq!(placement.phases, [Phase::Placement]);
+        assert_eq!((placement.placement_cycles, placement.log_duration), (10, Duration::from_secs(10)));
+        let quick = plan(&["--quick", "--phases", "placement"]).unwrap();
+        assert_eq!((quick.placement_cycles, quick.log_duration), (3, Duration::from_secs(3)));
+        // No watchers, fill or create clients: only the spare open files.
+        assert_eq!(placement.open_files_needed(), 256);
+        assert_eq!(plan(&["--phases", "list,cold-start"]).unwrap().phases, [Phase::List, Phase::ColdStart]);
+        // The restarts list the filled store; without restarts there is nothing to refuse.
+        assert!(plan(&["--phases", "cold-start"]).is_err());
+        assert!(plan(&["--phases", "cold-start", "--restarts", "0"]).is_ok());
+        assert!(plan(&["--phases", "nothing"]).is_err());
+        assert!(plan(&["--placement-cycles", "0"]).is_err());
+        assert!(plan(&["--log-duration", "0s"]).is_err());
     }
 
     #[test]

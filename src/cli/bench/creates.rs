@@ -11,6 +11,9 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use super::api::{agent, snippet, Api, Endpoint, REQUEST_TIMEOUT};
+use super::daemon::Daemon;
+use super::meters::CpuMeter;
+use super::progress;
 use super::report::Row;
 use super::units::fmt_count;
 
@@ -146,4 +149,19 @@ pub(super) async fn warm(api: &Api, name: &str) -> Result<()> {
         (201, _) => Ok(()),
         (code, body) => bail!("warm-up create of {name}: HTTP {code}: {}", snippet(&body)),
     }
+}
+/// Durable creates at each `--clients` level.
+pub(super) async fn levels(daemon: &Daemon, levels: &[usize], duration: Duration) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &clients in levels {
+        progress(format_args!("creates c={clients} for {:?}", duration));
+        let until = Until::Elapsed(duration);
+        let meter = CpuMeter::start(daemon.pid);
+        let run = create_with(&daemon.endpoint, clients, until, &format!("c{clients}"), true).await?;
+        // Issue 13's goal is relative: etcd's puts/s on the same machine, in the same run.
+        let aim = (run.clients == 64).then(|| "≥ etcd's puts/s (bench/etcd/run.sh)".to_string());
+        let measurement = format!("durable creates, {} client(s)", run.clients);
+        rows.push(run.row(measurement, aim.unwrap_or_default()).with_cpu(meter.stop()));
+    }
+    Ok(rows)
 }

@@ -1,15 +1,24 @@
-//! The list phase: full lists of every Agent from the daemon's cache, timed to the last
-//! byte. A full list is also what shows a restarted daemon serving, and its size gives
-//! the objects' own JSON for the memory per object.
+//! The list phase: the store filled to `--objects`, then full lists of every Agent from
+//! the daemon's cache, timed to the last byte. A full list is also what shows a restarted
+//! daemon serving, and its size gives the objects' own JSON for the memory per object.
 
-use std::time::Instant;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::{anyhow, Context as _, Result};
 use serde::Deserialize;
 
 use super::api::{Api, Endpoint, AGENTS, REQUEST_TIMEOUT};
+use super::creates::{create_with, Until};
+use super::daemon::Daemon;
+use super::meters::CpuMeter;
 use super::report::{summarize, Row};
 use super::units::{fmt_count, fmt_duration};
+use super::{progress, Plan};
+
+/// Longest a fill of `--objects` may take.
+const FILL_LIMIT: Duration = Duration::from_secs(15 * 60);
 
 /// What one full list answered.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -65,4 +74,34 @@ pub(super) async fn list_phase(endpoint: &Endpoint, runs: usize) -> Result<ListR
     );
     let row = Row::new(format!("full list, JSON, {runs} runs"), result, Some(times.as_slice()), "");
     Ok(ListRun { row, listed })
+}
+/// Fills the store to `--objects` and times full lists; their rows and what a list held.
+pub(super) async fn fill_and_list(daemon: &Daemon, plan: &Plan) -> Result<(Vec<Row>, Listed)> {
+    let mut rows = Vec::new();
+    let existing = daemon.endpoint.api(Some(REQUEST_TIMEOUT))?.list_head().await?.0;
+    let missing = plan.objects.saturating_sub(existing);
+    progress(format_args!(
+        "fill: {missing} creates with {} clients (to {} objects)",
+        plan.fill_clients, plan.objects
+    ));
+    let next = Arc::new(AtomicUsize::new(0));
+    let until = Until::Count { next, total: missing };
+    let meter = CpuMeter::start(daemon.pid);
+    let fill = tokio::time::timeout(
+        FILL_LIMIT,
+        create_with(&daemon.endpoint, plan.fill_clients, until, "fill", false),
+    )
+    .await
+    .map_err(|_| anyhow!("filling the store took longer than {FILL_LIMIT:?}"))??;
+    if fill.created > 0 {
+        let cpu = meter.stop();
+        rows.push(fill.row(format!("fill creates, {} clients", fill.clients), String::new()).with_cpu(cpu));
+    }
+
+    progress(format_args!("list: {} full lists", plan.list_runs));
+    let meter = CpuMeter::start(daemon.pid);
+    let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
+    rows.push(list.row.with_cpu(meter.stop()));
+
+    Ok((rows, list.listed))
 }

@@ -16,14 +16,15 @@ use super::report::Row;
 /// How long one power Job may take before the phase fails.
 const JOB_LIMIT: Duration = Duration::from_secs(60);
 
-/// A config repository holding a tiny agent that honours the fence.
-fn config_repo(dir: &Path) -> Result<std::path::PathBuf> {
-    let repo = dir.join("power-agent");
+/// The power phase's agent: it honours the fence and prints nothing.
+const QUIET_AGENT: &str =
+    "trap 'rm -f \"$HIVE_FENCE\"' USR1\ntrap 'exit 0' TERM\nwhile true; do sleep 0.05; done\n";
+
+/// A config repository `dir/name` whose one commit on `main` holds `run.sh`, the agent.
+pub(super) fn config_repo(dir: &Path, name: &str, run_sh: &str) -> Result<std::path::PathBuf> {
+    let repo = dir.join(name);
     std::fs::create_dir_all(&repo)?;
-    std::fs::write(
-        repo.join("run.sh"),
-        "trap 'rm -f \"$HIVE_FENCE\"' USR1\ntrap 'exit 0' TERM\nwhile true; do sleep 0.05; done\n",
-    )?;
+    std::fs::write(repo.join("run.sh"), run_sh)?;
     for args in
         [&["init", "--quiet", "-b", "main"][..], &["add", "run.sh"], &["commit", "--quiet", "-m", "agent"]]
     {
@@ -39,14 +40,14 @@ fn config_repo(dir: &Path) -> Result<std::path::PathBuf> {
             .args(args)
             .current_dir(&repo)
             .output()
-            .context("running git (the power phase needs it)")?;
+            .context("running git (the power and placement phases need it)")?;
         ensure!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
     Ok(repo)
 }
 
 /// Submits a template Job for `agent` and waits until it is terminal; its latency.
-async fn run_job(api: &Api, template: &str, agent: &str) -> Result<Duration> {
+pub(super) async fn run_job(api: &Api, template: &str, agent: &str) -> Result<Duration> {
     let body = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
                       "spec": {"template": template, "agents": [agent], "source": "Cli"}});
     let started = Instant::now();
@@ -84,7 +85,7 @@ async fn run_job(api: &Api, template: &str, agent: &str) -> Result<Duration> {
 
 /// Spawns one agent, then times `cycles` graceful stops and starts.
 pub async fn phase(api: &Api, work: &Path, cycles: usize) -> Result<Vec<Row>> {
-    let repo = config_repo(work)?;
+    let repo = config_repo(work, "power-agent", QUIET_AGENT)?;
     let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": "power-bench"},
                        "spec": {"wanted": "Up", "config": {"repo": repo.display().to_string()},
                                 "runtime": {"type": "process", "gracefulStopSeconds": 10,

@@ -6,12 +6,15 @@
 //! the first of the last `tail` lines — found by reading backwards from the end, so
 //! `tail=1` of a large log reads one chunk or two, not the log. From there each chunk is
 //! rendered and sent as the client takes it (the channel holds [`QUEUED`] chunks), then,
-//! with `follow`, what is appended to the live file.
+//! with `follow`, what is appended to the live file: read when the agent's supervisor
+//! says it appended (a `watch` it ticks after each write), and every `FOLLOW_POLL`
+//! in any case, for a rotation and for a writer that does not tick.
 
 use std::io::SeekFrom;
 use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use tokio::sync::watch;
 
 use super::log_format::{self, Entry, NoPreviousRun, Renderer, Stream};
 use super::logs::{log_files, LOG_FILE};
@@ -25,7 +28,9 @@ pub const CHUNK: usize = 64 * 1024;
 /// larger than the stored one, timestamps or not).
 pub const QUEUED: usize = 4;
 
-/// How often a followed log looks for what was appended.
+/// How often a followed log looks for what was appended when nothing said it was. A
+/// line used to wait for this poll: half of it on average, all of it at p99 (`hive
+/// bench --phases placement`, docs/benchmarks.md).
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Of an entry read backwards, only the start is kept: its time, stream and tag.
@@ -243,8 +248,13 @@ async fn region(files: &mut Files, len: u64, options: &LogOptions) -> Result<(u6
 }
 
 /// The agent's output in `dir`, selected and rendered by `options` (see the module's
-/// note); with `follow` (and not `previous`), what is appended to the live file after.
-pub async fn stream(dir: &Path, options: LogOptions) -> Result<LogStream, NoPreviousRun> {
+/// note); with `follow` (and not `previous`), what is appended to the live file after,
+/// looked for whenever `appended` ticks.
+pub async fn stream(
+    dir: &Path,
+    options: LogOptions,
+    appended: watch::Receiver<()>,
+) -> Result<LogStream, NoPreviousRun> {
     let mut files = Files::open(dir).await;
     let len = files.len();
     let (start, end) = region(&mut files, len, &options).await?;
@@ -269,7 +279,7 @@ pub async fn stream(dir: &Path, options: LogOptions) -> Result<LogStream, NoPrev
         }
         if follow {
             let handle = files.into_live().await;
-            follow_live(handle, &live_path, renderer, buf, tx).await;
+            follow_live(handle, &live_path, renderer, buf, appended, tx).await;
         }
     });
     Ok(rx)
@@ -283,10 +293,15 @@ async fn follow_live(
     live: &PathBuf,
     mut renderer: Renderer,
     mut buf: Vec<u8>,
+    mut appended: watch::Receiver<()>,
     tx: tokio::sync::mpsc::Sender<bytes::Bytes>,
 ) {
+    // A tick since the caller subscribed (before the files were opened) wakes the first
+    // turn at once; a writer gone leaves the poll.
+    let mut ticking = true;
     loop {
         tokio::select! {
+            changed = appended.changed(), if ticking => ticking = changed.is_ok(),
             _ = tokio::time::sleep(FOLLOW_POLL) => {}
             _ = tx.closed() => return,
         }
@@ -354,6 +369,11 @@ mod tests {
         encode(crate::host::now(), Stream::Stdout, text.as_bytes())
     }
 
+    /// No supervisor ticks: a follower polls.
+    fn quiet() -> watch::Receiver<()> {
+        watch::channel(()).1
+    }
+
     async fn read_all(mut rx: LogStream) -> String {
         let mut out = Vec::new();
         while let Some(chunk) = rx.recv().await {
@@ -379,14 +399,14 @@ mod tests {
         log.write(&entries("one\ntwo\n")).unwrap();
         log.write(&entries("three\n")).unwrap();
         let options = LogOptions { follow: true, tail: Some(2), ..LogOptions::default() };
-        let mut rx = stream(dir.path(), options).await.unwrap();
+        let mut rx = stream(dir.path(), options, quiet()).await.unwrap();
         assert_eq!(rx.recv().await.unwrap(), "two\nthree\n");
         log.write(&entries("four\n")).unwrap();
         assert_eq!(rx.recv().await.unwrap(), "four\n");
         log.write(&entries("fives\n")).unwrap(); // past the bound: the live file starts over
         assert_eq!(rx.recv().await.unwrap(), "fives\n");
 
-        let mut all = stream(dir.path(), LogOptions::default()).await.unwrap();
+        let mut all = stream(dir.path(), LogOptions::default(), quiet()).await.unwrap();
         // Three files of at most two entries: the oldest lines are gone.
         assert_eq!(all.recv().await.unwrap(), "three\nfour\nfives\n");
         assert!(all.recv().await.is_none(), "without follow the stream ends");
@@ -433,7 +453,7 @@ mod tests {
         }
         for options in cases {
             let want = reference(&kept, &options);
-            let got = match stream(dir.path(), options).await {
+            let got = match stream(dir.path(), options, quiet()).await {
                 Ok(rx) => Ok(read_all(rx).await),
                 Err(e) => Err(e),
             };
@@ -444,6 +464,29 @@ mod tests {
                 want.map_or(0, |s| s.len())
             );
         }
+    }
+
+    /// A line is sent when the supervisor says it appended it, not at the next poll.
+    #[tokio::test(start_paused = true)]
+    async fn a_followed_line_is_sent_when_its_append_ticks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = RotatingLog::open(dir.path(), 1 << 20, 1).unwrap();
+        log.write(&entries("before\n")).unwrap();
+        let (appended, ticks) = watch::channel(());
+        let options = LogOptions { follow: true, tail: Some(0), ..LogOptions::default() };
+        let mut rx = stream(dir.path(), options, ticks).await.unwrap();
+        for line in ["one\n", "two\n"] {
+            tokio::time::sleep(FOLLOW_POLL / 10).await;
+            let written = tokio::time::Instant::now();
+            log.write(&entries(line)).unwrap();
+            appended.send_replace(());
+            assert_eq!(rx.recv().await.unwrap(), line);
+            assert!(written.elapsed() < FOLLOW_POLL / 10, "{line:?} waited {:?}", written.elapsed());
+        }
+        // Without ticks the poll still finds what is appended.
+        drop(appended);
+        log.write(&entries("three\n")).unwrap();
+        assert_eq!(rx.recv().await.unwrap(), "three\n");
     }
 
     /// The last lines of a large log are found by reading backwards: the answer comes in
@@ -463,7 +506,7 @@ mod tests {
         let options = LogOptions { tail: Some(1), ..LogOptions::default() };
         let (start, end) = region(&mut files, len, &options).await.unwrap();
         assert_eq!(end - start, encode(at(2), Stream::Stdout, b"the last\n").len() as u64);
-        assert_eq!(read_all(stream(dir.path(), options).await.unwrap()).await, "the last\n");
+        assert_eq!(read_all(stream(dir.path(), options, quiet()).await.unwrap()).await, "the last\n");
     }
 
     /// A reader that takes nothing holds at most [`QUEUED`] chunks however large the log.
@@ -475,7 +518,7 @@ mod tests {
         for _ in 0..10_000 {
             log.write(&line).unwrap();
         }
-        let mut rx = stream(dir.path(), LogOptions::default()).await.unwrap();
+        let mut rx = stream(dir.path(), LogOptions::default(), quiet()).await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         let mut queued = 0;
         while let Ok(chunk) = rx.try_recv() {

@@ -54,7 +54,7 @@ use futures_util::future::BoxFuture;
 use hive_api::agent::{Agent, Power, ProcessRuntime as ProcessSettings};
 use rustix::process::Signal;
 use serde_json::json;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 use self::generation::{generation_id, AgentDir, REV_FILE};
 use self::limits::Cgroups;
@@ -87,6 +87,9 @@ struct Inner {
     /// second is answered with the running pid.
     starts: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     events: broadcast::Sender<RuntimeEvent>,
+    /// Per agent, ticked by its supervisor after each append to its log, so a followed
+    /// log sends a line when it is written instead of at the reader's next poll.
+    appended: Mutex<HashMap<String, watch::Sender<()>>>,
     /// Whether limits can be enforced, decided on first need (see [`limits::detect`]).
     cgroups: OnceLock<Cgroups>,
 }
@@ -110,6 +113,7 @@ impl ProcessRuntime {
                 builds: Mutex::new(HashMap::new()),
                 starts: Mutex::new(HashMap::new()),
                 events,
+                appended: Mutex::new(HashMap::new()),
                 cgroups: OnceLock::new(),
             }),
         }
@@ -352,6 +356,7 @@ impl ProcessRuntime {
             log_files: config.log_files,
             generation: Some(generation),
             cgroup_procs: cgroup_procs.as_deref(),
+            appended: self.inner.appends_of(&dir.agent),
         };
         let running = {
             // Held across spawn and insert, so the supervisor's exit bookkeeping
@@ -567,6 +572,12 @@ impl Inner {
         self.agents.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The ticker of `agent`'s log appends (the field `appended`).
+    fn appends_of(&self, agent: &str) -> watch::Sender<()> {
+        let mut appended = self.appended.lock().unwrap_or_else(|e| e.into_inner());
+        appended.entry(agent.to_string()).or_insert_with(|| watch::channel(()).0).clone()
+    }
+
     /// The supervisor's exit bookkeeping: the process is gone from the table and its
     /// exit published.
     fn exited(inner: Weak<Inner>, name: &str, pid_file: &Path, exit: Exit) {
@@ -688,7 +699,7 @@ impl Runtime for ProcessRuntime {
     fn logs<'a>(&'a self, agent: &'a str, options: LogOptions) -> BoxFuture<'a, Result<LogStream>> {
         let dir = self.agent_dir(agent).join("logs");
         Box::pin(async move {
-            log_reader::stream(&dir, options)
+            log_reader::stream(&dir, options, self.inner.appends_of(agent).subscribe())
                 .await
                 .map_err(|log_format::NoPreviousRun| Error::NoPreviousRun { agent: agent.into() })
         })

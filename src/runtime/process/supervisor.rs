@@ -89,6 +89,8 @@ pub struct SpawnRequest<'a> {
     /// `cgroup.procs` of the agent's cgroup when its limits are enforced: the process
     /// joins it before it runs the command.
     pub cgroup_procs: Option<&'a Path>,
+    /// Ticked after each append to the log, for the readers following it.
+    pub appended: watch::Sender<()>,
 }
 
 /// The exit code of an agent process that could not join its cgroup (and so never ran
@@ -118,6 +120,7 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         log_files,
         generation,
         cgroup_procs,
+        appended,
     } = request;
     let command = argv.join(" ");
     let log = RotatingLog::open(logs, log_max_bytes, log_files).map_err(|source| Error::Io {
@@ -126,7 +129,7 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         path: logs.into(),
         source,
     })?;
-    let log = Arc::new(Mutex::new(log));
+    let log = Arc::new(Log { file: Mutex::new(log), appended });
     let mut command_line = match cgroup_procs {
         Some(procs) => {
             let mut shell = Command::new("/bin/sh");
@@ -184,7 +187,7 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
 
 /// Copies everything `reader` yields into the log until end of file, each line stamped
 /// with the time it was read and `stream` (see `log_format.rs`).
-async fn pump(mut reader: impl AsyncRead + Unpin, stream: Stream, log: Arc<Mutex<RotatingLog>>) {
+async fn pump(mut reader: impl AsyncRead + Unpin, stream: Stream, log: Arc<Log>) {
     let mut buf = vec![0; 8192];
     loop {
         match reader.read(&mut buf).await {
@@ -194,11 +197,19 @@ async fn pump(mut reader: impl AsyncRead + Unpin, stream: Stream, log: Arc<Mutex
     }
 }
 
-fn append(log: &Mutex<RotatingLog>, entries: &[u8]) {
-    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(error) = log.write(entries) {
+/// The agent's log as its two pumps share it.
+struct Log {
+    file: Mutex<RotatingLog>,
+    appended: watch::Sender<()>,
+}
+
+fn append(log: &Log, entries: &[u8]) {
+    let written = log.file.lock().unwrap_or_else(|e| e.into_inner()).write(entries);
+    if let Err(error) = written {
         tracing::warn!(%error, "cannot write agent log");
     }
+    // Written (or not) in full: a follower reads to the end of the file.
+    log.appended.send_replace(());
 }
 
 /// Sends `signal` to process group `pgid`; a group that is already gone is fine. (The
