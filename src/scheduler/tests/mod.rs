@@ -100,27 +100,40 @@ impl Harness {
         self.settle(&[]).await
     }
 
-    /// Waits until every node the scheduler marked running has reached the executor
-    /// and every node in `ended` is reported terminal. Returns the newly started
-    /// nodes as (job, node).
+    /// Waits until the scheduler's pass starts nothing more, every node it marked
+    /// running has reached the executor and every node in `ended` is reported
+    /// terminal. Returns the newly started nodes as (job, node).
     pub(super) async fn settle(&mut self, ended: &[(String, String)]) -> Vec<(String, String)> {
         let mut new = Vec::new();
+        let mut last: Option<Vec<(String, String)>> = None;
         for _ in 0..1_000_000 {
             while let Ok(started) = self.started.try_recv() {
                 new.push((started.job.clone(), started.node.clone()));
                 self.running.push(started);
             }
             let list = self.sched.list().await.expect("scheduler up");
-            let running =
-                list.iter().flat_map(|j| &j.nodes).filter(|n| n.state == JobNodeState::Running).count();
+            let running: Vec<(String, String)> = list
+                .iter()
+                .flat_map(|j| j.nodes.iter().map(move |n| (j, n)))
+                .filter(|(_, n)| n.state == JobNodeState::Running)
+                .map(|(j, n)| (j.name.clone(), n.id.clone()))
+                .collect();
             let ended_done = ended.iter().all(|(job, node)| {
                 list.iter()
                     .find(|j| &j.name == job)
                     .is_none_or(|j| j.nodes.iter().any(|n| &n.id == node && n.state.is_terminal()))
             });
-            if running == self.running.len() && ended_done {
+            // The list is answered before its own turn's pass, and one pass need not
+            // be the last to start something: a grant in it can turn an earlier DAG's
+            // reserved lease into a deadlock refusal in the next pass, which then gives
+            // that lease to a later DAG. Quiet means one pass started nothing — two
+            // lists in a row show the same running nodes — so each start is seen in the
+            // step that caused it, with the states it was decided on.
+            let quiet = last.as_ref() == Some(&running);
+            if quiet && running.len() == self.running.len() && ended_done {
                 return new;
             }
+            last = Some(running);
             tokio::task::yield_now().await;
         }
         panic!("the scheduler did not settle");

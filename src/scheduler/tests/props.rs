@@ -361,3 +361,54 @@ proptest! {
         rt.block_on(run_case(slots, dags, picks))?;
     }
 }
+
+/// A node of a hand-written case: `kind` and `agent` index `KINDS` and `AGENTS`.
+fn node(kind: usize, agent: usize, deps: &[(usize, bool)], fails: bool) -> NodeGen {
+    NodeGen { kind, agent, deps: deps.to_vec(), fails }
+}
+
+fn dag_at(submit_at: usize, nodes: Vec<NodeGen>) -> DagGen {
+    DagGen { template: 0, nodes, submit_at, cancel: false }
+}
+
+/// A case the property once failed, shrunk: slot-waiting d3/n3 (Swap b) reserves b for
+/// its pass, and in that pass later d4/n1 takes c, which d3/n1 (not yet dep-ready) still
+/// needs. In the next pass giving b to d3 would close a cycle (d3 waits for d4's c, d4
+/// for b), so d3 is refused and d4/n0 takes b, as the deadlock rule says. The harness
+/// used to return before that second pass and saw d4/n0 start one step later, after
+/// d3/n0 failed and cancelled d3/n1, so the FIFO oracle judged the grant against a d3
+/// that needed b alone.
+#[test]
+fn a_lease_given_away_to_avoid_a_deadlock_is_judged_on_the_step_that_gave_it() {
+    let (wanted, prebuild, swap) = (0, 7, 8);
+    let (a, b, c) = (0, 1, 2);
+    let dags = vec![
+        dag_at(0, vec![node(wanted, a, &[], false), node(wanted, a, &[], false)]),
+        dag_at(0, vec![node(wanted, a, &[], false); 3]),
+        dag_at(5, vec![node(wanted, a, &[], false), node(prebuild, a, &[], false)]),
+        dag_at(
+            5,
+            vec![
+                node(wanted, a, &[], true),
+                node(wanted, c, &[(0, false)], false),
+                node(prebuild, a, &[], false),
+                node(swap, b, &[], false),
+            ],
+        ),
+        dag_at(7, vec![node(wanted, b, &[], false), node(wanted, c, &[], false)]),
+    ];
+    let picks = vec![
+        0,
+        0,
+        15010,
+        3037558733249249521,
+        9282182346202530904,
+        3326258108139390900,
+        13225897074896447362,
+        4334578731680017020,
+    ];
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    if let Err(e) = rt.block_on(run_case(1, dags, picks)) {
+        panic!("{e}");
+    }
+}
