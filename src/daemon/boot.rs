@@ -2,7 +2,7 @@
 //! agent by rev freshness and submits ONE BootSweep Job when any is stale; the power
 //! path gives every agent whose observed power drifted from wanted a plain Reconcile.
 
-use hive_api::agent::{parents_first, Wanted};
+use hive_api::agent::{parents_first, Power, Wanted};
 use hive_api::job::{JobSource, JobTemplate};
 use hive_api::Agent;
 
@@ -117,13 +117,27 @@ impl Engine {
     /// The boot reconcile's power path: every agent whose observed power drifted from
     /// its wanted power gets a plain Reconcile Job (source `Boot`), except those the
     /// sweep rebuilds (their rebuild's tail Reconcile brings them up).
+    ///
+    /// First, every agent on this host recorded running (or starting, or stopping) that
+    /// the runtime finds stopped is recorded `Stopped`: the last daemon's shutdown (or
+    /// its kill) stopped it without crash-watch seeing the exit, and no event will say
+    /// so now. (An agent on a fleet node is observed from its worker when it rejoins.)
     pub(super) async fn boot_reconcile(&self, swept: &Sweep) {
         for agent in self.installed_agents() {
             let name = agent.metadata.name.clone();
+            let running = self.is_running(&name);
+            let recorded_up =
+                matches!(agent.status.power, Some(Power::Running | Power::Starting | Power::Stopping));
+            if agent.spec.node().is_none() && recorded_up && !running {
+                let stopped =
+                    self.agents().patch_status(&name, |status| status.power = Some(Power::Stopped)).await;
+                if let Err(err) = stopped {
+                    tracing::warn!(agent = name, error = %err, "recording a stopped agent's power failed");
+                }
+            }
             if swept.rebuild.contains(&name) {
                 continue;
             }
-            let running = self.is_running(&name);
             let drifted = match agent.spec.wanted {
                 Wanted::Up => !running,
                 Wanted::Offline => running,

@@ -110,6 +110,20 @@ async fn random_operator_walks_keep_the_contract() {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
     });
     let steps: usize = std::env::var("HIVE_CONTRACT_STEPS").ok().and_then(|s| s.parse().ok()).unwrap_or(24);
+    walk(seed, steps).await;
+}
+
+// Regression: start, push, a graceful restart on a new base, then `hive stop --no-wait`
+// at once. The restart stopped the agent without crash-watch seeing the exit, the stop
+// converged before the sweep's rebuild could start it, and `status.power` stayed
+// `Running` from before the restart (failed 3 runs in 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_right_after_a_restart_on_a_new_base_is_recorded_stopped() {
+    walk(1796524781917452463, 4).await;
+}
+
+/// One walk of `steps` steps drawn from `seed`, checked as it goes.
+async fn walk(seed: u64, steps: usize) {
     eprintln!("contract walk: HIVE_CONTRACT_SEED={seed} HIVE_CONTRACT_STEPS={steps}");
     let mut rng = Rng(seed);
 
