@@ -6,6 +6,7 @@
 
 use hive_api::meta::{generate_name_problem, generated_name, GENERATED_SUFFIX_LEN};
 use hive_api::validation::{Reason, ValidationError};
+use serde::Deserialize as _;
 use serde_json::Value;
 
 use super::error::ApiError;
@@ -17,14 +18,27 @@ pub const TRIES: usize = 8;
 /// The `generateName` prefix `object` asks for, when it has no name: `None` when it has
 /// a name (the name wins, as in kube) or no prefix.
 pub fn prefix_of(kind: &str, object: &Value) -> Result<Option<String>, ApiError> {
-    let Some(meta) = object.get("metadata").and_then(Value::as_object) else { return Ok(None) };
-    if meta.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
+    // Read typed: only the two fields, whatever else the object holds.
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Option<Names>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Names {
+        #[serde(default)]
+        name: Option<Value>,
+        #[serde(default, rename = "generateName")]
+        generate_name: Option<Value>,
+    }
+    let Ok(Object { metadata: Some(names) }) = Object::deserialize(object) else { return Ok(None) };
+    if names.name.as_ref().and_then(Value::as_str).is_some_and(|n| !n.is_empty()) {
         return Ok(None);
     }
-    let prefix = match meta.get("generateName") {
+    let prefix = match names.generate_name {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::String(prefix)) if prefix.is_empty() => return Ok(None),
-        Some(Value::String(prefix)) => prefix.clone(),
+        Some(Value::String(prefix)) => prefix,
         Some(other) => return Err(invalid(kind, format!("{other}: must be a string"))),
     };
     match generate_name_problem(&prefix) {
@@ -41,7 +55,7 @@ pub fn new_name(prefix: &str) -> String {
 /// Gives `object` a new name made from `prefix`; returns it.
 pub fn name_it(object: &mut Value, prefix: &str) -> String {
     let name = new_name(prefix);
-    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+    if let Some(meta) = super::resources::metadata_mut(object) {
         meta.insert("name".into(), Value::String(name.clone()));
     }
     name

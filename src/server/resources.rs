@@ -190,7 +190,7 @@ fn resource_version_of(value: &Value) -> Option<&str> {
 }
 
 /// The metadata map of an admitted object (always an object).
-fn metadata_mut(object: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
+pub(super) fn metadata_mut(object: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
     object.get_mut("metadata").and_then(Value::as_object_mut)
 }
 
