@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use serde_json::Value;
 
 use crate::fleet_docker::{docker_tests_enabled, node_image};
+use crate::fleet_myelin::strs;
 use crate::harness::{eventually, ok, Api, Daemon};
 
 const NODES: &str = "/apis/hive.dev/v1/nodes";
@@ -52,27 +53,31 @@ fn running(id: &str) -> bool {
     docker(&["inspect", "--format", "{{.State.Running}}", id]) == "true"
 }
 
+/// The node image, a fresh private network's name, and the flags of a daemon whose
+/// default provider is docker on that network (plus `extra`), its fleet endpoint on a
+/// fixed port, so surviving workers redial a restarted daemon there.
+async fn docker_daemon_flags(extra: &[&str]) -> (String, String, Vec<String>) {
+    let image = tokio::task::spawn_blocking(node_image).await.unwrap();
+    let network = format!("hive-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let mut flags: Vec<String> = extra.iter().map(|f| f.to_string()).collect();
+    for flag in
+        ["--provider", "docker", "--fleet-listen", &format!("0.0.0.0:{port}"), "--docker-image", &image]
+    {
+        flags.push(flag.to_string());
+    }
+    flags.extend(["--docker-network".to_string(), network.clone()]);
+    (image, network, flags)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart() {
     if !docker_tests_enabled("docker_nodes_join_are_killed_adopted_and_rejoin_after_a_restart") {
         return;
     }
-    let image = tokio::task::spawn_blocking(node_image).await.unwrap();
-    let network = format!("hive-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let (image, network, flags) = docker_daemon_flags(&[]).await;
     let _cleanup = Cleanup(network.clone());
-    // A fixed port across the restart: surviving workers redial the daemon there.
-    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("0.0.0.0:{port}");
-    let flags = [
-        "--provider",
-        "docker",
-        "--fleet-listen",
-        &listen,
-        "--docker-image",
-        &image,
-        "--docker-network",
-        &network,
-    ];
+    let flags = strs(&flags);
     let mut d = Daemon::start_with(&flags);
     let api = d.client();
 
@@ -200,22 +205,9 @@ async fn an_agent_on_a_docker_node_survives_a_graceful_restart_and_is_lost_with_
     ) {
         return;
     }
-    let image = tokio::task::spawn_blocking(node_image).await.unwrap();
-    let network = format!("hive-it-{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let (_, network, flags) = docker_daemon_flags(&["--agent-controller=true"]).await;
     let _cleanup = Cleanup(network.clone());
-    let port = std::net::UdpSocket::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
-    let listen = format!("0.0.0.0:{port}");
-    let flags = [
-        "--agent-controller=true",
-        "--provider",
-        "docker",
-        "--fleet-listen",
-        &listen,
-        "--docker-image",
-        &image,
-        "--docker-network",
-        &network,
-    ];
+    let flags = strs(&flags);
     let mut d = Daemon::start_with(&flags);
     let api = d.client();
     let tmp = tempfile::tempdir().unwrap();

@@ -73,6 +73,26 @@ pub(crate) async fn running_node(api: &Api, name: &str) -> Value {
     .await
 }
 
+/// The pid of a process node's worker, from its Node.
+fn worker_pid(node: &Value) -> u32 {
+    node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32
+}
+
+/// A daemon with the agent controller, node-1 provisioned and Running, and `alpha`
+/// placed on it and Ready: the daemon, the temp dir holding the config repo, the repo,
+/// and node-1's worker pid.
+async fn alpha_on_node_1() -> (Daemon, tempfile::TempDir, std::path::PathBuf, u32) {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let api = d.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = config_repo(tmp.path());
+    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
+    let worker = worker_pid(&running_node(&api, "node-1").await);
+    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
+    ready(&api, "alpha").await;
+    (d, tmp, repo, worker)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_agent_placed_on_a_process_node_runs_under_its_worker() {
     let d = Daemon::start_with(&["--agent-controller=true"]);
@@ -93,8 +113,7 @@ async fn an_agent_placed_on_a_process_node_runs_under_its_worker() {
     assert!(waiting["status"]["activeJob"].is_null(), "nothing is submitted while it waits: {waiting}");
 
     assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
-    let node = running_node(&api, "node-1").await;
-    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    let worker = worker_pid(&running_node(&api, "node-1").await);
 
     let agent = eventually("the placed agent to be Ready", || async {
         let agent = api.get(&format!("{AGENTS}/alpha")).await.body;
@@ -215,15 +234,8 @@ async fn bad_placements_are_refused_or_wait_and_start_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
-    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let (d, _tmp, _, worker) = alpha_on_node_1().await;
     let api = d.client();
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = config_repo(tmp.path());
-    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
-    let node = running_node(&api, "node-1").await;
-    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
-    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
-    ready(&api, "alpha").await;
     assert_eq!(agents_under(worker).len(), 1);
 
     let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
@@ -260,8 +272,7 @@ async fn a_placed_agent_whose_node_is_killed_is_lost_and_not_moved() {
     // The operator's answer: a new placement. The move leaves the lost node as it is
     // and runs the agent on the new one.
     assert_eq!(api.post(COMMANDS, &provision("p2")).await.code, 201);
-    let node2 = running_node(&api, "node-2").await;
-    let worker2 = node2["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
+    let worker2 = worker_pid(&running_node(&api, "node-2").await);
     place(&api, "alpha", json!({"node": "node-2"})).await;
     let job = moved_by_one_job(&api, "alpha", 1).await;
     let vacate = step(&job, "alpha/vacate");
@@ -343,10 +354,8 @@ async fn a_placement_change_moves_the_agent_as_one_job_and_meta_updates_reach_it
     let mut provision2 = provision("p");
     provision2["spec"]["provision"]["count"] = json!(2);
     assert_eq!(api.post(COMMANDS, &provision2).await.code, 201);
-    let pid_of =
-        |node: &Value| node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
-    let worker1 = pid_of(&running_node(&api, "node-1").await);
-    let worker2 = pid_of(&running_node(&api, "node-2").await);
+    let worker1 = worker_pid(&running_node(&api, "node-1").await);
+    let worker2 = worker_pid(&running_node(&api, "node-2").await);
 
     // On node-1, following the branch `main` (at v2).
     let mut alpha = placed("alpha", &repo, "node-1");
@@ -420,15 +429,8 @@ async fn a_placement_change_moves_the_agent_as_one_job_and_meta_updates_reach_it
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_approved_commit_deploys_to_a_placed_agent_on_its_node() {
-    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let (d, _tmp, repo, worker) = alpha_on_node_1().await;
     let api = d.client();
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = config_repo(tmp.path());
-    assert_eq!(api.post(COMMANDS, &provision("p")).await.code, 201);
-    let node = running_node(&api, "node-1").await;
-    let worker = node["status"]["providerRef"]["pid"].as_u64().expect("providerRef.pid") as u32;
-    assert_eq!(api.post(AGENTS, &placed("alpha", &repo, "node-1")).await.code, 201);
-    ready(&api, "alpha").await;
     let rev = |name: &str| {
         let out =
             std::process::Command::new("git").args(["rev-parse", name]).current_dir(&repo).output().unwrap();
