@@ -238,6 +238,13 @@ pub fn json_type(value: &Value) -> &'static str {
     }
 }
 
+/// The metadata map of an object (`None` when it has none, or it is not a map).
+pub fn metadata_mut(
+    object: &mut serde_json::Value,
+) -> Option<&mut serde_json::Map<String, serde_json::Value>> {
+    object.get_mut("metadata").and_then(serde_json::Value::as_object_mut)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,7 +55,7 @@ pub fn new_name(prefix: &str) -> String {
 /// Gives `object` a new name made from `prefix`; returns it.
 pub fn name_it(object: &mut Value, prefix: &str) -> String {
     let name = new_name(prefix);
-    if let Some(meta) = super::resources::metadata_mut(object) {
+    if let Some(meta) = super::body::metadata_mut(object) {
         meta.insert("name".into(), Value::String(name.clone()));
     }
     name

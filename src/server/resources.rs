@@ -189,11 +189,6 @@ fn resource_version_of(value: &Value) -> Option<&str> {
     value.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-/// The metadata map of an admitted object (always an object).
-pub(super) fn metadata_mut(object: &mut Value) -> Option<&mut serde_json::Map<String, Value>> {
-    object.get_mut("metadata").and_then(Value::as_object_mut)
-}
-
 /// Clears an admitted object's status: observed state is written only through /status.
 fn clear_status(object: &mut Value) {
     if let Some(map) = object.as_object_mut() {
@@ -411,7 +406,7 @@ pub async fn create(
         super::generate_name::name_it(&mut value, prefix);
     }
     let (mut object, warnings) = admit_body(kind, value, &duplicates, params.field_validation()?)?;
-    if let Some(meta) = metadata_mut(&mut object) {
+    if let Some(meta) = body::metadata_mut(&mut object) {
         meta.remove("managedFields");
         meta.remove("resourceVersion");
     }
@@ -552,7 +547,7 @@ pub async fn patch(
                 let merged = apply::apply(None, applied, &manager, params.force()?, now())
                     .map_err(|c| conflict(kind, &name, &c))?;
                 let (mut object, _) = admit(kind, merged, FieldValidation::Ignore)?;
-                if let Some(meta) = metadata_mut(&mut object) {
+                if let Some(meta) = body::metadata_mut(&mut object) {
                     meta.remove("resourceVersion");
                 }
                 clear_status(&mut object);
@@ -625,7 +620,7 @@ pub async fn patch(
                 let client_rv = resource_version_of(&object).map(str::to_string);
                 let client_precondition = client_rv.is_some() && client_rv != current_rv;
                 let mut object = object;
-                if let (false, Some(meta)) = (client_precondition, metadata_mut(&mut object)) {
+                if let (false, Some(meta)) = (client_precondition, body::metadata_mut(&mut object)) {
                     meta.insert("resourceVersion".into(), json!(current_rv));
                 }
                 (Mutation::Update { kind: kind.plural, object, subresource }, warnings, client_precondition)
