@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::resource::KindInfo;
+use crate::resource::{Decoded, KindInfo};
 use crate::validation::{self, summary, ValidationError};
 
 /// What to do with fields the kind does not define, and with keys a body gives twice
@@ -165,10 +165,51 @@ pub fn admit(kind: &KindInfo, value: Value, validation: FieldValidation) -> Resu
 /// [`FieldValidation::Warn`] each is a warning before theirs.
 pub fn admit_body(
     kind: &KindInfo,
-    mut value: Value,
+    value: Value,
     duplicates: &Duplicates,
     validation: FieldValidation,
 ) -> Result<Admitted, AdmitError> {
+    let (decoded, warnings) = decode_fields(kind, value, duplicates, validation)?;
+    let name = crate::meta::name_of(&decoded.object).to_string();
+    let Value::Object(mut object) = decoded.object else {
+        // Every kind is a struct, so its serialized form is a JSON object.
+        return Err(AdmitError::Decode {
+            kind: kind.kind,
+            field: String::new(),
+            message: "expected an object".into(),
+        });
+    };
+    // Validated on the typed object while decoding (neither check reads apiVersion or
+    // kind, which are set here).
+    if !decoded.errors.is_empty() {
+        return Err(AdmitError::Invalid { kind: kind.kind, name, errors: decoded.errors });
+    }
+    object.insert("apiVersion".into(), Value::String(kind.api_version.into()));
+    object.insert("kind".into(), Value::String(kind.kind.into()));
+    Ok(Admitted { object: Value::Object(object), warnings })
+}
+
+/// The warnings of a server-side apply configuration, judged as [`admit_body`] judges a
+/// body — apiVersion and kind, each field's type, unknown fields and keys given twice
+/// under `validation` — but not its values: a configuration names only the fields its
+/// manager owns (a label, say), so what is required is judged on the merged object.
+pub fn admit_apply_configuration(
+    kind: &KindInfo,
+    value: Value,
+    duplicates: &Duplicates,
+    validation: FieldValidation,
+) -> Result<Vec<String>, AdmitError> {
+    decode_fields(kind, value, duplicates, validation).map(|(_, warnings)| warnings)
+}
+
+/// Decodes a body as `kind` and judges its unknown fields and duplicate keys; the
+/// validation errors are left in [`Decoded::errors`] for the caller.
+fn decode_fields(
+    kind: &KindInfo,
+    mut value: Value,
+    duplicates: &Duplicates,
+    validation: FieldValidation,
+) -> Result<(Decoded, Vec<String>), AdmitError> {
     if let Some(found) = value.get("apiVersion").and_then(Value::as_str) {
         if found != kind.api_version {
             return Err(AdmitError::ApiVersion { found: found.into(), expected: kind.api_version });
@@ -179,7 +220,9 @@ pub fn admit_body(
             return Err(AdmitError::Kind { found: found.into(), expected: kind.kind });
         }
     }
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+    if let Some(meta) =
+        value.get_mut("metadata").and_then(Value::as_object_mut).filter(|_| !kind.keeps_namespace)
+    {
         // Cluster-scoped: kubectl and other clients may send a namespace; drop it (one
         // that is not a string is left for decoding to refuse).
         if meta.get("namespace").is_none_or(|n| n.is_string() || n.is_null()) {
@@ -208,23 +251,7 @@ pub fn admit_body(
             FieldValidation::Ignore => {}
         }
     }
-    let name = crate::meta::name_of(&decoded.object).to_string();
-    let Value::Object(mut object) = decoded.object else {
-        // Every kind is a struct, so its serialized form is a JSON object.
-        return Err(AdmitError::Decode {
-            kind: kind.kind,
-            field: String::new(),
-            message: "expected an object".into(),
-        });
-    };
-    // Validated on the typed object while decoding (neither check reads apiVersion or
-    // kind, which are set here).
-    if !decoded.errors.is_empty() {
-        return Err(AdmitError::Invalid { kind: kind.kind, name, errors: decoded.errors });
-    }
-    object.insert("apiVersion".into(), Value::String(kind.api_version.into()));
-    object.insert("kind".into(), Value::String(kind.kind.into()));
-    Ok(Admitted { object: Value::Object(object), warnings })
+    Ok((decoded, warnings))
 }
 
 #[cfg(test)]

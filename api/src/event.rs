@@ -82,11 +82,73 @@ pub struct Event {
     /// Which instance of the component reported it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reporting_instance: String,
+    /// What was done or failed about the object, e.g. `Reconcile` (events.k8s.io's
+    /// recorders set it).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub action: String,
+    /// A second object the event is about, e.g. the node an agent was placed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub related: Option<ObjectReference>,
 }
 
 impl Event {
     /// The kind name, `Event`.
     pub const KIND_NAME: &'static str = "Event";
+}
+
+/// The `apiVersion` of the same events served by the `events.k8s.io` group.
+pub const EVENTS_V1: &str = "events.k8s.io/v1";
+
+/// The fields whose names differ between a core Event and an `events.k8s.io/v1` one,
+/// as (core, events.k8s.io); every other field is the same in both, as kube-apiserver
+/// converts them (one stored object, two served shapes).
+pub const EVENTS_V1_RENAMES: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+/// An `events.k8s.io/v1` Event (or a patch of one) in the core shape: its renamed
+/// top-level fields take their core names and `apiVersion`, when given, becomes `v1`.
+/// Anything else is left for admission to judge.
+pub fn from_events_v1(value: &mut Value) {
+    let Some(fields) = value.as_object_mut() else { return };
+    for (core, v1) in EVENTS_V1_RENAMES {
+        if let Some(field) = fields.remove(*v1) {
+            fields.insert((*core).into(), field);
+        }
+    }
+    if fields.get("apiVersion").and_then(Value::as_str) == Some(EVENTS_V1) {
+        fields.insert("apiVersion".into(), Value::String("v1".into()));
+    }
+}
+
+/// A stored core Event in the `events.k8s.io/v1` shape.
+pub fn to_events_v1(value: &mut Value) {
+    let Some(fields) = value.as_object_mut() else { return };
+    for (core, v1) in EVENTS_V1_RENAMES {
+        if let Some(field) = fields.remove(*core) {
+            fields.insert((*v1).into(), field);
+        }
+    }
+    fields.insert("apiVersion".into(), Value::String(EVENTS_V1.into()));
+}
+
+/// A field path of the core shape (`involvedObject.name`) in the `events.k8s.io/v1`
+/// shape (`regarding.name`), for errors answered on that group's routes.
+pub fn events_v1_path(core_path: &str) -> String {
+    for (core, v1) in EVENTS_V1_RENAMES {
+        if let Some(rest) = core_path.strip_prefix(core) {
+            if rest.is_empty() || rest.starts_with('.') || rest.starts_with('[') {
+                return format!("{v1}{rest}");
+            }
+        }
+    }
+    core_path.to_string()
 }
 
 fn core_v1() -> String {
@@ -168,6 +230,8 @@ impl Object for Event {
     const PLURAL: &'static str = "events";
     const SINGULAR: &'static str = "event";
     const SHORT_NAMES: &'static [&'static str] = &["ev"];
+    const NAMES: crate::validation::NameRule = crate::validation::NameRule::Subdomain;
+    const KEEPS_NAMESPACE: bool = true;
 
     fn metadata(&self) -> &ObjectMeta {
         &self.metadata
@@ -227,6 +291,29 @@ impl Resource for Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_two_shapes_convert_into_each_other() {
+        let v1 = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"name": "a.1"},
+            "regarding": {"kind": "Agent", "name": "a"}, "note": "n", "reportingController": "c",
+            "reportingInstance": "i", "action": "Do", "reason": "R", "type": "Normal",
+            "deprecatedCount": 2, "series": {"count": 2}});
+        let mut core = v1.clone();
+        from_events_v1(&mut core);
+        assert_eq!(core["apiVersion"], "v1");
+        assert_eq!(
+            (&core["involvedObject"]["name"], &core["message"], &core["count"]),
+            (&json!("a"), &json!("n"), &json!(2))
+        );
+        assert_eq!((&core["reportingComponent"], &core["action"]), (&json!("c"), &json!("Do")));
+        let event: Event = serde_json::from_value(core.clone()).expect("a core Event");
+        assert_eq!(event.action, "Do");
+        to_events_v1(&mut core);
+        assert_eq!(core, v1);
+        assert_eq!(events_v1_path("involvedObject.name"), "regarding.name");
+        assert_eq!(events_v1_path("messageX"), "messageX");
+        assert_eq!(events_v1_path("reason"), "reason");
+    }
 
     #[test]
     fn validation_names_fields() {

@@ -22,7 +22,9 @@ pub mod job;
 pub mod node;
 pub mod provider;
 
-pub use admit::{admit, admit_body, AdmitError, Admitted, Duplicates, FieldValidation};
+pub use admit::{
+    admit, admit_apply_configuration, admit_body, AdmitError, Admitted, Duplicates, FieldValidation,
+};
 pub use agent::{Agent, AgentList, AgentSpec, AgentStatus};
 pub use approval::{Approval, ApprovalList, ApprovalSpec, ApprovalStatus};
 pub use fleet_command::{FleetCommand, FleetCommandList, FleetCommandSpec, FleetCommandStatus};

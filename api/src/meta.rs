@@ -105,7 +105,8 @@ impl ToSchema for MicroTime {}
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
     /// Unique name of the object within its kind: a DNS-1123 label (lowercase letters,
-    /// digits and '-', starting and ending alphanumeric, at most 63 characters).
+    /// digits and '-', starting and ending alphanumeric, at most 63 characters); a core
+    /// Event's a DNS-1123 subdomain (labels joined by '.', at most 253 characters).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     #[schema(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length = 63)]
     pub name: String,
@@ -115,8 +116,9 @@ pub struct ObjectMeta {
     /// the create answers 409 AlreadyExists. Kept as given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_name: Option<String>,
-    /// Ignored: every hive kind is cluster-scoped. Accepted so that manifests written for
-    /// namespaced tools apply; the server always clears it.
+    /// Ignored for hive's kinds, which are cluster-scoped: accepted so that manifests
+    /// written for namespaced tools apply, and cleared. A core Event keeps it (recorders
+    /// write events into a namespace; hive's own events have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     /// Server-assigned unique identifier of this incarnation of the object; a deleted and

@@ -52,6 +52,11 @@ pub trait Object:
     const SINGULAR: &'static str;
     /// Short names kubectl accepts, e.g. `ag`.
     const SHORT_NAMES: &'static [&'static str];
+    /// How `metadata.name` is checked: a DNS-1123 label for hive's kinds.
+    const NAMES: crate::validation::NameRule = crate::validation::NameRule::Label;
+    /// Whether `metadata.namespace` is kept as written (core Events, which namespaced
+    /// recorders write into a namespace); hive's kinds are cluster-scoped and drop it.
+    const KEEPS_NAMESPACE: bool = false;
 
     /// The object's metadata.
     fn metadata(&self) -> &ObjectMeta;
@@ -163,7 +168,7 @@ fn decode_value<K: Resource>(value: &Value) -> Result<Decoded, DecodeError> {
 /// Validates metadata and kind-specific fields of a typed object.
 pub fn validate<K: Resource>(object: &K) -> Vec<ValidationError> {
     let mut errors = Errors::default();
-    validation::object_meta(&mut errors, object.metadata());
+    validation::object_meta(&mut errors, object.metadata(), K::NAMES);
     object.validate(&mut errors);
     errors.0
 }
@@ -212,6 +217,8 @@ pub struct KindInfo {
     pub short_names: &'static [&'static str],
     /// Fields a `fieldSelector` may name (dotted paths).
     pub field_selectors: &'static [&'static str],
+    /// Whether admission keeps `metadata.namespace` ([`Object::KEEPS_NAMESPACE`]).
+    pub keeps_namespace: bool,
     /// Decodes a body as this kind and validates it in the same pass
     /// ([`Decoded::errors`]).
     pub decode: fn(&Value) -> Result<Decoded, DecodeError>,
@@ -242,6 +249,7 @@ impl KindInfo {
             singular: K::SINGULAR,
             short_names: K::SHORT_NAMES,
             field_selectors: crate::selector::OBJECT_FIELDS,
+            keeps_namespace: K::KEEPS_NAMESPACE,
             decode: decode_value::<K>,
             validate: validate_value::<K>,
             validate_update: validate_update_value::<K>,

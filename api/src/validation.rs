@@ -164,9 +164,50 @@ pub fn dns1123_label(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Maximum length of a DNS-1123 subdomain.
+pub const MAX_SUBDOMAIN_LEN: usize = 253;
+
+/// Checks a DNS-1123 subdomain (dot-separated labels, at most 253 characters in all);
+/// returns the reason text when it is not one.
+pub fn dns1123_subdomain(value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if value.len() > MAX_SUBDOMAIN_LEN {
+        return Err(format!("must be no more than {MAX_SUBDOMAIN_LEN} characters"));
+    }
+    if value.split('.').any(|label| dns1123_label(label).is_err()) {
+        return Err(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' \
+             or '.', and must start and end with an alphanumeric character (e.g. 'example.com')"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Which names a kind's objects take: `metadata.name` checked as a DNS-1123 label (hive's
+/// kinds) or subdomain (core Events, named `OBJECT.HEX` by client-go's recorders).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// A DNS-1123 label.
+    Label,
+    /// A DNS-1123 subdomain.
+    Subdomain,
+}
+
 /// Validates a name field, recording an error at `field` when it is not a DNS-1123 label.
 pub fn name(errors: &mut Errors, field: &str, value: &str) {
-    if let Err(why) = dns1123_label(value) {
+    name_by(errors, field, value, NameRule::Label);
+}
+
+/// Validates a name field by `rule`.
+pub fn name_by(errors: &mut Errors, field: &str, value: &str, rule: NameRule) {
+    let checked = match rule {
+        NameRule::Label => dns1123_label(value),
+        NameRule::Subdomain => dns1123_subdomain(value),
+    };
+    if let Err(why) = checked {
         let reason = if value.is_empty() { Reason::Required } else { Reason::Invalid };
         let msg = if value.is_empty() { "name is required".to_string() } else { format!("{value:?}: {why}") };
         errors.push(field, reason, msg);
@@ -241,9 +282,9 @@ pub fn labels(errors: &mut Errors, field: &str, labels: &BTreeMap<String, String
     }
 }
 
-/// Validates the metadata every object carries.
-pub fn object_meta(errors: &mut Errors, meta: &ObjectMeta) {
-    name(errors, "metadata.name", &meta.name);
+/// Validates the metadata every object carries, its name by `rule`.
+pub fn object_meta(errors: &mut Errors, meta: &ObjectMeta, rule: NameRule) {
+    name_by(errors, "metadata.name", &meta.name, rule);
     labels(errors, "metadata.labels", &meta.labels);
     for k in meta.annotations.keys() {
         if let Err(why) = qualified_name(k) {

@@ -91,6 +91,8 @@ impl Recorder {
             source: Some(EventSource { component: self.component.clone(), ..Default::default() }),
             reporting_component: self.component.clone(),
             reporting_instance: String::new(),
+            action: String::new(),
+            related: None,
         };
         let fold = |e: &mut Event| {
             let count = e.count.unwrap_or(1).saturating_add(1);

@@ -4,6 +4,7 @@
 
 mod duplicates;
 mod flow_depth;
+pub mod protobuf;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -38,8 +39,11 @@ pub enum MediaType {
     JsonPatch,
     /// `application/apply-patch+yaml` (server-side apply; YAML or JSON body).
     ApplyPatch,
-    /// `application/strategic-merge-patch+json`: not supported for hive kinds.
+    /// `application/strategic-merge-patch+json`: not supported for hive kinds; a merge
+    /// patch of a core Event's flat fields.
     StrategicMergePatch,
+    /// `application/vnd.kubernetes.protobuf`: for core Events only (`body/protobuf.rs`).
+    Protobuf,
     /// Anything else.
     Other,
 }
@@ -58,6 +62,7 @@ impl MediaType {
             "application/json-patch+json" => MediaType::JsonPatch,
             "application/apply-patch+yaml" | "application/apply-patch+json" => MediaType::ApplyPatch,
             "application/strategic-merge-patch+json" => MediaType::StrategicMergePatch,
+            protobuf::PROTOBUF => MediaType::Protobuf,
             _ => MediaType::Other,
         }
     }

@@ -1,5 +1,5 @@
-//! Discovery: `/version`, `/apis` and `/apis/hive.dev/v1`, the documents kubectl reads
-//! before anything else.
+//! Discovery: `/version`, `/apis` (hive.dev and events.k8s.io) and `/apis/hive.dev/v1`,
+//! the documents kubectl reads before anything else.
 //!
 //! `/apis` (and the core group's `/api`, see `events.rs`) answer aggregated discovery —
 //! one `APIGroupDiscoveryList` of `apidiscovery.k8s.io/v2` naming every resource with its
@@ -50,18 +50,21 @@ fn go_arch() -> &'static str {
 /// `APIGroupList`.
 pub async fn api_groups(headers: HeaderMap) -> Response {
     if wants_aggregated(&headers) {
-        return aggregated(vec![group_discovery(
-            hive_api::meta::GROUP,
-            hive_api::meta::VERSION,
-            &hive_resources(),
-        )]);
+        return aggregated(vec![
+            group_discovery(hive_api::meta::GROUP, hive_api::meta::VERSION, &hive_resources()),
+            group_discovery(EVENTS_GROUP, "v1", &events_resource()),
+        ]);
     }
     let gv = json!({"groupVersion": hive_api::meta::API_VERSION, "version": hive_api::meta::VERSION});
+    let events = json!({"groupVersion": hive_api::event::EVENTS_V1, "version": "v1"});
     vary_accept(
         Json(json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [{"name": hive_api::meta::GROUP, "versions": [gv], "preferredVersion": gv}],
+            "groups": [
+                {"name": hive_api::meta::GROUP, "versions": [gv], "preferredVersion": gv},
+                {"name": EVENTS_GROUP, "versions": [events], "preferredVersion": events},
+            ],
         }))
         .into_response(),
     )
@@ -105,6 +108,26 @@ pub struct Resource {
     pub verbs: &'static [&'static str],
     /// Subresources served under `{plural}/{name}/`, each with its verbs.
     pub subresources: Vec<(&'static str, &'static [&'static str])>,
+    /// Whether its routes take a namespace (events); hive's kinds are cluster-scoped.
+    pub namespaced: bool,
+}
+
+/// The group that serves the core Events again in its own shape.
+pub const EVENTS_GROUP: &str = "events.k8s.io";
+
+/// The one resource of the core group and of `events.k8s.io`: events, namespaced as in
+/// Kubernetes.
+pub fn events_resource() -> Vec<Resource> {
+    vec![Resource {
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        short_names: &["ev"],
+        categories: &[],
+        verbs: VERBS,
+        subresources: Vec::new(),
+        namespaced: true,
+    }]
 }
 
 /// The verbs of every hive resource (and of core events).
@@ -134,6 +157,7 @@ pub fn hive_resources() -> Vec<Resource> {
                 categories: &["hive"],
                 verbs: VERBS,
                 subresources,
+                namespaced: false,
             }
         })
         .collect()
@@ -147,7 +171,7 @@ pub fn legacy_resource_list(group_version: &str, resources: &[Resource]) -> Valu
         out.push(json!({
             "name": r.plural,
             "singularName": r.singular,
-            "namespaced": false,
+            "namespaced": r.namespaced,
             "kind": r.kind,
             "verbs": r.verbs,
             "shortNames": r.short_names,
@@ -157,7 +181,7 @@ pub fn legacy_resource_list(group_version: &str, resources: &[Resource]) -> Valu
             out.push(json!({
                 "name": format!("{}/{sub}", r.plural),
                 "singularName": "",
-                "namespaced": false,
+                "namespaced": r.namespaced,
                 "kind": r.kind,
                 "verbs": verbs,
             }));
@@ -172,7 +196,7 @@ pub fn legacy_resource_list(group_version: &str, resources: &[Resource]) -> Valu
 }
 
 /// One `APIGroupDiscovery` (`group` is empty for the core group): its one version, with
-/// every resource cluster-scoped as hive's are.
+/// each resource's scope.
 pub fn group_discovery(group: &str, version: &str, resources: &[Resource]) -> Value {
     let response_kind = |kind: &str| json!({"group": group, "version": version, "kind": kind});
     let resources: Vec<Value> = resources
@@ -186,7 +210,7 @@ pub fn group_discovery(group: &str, version: &str, resources: &[Resource]) -> Va
             let mut entry = json!({
                 "resource": r.plural,
                 "responseKind": response_kind(r.kind),
-                "scope": "Cluster",
+                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
                 "singularResource": r.singular,
                 "verbs": r.verbs,
                 "categories": r.categories,

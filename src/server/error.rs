@@ -86,6 +86,9 @@ pub enum ApiError {
     /// The request's content type is not one the route accepts.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// The `Accept` header names only forms this server cannot answer in.
+    #[error("{0}")]
+    NotAcceptable(String),
     /// The method is not served on this path.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -160,6 +163,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -208,6 +212,7 @@ impl ApiError {
             ApiError::BadRequest(_) => ("BadRequest", None),
             ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => ("RequestEntityTooLarge", None),
             ApiError::UnsupportedMediaType(_) => ("UnsupportedMediaType", None),
+            ApiError::NotAcceptable(_) => ("NotAcceptable", None),
             ApiError::MethodNotAllowed => ("MethodNotAllowed", None),
             ApiError::Unauthorized => ("Unauthorized", None),
             ApiError::Forbidden(_) => ("Forbidden", None),

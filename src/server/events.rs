@@ -1,7 +1,15 @@
-//! The core group's one resource: `Event`, at `/api/v1/events`, so `kubectl describe`
-//! shows an object's history (it asks `/api/v1/events` with `involvedObject` field
-//! selectors). Events are cluster-scoped like every hive object; the namespaced path
-//! that namespaced clients use serves the same events.
+//! Core Events, at `/api/v1/events` (so `kubectl describe` shows an object's history: it
+//! asks with `involvedObject` field selectors) and on the namespaced routes client-go's
+//! recorders write to, and the same stored events served as `events.k8s.io/v1`.
+//!
+//! hive's kinds are cluster-scoped and its own events have no namespace; an event a
+//! client records keeps the namespace it was written in. A namespaced route lists that
+//! namespace's events and hive's own (every namespace shows those), the cluster-wide
+//! route every event. Names are one space for all namespaces (the store's key), so two
+//! namespaces cannot hold events of the same name. `events.k8s.io/v1` is one stored
+//! object in two shapes, converted field by field as kube-apiserver converts them
+//! (`hive_api::event::EVENTS_V1_RENAMES`). The typed clientset's protobuf bodies are
+//! read by `body/protobuf.rs`; answers are JSON.
 
 use crate::auth::{Principal, Verb};
 use axum::body::Body;
@@ -10,15 +18,18 @@ use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
-use hive_api::event::EVENT_KIND;
+use hive_api::event::{EVENTS_V1, EVENT_KIND};
 use serde_json::{json, Value};
 
-use super::error::ApiResult;
+use super::body::{self, protobuf, MediaType};
+use super::error::{ApiError, ApiResult};
 use super::routes::{self, ApiRouter};
+use super::shape::Form;
 use super::{discovery, resources, AppState};
 use crate::store::Subresource;
 
-/// The routes of `/api` and `/api/v1`: reads for any role, changes for operators.
+/// The routes of `/api`, `/api/v1` and `/apis/events.k8s.io`: reads for any role, changes
+/// for operators.
 pub fn router() -> ApiRouter {
     ApiRouter::new()
         .route("/api", routes::get(Verb::Read, versions))
@@ -31,14 +42,42 @@ pub fn router() -> ApiRouter {
                 .patch(Verb::Write, patch)
                 .delete(Verb::Write, delete),
         )
-        .route("/api/v1/namespaces/{namespace}/events", routes::get(Verb::Read, list_namespaced))
+        .route(
+            "/api/v1/namespaces/{namespace}/events",
+            routes::get(Verb::Read, list_in).post(Verb::Write, create_in),
+        )
+        .route(
+            "/api/v1/namespaces/{namespace}/events/{name}",
+            routes::get(Verb::Read, read_in)
+                .put(Verb::Write, replace_in)
+                .patch(Verb::Write, patch_in)
+                .delete(Verb::Write, delete_in),
+        )
+        .route("/apis/events.k8s.io", routes::get(Verb::Read, events_group))
+        .route("/apis/events.k8s.io/v1", routes::get(Verb::Read, events_resource_list))
+        .route("/apis/events.k8s.io/v1/events", routes::get(Verb::Read, list_v1))
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            routes::get(Verb::Read, list_v1_in).post(Verb::Write, create_v1_in),
+        )
+        .route(
+            "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
+            routes::get(Verb::Read, read_v1_in)
+                .put(Verb::Write, replace_v1_in)
+                .patch(Verb::Write, patch_v1_in)
+                .delete(Verb::Write, delete_v1_in),
+        )
 }
 
 /// `GET /api`: aggregated discovery of the core group's `v1` when asked for (kubectl
 /// 1.32 asks it first, like `/apis`), else the legacy `APIVersions`.
 async fn versions(headers: HeaderMap) -> Response {
     if discovery::wants_aggregated(&headers) {
-        return discovery::aggregated(vec![discovery::group_discovery("", "v1", &core_resources())]);
+        return discovery::aggregated(vec![discovery::group_discovery(
+            "",
+            "v1",
+            &discovery::events_resource(),
+        )]);
     }
     discovery::vary_accept(
         Json(json!({
@@ -50,34 +89,220 @@ async fn versions(headers: HeaderMap) -> Response {
     )
 }
 
-/// The core group's resources: events only.
-fn core_resources() -> Vec<discovery::Resource> {
-    vec![discovery::Resource {
-        plural: "events",
-        singular: "event",
-        kind: "Event",
-        short_names: &["ev"],
-        categories: &[],
-        verbs: discovery::VERBS,
-        subresources: Vec::new(),
-    }]
+async fn resource_list() -> Json<Value> {
+    Json(discovery::legacy_resource_list("v1", &discovery::events_resource()))
 }
 
-async fn resource_list() -> Json<Value> {
-    Json(discovery::legacy_resource_list("v1", &core_resources()))
+async fn events_group() -> Json<Value> {
+    let gv = json!({"groupVersion": EVENTS_V1, "version": "v1"});
+    Json(
+        json!({"kind": "APIGroup", "apiVersion": "v1", "name": discovery::EVENTS_GROUP, "versions": [gv], "preferredVersion": gv}),
+    )
+}
+
+async fn events_resource_list() -> Json<Value> {
+    Json(discovery::legacy_resource_list(EVENTS_V1, &discovery::events_resource()))
+}
+
+/// A route's form and namespace.
+#[derive(Clone, Copy)]
+struct Route<'a> {
+    form: Form,
+    namespace: Option<&'a str>,
+}
+
+const CORE: Route<'static> = Route { form: Form::Stored, namespace: None };
+
+impl Route<'_> {
+    fn api_version(&self) -> &'static str {
+        match self.form {
+            Form::Stored => "v1",
+            Form::EventsV1 => EVENTS_V1,
+        }
+    }
+
+    /// The body as a core Event in the route's namespace: protobuf or JSON/YAML read,
+    /// an `events.k8s.io/v1` body converted, a namespace left out taken from the path,
+    /// and one that differs from it refused.
+    async fn body(&self, headers: &HeaderMap, body: Body) -> ApiResult<body::Parsed> {
+        let bytes = body::read(body).await?;
+        let mut parsed = match MediaType::of(headers) {
+            MediaType::Protobuf => body::Parsed {
+                value: protobuf::decode_event(&bytes, self.api_version())?,
+                duplicates: Default::default(),
+            },
+            media => body::parse_object(media, &bytes)?,
+        };
+        if self.form == Form::EventsV1 {
+            hive_api::event::from_events_v1(&mut parsed.value);
+        }
+        if let Some(namespace) = self.namespace {
+            if let Some(meta) = body::metadata_mut(&mut parsed.value) {
+                match meta.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+                    None => {
+                        meta.insert("namespace".into(), Value::String(namespace.into()));
+                    }
+                    Some(given) if given != namespace => {
+                        return Err(ApiError::BadRequest(format!(
+                            "the namespace of the provided object ({given:?}) does not match the namespace sent on \
+                             the request ({namespace:?})"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// An error of the core shape in the route's terms: an `events.k8s.io/v1` client
+    /// reads `regarding.name`, not `involvedObject.name`.
+    fn error(&self, err: ApiError) -> ApiError {
+        match (self.form, err) {
+            (Form::EventsV1, ApiError::Invalid { kind, name, mut errors }) => {
+                for error in &mut errors {
+                    error.field = hive_api::event::events_v1_path(&error.field);
+                }
+                ApiError::Invalid { kind, name, errors }
+            }
+            (_, err) => err,
+        }
+    }
+
+    /// A named event on a namespaced route exists there only when it has that
+    /// namespace or none: another namespace's is a 404, as in Kubernetes.
+    fn check_namespace(&self, state: &AppState, name: &str) -> ApiResult<()> {
+        let Some(namespace) = self.namespace else { return Ok(()) };
+        let Some(object) = state.store.get(EVENT_KIND.plural, name) else { return Ok(()) };
+        let own = hive_api::selector::Field::Namespace.value_in(&object.value()).into_owned();
+        if own.is_empty() || own == namespace {
+            return Ok(());
+        }
+        Err(ApiError::NotFound { plural: "events".into(), name: name.into() })
+    }
+
+    async fn list(&self, state: AppState, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+        resources::list_as(state, &EVENT_KIND, self.form, self.namespace.map(str::to_string), headers, uri)
+            .await
+    }
+
+    async fn create(
+        &self,
+        state: AppState,
+        principal: &Principal,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        let parsed = self.body(&headers, body).await.map_err(|e| self.error(e))?;
+        resources::create_parsed(state, &EVENT_KIND, self.form, principal, headers, uri, parsed)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn read(&self, state: AppState, name: String, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+        self.check_namespace(&state, &name)?;
+        resources::get_as(state, &EVENT_KIND, self.form, name, headers, uri).await
+    }
+
+    // The extracted parts of one request, passed through as axum hands them over.
+    #[allow(clippy::too_many_arguments)]
+    async fn replace(
+        &self,
+        state: AppState,
+        principal: &Principal,
+        name: String,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        self.check_namespace(&state, &name)?;
+        let parsed = self.body(&headers, body).await.map_err(|e| self.error(e))?;
+        resources::replace_parsed(
+            state,
+            &EVENT_KIND,
+            self.form,
+            principal,
+            name,
+            Subresource::Main,
+            headers,
+            uri,
+            parsed,
+        )
+        .await
+        .map_err(|e| self.error(e))
+    }
+
+    async fn patch(
+        &self,
+        state: AppState,
+        principal: &Principal,
+        name: String,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        self.check_namespace(&state, &name)?;
+        resources::patch_as(
+            state,
+            &EVENT_KIND,
+            self.form,
+            principal,
+            name,
+            Subresource::Main,
+            headers,
+            uri,
+            body,
+        )
+        .await
+        .map_err(|e| self.error(e))
+    }
+
+    async fn delete(
+        &self,
+        state: AppState,
+        name: String,
+        headers: HeaderMap,
+        uri: Uri,
+        body: Body,
+    ) -> ApiResult<Response> {
+        self.check_namespace(&state, &name)?;
+        resources::delete_as(state, &EVENT_KIND, self.form, name, headers, uri, body).await
+    }
+}
+
+fn core_in(namespace: &str) -> Route<'_> {
+    Route { form: Form::Stored, namespace: Some(namespace) }
+}
+
+fn v1_in(namespace: &str) -> Route<'_> {
+    Route { form: Form::EventsV1, namespace: Some(namespace) }
 }
 
 async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-    resources::list(state, &EVENT_KIND, headers, uri).await
+    CORE.list(state, headers, uri).await
 }
 
-async fn list_namespaced(
+async fn list_in(
     State(state): State<AppState>,
-    Path(_namespace): Path<String>,
+    Path(namespace): Path<String>,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {
-    resources::list(state, &EVENT_KIND, headers, uri).await
+    core_in(&namespace).list(state, headers, uri).await
+}
+
+async fn list_v1(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
+    Route { form: Form::EventsV1, namespace: None }.list(state, headers, uri).await
+}
+
+async fn list_v1_in(
+    State(state): State<AppState>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    v1_in(&namespace).list(state, headers, uri).await
 }
 
 async fn create(
@@ -87,7 +312,29 @@ async fn create(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::create(state, &EVENT_KIND, &principal, headers, uri, body).await
+    CORE.create(state, &principal, headers, uri, body).await
+}
+
+async fn create_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    core_in(&namespace).create(state, &principal, headers, uri, body).await
+}
+
+async fn create_v1_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path(namespace): Path<String>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    v1_in(&namespace).create(state, &principal, headers, uri, body).await
 }
 
 async fn read(
@@ -96,7 +343,25 @@ async fn read(
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {
-    resources::get(state, &EVENT_KIND, name, headers, uri).await
+    CORE.read(state, name, headers, uri).await
+}
+
+async fn read_in(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    core_in(&namespace).read(state, name, headers, uri).await
+}
+
+async fn read_v1_in(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    v1_in(&namespace).read(state, name, headers, uri).await
 }
 
 async fn replace(
@@ -107,7 +372,29 @@ async fn replace(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::replace(state, &EVENT_KIND, &principal, name, Subresource::Main, headers, uri, body).await
+    CORE.replace(state, &principal, name, headers, uri, body).await
+}
+
+async fn replace_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    core_in(&namespace).replace(state, &principal, name, headers, uri, body).await
+}
+
+async fn replace_v1_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    v1_in(&namespace).replace(state, &principal, name, headers, uri, body).await
 }
 
 async fn patch(
@@ -118,7 +405,29 @@ async fn patch(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::patch(state, &EVENT_KIND, &principal, name, Subresource::Main, headers, uri, body).await
+    CORE.patch(state, &principal, name, headers, uri, body).await
+}
+
+async fn patch_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    core_in(&namespace).patch(state, &principal, name, headers, uri, body).await
+}
+
+async fn patch_v1_in(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    v1_in(&namespace).patch(state, &principal, name, headers, uri, body).await
 }
 
 async fn delete(
@@ -128,5 +437,25 @@ async fn delete(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    resources::delete(state, &EVENT_KIND, name, headers, uri, body).await
+    CORE.delete(state, name, headers, uri, body).await
+}
+
+async fn delete_in(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    core_in(&namespace).delete(state, name, headers, uri, body).await
+}
+
+async fn delete_v1_in(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    v1_in(&namespace).delete(state, name, headers, uri, body).await
 }

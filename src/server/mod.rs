@@ -25,6 +25,7 @@ pub mod resources;
 pub mod routes;
 pub mod selectors;
 pub mod serve;
+pub mod shape;
 pub mod streams;
 pub mod table;
 pub mod telemetry;
@@ -478,7 +479,21 @@ mod tests {
         PATCH  /api/v1/events/{name}                          write
         DELETE /api/v1/events/{name}                          write
         GET    /api/v1/namespaces/{namespace}/events          read
+        POST   /api/v1/namespaces/{namespace}/events          write
+        GET    /api/v1/namespaces/{namespace}/events/{name}   read
+        PUT    /api/v1/namespaces/{namespace}/events/{name}   write
+        PATCH  /api/v1/namespaces/{namespace}/events/{name}   write
+        DELETE /api/v1/namespaces/{namespace}/events/{name}   write
         GET    /apis                                          read
+        GET    /apis/events.k8s.io                            read
+        GET    /apis/events.k8s.io/v1                         read
+        GET    /apis/events.k8s.io/v1/events                  read
+        GET    /apis/events.k8s.io/v1/namespaces/{namespace}/events read
+        POST   /apis/events.k8s.io/v1/namespaces/{namespace}/events write
+        GET    /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} read
+        PUT    /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} write
+        PATCH  /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} write
+        DELETE /apis/events.k8s.io/v1/namespaces/{namespace}/events/{name} write
         GET    /apis/hive.dev                                 read
         GET    /apis/hive.dev/v1                              read
         GET    /apis/hive.dev/v1/agents                       read

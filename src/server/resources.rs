@@ -15,6 +15,7 @@ use super::body::{self, MediaType};
 use super::error::{ApiError, ApiResult};
 use super::params::{FieldValidation, Params};
 use super::selectors::Selectors;
+use super::shape::{Answer, Form, Shape};
 use super::table::{self, IncludeObject};
 use super::{admission, apply};
 use super::{watch, AppState};
@@ -32,10 +33,22 @@ pub fn json_response(code: StatusCode, value: &Value, warnings: &[String]) -> Re
     encoded_response(code, Bytes::from(serde_json::to_vec(value).unwrap_or_default()), warnings)
 }
 
-/// The response for a stored object: its JSON as committed (no re-encoding). `created`
-/// is the name a create wrote, which its path does not say.
-fn object_response(code: StatusCode, object: &Obj, created: Option<String>, warnings: &[String]) -> Response {
-    let mut response = encoded_response(code, object.json_bytes(), warnings);
+/// The response for a stored object: its JSON as committed (no re-encoding) unless the
+/// answer's `shape` is another. `created` is the name a create wrote, which its path
+/// does not say.
+fn object_response(
+    code: StatusCode,
+    object: &Obj,
+    created: Option<String>,
+    warnings: &[String],
+    shape: Shape,
+) -> Response {
+    let mut response = encoded_response(code, shape.bytes(object.json_bytes()), warnings);
+    if shape != Shape::Stored {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(shape.content_type(Answer::One)));
+    }
     // For the audit log, so that neither it nor the handler parses the object back.
     response.extensions_mut().insert(super::audit_log::Written::object(object, created));
     response
@@ -265,6 +278,18 @@ pub async fn get(
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {
+    get_as(state, kind, Form::Stored, name, headers, uri).await
+}
+
+/// [`get`], answered in the route's `form`.
+pub async fn get_as(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    name: String,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
     let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
     if table::wants_table(&headers) {
@@ -279,7 +304,8 @@ pub async fn get(
             true,
         )));
     }
-    Ok(encoded_response(StatusCode::OK, object.json_bytes(), &[]))
+    let shape = Shape::negotiate(&headers, Answer::One, form)?;
+    Ok(object_response(StatusCode::OK, &object, None, &[], shape))
 }
 
 fn not_found(kind: &KindInfo, name: &str) -> ApiError {
@@ -313,11 +339,25 @@ pub async fn list(
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {
+    list_as(state, kind, Form::Stored, None, headers, uri).await
+}
+
+/// [`list`], answered in the route's `form`, on a namespaced route of `namespace`.
+pub async fn list_as(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    namespace: Option<String>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
-    let selectors = Selectors::parse(kind, &params)?;
+    let selectors = Selectors::parse(kind, &params)?.in_namespace(namespace);
     if params.watch()? {
-        return watch::serve(state, kind, &params, selectors, table::wants_table(&headers)).await;
+        let shape = Shape::negotiate(&headers, Answer::Watch, form)?;
+        return watch::serve(state, kind, &params, selectors, table::wants_table(&headers), shape).await;
     }
+    let shape = Shape::negotiate(&headers, Answer::List, form)?;
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
     // Served from the cache, which is never older than a revision a client has seen; the
     // value must still be one, not silently ignored, and not one from the future.
@@ -377,15 +417,22 @@ pub async fn list(
     }
     // The list is each object's JSON as committed (no object is copied or encoded
     // again), streamed in chunks.
+    let (api_version, list_kind) = shape.list_kind(kind);
     let mut head = Vec::with_capacity(256);
     head.extend_from_slice(
-        format!("{{\"apiVersion\":\"{}\",\"kind\":\"{}\",\"metadata\":", kind.api_version, kind.list_kind)
-            .as_bytes(),
+        format!("{{\"apiVersion\":\"{api_version}\",\"kind\":\"{list_kind}\",\"metadata\":").as_bytes(),
     );
     serde_json::to_writer(&mut head, &list_meta).map_err(|e| ApiError::Internal(e.into()))?;
     head.extend_from_slice(b",\"items\":");
-    let mut response = (StatusCode::OK, super::list_body::body(head, items)).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let body = match shape {
+        Shape::Stored => super::list_body::body(head, items),
+        // Another shape writes each object again.
+        other => super::list_body::body(head, items.iter().map(|o| other.bytes(o.json_bytes())).collect()),
+    };
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(shape.content_type(Answer::List)));
     Ok(response)
 }
 
@@ -398,9 +445,24 @@ pub async fn create(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let body::Parsed { mut value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let parsed = body::parse_object(MediaType::of(&headers), &bytes)?;
+    create_parsed(state, kind, Form::Stored, principal, headers, uri, parsed).await
+}
+
+/// [`create`] of a body already read, answered in the route's `form`.
+pub async fn create_parsed(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    principal: &Principal,
+    headers: HeaderMap,
+    uri: Uri,
+    parsed: body::Parsed,
+) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let shape = Shape::negotiate(&headers, Answer::One, form)?;
+    let body::Parsed { mut value, duplicates } = parsed;
     let prefix = super::generate_name::prefix_of(kind.kind, &value)?;
     if let Some(prefix) = &prefix {
         super::generate_name::name_it(&mut value, prefix);
@@ -423,7 +485,7 @@ pub async fn create(
     };
     let (code, object) = outcome_object(outcome);
     let name = Some(object.name()).filter(|n| !n.is_empty());
-    Ok(object_response(code, &object, name, &warnings))
+    Ok(object_response(code, &object, name, &warnings, shape))
 }
 
 /// `PUT /apis/hive.dev/v1/{plural}/{name}[/status]`.
@@ -439,9 +501,28 @@ pub async fn replace(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
-    let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let body::Parsed { mut value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let parsed = body::parse_object(MediaType::of(&headers), &bytes)?;
+    replace_parsed(state, kind, Form::Stored, principal, name, subresource, headers, uri, parsed).await
+}
+
+/// [`replace`] with a body already read, answered in the route's `form`.
+// The extracted parts of one request, passed through as axum hands them over.
+#[allow(clippy::too_many_arguments)]
+pub async fn replace_parsed(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    principal: &Principal,
+    name: String,
+    subresource: Subresource,
+    headers: HeaderMap,
+    uri: Uri,
+    parsed: body::Parsed,
+) -> ApiResult<Response> {
+    let params = Params::from_uri(&uri)?;
+    let shape = Shape::negotiate(&headers, Answer::One, form)?;
+    let body::Parsed { mut value, duplicates } = parsed;
     ensure_body_name(kind, &mut value, &name)?;
     let (mut object, warnings) = admit_body(kind, value, &duplicates, params.field_validation()?)?;
     let current = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?.value();
@@ -454,7 +535,7 @@ pub async fn replace(
         .commit(Mutation::Update { kind: kind.plural, object, subresource }, params.dry_run()?)
         .await?;
     let (code, object) = outcome_object(outcome);
-    Ok(object_response(code, &object, None, &warnings))
+    Ok(object_response(code, &object, None, &warnings, shape))
 }
 
 /// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
@@ -471,7 +552,26 @@ pub async fn patch(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
+    patch_as(state, kind, Form::Stored, principal, name, subresource, headers, uri, body).await
+}
+
+/// [`patch`] on a route of another `form`: the patch is written in that form's terms,
+/// and so is the answer.
+// The extracted parts of one request, passed through as axum hands them over.
+#[allow(clippy::too_many_arguments)]
+pub async fn patch_as(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    principal: &Principal,
+    name: String,
+    subresource: Subresource,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
+    let shape = Shape::negotiate(&headers, Answer::One, form)?;
     let media = MediaType::of(&headers);
     let bytes = body::read(body).await?;
     let validation = params.field_validation()?;
@@ -512,6 +612,15 @@ pub async fn patch(
             ensure_body_name(kind, &mut value, &name)?;
             Patch::Apply(value)
         }
+        // A core Event's fields are flat values and maps, with no list a strategic
+        // merge would key: its strategic-merge patch (client-go's recorders send one to
+        // count repeats) is a merge patch, without the directives.
+        MediaType::StrategicMergePatch if kind.keeps_namespace => {
+            let parsed = body::parse_object(MediaType::Json, &bytes)?;
+            strategic_directives_refused(kind, &name, &parsed.value)?;
+            duplicates = parsed.duplicates;
+            Patch::Merge(parsed.value)
+        }
         MediaType::StrategicMergePatch => {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "strategic merge patch is not supported for {}.hive.dev: use --type merge or --type json \
@@ -520,13 +629,30 @@ pub async fn patch(
                 kind.plural
             )))
         }
-        MediaType::Yaml | MediaType::Other => {
+        MediaType::Yaml | MediaType::Protobuf | MediaType::Other => {
             return Err(ApiError::UnsupportedMediaType(
                 "the body of the request was in an unknown format - accepted media types include: \
                  application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
                     .into(),
             ))
         }
+    };
+    let patch = match (form, patch) {
+        (Form::EventsV1, Patch::Merge(mut p)) => {
+            hive_api::event::from_events_v1(&mut p);
+            Patch::Merge(p)
+        }
+        (Form::EventsV1, Patch::Apply(mut p)) => {
+            hive_api::event::from_events_v1(&mut p);
+            Patch::Apply(p)
+        }
+        (Form::EventsV1, Patch::Json(mut ops)) => {
+            for op in &mut ops.0 {
+                events_v1_op_to_core(op);
+            }
+            Patch::Json(ops)
+        }
+        (_, patch) => patch,
     };
     let manager = manager(&params, &headers);
     for attempt in 0..PATCH_RETRIES {
@@ -593,7 +719,14 @@ pub async fn patch(
                         (object, warnings)
                     }
                     Patch::Apply(applied) => {
-                        let (_, warnings) = admit_body(kind, applied.clone(), &duplicates, validation)?;
+                        // The configuration's fields are checked here; its values only
+                        // in the merged object, below (it may set a label alone).
+                        let warnings = hive_api::admit_apply_configuration(
+                            kind,
+                            applied.clone(),
+                            &duplicates,
+                            validation,
+                        )?;
                         let merged = apply::apply(Some(&current), applied, &manager, params.force()?, now())
                             .map_err(|c| conflict(kind, &name, &c))?;
                         let (object, _) = admit(kind, merged, FieldValidation::Ignore)?;
@@ -632,7 +765,7 @@ pub async fn patch(
             Ok(outcome) => {
                 let (code, object) = outcome_object(outcome);
                 let warnings: Vec<String> = patch_warnings.into_iter().chain(warnings).collect();
-                return Ok(object_response(code, &object, None, &warnings));
+                return Ok(object_response(code, &object, None, &warnings, shape));
             }
             // A concurrent write won the race: re-read and re-apply the patch, unless the
             // client itself asked for a specific resourceVersion.
@@ -695,7 +828,21 @@ pub async fn delete(
     uri: Uri,
     body: Body,
 ) -> ApiResult<Response> {
+    delete_as(state, kind, Form::Stored, name, headers, uri, body).await
+}
+
+/// [`delete`], answered in the route's `form`.
+pub async fn delete_as(
+    state: AppState,
+    kind: &'static KindInfo,
+    form: Form,
+    name: String,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
+    let shape = Shape::negotiate(&headers, Answer::One, form)?;
     let bytes = body::read(body).await?;
     let options: DeleteOptions = if bytes.iter().all(u8::is_ascii_whitespace) {
         DeleteOptions::default()
@@ -718,5 +865,64 @@ pub async fn delete(
         )
         .await?;
     let (_, object) = outcome_object(outcome);
-    Ok(object_response(StatusCode::OK, &object, None, &[]))
+    Ok(object_response(StatusCode::OK, &object, None, &[], shape))
+}
+
+/// A strategic-merge patch of a core Event is taken as a merge patch; its directives
+/// (`$patch`, `$retainKeys`, `$setElementOrder/…`, `$deleteFromPrimitiveList/…`) would
+/// mean something else, so they are refused, naming the first.
+fn strategic_directives_refused(kind: &KindInfo, name: &str, patch: &Value) -> ApiResult<()> {
+    fn first_directive(value: &Value, path: &str) -> Option<String> {
+        let Value::Object(fields) = value else { return None };
+        fields.iter().find_map(|(key, inner)| {
+            let at = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+            if key.starts_with('$') {
+                Some(at)
+            } else {
+                first_directive(inner, &at)
+            }
+        })
+    }
+    match first_directive(patch, "") {
+        None => Ok(()),
+        Some(at) => Err(ApiError::Invalid {
+            kind: kind.kind.into(),
+            name: name.into(),
+            errors: vec![hive_api::validation::ValidationError::new(
+                at,
+                hive_api::validation::Reason::NotSupported,
+                "strategic-merge directives are not supported for events: the patch is applied as a merge patch",
+            )],
+        }),
+    }
+}
+
+/// A JSON patch operation written against an `events.k8s.io/v1` Event, with its paths
+/// in the core shape the store keeps.
+fn events_v1_op_to_core(op: &mut json_patch::PatchOperation) {
+    fn core(path: &json_patch::jsonptr::PointerBuf) -> json_patch::jsonptr::PointerBuf {
+        let text = path.as_str();
+        let rest_at = text[1.min(text.len())..].find('/').map_or(text.len(), |i| i + 1);
+        let (first, rest) = text.split_at(rest_at);
+        let renamed = hive_api::event::EVENTS_V1_RENAMES
+            .iter()
+            .find(|(_, v1)| first.strip_prefix('/') == Some(*v1))
+            .map_or_else(|| first.to_string(), |(core, _)| format!("/{core}"));
+        json_patch::jsonptr::PointerBuf::parse(format!("{renamed}{rest}")).unwrap_or_else(|_| path.clone())
+    }
+    use json_patch::PatchOperation as Op;
+    match op {
+        Op::Add(o) => o.path = core(&o.path),
+        Op::Remove(o) => o.path = core(&o.path),
+        Op::Replace(o) => o.path = core(&o.path),
+        Op::Test(o) => o.path = core(&o.path),
+        Op::Move(o) => {
+            o.path = core(&o.path);
+            o.from = core(&o.from);
+        }
+        Op::Copy(o) => {
+            o.path = core(&o.path);
+            o.from = core(&o.from);
+        }
+    }
 }

@@ -15,6 +15,12 @@ use crate::store::Obj;
 pub struct Selectors {
     labels: Option<LabelSelector>,
     fields: Option<FieldSelector>,
+    /// Whether the kind's objects keep a namespace (core Events): then
+    /// `metadata.namespace` is read from the object, not taken as `""`.
+    keeps_namespace: bool,
+    /// The namespace of a namespaced route (`/api/v1/namespaces/{ns}/events`): its own
+    /// objects and those of none (hive's own events, which every namespace shows).
+    namespace: Option<String>,
 }
 
 impl Selectors {
@@ -34,18 +40,31 @@ impl Selectors {
             ),
             None => None,
         };
-        Ok(Selectors { labels, fields })
+        Ok(Selectors { labels, fields, keeps_namespace: kind.keeps_namespace, namespace: None })
     }
 
-    /// True when neither selector was given (or both were empty): every object passes.
+    /// The same selectors, on a namespaced route of `namespace`.
+    pub fn in_namespace(mut self, namespace: Option<String>) -> Selectors {
+        self.namespace = namespace;
+        self
+    }
+
+    /// True when neither selector was given (or both were empty) on a route of no
+    /// namespace: every object passes.
     pub fn is_empty(&self) -> bool {
-        self.labels.is_none() && self.fields.is_none()
+        self.labels.is_none() && self.fields.is_none() && self.namespace.is_none()
     }
 
     /// Whether matching parses objects: a field selector on a path other than
-    /// `metadata.name` and `metadata.namespace` (an Event's `involvedObject.name`).
+    /// `metadata.name` and `metadata.namespace` (an Event's `involvedObject.name`), or
+    /// on the namespace of a kind that keeps one, or a namespaced route.
     pub fn parses_objects(&self) -> bool {
-        self.fields.iter().flat_map(FieldSelector::requirements).any(|r| matches!(r.field, Field::Path(_)))
+        self.namespace.is_some()
+            || self.fields.iter().flat_map(FieldSelector::requirements).any(|r| match r.field {
+                Field::Path(_) => true,
+                Field::Namespace => self.keeps_namespace,
+                Field::Name => false,
+            })
     }
 
     /// Whether the stored object `name` passes both selectors.
@@ -66,11 +85,17 @@ impl Selectors {
         if self.labels.as_ref().is_some_and(|labels| !labels.matches(&object.labels())) {
             return false;
         }
-        match &self.fields {
-            None => true,
-            Some(fields) if self.parses_objects() => fields.matches_object(&object.value()),
-            Some(fields) => fields.matches(&name()),
+        if !self.parses_objects() {
+            return self.fields.as_ref().is_none_or(|fields| fields.matches(&name()));
         }
+        let value = object.value();
+        if let Some(namespace) = &self.namespace {
+            let own = Field::Namespace.value_in(&value);
+            if !own.is_empty() && own != namespace.as_str() {
+                return false;
+            }
+        }
+        self.fields.as_ref().is_none_or(|fields| fields.matches_object(&value))
     }
 }
 

@@ -18,6 +18,7 @@ use super::error::{ApiError, ApiResult};
 use super::params::Params;
 use super::selectors::Selectors;
 use super::serve::EndStream;
+use super::shape::{Answer, Shape};
 use super::table::{self, IncludeObject};
 use super::AppState;
 use crate::store::{self, EventType, Obj};
@@ -200,6 +201,8 @@ impl futures_util::Stream for Lines {
 struct Encoder {
     kind: &'static KindInfo,
     as_table: bool,
+    /// The shape of each event's object when not a table.
+    shape: Shape,
     include: IncludeObject,
     sent_columns: bool,
 }
@@ -210,14 +213,17 @@ impl Encoder {
         if self.as_table {
             return self.value_event(type_, &object.value());
         }
-        line_with_encoded(type_, object.json())
+        match self.shape {
+            Shape::Stored => line_with_encoded(type_, object.json()),
+            other => line_with_encoded(type_, &other.bytes(object.json_bytes())),
+        }
     }
 
     /// One event line of an object the watch changed (a `DELETED` of an object that
     /// stopped matching, at the event's revision).
     fn value_event(&mut self, type_: &str, object: &Value) -> Bytes {
         if !self.as_table {
-            return line(&json!({"type": type_, "object": object}));
+            return line(&json!({"type": type_, "object": self.shape.value(object.clone())}));
         }
         let rv = object.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null);
         let rendered = table::table(
@@ -236,8 +242,9 @@ impl Encoder {
         if initial_events_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
+        let (api_version, kind) = self.shape.object_kind(self.kind);
         line(
-            &json!({"type": "BOOKMARK", "object": {"kind": self.kind.kind, "apiVersion": self.kind.api_version, "metadata": metadata}}),
+            &json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata}}),
         )
     }
 }
@@ -325,13 +332,14 @@ pub async fn serve(
     params: &Params,
     selectors: Selectors,
     as_table: bool,
+    shape: Shape,
 ) -> ApiResult<Response> {
     let bookmarks = params.bookmarks()?;
     let send_initial = params.send_initial_events()?;
     let timeout = params.timeout_seconds()?.map(Duration::from_secs);
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
     let requested = params.reached_revision(&state.store).await?;
-    let mut encoder = Encoder { kind, as_table, include, sent_columns: false };
+    let mut encoder = Encoder { kind, as_table, shape, include, sent_columns: false };
 
     // Unset or "0": synthetic ADDED for the current state, then every later change.
     // "N": every change after N, or an in-stream 410 when N is no longer retained.
@@ -432,7 +440,7 @@ pub async fn serve(
                         Selected::Nothing => continue,
                         // Plain JSON lines of the stored event are the same for every
                         // watcher: built once, around the object's JSON from the commit.
-                        Selected::AsStored if !encoder.as_table => {
+                        Selected::AsStored if !encoder.as_table && encoder.shape == Shape::Stored => {
                             let type_ = event.type_.as_str();
                             event.encoded.get_or_init(|| line_with_encoded(type_, event.object.json()))
                         }
@@ -467,7 +475,7 @@ pub async fn serve(
     });
     let body = Body::from_stream(Lines::new(rx, aborted));
     let mut response = (StatusCode::OK, body).into_response();
-    let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { "application/json" };
+    let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { shape.content_type(Answer::Watch) };
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
     Ok(response)

@@ -241,7 +241,11 @@ fn create(
     meta.insert("generation".into(), Value::from(1));
     meta.insert("resourceVersion".into(), Value::String(revision.to_string()));
     meta.remove("deletionTimestamp");
-    meta.remove("namespace");
+    // hive's kinds are cluster-scoped; a core Event keeps the namespace a recorder wrote
+    // it into.
+    if kind != hive_api::event::EVENT_KIND.plural {
+        meta.remove("namespace");
+    }
     let object = Obj::encode(&object, revision);
     Ok(Applied {
         outcome: Outcome::Created(object.clone()),
@@ -254,8 +258,16 @@ fn create(
 /// subresource writes). `generation` bumps when anything outside metadata and status
 /// changed — for hive kinds that is exactly `spec`.
 fn update_main(current: &Value, mut incoming: Value) -> Value {
-    const SERVER_OWNED: [&str; 6] =
-        ["name", "uid", "creationTimestamp", "deletionTimestamp", "generation", "resourceVersion"];
+    // The namespace an object was created in is its own for good, as in Kubernetes.
+    const SERVER_OWNED: [&str; 7] = [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "generation",
+        "resourceVersion",
+    ];
     let Some(body) = incoming.as_object_mut() else { return current.clone() };
     for field in ["apiVersion", "kind", "status"] {
         copy_field(current.as_object(), body, field);
@@ -264,7 +276,6 @@ fn update_main(current: &Value, mut incoming: Value) -> Value {
     for field in SERVER_OWNED {
         copy_field(current.get("metadata").and_then(Value::as_object), meta, field);
     }
-    meta.remove("namespace");
     if !same_desired_state(current, &incoming) {
         let generation = current.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
         metadata_mut(&mut incoming).insert("generation".into(), Value::from(generation + 1));

@@ -402,6 +402,12 @@ pub struct WatchLines {
     buf: Vec<u8>,
 }
 
+impl From<reqwest::Response> for WatchLines {
+    fn from(resp: reqwest::Response) -> WatchLines {
+        WatchLines { resp, buf: Vec::new() }
+    }
+}
+
 impl WatchLines {
     /// The next event, or None when the stream ends or `timeout` passes.
     pub async fn next(&mut self, timeout: Duration) -> Option<Value> {

@@ -384,3 +384,58 @@ async fn generate_name_makes_a_new_name_per_create_for_kubectl_and_jobs() {
     assert_eq!(reply.code, 201, "{:?}", reply.body);
     assert!(reply.body["metadata"]["name"].as_str().unwrap().starts_with("by-hand-"), "{:?}", reply.body);
 }
+
+#[test]
+fn server_side_apply_after_client_side_apply_migrates_silently_and_partial_appliers_own_one_field() {
+    let d = Daemon::start();
+    let file = d.dir.join("agent.yaml");
+    std::fs::write(&file, AGENT_YAML).unwrap();
+    let f = file.to_str().unwrap();
+    ok(d.kubectl(&["apply", "-f", f]));
+    // kubectl's switch to server-side apply migrates the client-side manager's fields
+    // with a JSON patch of managedFields: no warning, and the fields are the apply's.
+    let out = d.kubectl(&["apply", "--server-side", "-f", f]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(ok(out).trim(), "agent.hive.dev/k1 serverside-applied");
+    assert!(!stderr.contains("failed to migrate"), "{stderr}");
+    assert!(stderr.trim().is_empty(), "nothing on stderr: {stderr}");
+    let managed = ok(d.kubectl(&["get", "agent", "k1", "--show-managed-fields", "-o", "json"]));
+    let managed: serde_json::Value = serde_json::from_str(&managed).unwrap();
+    let managers: Vec<&str> = managed["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        managers,
+        ["kubectl"],
+        "the client-side manager's fields migrated to kubectl's apply: {managed}"
+    );
+    // Migrated, the next server-side apply changes nothing and warns of nothing.
+    let out = d.kubectl(&["apply", "--server-side", "-f", f]);
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after: serde_json::Value =
+        serde_json::from_str(&ok(d.kubectl(&["get", "agent", "k1", "--show-managed-fields", "-o", "json"])))
+            .unwrap();
+    assert_eq!(after["metadata"]["resourceVersion"], managed["metadata"]["resourceVersion"], "{after}");
+
+    // A field manager that applies only a label: judged on the merged object, so the
+    // spec another manager owns is not "required" of it.
+    let label = "apiVersion: hive.dev/v1\nkind: Agent\nmetadata:\n  name: k1\n  labels:\n    tier: gold\n";
+    let out =
+        d.kubectl_stdin(&["apply", "--server-side", "--field-manager=labeller", "-f", "-"], Some(label));
+    assert_eq!(ok(out).trim(), "agent.hive.dev/k1 serverside-applied");
+    let labels = ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.metadata.labels}"]));
+    assert!(labels.contains("\"tier\":\"gold\"") && labels.contains("\"app\":\"demo\""), "{labels}");
+    let rev = ok(d.kubectl(&["get", "agent", "k1", "-o", "jsonpath={.spec.config.rev}"]));
+    assert_eq!(rev, "main", "the spec is the first manager's, untouched");
+    // A partial apply of a name that does not exist is still refused for what is
+    // missing, and creates nothing.
+    let missing = label.replace("name: k1", "name: nobody");
+    let err = fails(
+        d.kubectl_stdin(&["apply", "--server-side", "--field-manager=labeller", "-f", "-"], Some(&missing)),
+    );
+    assert!(err.contains("spec.config.repo"), "{err}");
+    fails(d.kubectl(&["get", "agent", "nobody"]));
+}

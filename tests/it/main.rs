@@ -37,6 +37,7 @@ mod fleet_intake;
 mod fleet_myelin;
 mod fleet_vastai;
 mod generated;
+mod go_clients;
 mod harness;
 mod http2;
 mod intake;

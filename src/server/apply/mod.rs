@@ -92,8 +92,16 @@ impl Owner {
 
 /// The owners recorded in `object`, each pruned to the fields that exist. Entries that do
 /// not parse own nothing (the server writes them all, so this does not happen).
+/// An object's `metadata.managedFields` entries, when it has a list of them.
+fn managed_entries(object: &Value) -> Option<&Vec<Value>> {
+    match object.pointer("/metadata/managedFields") {
+        Some(Value::Array(entries)) => Some(entries),
+        _ => None,
+    }
+}
+
 fn load_owners(object: &Value) -> Vec<Owner> {
-    let Some(Value::Array(entries)) = object.pointer("/metadata/managedFields") else {
+    let Some(entries) = managed_entries(object) else {
         return Vec::new();
     };
     entries
@@ -106,6 +114,23 @@ fn load_owners(object: &Value) -> Vec<Owner> {
             Owner { loaded: Some(fields.clone()), entry, fields }
         })
         .collect()
+}
+
+/// The owners an update's own `managedFields` name, when it has some and every entry
+/// decodes as kube-apiserver decodes them — a manager, the operation `Apply` or
+/// `Update`, fields of type `FieldsV1` that parse — else `None`, and the stored ones
+/// stand.
+fn written_owners(object: &Value) -> Option<Vec<Owner>> {
+    let entries = managed_entries(object)?;
+    let decodes = |e: &Value| {
+        serde_json::from_value::<ManagedFieldsEntry>(e.clone()).ok().is_some_and(|entry| {
+            !entry.manager.is_empty()
+                && matches!(entry.operation.as_str(), "Apply" | "Update")
+                && entry.fields_type.as_deref() == Some("FieldsV1")
+                && entry.fields_v1.as_ref().is_some_and(|f| FieldSet::from_fields_v1(f).is_ok())
+        })
+    };
+    (!entries.is_empty() && entries.iter().all(decodes)).then(|| load_owners(object))
 }
 
 /// The index of the entry for (manager, operation, subresource), added if missing.
@@ -495,7 +520,14 @@ pub fn record_update(
         .cloned()
         .collect();
 
-    let mut owners = load_owners(before);
+    // Ownership as the client wrote it, when it wrote any (kubectl's migration from
+    // client-side to server-side apply replaces managedFields with a JSON patch), else
+    // as stored: kube-apiserver takes an update's managedFields when they are non-empty
+    // and decode, so a client that leaves them out or sends them back cannot lose them.
+    let mut owners = match subresource {
+        None => written_owners(new).unwrap_or_else(|| load_owners(before)),
+        Some(_) => load_owners(before),
+    };
     for owner in &mut owners {
         for field in changed.iter().chain(&disowned) {
             owner.fields.remove(field);

@@ -309,12 +309,24 @@ fn update_owns_what_it_changed() {
     );
     assert_eq!(owners(w.object()), "kubectl-create Update: .metadata.labels.app .spec.wanted");
     // A write that changes nothing leaves managedFields alone, times included; what a
-    // client sends as managedFields is ignored.
+    // client sends as managedFields is ignored when it does not decode (no FieldsV1).
     let before = w.object().clone();
     let mut same = before.clone();
     same["metadata"]["managedFields"] = json!([{"manager": "forged", "operation": "Apply"}]);
     record_update(Some(&before), &mut same, "kubectl-replace", None, at(99));
     assert_eq!(same, before);
+    // Entries that decode are taken as written, as kubectl's migration from client-side
+    // to server-side apply writes them; the status subresource never takes them.
+    let mut migrated = before.clone();
+    let written = json!([{"manager": "kubectl", "operation": "Apply", "apiVersion": "hive.dev/v1",
+        "time": "2027-01-15T08:00:00Z", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}, "f:spec": {"f:wanted": {}}}}]);
+    migrated["metadata"]["managedFields"] = written.clone();
+    let mut on_status = migrated.clone();
+    record_update(Some(&before), &mut migrated, "kubectl", None, at(99));
+    assert_eq!(owners(&migrated), "kubectl Apply: .metadata.labels.app .spec.wanted");
+    record_update(Some(&before), &mut on_status, "kubectl", Some("status"), at(99));
+    assert_eq!(owners(&on_status), "kubectl-create Update: .metadata.labels.app .spec.wanted");
     // Changed and removed fields move; new ones are added; the rest stay.
     w.update("kubectl-label", None, json!({"metadata": {"labels": {"app": "db", "tier": "gold"}}}));
     w.update("kubectl-edit", None, json!({"spec": {"wanted": null, "rev": "abc"}}));
