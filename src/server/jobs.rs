@@ -27,8 +27,8 @@ use super::routes::{self, ApiRouter};
 use super::AppState;
 use crate::auth::Verb;
 use crate::client::{self, Api};
-use crate::daemon::engine::{Engine, SubmitError};
-use crate::daemon::job_intake;
+use crate::jobs::intake as job_intake;
+use crate::jobs::{Engine, SubmitError};
 use crate::scheduler;
 
 /// The routes.

@@ -94,7 +94,7 @@ pub struct Shared {
     /// Its content hash, for the discovery URL.
     pub openapi_hash: Arc<str>,
     /// The scheduler and runtime behind Jobs, when the daemon runs them.
-    pub engine: Option<Arc<crate::daemon::engine::Engine>>,
+    pub engine: Option<Arc<crate::jobs::Engine>>,
     /// The fleet (providers, offers, telemetry), when the daemon runs it.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// The API audit log, when `hive serve` writes one.
@@ -154,7 +154,7 @@ impl AppState {
     }
 
     /// The same state with the engine that runs Jobs.
-    pub fn with_engine(mut self, engine: Arc<crate::daemon::engine::Engine>) -> AppState {
+    pub fn with_engine(mut self, engine: Arc<crate::jobs::Engine>) -> AppState {
         self.building().engine = Some(engine);
         self
     }
