@@ -16,6 +16,7 @@ pub use boot::Sweep;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -202,7 +203,7 @@ pub async fn run(
     }
     approval_controller::spawn(engine.clone());
     let audit_metrics = metrics.audit.clone();
-    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
+    let mut state = state.with_jobs(engine.clone()).with_fleet(Arc::new(fleet.clone())).with_metrics(metrics);
     let mut audit_log = None;
     if let Some(audit) = &config.audit {
         let log = server::audit_log::AuditLog::start(audit.clone(), audit_metrics)
@@ -282,7 +283,7 @@ pub async fn start_engine(
     store: Store,
     state_dir: &Path,
     config: EngineConfig,
-) -> anyhow::Result<std::sync::Arc<Engine>> {
+) -> anyhow::Result<Arc<Engine>> {
     let engine = Engine::start(store.clone(), state_dir, config).await?;
     crashwatch::spawn(store, engine.runtime.clone(), engine.scheduler.watch_leased_agents());
     let swept = boot::sweep(&engine).await;
