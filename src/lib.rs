@@ -10,6 +10,7 @@ pub mod durable;
 pub mod executor;
 pub mod fleet;
 pub mod host;
+pub mod jobs;
 pub mod meta;
 pub mod metrics;
 pub mod runtime;

@@ -27,7 +27,7 @@ use hive_controllers::{Action, Config, Controller, Target};
 use crate::client::events::EventType;
 use crate::client::{self, Api};
 use crate::daemon::agent_jobs::{self, AgentJobs};
-use crate::daemon::Engine;
+use crate::jobs::Engine;
 use crate::runtime::{Change, Unanswerable};
 use crate::submit::LiveState;
 
@@ -50,7 +50,7 @@ pub enum Error {
     Client(#[from] client::Error),
     /// The engine refused a submit.
     #[error(transparent)]
-    Submit(#[from] crate::daemon::SubmitError),
+    Submit(#[from] crate::jobs::SubmitError),
     /// The runtime failed to remove the agent.
     #[error(transparent)]
     Runtime(#[from] crate::runtime::Error),

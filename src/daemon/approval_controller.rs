@@ -18,7 +18,7 @@ use hive_controllers::{Action, Config, Controller, Target};
 
 use crate::client::events::EventType;
 use crate::client::{self, Api};
-use crate::daemon::Engine;
+use crate::jobs::Engine;
 use crate::submit::{DagRequest, Request};
 
 /// How often a deploying approval looks at its Job anyway (a Job change wakes it at
@@ -357,8 +357,8 @@ mod tests {
     async fn a_settled_job_resolves_its_approval_even_once_the_job_object_is_gone() {
         let tmp = tempfile::tempdir().unwrap();
         let store = Store::open(StoreConfig::new(tmp.path().join("hive.redb"))).unwrap();
-        let config = crate::daemon::EngineConfig { hive_rev: "test".into(), ..Default::default() };
-        let engine = Engine::start(store.clone(), tmp.path(), config).await.unwrap();
+        let config = crate::jobs::EngineConfig { hive_rev: "test".into(), ..Default::default() };
+        let engine = crate::daemon::start_engine(store.clone(), tmp.path(), config).await.unwrap();
         let recorder = crate::client::events::Recorder::new(store.clone(), "hive-approvals");
         let ctx = Context { engine, recorder };
         let approvals = Api::<Approval>::new(&store);

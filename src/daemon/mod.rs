@@ -1,30 +1,29 @@
 //! The daemon behind `hive serve`: its composition root (store, server, engine, fleet
-//! and controllers wired together), the engine (scheduler, runtime, meta repo), the boot
-//! sweep and reconcile, crash-watch, the Jobs mirror, the Job intake, and the IO halves
-//! of the Agent and Approval controllers (their pure decisions live in
-//! `hive-controllers`).
+//! and controllers wired together), the boot sweep and reconcile, crash-watch, and the IO
+//! halves of the Agent and Approval controllers (their pure decisions live in
+//! `hive-controllers`). The engine, the Job intake and the Jobs mirror live in
+//! `crate::jobs`; the daemon only starts them.
 
 pub mod agent_controller;
 pub mod agent_jobs;
 pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
-pub mod engine;
-pub mod job_intake;
-pub mod jobs_mirror;
 
+pub use crate::jobs::engine::{DEFAULT_HIVE_REV, DEFAULT_HIVE_URL};
 pub use boot::Sweep;
-pub use engine::*;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 
 use crate::auth::TokenStore;
+use crate::jobs::{Engine, EngineConfig};
 use crate::server::{self, tls, AppState, ServerConfig};
 use crate::store::{Store, StoreConfig};
 
@@ -165,7 +164,7 @@ pub async fn run(
         },
     );
     spawn_event_expiry(store.clone(), config.event_ttl);
-    let engine = Engine::start(
+    let engine = start_engine(
         store.clone(),
         &state_dir,
         EngineConfig {
@@ -204,7 +203,7 @@ pub async fn run(
     }
     approval_controller::spawn(engine.clone());
     let audit_metrics = metrics.audit.clone();
-    let mut state = state.with_engine(engine.clone()).with_fleet(fleet.clone()).with_metrics(metrics);
+    let mut state = state.with_jobs(engine.clone()).with_fleet(Arc::new(fleet.clone())).with_metrics(metrics);
     let mut audit_log = None;
     if let Some(audit) = &config.audit {
         let log = server::audit_log::AuditLog::start(audit.clone(), audit_metrics)
@@ -275,6 +274,22 @@ pub async fn run(
         audit_log.close(AUDIT_CLOSE_WITHIN).await;
     }
     Ok(())
+}
+
+/// Starts the engine and what runs beside it from boot: crash-watch, then the boot
+/// reconcile (the config path's sweep, then the power path), then the Job intake, which
+/// takes every Job stored while no daemon ran and every Job any write path stores after.
+pub async fn start_engine(
+    store: Store,
+    state_dir: &Path,
+    config: EngineConfig,
+) -> anyhow::Result<Arc<Engine>> {
+    let engine = Engine::start(store.clone(), state_dir, config).await?;
+    crashwatch::spawn(store, engine.runtime.clone(), engine.scheduler.watch_leased_agents());
+    let swept = boot::sweep(&engine).await;
+    boot::reconcile(&engine, &swept).await;
+    engine.start_intake();
+    Ok(engine)
 }
 
 /// How long shutdown waits for the API audit log's queued entries to be written and

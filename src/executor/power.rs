@@ -11,7 +11,7 @@ use crate::scheduler::{NodeContext, NodeError, NodeRun};
 
 impl RuntimeExecutor {
     /// SetWanted writes nothing: the intent was written with the Job, in one
-    /// transaction, when it was submitted or claimed (`submit`, `job_intake::claim`).
+    /// transaction, when it was submitted or claimed (`submit`, `jobs::intake::claim`).
     /// Writing it again when the node finally runs would overwrite whatever a client
     /// wrote since — the last writer wins, whoever it is. The node reports the intent
     /// the rest of its chain converges to.

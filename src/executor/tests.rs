@@ -144,7 +144,7 @@ async fn spawn_stop_start_and_rebuild_a_real_agent() {
         config.cgroup_root = tmp.path().join("no-cgroupfs");
         let runtime = Arc::new(ProcessRuntime::new(config));
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(crate::daemon::jobs_mirror::run(store.clone(), rx));
+        tokio::spawn(crate::jobs::mirror::run(store.clone(), rx));
         let deploy = test_deploy(tmp.path()).await;
         let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
         let scheduler = Scheduler::start(executor, tx, SchedulerConfig::default());
@@ -304,11 +304,11 @@ async fn a_stored_job_whose_params_do_not_parse_fails_that_node_naming_the_field
         config.cgroup_root = tmp.path().join("no-cgroupfs");
         let runtime = Arc::new(ProcessRuntime::new(config));
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(crate::daemon::jobs_mirror::run(store.clone(), rx));
+        tokio::spawn(crate::jobs::mirror::run(store.clone(), rx));
         let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), test_deploy(tmp.path()).await);
         let scheduler = Scheduler::start(executor, tx, SchedulerConfig::default());
-        let taken = crate::daemon::job_intake::take(&store, &Live(runtime), &scheduler, "run-1", "old").await;
-        assert!(matches!(taken, Ok(crate::daemon::job_intake::Taken::Scheduled(_))), "{taken:?}");
+        let taken = crate::jobs::intake::take(&store, &Live(runtime), &scheduler, "run-1", "old").await;
+        assert!(matches!(taken, Ok(crate::jobs::intake::Taken::Scheduled(_))), "{taken:?}");
 
         let jobs = Api::<hive_api::Job>::new(&store);
         let job = loop {

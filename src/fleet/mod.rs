@@ -43,6 +43,7 @@ pub mod providers;
 mod recovery;
 pub mod remote;
 mod retained;
+pub mod service;
 pub mod status;
 
 use std::collections::{HashMap, HashSet};

@@ -28,7 +28,7 @@ fn decode<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> ApiResul
 }
 
 async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let engine = state.engine.as_ref().ok_or_else(|| {
+    let jobs = state.jobs.as_ref().ok_or_else(|| {
         ApiError::BadRequest("this server runs no engine, so it has no config mirrors".into())
     })?;
     let object = state
@@ -62,19 +62,11 @@ async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiRes
             "message": format!("agent {target:?} has no applied commit yet: everything would be new")}))
         .into_response());
     };
-    let quiet = |_: &str| {};
-    let resolver = &engine.deploy.resolver;
-    let (head_sha, summary) = resolver.diff(&agent, &base, &head, &quiet).await.map_err(|e| {
-        // The log has the error with its paths; the answer names no path of the daemon's.
-        tracing::warn!(approval = %name, agent = %target, error = %e, "could not compare for an approval's diff");
-        ApiError::Conflict {
-            plural: "approvals".into(),
-            name: name.clone(),
-            message: format!(
-                "cannot compare {target}'s applied commit with {head:?}: {}",
-                resolver.describe(&agent, &e)
-            ),
+    let (head_sha, summary) = jobs.diff(agent, base.clone(), head).await.map_err(|e| match e {
+        crate::jobs::service::Error::Compare(message) => {
+            ApiError::Conflict { plural: "approvals".into(), name: name.clone(), message }
         }
+        other => super::jobs::job_error(other),
     })?;
     let mut body = serde_json::to_value(&summary).map_err(|e| ApiError::Internal(e.into()))?;
     body["approval"] = json!(name);

@@ -31,8 +31,8 @@ async fn audit(
 ) -> ApiResult<Response> {
     let Query(query) =
         query.map_err(|e| ApiError::BadRequest(format!("audit: {e}; expected ?agent=NAME&limit=N")))?;
-    let engine = state
-        .engine
+    let jobs = state
+        .jobs
         .as_ref()
         .ok_or_else(|| ApiError::BadRequest("this server runs no engine, so it has no meta repo".into()))?;
     let limit = query.limit.unwrap_or(50);
@@ -43,12 +43,7 @@ async fn audit(
         hive_api::validation::dns1123_label(agent)
             .map_err(|why| ApiError::BadRequest(format!("agent {agent:?}: {why}")))?;
     }
-    let entries = engine
-        .deploy
-        .meta
-        .log(query.agent.as_deref(), limit)
-        .await
-        .map_err(|e| ApiError::Internal(anyhow::Error::new(e)))?;
+    let entries = jobs.audit(query.agent, limit).await.map_err(super::jobs::job_error)?;
     let items: Vec<_> = entries
         .into_iter()
         .map(|e| {

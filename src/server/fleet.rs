@@ -30,7 +30,7 @@ use super::AppState;
 use crate::auth::Verb;
 use crate::client::Api;
 use crate::fleet::providers::vastai::{self, ApiKey};
-use crate::fleet::Fleet;
+use crate::fleet::service::{self, FleetService};
 
 /// The fleet routes. Searching offers is a write: it spends the admin-configured Vast.ai
 /// key and its quota. Configuring a provider sets its credentials, which, like every
@@ -91,12 +91,10 @@ fn provider_object(state: &AppState, name: &str) -> ApiResult<Provider> {
 
 /// The Vast.ai provider a request means: the one named, else the daemon's default when it
 /// is a Vast.ai provider, else the one named `vastai`.
-fn vast_provider_name(fleet: &Fleet, named: Option<&str>) -> String {
+fn vast_provider_name(fleet: &dyn FleetService, named: Option<&str>) -> String {
     match named {
         Some(name) => name.to_string(),
-        None if fleet.default_provider_type() == Some(ProviderType::Vastai) => {
-            fleet.default_provider().to_string()
-        }
+        None if fleet.default_provider_type() == Some(ProviderType::Vastai) => fleet.default_provider(),
         None => "vastai".to_string(),
     }
 }
@@ -113,7 +111,7 @@ async fn offers(
         return Err(ApiError::BadRequest("minReliability must be between 0 and 1".into()));
     }
     let fleet = state.running_fleet()?;
-    let name = vast_provider_name(fleet, query.provider.as_deref().filter(|p| !p.is_empty()));
+    let name = vast_provider_name(fleet.as_ref(), query.provider.as_deref().filter(|p| !p.is_empty()));
     let provider = provider_object(&state, &name)?;
     if provider.spec.type_ != ProviderType::Vastai {
         return Err(ApiError::BadRequest(format!(
@@ -121,16 +119,9 @@ async fn offers(
             provider.spec.type_.as_str()
         )));
     }
-    let client = fleet.providers.vast(&name).map_err(|why| ApiError::Conflict {
-        plural: "providers".into(),
-        name: name.clone(),
-        message: why.to_string(),
-    })?;
     let filter = query.filter(provider.spec.vastai.and_then(|v| v.search));
-    let offers = client.search_offers(&filter).await.map_err(|err| ApiError::Conflict {
-        plural: "providers".into(),
-        name: name.clone(),
-        message: format!("searching Vast.ai offers failed: {err}"),
+    let offers = fleet.search_offers(name.clone(), filter.clone()).await.map_err(|err| {
+        ApiError::Conflict { plural: "providers".into(), name: name.clone(), message: err.to_string() }
     })?;
     let offers: Vec<Value> = offers
         .iter()
@@ -257,30 +248,11 @@ async fn configure(
         Some(text) => Some(ApiKey::new(text).map_err(|why| invalid("Provider", &name, "apiKey", why))?),
         None => None,
     };
-    let entry = fleet
-        .providers
-        .check(&wanted, key)
-        .await
-        .map_err(|why| invalid("Provider", &name, "apiKey", format!("{why}; nothing was changed")))?;
-    let ready = entry.readiness.state == hive_api::provider::ProviderState::Ready;
-    if !exists || wanted.spec != current.spec {
-        // No resourceVersion precondition: the settings just checked are what is stored.
-        wanted.metadata.resource_version = None;
-        let stored =
-            if exists { providers.replace(&wanted).await? } else { providers.create(&wanted).await? };
-        // The check ran against the new spec; record it against the new generation.
-        let mut entry = entry;
-        entry.generation = stored.metadata.generation.unwrap_or(entry.generation);
-        fleet.providers.record(&name, entry.clone());
-        crate::fleet::status::write(&state.store, &name, &entry).await;
-        tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
-    } else {
-        crate::fleet::status::write(&state.store, &name, &entry).await;
-        tracing::info!(provider = name, state = entry.readiness.state.as_str(), "provider configured");
-    }
-    if ready {
-        fleet.provider_ready(&name);
-    }
+    fleet.configure_provider(exists.then_some(current), wanted, key).await.map_err(|err| match err {
+        service::Error::Check(_) => invalid("Provider", &name, "apiKey", err.to_string()),
+        service::Error::Client(err) => err.into(),
+        other => ApiError::Internal(anyhow::Error::new(other)),
+    })?;
     let object =
         providers.get_raw(&name).ok_or_else(|| ApiError::NotFound { plural: "providers".into(), name })?;
     Ok((StatusCode::OK, Json(object.value())).into_response())
@@ -309,8 +281,10 @@ pub async fn create_command(
     )?;
     let mut command: FleetCommand = crate::client::decode_value(&admitted.object)?;
     if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
-        let default = state.fleet.as_ref().map_or(commands::DEFAULT_PROVIDER, |f| f.default_provider());
-        provision.provider = default.to_string();
+        provision.provider = state
+            .fleet
+            .as_ref()
+            .map_or_else(|| commands::DEFAULT_PROVIDER.to_string(), |f| f.default_provider());
     }
     let mut warnings = admitted.warnings;
     let (code, command) = match commands::record(&state.store, command, params.dry_run()?).await {

@@ -1,7 +1,7 @@
-//! Jobs through the engine: `POST …/jobs` with a template and agents reaches the submit
-//! layer (a custom DAG with explicit nodes is validated and stored as it is), then the
-//! intake's `take` claims and schedules the stored Job and the answer is the claimed Job
-//! (any other write path stores the Job and the intake's controller takes it);
+//! Jobs through the Job service (`jobs::service`): `POST …/jobs` parsed and named here,
+//! then decided and taken there (a template Job through the submit layer, a custom DAG
+//! with explicit nodes validated and stored as it is; the answer is the claimed Job — any
+//! other write path stores the Job and the intake's controller takes it);
 //! `POST …/jobs/{name}/cancel`, and the followable logs of a Job's nodes and of an
 //! agent's process.
 
@@ -11,13 +11,9 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
-use hive_api::agent::Wanted;
-use hive_api::validation::{Reason, ValidationError};
 use hive_api::Job;
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::body::{self, MediaType};
@@ -26,10 +22,10 @@ use super::params::Params;
 use super::routes::{self, ApiRouter};
 use super::AppState;
 use crate::auth::Verb;
-use crate::client::{self, Api};
-use crate::daemon::engine::{Engine, SubmitError};
-use crate::daemon::job_intake;
-use crate::scheduler;
+use crate::client;
+use crate::jobs::service::Error;
+use crate::jobs::{JobService, PostedJob};
+use crate::runtime::LogStream;
 
 /// The routes.
 pub fn router() -> ApiRouter {
@@ -39,149 +35,48 @@ pub fn router() -> ApiRouter {
         .route("/apis/hive.dev/v1/agents/{name}/log", routes::get(Verb::Read, agent_log))
 }
 
-fn engine(state: &AppState) -> ApiResult<Arc<Engine>> {
-    state.engine.clone().ok_or_else(|| ApiError::BadRequest("this server runs no scheduler".into()))
+fn service(state: &AppState) -> ApiResult<Arc<dyn JobService>> {
+    state.jobs.clone().ok_or_else(|| ApiError::BadRequest("this server runs no scheduler".into()))
 }
 
-fn invalid(name: &str, field: &str, message: impl Into<String>) -> ApiError {
-    ApiError::Invalid {
-        kind: "Job".into(),
-        name: name.into(),
-        errors: vec![ValidationError::new(field, Reason::Invalid, message)],
-    }
-}
-
-/// Maps a scheduler refusal onto the API's errors.
-pub fn scheduler_error(err: scheduler::Error) -> ApiError {
+/// Maps a refusal of the Job service onto the API's errors.
+pub fn job_error(err: Error) -> ApiError {
     match err {
-        scheduler::Error::Invalid { name, errors } => ApiError::Invalid { kind: "Job".into(), name, errors },
-        scheduler::Error::AlreadyExists { name } => ApiError::AlreadyExists { plural: "jobs".into(), name },
-        scheduler::Error::NotFound { name } => ApiError::NotFound { plural: "jobs".into(), name },
-        scheduler::Error::NodeNotFound { job, node } => {
-            ApiError::BadRequest(format!("node: job {job:?} has no node {node:?}"))
-        }
-        scheduler::Error::NotCancellable { name, phase } => ApiError::Conflict {
-            plural: "jobs".into(),
-            name: name.clone(),
-            message: format!(
-                "job {name:?} is {phase:?}: only a Job none of whose nodes has started can be cancelled"
-            ),
-        },
-        other => ApiError::Internal(anyhow::Error::new(other)),
+        Error::Invalid { name, errors } => ApiError::Invalid { kind: "Job".into(), name, errors },
+        Error::Admit(err) => err.into(),
+        Error::BadRequest(message) | Error::Compare(message) => ApiError::BadRequest(message),
+        Error::NotFound { plural, name } => ApiError::NotFound { plural: plural.into(), name },
+        Error::AlreadyExists { name } => ApiError::AlreadyExists { plural: "jobs".into(), name },
+        Error::Conflict { name, message } => ApiError::Conflict { plural: "jobs".into(), name, message },
+        Error::Store(err) => err.into(),
+        Error::Client(err) => err.into(),
+        Error::Internal(err) => ApiError::Internal(err),
     }
 }
 
-fn submit_error(err: SubmitError) -> ApiError {
-    use crate::submit::Error as E;
-    match err {
-        SubmitError::Submit(E::UnknownAgent(name)) => ApiError::NotFound { plural: "agents".into(), name },
-        SubmitError::Submit(E::NoAgents) => invalid("", "spec.agents", "name at least one agent"),
-        SubmitError::Submit(E::NotAgentTemplate(t)) => {
-            invalid("", "spec.template", format!("{t:?} is not built from agents; give spec.nodes instead"))
-        }
-        SubmitError::Submit(E::Store(err)) => err.into(),
-        SubmitError::Submit(E::Client(err)) => err.into(),
-        SubmitError::Submit(other) => ApiError::Internal(anyhow::Error::new(other)),
-        SubmitError::Scheduler(err) => scheduler_error(err),
-        SubmitError::Intake(err) => intake_error(err),
-    }
-}
-
-fn intake_error(err: job_intake::Error) -> ApiError {
-    match err {
-        job_intake::Error::Gone(name) => ApiError::NotFound { plural: "jobs".into(), name },
-        job_intake::Error::Client(err) => err.into(),
-        job_intake::Error::Store(err) => err.into(),
-        job_intake::Error::Scheduler(err) => scheduler_error(err),
-        other => ApiError::Internal(anyhow::Error::new(other)),
-    }
-}
-
-/// `POST /apis/hive.dev/v1/jobs` when the daemon runs a scheduler.
+/// `POST /apis/hive.dev/v1/jobs` when the daemon runs a scheduler: the body parsed and
+/// named here, decided and taken by the Job service (`jobs::post`).
 pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-    let engine = engine(&state)?;
+    let service = service(&state)?;
     let params = Params::from_uri(&uri)?;
     let bytes = body::read(body).await?;
-    let body::Parsed { value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
+    let body::Parsed { mut value, duplicates } = body::parse_object(MediaType::of(&headers), &bytes)?;
     let validation = params.field_validation()?;
     let prefix = super::generate_name::prefix_of("Job", &value)?;
-    let has_nodes =
-        value.pointer("/spec/nodes").and_then(serde_json::Value::as_array).is_some_and(|n| !n.is_empty());
-    if !has_nodes {
-        if params.dry_run()? {
-            return Err(ApiError::BadRequest("dryRun is not supported for template Jobs".into()));
-        }
-        // One typed decode names every malformed or unknown field, as for any Job.
-        let (job, unknown) = hive_api::resource::decode::<hive_api::Job>(&value).map_err(|e| {
-            let field = if e.field.is_empty() { "spec".to_string() } else { e.field };
-            invalid("", &field, e.message)
-        })?;
-        let strict = validation == super::params::FieldValidation::Strict;
-        if strict && (!unknown.is_empty() || !duplicates.is_empty()) {
-            return Err(hive_api::AdmitError::Strict { kind: "Job", duplicates, fields: unknown }.into());
-        }
-        let warnings = if validation == super::params::FieldValidation::Warn {
-            duplicates.warnings()
-        } else {
-            Vec::new()
-        };
-        let (template, agents, source, reason) =
-            (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);
-        let name = Some(job.metadata.name).filter(|n| !n.is_empty());
-        if let Some(name) = &name {
-            if let Err(why) = hive_api::validation::dns1123_label(name) {
-                return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));
-            }
-        }
-        let mut request = crate::submit::Request { template, agents, source, reason, name };
-        let mut tried = 1;
-        loop {
-            if let Some(prefix) = &prefix {
-                request.name = Some(super::generate_name::new_name(prefix));
-            }
-            match engine.submit_request(&request).await.map_err(submit_error) {
-                Err(ApiError::AlreadyExists { .. })
-                    if prefix.is_some() && tried < super::generate_name::TRIES =>
-                {
-                    tried += 1
-                }
-                submitted => return created(&submitted?, &warnings),
-            }
-        }
-    }
-    // A custom DAG: validated like any Job, stored, then scheduled.
-    let mut value = value;
-    if let Some(prefix) = &prefix {
-        super::generate_name::name_it(&mut value, prefix);
-    }
-    let admitted = hive_api::admit_body(&hive_api::KindInfo::of::<Job>(), value, &duplicates, validation)?;
-    let mut job: Job = crate::client::decode_value(&admitted.object)?;
-    job.status = Default::default();
     let dry_run = params.dry_run()?;
-    let jobs = Api::<Job>::new(&state.store);
-    let mut tried = 1;
-    let job = loop {
-        match jobs.create_opts(&job, dry_run).await.map_err(ApiError::from) {
-            Err(ApiError::AlreadyExists { .. })
-                if prefix.is_some() && tried < super::generate_name::TRIES =>
-            {
-                tried += 1;
-                job.metadata.name = super::generate_name::new_name(prefix.as_deref().unwrap_or_default());
-            }
-            stored => break stored?,
+    let renames = match &prefix {
+        Some(prefix) => {
+            super::generate_name::name_it(&mut value, prefix);
+            (1..super::generate_name::TRIES).map(|_| super::generate_name::new_name(prefix)).collect()
         }
+        None => Vec::new(),
     };
-    if dry_run {
-        return created(&job, &admitted.warnings);
-    }
-    let job = engine.take(&job.metadata.name).await.map_err(submit_error)?;
-    created(&job, &admitted.warnings)
-}
-
-/// 201 and the Job, with the body's warnings.
-fn created(job: &Job, warnings: &[String]) -> ApiResult<Response> {
-    let value = serde_json::to_value(job).map_err(|e| ApiError::Internal(e.into()))?;
-    Ok(super::resources::json_response(StatusCode::CREATED, &value, warnings))
+    let posted = service
+        .post(PostedJob { object: value, duplicates, validation, dry_run, renames })
+        .await
+        .map_err(job_error)?;
+    let value = serde_json::to_value(&posted.job).map_err(|e| ApiError::Internal(e.into()))?;
+    Ok(super::resources::json_response(StatusCode::CREATED, &value, &posted.warnings))
 }
 
 #[derive(Default, Deserialize)]
@@ -209,66 +104,21 @@ async fn cancel(
         body::decode(&value, "invalid cancel options")
             .map_err(|e| ApiError::BadRequest(format!("{e}; expected {{\"children\": BOOL}}")))?
     };
-    // Either the scheduler has the Job, or it is still waiting for a claim; a claim may
-    // land between the two looks, so look again (a cancel of the waiting Job is a write
-    // conditional on its version: it never cancels one a scheduler took meanwhile).
-    let mut cancelled_names = Vec::new();
-    for _ in 0..3 {
-        if let Some(engine) = &state.engine {
-            let asked = if options.children {
-                engine.scheduler.cancel_children(&name).await
-            } else {
-                engine.scheduler.cancel(&name).await.map(|c| vec![c])
-            };
-            match asked {
-                Ok(cancelled) => {
-                    for job in &cancelled {
-                        if crate::submit::shapes::intent(job.template).is_some() {
-                            for agent in &job.agents {
-                                revert_intent(engine, agent).await?;
-                            }
-                        }
-                    }
-                    cancelled_names = cancelled.into_iter().map(|c| c.name).collect();
-                    break;
-                }
-                Err(crate::scheduler::Error::NotFound { .. }) => {}
-                Err(err) => return Err(scheduler_error(err)),
-            }
-        }
-        match job_intake::cancel_unclaimed(&state.store, &name).await.map_err(intake_error)? {
-            Some(cancelled) => {
-                if let Some(engine) = &state.engine {
-                    engine.scheduler.settled_elsewhere(vec![job_intake::settled(&cancelled)]);
-                }
-                cancelled_names = vec![name.clone()];
-                break;
-            }
-            None if state.engine.is_none() => break,
-            // Claimed: the scheduler has it, or is about to.
-            None => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-        }
+    let cancelled_names = match &state.jobs {
+        Some(jobs) => jobs.cancel(name.clone(), options.children).await,
+        None => crate::jobs::cancel::cancel_waiting(&state.store, &name).await,
     }
+    .map_err(job_error)?;
     let job = state
         .store
         .get("jobs", &name)
         .ok_or(ApiError::NotFound { plural: "jobs".into(), name: name.clone() })?;
     if cancelled_names.is_empty() {
         let phase = client::decode::<Job>(&job)?.status.phase.unwrap_or(hive_api::job::JobPhase::Queued);
-        return Err(scheduler_error(crate::scheduler::Error::NotCancellable { name, phase }));
+        return Err(job_error(crate::scheduler::Error::NotCancellable { name, phase }.into()));
     }
     Ok((StatusCode::OK, axum::Json(json!({"job": job.value(), "cancelled": cancelled_names})))
         .into_response())
-}
-
-async fn revert_intent(engine: &Engine, agent: &str) -> ApiResult<()> {
-    use crate::submit::LiveState;
-    let observed = if engine.is_running(agent) { Wanted::Up } else { Wanted::Offline };
-    match engine.agents().patch(agent, |a| a.spec.wanted = observed).await {
-        Ok(_) => Ok(()),
-        Err(err) if err.is_not_found() => Ok(()),
-        Err(err) => Err(err.into()),
-    }
 }
 
 /// The query of the log routes, as kubectl's pod-log parameters. Every parameter the
@@ -367,7 +217,7 @@ impl LogQuery {
     }
 }
 
-fn text_stream(rx: mpsc::Receiver<Bytes>) -> Response {
+fn text_stream(rx: LogStream) -> Response {
     let body = Body::from_stream(futures_util::StreamExt::map(
         ReceiverStream::new(rx),
         Ok::<_, std::convert::Infallible>,
@@ -381,7 +231,7 @@ fn text_stream(rx: mpsc::Receiver<Bytes>) -> Response {
 
 /// `GET /apis/hive.dev/v1/jobs/{name}/log?node=ID&follow=true`.
 async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: Uri) -> ApiResult<Response> {
-    let engine = engine(&state)?;
+    let jobs = service(&state)?;
     let query = LogQuery::from_uri(&uri)?;
     let Some(node) = query.node.clone().filter(|n| !n.is_empty()) else {
         return Err(ApiError::BadRequest("node: required, e.g. ?node=alpha/prebuild".into()));
@@ -398,21 +248,7 @@ async fn job_log(State(state): State<AppState>, Path(name): Path<String>, uri: U
             "{name}: applies to agent logs; a node's build log is sent whole, without times"
         )));
     }
-    let (so_far, follower) = engine.scheduler.log(&name, &node).await.map_err(scheduler_error)?;
-    let (tx, rx) = mpsc::channel::<Bytes>(16);
-    let follow = query.follow()?;
-    tokio::spawn(async move {
-        if tx.send(Bytes::from(so_far)).await.is_err() {
-            return;
-        }
-        if let (true, Some(mut follower)) = (follow, follower) {
-            while let Some(chunk) = follower.recv().await {
-                if tx.send(chunk).await.is_err() {
-                    return;
-                }
-            }
-        }
-    });
+    let rx = jobs.job_log(name, node, query.follow()?).await.map_err(job_error)?;
     Ok(text_stream(rx))
 }
 
@@ -434,16 +270,11 @@ pub async fn agent_log(
     Path(name): Path<String>,
     uri: Uri,
 ) -> ApiResult<Response> {
-    let engine = engine(&state)?;
+    let jobs = service(&state)?;
     if state.store.get("agents", &name).is_none() {
         return Err(ApiError::NotFound { plural: "agents".into(), name });
     }
     let options = LogQuery::from_uri(&uri)?.options(crate::host::now())?;
-    let rx = engine.runtime.logs(&name, options).await.map_err(|e| match e {
-        crate::runtime::Error::LogsElsewhere { .. } | crate::runtime::Error::NoPreviousRun { .. } => {
-            ApiError::BadRequest(e.to_string())
-        }
-        other => ApiError::Internal(anyhow::Error::new(other)),
-    })?;
+    let rx = jobs.agent_log(name, options).await.map_err(job_error)?;
     Ok(text_stream(rx))
 }

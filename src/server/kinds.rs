@@ -441,7 +441,7 @@ pub mod intake {
         uri: Uri,
         body: Body,
     ) -> ApiResult<Response> {
-        match state.engine {
+        match state.jobs {
             Some(_) => crate::server::jobs::create(state, headers, uri, body).await,
             None => stored(kind, state, principal, headers, uri, body).await,
         }

@@ -553,9 +553,9 @@ impl Fixture {
         let tokens = TokenStore::open(dir.path()).unwrap();
         let admin = tokens.create("admin", Role::Admin).unwrap();
         let engine = runtime
-            .block_on(crate::daemon::Engine::start(store.clone(), dir.path(), Default::default()))
+            .block_on(crate::jobs::Engine::start(store.clone(), dir.path(), Default::default()))
             .expect("the engine starts");
-        let state = AppState::new(store.clone(), tokens.clone(), ServerConfig::default()).with_engine(engine);
+        let state = AppState::new(store.clone(), tokens.clone(), ServerConfig::default()).with_jobs(engine);
         runtime.block_on(seed(&store));
         Fixture { runtime, app: app(state), store, tokens, admin, _dir: dir }
     }

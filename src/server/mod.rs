@@ -49,6 +49,8 @@ use axum::Router;
 use futures_util::FutureExt;
 
 use crate::auth::{Principal, TokenStore, Verb};
+use crate::fleet::service::FleetService;
+use crate::jobs::JobService;
 use crate::store::Store;
 use error::ApiError;
 use routes::ApiRouter;
@@ -94,10 +96,11 @@ pub struct Shared {
     pub openapi_json: Arc<String>,
     /// Its content hash, for the discovery URL.
     pub openapi_hash: Arc<str>,
-    /// The scheduler and runtime behind Jobs, when the daemon runs them.
-    pub engine: Option<Arc<crate::daemon::engine::Engine>>,
+    /// Jobs and the runtime behind them, when the daemon runs them: the engine of this
+    /// process, or one day the leader's (see `jobs::service`).
+    pub jobs: Option<Arc<dyn JobService>>,
     /// The fleet (providers, offers, telemetry), when the daemon runs it.
-    pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    pub fleet: Option<Arc<dyn FleetService>>,
     /// The API audit log, when `hive serve` writes one.
     pub audit: Option<audit_log::AuditLog>,
     /// The registry `/metrics` serves and the handles the request layer records into.
@@ -126,7 +129,7 @@ impl AppState {
             config: Arc::new(config),
             openapi_json: Arc::new(json),
             openapi_hash: Arc::from(hash),
-            engine: None,
+            jobs: None,
             fleet: None,
             audit: None,
             metrics,
@@ -154,19 +157,19 @@ impl AppState {
         self
     }
 
-    /// The same state with the engine that runs Jobs.
-    pub fn with_engine(mut self, engine: Arc<crate::daemon::engine::Engine>) -> AppState {
-        self.building().engine = Some(engine);
+    /// The same state with the service that runs Jobs.
+    pub fn with_jobs(mut self, jobs: Arc<dyn JobService>) -> AppState {
+        self.building().jobs = Some(jobs);
         self
     }
 
     /// The fleet, or a 400 when this server runs none.
-    pub fn running_fleet(&self) -> error::ApiResult<&Arc<crate::fleet::Fleet>> {
+    pub fn running_fleet(&self) -> error::ApiResult<&Arc<dyn FleetService>> {
         self.fleet.as_ref().ok_or_else(|| ApiError::BadRequest("this server runs no fleet".into()))
     }
 
     /// The same state with the fleet behind `/hive/v1/fleet`.
-    pub fn with_fleet(mut self, fleet: Arc<crate::fleet::Fleet>) -> AppState {
+    pub fn with_fleet(mut self, fleet: Arc<dyn FleetService>) -> AppState {
         self.building().fleet = Some(fleet);
         self
     }
@@ -174,7 +177,7 @@ impl AppState {
     /// Where Providers may take a Vast.ai key from on this host: the fleet's flags, and
     /// nothing when this server runs no fleet.
     pub fn key_sources(&self) -> &crate::fleet::providers::keys::KeySources {
-        self.fleet.as_ref().map_or(&crate::fleet::providers::keys::NONE, |f| f.providers.key_sources())
+        self.fleet.as_ref().map_or(&crate::fleet::providers::keys::NONE, |f| f.key_sources())
     }
 
     /// What admission looks up for a write: the stored agents, the key sources.

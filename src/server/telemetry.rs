@@ -51,10 +51,8 @@ pub(super) async fn stream(
     };
     // A node that is over (killed, stopped, failed) has nothing live to follow.
     let over = !crate::fleet::is_live(&node);
-    let hub = fleet.telemetry();
-    // Subscribe first, so no frame falls between the snapshot and the live feed.
-    let live = (query.follow.unwrap_or(true) && !over).then(|| hub.subscribe(&name));
-    let snapshot = hub.snapshot(&name).unwrap_or_default();
+    let crate::fleet::service::Telemetry { snapshot, live } =
+        fleet.telemetry(name.clone(), query.follow.unwrap_or(true) && !over).await;
     let mut head =
         vec![line(&json!({"type": "descriptors", "node": name, "channels": snapshot.descriptors}))];
     let last = snapshot.recent.last().map(|f| f.at);

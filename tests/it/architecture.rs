@@ -265,3 +265,57 @@ fn no_code_indexes_json_by_spec_status_or_metadata() {
     }
     assert!(hits.is_empty(), "decode into the api types or use .get()/.pointer():\n{}", hits.join("\n"));
 }
+
+/// Every `(file, path it names, file the path resolves to)` of the non-test code.
+fn imports() -> Vec<(PathBuf, String, PathBuf)> {
+    let root = src();
+    let modules = modules(&root);
+    let mut found = Vec::new();
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(file).unwrap();
+        for path in paths(&code(&text)) {
+            if let Some(target) = resolve(&modules, module, &path) {
+                found.push((file.clone(), path.join("::"), target));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn only_the_cli_reaches_into_the_daemon() {
+    // The daemon is the composition root: it wires everything, and only `hive serve`
+    // (`cli/serve.rs`) starts it. Jobs live in `src/jobs/`, below the server.
+    let root = src();
+    let bad: Vec<String> = imports()
+        .into_iter()
+        .filter(|(file, _, target)| {
+            target.starts_with(root.join("daemon"))
+                && !file.starts_with(root.join("daemon"))
+                && !file.starts_with(root.join("cli"))
+        })
+        .map(|(file, path, _)| format!("{}: {path}", file.display()))
+        .collect();
+    assert!(bad.is_empty(), "imports of the daemon from below it:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn the_server_holds_the_job_and_fleet_services_not_the_engine_or_the_fleet() {
+    // The seam high availability plugs into (issue 30): the server reaches Jobs and the
+    // fleet through `JobService` and `FleetService` only, so a replica that does not lead
+    // can answer through an implementation that reaches the leader.
+    let root = src();
+    let bad: Vec<String> = imports()
+        .into_iter()
+        .filter(|(file, path, target)| {
+            let above = file.starts_with(root.join("server")) || file.starts_with(root.join("dashboard"));
+            let concrete = path.ends_with("::Engine")
+                || path.ends_with("::Fleet")
+                || target.starts_with(root.join("daemon"))
+                || *target == root.join("jobs/engine.rs");
+            above && concrete
+        })
+        .map(|(file, path, _)| format!("{}: {path}", file.display()))
+        .collect();
+    assert!(bad.is_empty(), "the server names the concrete engine or fleet:\n{}", bad.join("\n"));
+}

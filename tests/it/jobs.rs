@@ -532,12 +532,12 @@ fn chain_job(name: &str, agent: &str, len: usize) -> Value {
 // Regression (issue 28, item 4): the Jobs mirror rewrote a Job's whole status once per
 // scheduler turn, so a 5,000-node chain wrote 10.6 GB (1.2 MB statuses) and took
 // 387 s. Now a Job's node changes are written at most once per interval that grows with
-// its size (`jobs_mirror::WRITE_RATE`), and at once only its first status, a new phase
+// its size (`jobs::mirror::WRITE_RATE`), and at once only its first status, a new phase
 // and its settling: the number of writes is bounded by the chain's running time over
 // that interval, not by its length (this 1,000-node chain wrote ~1,000 statuses before).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_job_rewrites_its_status_a_bounded_number_of_times() {
-    use hive::daemon::jobs_mirror::{MAX_STALENESS, WRITE_RATE};
+    use hive::jobs::mirror::{MAX_STALENESS, WRITE_RATE};
     const NODES: usize = 1_000;
     let d = Daemon::start();
     let api = d.client();

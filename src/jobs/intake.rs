@@ -18,7 +18,7 @@
 //! submits and the POST handler take the Job they just stored themselves, through the
 //! same [`take`], so whichever sees it first schedules it and the other finds it claimed.
 //! A Job claimed by an earlier run and left unfinished is marked `Interrupted` at boot
-//! (`jobs_mirror::mark_interrupted`), never run again; one written while no daemon ran
+//! (`mirror::mark_interrupted`), never run again; one written while no daemon ran
 //! is unclaimed, and the controller's first list takes it.
 
 use std::sync::Arc;

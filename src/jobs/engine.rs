@@ -1,9 +1,8 @@
 //! The engine the daemon runs behind the API: the process runtime, the meta repo, the
-//! scheduler with the runtime executor, the Jobs mirror, the Job intake, crash-watch, and
-//! the boot reconcile (the config path's sweep, then the power path). The server reaches
-//! it through [`Engine`] to submit, cancel and follow Jobs. Every Job reaches the
-//! scheduler through the intake's one `take` (`job_intake.rs`): the ones the engine
-//! submits itself, the ones POST stores, and the ones any other write path stores.
+//! scheduler with the runtime executor, the Jobs mirror and the Job intake. The daemon
+//! wires crash-watch and the boot reconcile around it. Every Job reaches the scheduler
+//! through the intake's one `take` (`intake.rs`): the ones the engine submits itself, the
+//! ones POST stores, and the ones any other write path stores.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,8 +12,8 @@ use hive_api::job::{Job, JobSource, JobTemplate};
 use tokio::sync::mpsc;
 
 use crate::client::Api;
-use crate::daemon::job_intake::{self, Taken};
 use crate::executor::{Deploy, RuntimeExecutor};
+use crate::jobs::intake::{self, Taken};
 use crate::meta::applied::Markers;
 use crate::runtime::nixos::{NixosConfig, NixosRuntime};
 use crate::runtime::process::{ProcessConfig, ProcessRuntime};
@@ -110,7 +109,7 @@ pub enum SubmitError {
     Scheduler(#[from] crate::scheduler::Error),
     /// The Job was written but could not be claimed or handed over for now.
     #[error(transparent)]
-    Intake(#[from] job_intake::Error),
+    Intake(#[from] intake::Error),
 }
 
 impl Engine {
@@ -120,8 +119,9 @@ impl Engine {
     }
 
     /// Starts the engine on `state_dir/agents`: kills processes a crashed daemon left,
-    /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
-    /// crash-watch, and submits the boot reconcile.
+    /// marks Jobs it left unfinished `Interrupted`, starts the scheduler and the mirror.
+    /// The daemon then starts crash-watch, submits the boot reconcile and starts the
+    /// intake ([`Engine::start_intake`]).
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
         let local: Arc<dyn Runtime> = match &config.nixos {
             Some(nixos) => Arc::new(NixosRuntime::new(nixos.clone())),
@@ -161,15 +161,15 @@ impl Engine {
         // start with many of them.
         let agents = Api::<Agent>::new(&store);
         runtime.attach(&move || agents.list().1).await;
-        let interrupted = crate::daemon::jobs_mirror::mark_interrupted(&store).await?;
+        let interrupted = crate::jobs::mirror::mark_interrupted(&store).await?;
         if !interrupted.is_empty() {
             tracing::warn!(jobs = ?interrupted, "marked Jobs of a previous run interrupted");
         }
         // The history of 5 terminal Jobs per template begins with what earlier runs left.
-        let settled = crate::daemon::jobs_mirror::settled(&store);
+        let settled = crate::jobs::mirror::settled(&store);
         let run = format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(crate::daemon::jobs_mirror::run_claimed(store.clone(), rx, run.clone()));
+        tokio::spawn(crate::jobs::mirror::run_claimed(store.clone(), rx, run.clone()));
         let executor = RuntimeExecutor::new(store.clone(), runtime.clone(), deploy.clone());
         let scheduler = Scheduler::start_after(
             executor,
@@ -198,19 +198,31 @@ impl Engine {
             controller_metrics: config.controllers.clone(),
         });
 
-        crate::daemon::crashwatch::spawn(store.clone(), runtime.clone(), scheduler.watch_leased_agents());
-        let swept = engine.boot_sweep().await;
-        engine.boot_reconcile(&swept).await;
-        // Jobs written while no daemon ran, and from now on every Job any write path
-        // stores, are taken by the intake.
-        job_intake::spawn(
-            store.clone(),
-            engine.clone(),
-            engine.scheduler.clone(),
-            engine.run.clone(),
-            engine.controller_metrics.clone(),
-        );
         Ok(engine)
+    }
+
+    /// Starts the Job intake's controller: Jobs written while no daemon ran, and from now
+    /// on every Job any write path stores, are taken by it. The daemon starts it after
+    /// the boot reconcile.
+    pub fn start_intake(self: &Arc<Self>) {
+        intake::spawn(
+            self.store.clone(),
+            self.clone(),
+            self.scheduler.clone(),
+            self.run.clone(),
+            self.controller_metrics.clone(),
+        );
+    }
+
+    /// Whether `agent` is fresh in the coordinator document's sense: its applied-rev
+    /// marker records the commit the meta lock pins for it and the hive base the daemon
+    /// runs. No marker (never built, or a torn file) is stale. The boot sweep and a start
+    /// of a stopped agent (the submit layer's stale upgrade) both ask this, so a branch
+    /// name in `spec.config.rev` is never compared with the commit it resolved to.
+    pub async fn is_fresh(&self, agent: &str) -> bool {
+        let Some(marker) = self.deploy.markers.read(agent) else { return false };
+        let locked = self.deploy.meta.locked(agent).await.map(|l| l.rev);
+        marker.hive == self.deploy.hive_rev && locked.is_none_or(|l| l == marker.rev)
     }
 
     /// Whether the agent's `spec.permissions` differ from the permission files the meta
@@ -298,10 +310,10 @@ impl Engine {
     /// then the Job is returned as that claimer left it. A Job that cannot run is marked
     /// `Failed` and its refusal returned.
     pub async fn take(&self, name: &str) -> Result<Job, SubmitError> {
-        match job_intake::take(&self.store, self, &self.scheduler, &self.run, name).await? {
+        match intake::take(&self.store, self, &self.scheduler, &self.run, name).await? {
             Taken::Scheduled(job) | Taken::Elsewhere(job) | Taken::Waiting(job) => Ok(job),
-            Taken::Failed { why: job_intake::Refusal::Expand(err), .. } => Err(err.into()),
-            Taken::Failed { why: job_intake::Refusal::Schedule(err), .. } => Err(err.into()),
+            Taken::Failed { why: intake::Refusal::Expand(err), .. } => Err(err.into()),
+            Taken::Failed { why: intake::Refusal::Schedule(err), .. } => Err(err.into()),
         }
     }
 
