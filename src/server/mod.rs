@@ -213,6 +213,8 @@ pub fn api_routes() -> ApiRouter {
         .route("/openapi/v2", routes::get(Verb::Read, openapi::v2))
         .route("/openapi/v3", routes::get(Verb::Read, openapi::index))
         .route("/openapi/v3/apis/hive.dev/v1", routes::get(Verb::Read, openapi::group_version))
+        .route("/openapi/v3/api/v1", routes::get(Verb::Read, openapi::core_v1))
+        .route("/openapi/v3/apis/events.k8s.io/v1", routes::get(Verb::Read, openapi::events_v1))
         .merge(kinds::router())
         .merge(events::router())
         .merge(jobs::router())
@@ -568,6 +570,8 @@ mod tests {
         GET    /metrics                                       read
         GET    /openapi/v2                                    read
         GET    /openapi/v3                                    read
+        GET    /openapi/v3/api/v1                             read
+        GET    /openapi/v3/apis/events.k8s.io/v1              read
         GET    /openapi/v3/apis/hive.dev/v1                   read
         ");
         let f = Fixture::new();

@@ -15,6 +15,25 @@ use utoipa::OpenApi;
 
 use super::AppState;
 
+pub mod events;
+
+/// The documents of the groups that serve Events, rendered once, with their hashes.
+fn events_rendered(group: events::Group) -> &'static (String, String) {
+    static RENDERED: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    let all = RENDERED.get_or_init(|| {
+        events::Group::ALL
+            .iter()
+            .map(|g| {
+                let doc = events::document(*g);
+                let h = hash(&doc);
+                (doc.to_string(), h)
+            })
+            .collect()
+    });
+    let i = events::Group::ALL.iter().position(|g| *g == group).unwrap_or(0);
+    &all[i]
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -190,7 +209,29 @@ fn hash(doc: &Value) -> String {
 /// `GET /openapi/v3`: the index of group-version documents.
 pub async fn index(State(state): State<AppState>) -> Response {
     let url = format!("/openapi/v3/apis/{GROUP}/{VERSION}?hash={}", state.openapi_hash);
-    json_response(json!({"paths": {format!("apis/{GROUP}/{VERSION}"): {"serverRelativeURL": url}}}))
+    let mut paths = Map::new();
+    paths.insert(format!("apis/{GROUP}/{VERSION}"), json!({"serverRelativeURL": url}));
+    for group in events::Group::ALL {
+        let url = format!("/openapi/v3/{}?hash={}", group.path(), events_rendered(group).1);
+        paths.insert(group.path().to_string(), json!({"serverRelativeURL": url}));
+    }
+    json_response(json!({"paths": paths}))
+}
+
+/// `GET /openapi/v3/api/v1`: the core group's Events.
+pub async fn core_v1() -> Response {
+    events_response(events::Group::Core)
+}
+
+/// `GET /openapi/v3/apis/events.k8s.io/v1`.
+pub async fn events_v1() -> Response {
+    events_response(events::Group::EventsV1)
+}
+
+fn events_response(group: events::Group) -> Response {
+    let mut response = (StatusCode::OK, events_rendered(group).0.clone()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
 }
 
 /// `GET /openapi/v3/apis/hive.dev/v1`.

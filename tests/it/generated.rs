@@ -22,6 +22,9 @@ fn openapi_and_schemas_are_fresh() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut stale = Vec::new();
     check(&root.join("openapi/hive.dev_v1.json"), &hive::cli::openapi::render(), &mut stale);
+    for (file, text) in hive::cli::openapi::render_events() {
+        check(&root.join("openapi").join(file), &text, &mut stale);
+    }
     let schemas = hive::cli::schemas::render();
     for (name, text) in &schemas {
         check(&root.join("schemas").join(name), text, &mut stale);

@@ -182,6 +182,20 @@ async fn events_k8s_io_v1_serves_the_same_events_in_its_own_shape() {
         crate::harness::ok(d.kubectl(&["get", "events.v1.events.k8s.io", "-n", "default", "-o", "name"]));
     assert!(kubectl.contains(name), "{kubectl}");
 
+    // The served OpenAPI describes both groups' routes and shapes: kubectl explains
+    // events.k8s.io's fields and validates a core Event against the core document.
+    let explain = crate::harness::ok(d.kubectl(&["explain", "events", "--api-version=events.k8s.io/v1"]));
+    assert!(explain.contains("regarding") && explain.contains("note"), "{explain}");
+    let manifest = "apiVersion: v1\nkind: Event\nmetadata:\n  name: by-kubectl.1\n  namespace: default\n\
+                    involvedObject:\n  kind: Agent\n  name: alpha\nreason: Noted\nmessage: by hand\n";
+    let created =
+        crate::harness::ok(d.kubectl_stdin(&["create", "--validate=strict", "-f", "-"], Some(manifest)));
+    assert!(created.contains("event/by-kubectl.1 created"), "{created}");
+    let misspelt = manifest.replace("reason:", "reasn:");
+    let refused =
+        crate::harness::fails(d.kubectl_stdin(&["create", "--validate=strict", "-f", "-"], Some(&misspelt)));
+    assert!(refused.contains("reasn"), "{refused}");
+
     // Its own validation: the object it is about is required, named in its own terms.
     let mut bad = reported("alpha.1");
     bad.as_object_mut().unwrap().remove("regarding");
