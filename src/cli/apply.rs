@@ -143,20 +143,19 @@ async fn apply_one(client: &Client, manifest: &Manifest, args: &Args) -> Result<
 }
 
 /// Created when there was nothing before (or the server says 201); otherwise
-/// unchanged when the `resourceVersion` did not move. A dry run never moves it, so
-/// there the objects are compared instead (without `resourceVersion` and
-/// `managedFields`).
+/// unchanged when the `resourceVersion` did not move, or when it moved but the object
+/// is the same apart from `resourceVersion`, `managedFields` and `status` — a
+/// controller may write status between the read and the apply (a Job's intake and
+/// mirror do, as it runs), which moves the version but is not this apply's change. A
+/// dry run never moves it, so there the objects are always compared.
 pub fn outcome(before: Option<&Value>, after: &Value, code: u16, dry_run: bool) -> Outcome {
     let Some(before) = before else { return Outcome::Created };
     if code == 201 {
         return Outcome::Created;
     }
-    let changed = if dry_run {
-        comparable(before) != comparable(after)
-    } else {
-        let rv = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
-        rv(before) != rv(after) || rv(after).is_none()
-    };
+    let rv = |o: &Value| o.pointer("/metadata/resourceVersion").cloned();
+    let moved = dry_run || rv(before) != rv(after) || rv(after).is_none();
+    let changed = moved && comparable(before) != comparable(after);
     if changed {
         Outcome::Configured
     } else {
@@ -169,6 +168,9 @@ fn comparable(object: &Value) -> Value {
     if let Some(Value::Object(meta)) = object.get_mut("metadata") {
         meta.remove("resourceVersion");
         meta.remove("managedFields");
+    }
+    if let Some(fields) = object.as_object_mut() {
+        fields.remove("status");
     }
     object
 }
@@ -234,6 +236,10 @@ mod tests {
         // A dry run never moves the resourceVersion: the content decides.
         assert_eq!(outcome(Some(&before), &object("5", "Up"), 200, true), Outcome::Unchanged);
         assert_eq!(outcome(Some(&before), &object("5", "Offline"), 200, true), Outcome::Configured);
+        // A controller wrote status between the read and the apply: not this apply's.
+        let mut progressed = object("9", "Up");
+        progressed["status"] = json!({"phase": "Running"});
+        assert_eq!(outcome(Some(&before), &progressed, 200, false), Outcome::Unchanged);
     }
 
     fn manifest() -> Manifest {
