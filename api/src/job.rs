@@ -64,7 +64,58 @@ pub struct JobSpec {
     /// instead, until the intake expands it.
     #[serde(default)]
     pub nodes: Vec<JobNode>,
+    /// Orders this Job's ready nodes against other Jobs' for a build slot or an agent's
+    /// lease: higher first, submit order within a priority, and a waiting Job gains one
+    /// point per minute since it was submitted, so nothing waits forever. -1000 to 1000;
+    /// default 0. The boot sweep runs at -10 ([`BOOT_PRIORITY`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    /// How long the Job may run, in seconds from when the scheduler took it: past it,
+    /// its queued nodes are cancelled, a running build is stopped, and the Job ends
+    /// `Failed` with reason `DeadlineExceeded`; its tail Reconciles still converge the
+    /// agents. 1 to 31536000 (a year); absent: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<u64>,
 }
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
+}
+
+/// What a Job asks of the scheduler besides its nodes: the fields of [`JobSpec`] a
+/// template Job keeps when the submit layer builds its nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scheduling {
+    /// `spec.priority`.
+    pub priority: i32,
+    /// `spec.activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<u64>,
+}
+
+impl JobSpec {
+    /// What this spec asks of the scheduler besides its nodes.
+    pub fn scheduling(&self) -> Scheduling {
+        Scheduling { priority: self.priority, active_deadline_seconds: self.active_deadline_seconds }
+    }
+
+    /// Sets what this spec asks of the scheduler besides its nodes.
+    pub fn set_scheduling(&mut self, scheduling: &Scheduling) {
+        self.priority = scheduling.priority;
+        self.active_deadline_seconds = scheduling.active_deadline_seconds;
+    }
+}
+
+/// The lowest [`JobSpec::priority`].
+pub const MIN_PRIORITY: i32 = -1000;
+/// The highest [`JobSpec::priority`].
+pub const MAX_PRIORITY: i32 = 1000;
+/// The priority of the Jobs the boot sweep submits: below an operator's command (0), so
+/// a restart typed during a big sweep does not wait behind it.
+pub const BOOT_PRIORITY: i32 = -10;
+/// The longest [`JobSpec::active_deadline_seconds`]: a year.
+pub const MAX_DEADLINE_SECONDS: u64 = 365 * 24 * 3600;
+/// `status.reason` of a Job that ran past `spec.activeDeadlineSeconds`.
+pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
 /// The operation a Job implements; each has one DAG shape (see the coordinator
 /// document's "Every operation as a DAG").
@@ -356,6 +407,22 @@ impl JobSpec {
             validation::text(errors, "spec.reason", reason);
         }
         validation::tokens(errors, "spec.inputs", &self.inputs);
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            errors.push(
+                "spec.priority",
+                Reason::Invalid,
+                format!("{}: must be between {MIN_PRIORITY} and {MAX_PRIORITY}", self.priority),
+            );
+        }
+        if let Some(seconds) = self.active_deadline_seconds {
+            if !(1..=MAX_DEADLINE_SECONDS).contains(&seconds) {
+                errors.push(
+                    "spec.activeDeadlineSeconds",
+                    Reason::Invalid,
+                    format!("{seconds}: must be between 1 and {MAX_DEADLINE_SECONDS} (a year)"),
+                );
+            }
+        }
         for (i, agent) in self.agents.iter().enumerate() {
             validation::name(errors, &format!("spec.agents[{i}]"), agent);
         }
@@ -435,6 +502,7 @@ impl Resource for Job {
             Column::new("Template", "The operation, spec.template."),
             Column::new("Phase", "Roll-up state, status.phase."),
             Column::new("Nodes", "Nodes done of nodes in the DAG."),
+            Column::new("Priority", "Where its nodes compete for build slots and leases, spec.priority."),
             Column::new("Agents", "Agents the nodes act on."),
             Column::wide("Source", "Where the Job came from, spec.source."),
             Column::wide("Reason", "Why the Job was submitted, spec.reason."),
@@ -447,6 +515,7 @@ impl Resource for Job {
             self.spec.template.as_str().into(),
             self.status.phase.map_or("", JobPhase::as_str).into(),
             format!("{done}/{}", self.spec.nodes.len()).into(),
+            self.spec.priority.into(),
             self.agents().join(",").into(),
             self.spec.source.as_str().into(),
             self.spec.reason.clone().unwrap_or_default().into(),

@@ -3,7 +3,7 @@
 //! path gives every agent whose observed power drifted from wanted a plain Reconcile.
 
 use hive_api::agent::{parents_first, Power, Wanted};
-use hive_api::job::{JobSource, JobTemplate};
+use hive_api::job::{JobSource, JobTemplate, Scheduling, BOOT_PRIORITY};
 use hive_api::Agent;
 
 use super::Engine;
@@ -103,6 +103,7 @@ impl Engine {
             reason: Some(sweep.reason()),
             inputs: vec!["hive".into()],
             agents: sweep.rebuild.clone(),
+            scheduling: Scheduling { priority: BOOT_PRIORITY, ..Default::default() },
             ..Default::default()
         };
         match self.submit_dag(&request).await {

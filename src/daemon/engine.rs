@@ -283,7 +283,8 @@ impl Engine {
         source: JobSource,
         reason: Option<String>,
     ) -> Result<Job, SubmitError> {
-        self.submit_request(&Request { template, agents, source, reason, name: None }).await
+        let scheduling = Default::default();
+        self.submit_request(&Request { template, agents, source, reason, name: None, scheduling }).await
     }
 
     /// [`Engine::submit`] with every field of the request, e.g. a chosen Job name.

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use hive_api::job::{Edge, JobNodeState, JobNodeStatus, JobPhase};
+use hive_api::job::{Edge, JobNodeKind, JobNodeState, JobNodeStatus, JobPhase, REASON_DEADLINE_EXCEEDED};
 use hive_api::{JobSpec, Time};
 
 use super::executor::{actions, Actions};
@@ -34,6 +34,9 @@ fn slot(state: JobNodeState) -> usize {
     }
 }
 
+/// The error of a node cancelled because its Job ran past its deadline.
+const DEADLINE_CANCEL: &str = "cancelled: the Job ran past its deadline";
+
 /// One node's live state.
 #[derive(Debug)]
 pub(super) struct NodeSlot {
@@ -46,7 +49,17 @@ pub(super) struct NodeSlot {
     error: Option<String>,
     /// Created when the node starts or someone asks for its log, whichever is first.
     pub(super) log: Option<Arc<NodeLog>>,
+    /// While it runs: how to stop it, and whether its executor says it may be stopped
+    /// now (a build, not a meta commit).
+    pub(super) run: Option<RunHandle>,
     dirty: bool,
+}
+
+/// How the engine stops a running node at its Job's deadline.
+#[derive(Debug)]
+pub(super) struct RunHandle {
+    pub(super) abort: tokio::task::AbortHandle,
+    pub(super) interruptible: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a node ended, as the engine reports it to [`Dag::finish`].
@@ -60,8 +73,16 @@ pub(super) enum Ending {
 /// One submitted DAG.
 #[derive(Debug)]
 pub(super) struct Dag {
-    /// Submit order; lower wins among competing ready nodes.
+    /// Submit order; lower wins among competing ready nodes of the same rank.
     pub(super) seq: u64,
+    /// Where the DAG's ready nodes compete: lower first. Its submit time less its
+    /// priority times the aging step (see `Engine::rank`), so priority orders and age
+    /// catches up.
+    pub(super) rank: i128,
+    /// When the DAG runs out of time (`spec.activeDeadlineSeconds`).
+    pub(super) deadline: Option<tokio::time::Instant>,
+    /// Set once the deadline passed before the DAG was terminal: the Job is Failed.
+    deadline_exceeded: bool,
     pub(super) name: Arc<str>,
     pub(super) spec: Arc<JobSpec>,
     /// Each node's action, parsed once, here, when the scheduler takes the Job.
@@ -91,7 +112,20 @@ pub(super) struct Dag {
 impl Dag {
     /// A DAG whose nodes are all queued. `spec` must have passed validation (unique
     /// ids, deps resolve, no cycles).
+    #[cfg(test)]
     pub(super) fn new(seq: u64, name: Arc<str>, spec: Arc<JobSpec>, now: Time) -> Dag {
+        Dag::ranked(seq, i128::from(seq), None, name, spec, now)
+    }
+
+    /// [`Dag::new`] competing at `rank`, with a deadline.
+    pub(super) fn ranked(
+        seq: u64,
+        rank: i128,
+        deadline: Option<tokio::time::Instant>,
+        name: Arc<str>,
+        spec: Arc<JobSpec>,
+        now: Time,
+    ) -> Dag {
         let n = spec.nodes.len();
         let index: HashMap<&str, u32> =
             spec.nodes.iter().enumerate().map(|(i, node)| (node.id.as_str(), i as u32)).collect();
@@ -113,11 +147,15 @@ impl Dag {
                 finished_at: None,
                 error: None,
                 log: None,
+                run: None,
                 dirty: false,
             });
         }
         Dag {
             seq,
+            rank,
+            deadline,
+            deadline_exceeded: false,
             name,
             actions: actions(&spec),
             build_host: vec![None; n],
@@ -250,10 +288,56 @@ impl Dag {
         self.set_state(i, state);
         let node = &mut self.nodes[i as usize];
         node.finished_at = Some(now);
+        node.run = None;
         if let Some(log) = &node.log {
             log.close();
         }
         self.settle(i, now, ready);
+    }
+
+    /// Whether node `i` is running.
+    pub(super) fn is_running(&self, i: u32) -> bool {
+        self.nodes[i as usize].state == JobNodeState::Running
+    }
+
+    /// The Job ran past its deadline: it is Failed (`DeadlineExceeded`). Every queued
+    /// node that is dep-ready is cancelled, but a Reconcile, which still converges its
+    /// agent; from now on each queued node is decided once all its deps are terminal,
+    /// whatever their outcome — a Reconcile then runs, any other node is cancelled — so
+    /// a Reconcile never runs beside a node it follows. Pushes the Reconciles that became
+    /// ready to `ready`; returns the running nodes the engine should stop (those whose
+    /// executor says they may be: a build).
+    pub(super) fn exceed_deadline(&mut self, now: Time, ready: &mut Vec<u32>) -> Vec<u32> {
+        self.deadline_exceeded = true;
+        let seconds = self.spec.active_deadline_seconds.unwrap_or_default();
+        self.message =
+            Some(format!("the Job ran past its deadline of {seconds}s (spec.activeDeadlineSeconds)"));
+        self.dirty = true;
+        let mut stop = Vec::new();
+        for i in 0..self.nodes.len() as u32 {
+            let node = &self.nodes[i as usize];
+            match node.state {
+                JobNodeState::Queued if node.waiting == 0 && !self.is_reconcile(i) => {
+                    self.cancel_node(i, DEADLINE_CANCEL.to_string(), now);
+                    self.settle(i, now, ready);
+                }
+                JobNodeState::Running => {
+                    let stoppable = node
+                        .run
+                        .as_ref()
+                        .is_some_and(|run| run.interruptible.load(std::sync::atomic::Ordering::Acquire));
+                    if stoppable {
+                        stop.push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stop
+    }
+
+    fn is_reconcile(&self, i: u32) -> bool {
+        self.spec.nodes[i as usize].kind == JobNodeKind::Reconcile
     }
 
     /// Propagates the terminal state of node `i` to its dependents.
@@ -266,7 +350,19 @@ impl Dag {
                 if self.nodes[d as usize].state != JobNodeState::Queued {
                     continue;
                 }
-                if ok || edge == Edge::AfterAny {
+                if self.deadline_exceeded {
+                    let node = &mut self.nodes[d as usize];
+                    node.waiting -= 1;
+                    if node.waiting > 0 {
+                        continue;
+                    }
+                    if self.is_reconcile(d) {
+                        ready.push(d);
+                    } else {
+                        self.cancel_node(d, DEADLINE_CANCEL.to_string(), now);
+                        stack.push(d);
+                    }
+                } else if ok || edge == Edge::AfterAny {
                     let node = &mut self.nodes[d as usize];
                     node.waiting -= 1;
                     if node.waiting == 0 {
@@ -305,8 +401,11 @@ impl Dag {
         self.message = Some(reason.to_string());
     }
 
-    /// The roll-up phase.
+    /// The roll-up phase: `Failed` once the deadline passed.
     pub(super) fn phase(&self) -> JobPhase {
+        if self.deadline_exceeded {
+            return JobPhase::Failed;
+        }
         JobPhase::roll_up(STATES.iter().zip(self.counts).filter(|(_, c)| *c > 0).map(|(s, _)| *s))
     }
 
@@ -355,6 +454,7 @@ impl Dag {
             started_at: self.started_at,
             finished_at: self.finished_at,
             message: self.message.clone(),
+            reason: self.deadline_exceeded.then(|| REASON_DEADLINE_EXCEEDED.to_string()),
             children: self.children.clone(),
             nodes,
             complete,

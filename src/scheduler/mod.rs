@@ -17,9 +17,17 @@
 //!   [`takes_lease`](hive_api::job::JobNodeKind::takes_lease), and holds it until the
 //!   DAG is terminal. Prebuild, MetaLock and WritePermFile are exempt and run while
 //!   another DAG holds the lease. A DAG spanning agents holds one lease per agent.
-//! - **FIFO**: among ready nodes competing for a resource, DAG submit order wins (see
-//!   `engine::Engine::pass` for how a slot-waiting node keeps its lease from being
-//!   taken by a later DAG).
+//! - **Priority, then FIFO**: among ready nodes competing for a resource, the DAG of the
+//!   lowest rank wins — its submit time less `spec.priority` aging steps
+//!   ([`SchedulerConfig::aging`], a minute): higher priority first, submit order within
+//!   a priority (all at 0: the document's FIFO), and a waiting DAG catches up one point
+//!   per step, so none starves. See `engine::Engine::pass` for how a slot-waiting node
+//!   keeps its lease from being taken by a later DAG.
+//! - **Deadline** (`spec.activeDeadlineSeconds`): past it the DAG is Failed
+//!   (`DeadlineExceeded`); its dep-ready queued nodes are cancelled, later ones decided as
+//!   their deps end (a Reconcile runs, anything else is cancelled), and a running node
+//!   whose executor marked itself interruptible ([`NodeContext::set_interruptible`], a
+//!   build) is stopped: its task is dropped, which kills its subprocess.
 //! - **No lease deadlock**: a lease grant that could close a cycle of DAGs each holding
 //!   a lease the next one needs is deferred (see `resources::would_deadlock`). The
 //!   coordinator document does not spell this out, but its multi-agent DAGs (a rebuild
@@ -79,6 +87,9 @@ pub use snapshot::{JobSink, JobSnapshot, JobUpdate, NullSink};
 use engine::{Engine, Msg};
 use resources::Resources;
 
+/// How long a waiting Job takes to gain one point of priority.
+pub const DEFAULT_AGING: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Tunables of the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -93,6 +104,9 @@ pub struct SchedulerConfig {
     /// Which host builds an agent, when not the daemon's: an agent placed on a fleet node
     /// builds there, on that node's slots instead of `build_slots`.
     pub build_hosts: BuildHosts,
+    /// How long a waiting Job takes to gain one point of `spec.priority` (the aging
+    /// that keeps a low priority from starving): a minute.
+    pub aging: std::time::Duration,
 }
 
 /// Where the heavy nodes of an agent run, when not on the daemon's host: the host's name
@@ -143,6 +157,7 @@ impl Default for SchedulerConfig {
             history_per_template: 5,
             metrics: crate::metrics::SchedulerMetrics::default(),
             build_hosts: BuildHosts::default(),
+            aging: DEFAULT_AGING,
         }
     }
 }

@@ -125,6 +125,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
         } else {
             Vec::new()
         };
+        let scheduling = job.spec.scheduling();
         let (template, agents, source, reason) =
             (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);
         let name = Some(job.metadata.name).filter(|n| !n.is_empty());
@@ -133,7 +134,7 @@ pub async fn create(state: AppState, headers: HeaderMap, uri: Uri, body: Body) -
                 return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));
             }
         }
-        let mut request = crate::submit::Request { template, agents, source, reason, name };
+        let mut request = crate::submit::Request { template, agents, source, reason, name, scheduling };
         let mut tried = 1;
         loop {
             if let Some(prefix) = &prefix {

@@ -10,7 +10,7 @@ pub mod shapes;
 use std::collections::BTreeSet;
 
 use hive_api::agent::Agent;
-use hive_api::job::{Job, JobSource, JobSpec, JobTemplate, NodeAction};
+use hive_api::job::{Job, JobSource, JobSpec, JobTemplate, NodeAction, Scheduling};
 
 use crate::client::{self, Api};
 use crate::store::{self, Outcome, Store};
@@ -49,6 +49,8 @@ pub struct Request {
     pub reason: Option<String>,
     /// The Job's name; `None` names it `<template>-<random>`.
     pub name: Option<String>,
+    /// Its priority, deadline …, as the Job's spec has them.
+    pub scheduling: Scheduling,
 }
 
 /// Why a submit was refused. Nothing was written.
@@ -231,6 +233,8 @@ pub struct DagRequest {
     pub inputs: Vec<String>,
     /// The agents it acts on (for display and `in flight` checks).
     pub agents: Vec<String>,
+    /// Its priority, deadline …
+    pub scheduling: Scheduling,
 }
 
 /// Validates and stores a shaped DAG (a cycle or a bad node is refused with nothing
@@ -254,6 +258,8 @@ pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Job> {
         nodes: request.nodes.clone(),
         ..Default::default()
     };
+    let mut spec = spec;
+    spec.set_scheduling(&request.scheduling);
     let job = named_job(request.template, request.name.as_deref(), spec);
     Ok(Api::<Job>::new(store).create(&job).await?)
 }
@@ -286,6 +292,8 @@ fn job_object(request: &Request, states: &[AgentState]) -> Job {
         nodes: shapes::build(request.template, states),
         ..Default::default()
     };
+    let mut spec = spec;
+    spec.set_scheduling(&request.scheduling);
     let mut job = named_job(request.template, request.name.as_deref(), spec);
     job.metadata.annotations.insert(hive_api::names::INTENT_WRITTEN.into(), "true".into());
     job
@@ -358,6 +366,7 @@ mod tests {
             source: JobSource::Cli,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         let job = submit(&store, &live, &request).await.unwrap();
         assert!(job.metadata.name.starts_with("stop-"));
@@ -385,6 +394,7 @@ mod tests {
             source: JobSource::Api,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         // A branch name in the spec beside a commit in the status is not stale: only the
         // marker against the lock says so.
@@ -409,6 +419,7 @@ mod tests {
             source: JobSource::Api,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         assert!(matches!(submit(&store, &live, &unknown).await, Err(Error::UnknownAgent(n)) if n == "ghost"));
         let empty = Request { agents: vec![], ..unknown.clone() };

@@ -40,6 +40,7 @@ mod generated;
 mod harness;
 mod http2;
 mod intake;
+mod job_features;
 mod jobs;
 mod kubectl;
 mod manifests;

@@ -29,6 +29,10 @@ pub struct JobStatus {
     /// Human-readable summary, e.g. why the Job failed or was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Why the Job ended as it did, machine-readable, when the nodes alone do not say:
+    /// `DeadlineExceeded` once it ran past `spec.activeDeadlineSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Names of the child Jobs this one fanned out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,

@@ -146,6 +146,7 @@ fn cells_match_columns() {
             json!("Stop"),
             json!("Running"),
             json!("2/6"),
+            json!(0),
             json!("alpha,beta"),
             json!("Cli"),
             json!("operator stop")
@@ -245,4 +246,28 @@ fn the_schema_of_params_names_each_kind_s_params() {
             assert!(described.contains(&format!("`{param}`")), "{kind:?} {param}: {described}");
         }
     }
+}
+
+#[test]
+fn priority_and_deadline_are_bounded_and_named() {
+    let mut value = valid();
+    value["spec"]["priority"] = json!(1001);
+    value["spec"]["activeDeadlineSeconds"] = json!(0);
+    let errors = validate(&decode::<Job>(&value).unwrap().0);
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["spec.priority", "spec.activeDeadlineSeconds"], "{errors:?}");
+    assert!(errors[0].message.contains("between -1000 and 1000"), "{errors:?}");
+
+    value["spec"]["priority"] = json!(-1000);
+    value["spec"]["activeDeadlineSeconds"] = json!(MAX_DEADLINE_SECONDS);
+    let (job, _) = decode::<Job>(&value).unwrap();
+    assert_eq!(validate(&job), vec![]);
+    assert_eq!(job.spec.scheduling().priority, -1000);
+    // Defaults are left out of the stored form.
+    let (plain, _) = decode::<Job>(&valid()).unwrap();
+    assert_eq!(plain.spec.priority, 0);
+    let stored = serde_json::to_value(&plain).unwrap();
+    assert!(
+        stored["spec"].get("priority").is_none() && stored["spec"].get("activeDeadlineSeconds").is_none()
+    );
 }
