@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use hive_api::job::{Edge, JobNodeKind, JobNodeState, JobNodeStatus, JobPhase, REASON_DEADLINE_EXCEEDED};
+use hive_api::job::{
+    Edge, JobNodeKind, JobNodeState, JobNodeStatus, JobPhase, RetryPolicy, REASON_DEADLINE_EXCEEDED,
+};
 use hive_api::{JobSpec, Time};
 
 use super::executor::{actions, Actions};
@@ -46,12 +48,16 @@ pub(super) struct NodeSlot {
     pub(super) step: Option<String>,
     started_at: Option<Time>,
     finished_at: Option<Time>,
-    error: Option<String>,
+    pub(super) error: Option<String>,
     /// Created when the node starts or someone asks for its log, whichever is first.
     pub(super) log: Option<Arc<NodeLog>>,
     /// While it runs: how to stop it, and whether its executor says it may be stopped
     /// now (a build, not a meta commit).
     pub(super) run: Option<RunHandle>,
+    /// Tries started, from 1 once the node runs.
+    pub(super) attempt: u32,
+    /// While a failed node waits to retry: when it runs again.
+    pub(super) retry_at: Option<Time>,
     dirty: bool,
 }
 
@@ -83,6 +89,8 @@ pub(super) struct Dag {
     pub(super) deadline: Option<tokio::time::Instant>,
     /// Set once the deadline passed before the DAG was terminal: the Job is Failed.
     deadline_exceeded: bool,
+    /// Nodes waiting for a retry (queued again after a failed try).
+    retrying: u32,
     pub(super) name: Arc<str>,
     pub(super) spec: Arc<JobSpec>,
     /// Each node's action, parsed once, here, when the scheduler takes the Job.
@@ -148,6 +156,8 @@ impl Dag {
                 error: None,
                 log: None,
                 run: None,
+                attempt: 0,
+                retry_at: None,
                 dirty: false,
             });
         }
@@ -156,6 +166,7 @@ impl Dag {
             rank,
             deadline,
             deadline_exceeded: false,
+            retrying: 0,
             name,
             actions: actions(&spec),
             build_host: vec![None; n],
@@ -218,11 +229,16 @@ impl Dag {
         let node = &mut self.nodes[i as usize];
         self.counts[slot(node.state)] -= 1;
         self.counts[slot(state)] += 1;
-        if node.state == JobNodeState::Queued {
+        if (node.state == JobNodeState::Queued) != (state == JobNodeState::Queued) {
             if let Some(agent) = self.spec.nodes[i as usize].agent.as_deref() {
                 if let Some(count) = self.pending_lease.get_mut(agent) {
                     if self.spec.nodes[i as usize].kind.takes_lease() {
-                        *count -= 1;
+                        // Leaving the queue, or back in it to retry.
+                        if state == JobNodeState::Queued {
+                            *count += 1;
+                        } else {
+                            *count -= 1;
+                        }
                     }
                 }
             }
@@ -251,6 +267,10 @@ impl Dag {
         let node = &mut self.nodes[i as usize];
         node.started_at = Some(now);
         node.log = Some(log);
+        node.attempt += 1;
+        if node.retry_at.take().is_some() {
+            self.retrying -= 1;
+        }
         self.started_at.get_or_insert(now);
     }
 
@@ -293,6 +313,28 @@ impl Dag {
             log.close();
         }
         self.settle(i, now, ready);
+    }
+
+    /// How node `i` retries, if it does ([`JobNode::retry_policy`](hive_api::job::JobNode::retry_policy)).
+    pub(super) fn retry_policy(&self, i: u32) -> Option<RetryPolicy> {
+        self.spec.nodes[i as usize].retry_policy(self.spec.retry.as_ref())
+    }
+
+    /// Running node `i` failed with `error` and will run again at `at`: it is queued
+    /// again (not dep-ready until the engine's retry timer puts it back), its error
+    /// kept, its log open.
+    pub(super) fn retry(&mut self, i: u32, error: String, at: Time) {
+        self.set_state(i, JobNodeState::Queued);
+        let node = &mut self.nodes[i as usize];
+        node.error = Some(error);
+        node.retry_at = Some(at);
+        node.run = None;
+        self.retrying += 1;
+    }
+
+    /// Whether the deadline passed.
+    pub(super) fn deadline_exceeded(&self) -> bool {
+        self.deadline_exceeded
     }
 
     /// Whether node `i` is running.
@@ -384,6 +426,9 @@ impl Dag {
     fn cancel_node(&mut self, i: u32, error: String, now: Time) {
         self.set_state(i, JobNodeState::Cancelled);
         let node = &mut self.nodes[i as usize];
+        if node.retry_at.take().is_some() {
+            self.retrying -= 1;
+        }
         node.error = Some(error);
         node.finished_at = Some(now);
         if let Some(log) = &node.log {
@@ -401,10 +446,14 @@ impl Dag {
         self.message = Some(reason.to_string());
     }
 
-    /// The roll-up phase: `Failed` once the deadline passed.
+    /// The roll-up phase: `Failed` once the deadline passed; `Running` while a node that
+    /// failed waits to retry.
     pub(super) fn phase(&self) -> JobPhase {
         if self.deadline_exceeded {
             return JobPhase::Failed;
+        }
+        if self.retrying > 0 && self.counts[1] == 0 && self.counts[3] == 0 {
+            return JobPhase::Running; // it ran, and waits to retry
         }
         JobPhase::roll_up(STATES.iter().zip(self.counts).filter(|(_, c)| *c > 0).map(|(s, _)| *s))
     }
@@ -412,6 +461,12 @@ impl Dag {
     /// True when no node has started (and none was cancelled).
     pub(super) fn is_fully_queued(&self) -> bool {
         self.counts[0] as usize == self.nodes.len()
+    }
+
+    /// Whether a cancel may stop the DAG: none of its nodes has started, or none runs
+    /// and some failed node waits to retry (a cancel stops the retries).
+    pub(super) fn is_cancellable(&self) -> bool {
+        self.is_fully_queued() || (self.counts[1] == 0 && self.retrying > 0)
     }
 
     /// True when every node is terminal.
@@ -440,6 +495,8 @@ impl Dag {
             started_at: node.started_at,
             finished_at: node.finished_at,
             error: node.error.clone(),
+            attempt: (node.attempt > 0).then_some(node.attempt),
+            retry_at: node.retry_at,
             log_ref: node.log.as_ref().map(|_| format!("{}/{id}", self.name)),
         }
     }

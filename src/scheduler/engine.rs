@@ -32,7 +32,7 @@ const MAX_BATCH: usize = 4096;
 /// What the scheduler task receives: requests from handles, and reports from nodes.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    Submit { name: String, spec: JobSpec, reply: oneshot::Sender<Result<()>> },
+    Submit { name: String, spec: Box<JobSpec>, reply: oneshot::Sender<Result<()>> },
     Cancel { name: String, reply: oneshot::Sender<Result<CancelledJob>> },
     CancelChildren { name: String, reply: oneshot::Sender<Result<Vec<CancelledJob>>> },
     Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
@@ -50,6 +50,8 @@ pub(crate) enum Msg {
 enum Timer {
     /// DAG `seq` reached its deadline.
     Deadline(u64),
+    /// Node `.1` of DAG `.0` may run again after a failed try.
+    Retry(u64, u32),
 }
 
 pub(super) struct Engine<E, S> {
@@ -190,6 +192,13 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             self.timers.pop_first();
             match timer {
                 Timer::Deadline(seq) => self.deadline(seq, now),
+                Timer::Retry(seq, i) => {
+                    let Some(dag) = self.dags.get(&seq) else { continue };
+                    let node = &dag.nodes[i as usize];
+                    if node.state == hive_api::job::JobNodeState::Queued && node.retry_at.is_some() {
+                        self.ready.insert((dag.rank, seq, i));
+                    }
+                }
             }
         }
     }
@@ -244,7 +253,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     fn handle(&mut self, msg: Msg, now: Time) {
         match msg {
             Msg::Submit { name, spec, reply } => {
-                let _ = reply.send(self.submit(name, spec, now).map(|_| ()));
+                let _ = reply.send(self.submit(name, *spec, now).map(|_| ()));
             }
             Msg::Cancel { name, reply } => {
                 let _ = reply.send(self.cancel(&name, now));
@@ -341,7 +350,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
 
     fn cancel_seq(&mut self, seq: u64, now: Time) -> Result<CancelledJob> {
         let dag = self.dags.get_mut(&seq).expect("caller checked");
-        if !dag.is_fully_queued() {
+        if !dag.is_cancellable() {
             return Err(Error::NotCancellable { name: dag.name.to_string(), phase: dag.phase() });
         }
         dag.cancel_all("cancelled while queued", now);
@@ -411,6 +420,12 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 .get_or_create(&crate::metrics::NodeKindLabels { kind })
                 .observe(crate::metrics::seconds(took));
         }
+        if let Err(error) = &result {
+            if self.retry(seq, index, error, now) {
+                return;
+            }
+        }
+        let Some(dag) = self.dags.get_mut(&seq) else { return };
         let ok = result.is_ok();
         let ending = match result {
             Ok(outcome) => Ending::Done(outcome.step),
@@ -429,6 +444,32 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     }
 
     /// Submits a child of DAG `parent` under a name derived from the parent's.
+    /// Whether failed node `index` of DAG `seq` runs again: when it retries and has tries
+    /// left, and the DAG's deadline has not passed. It is queued again, and a timer puts
+    /// it back among the ready nodes after its backoff (it takes a slot and lease as any
+    /// node then); its log says so.
+    fn retry(&mut self, seq: u64, index: u32, error: &NodeError, now: Time) -> bool {
+        let Some(dag) = self.dags.get_mut(&seq) else { return false };
+        let Some(policy) = dag.retry_policy(index) else { return false };
+        let attempt = dag.nodes[index as usize].attempt;
+        if attempt > policy.limit || dag.deadline_exceeded() {
+            return false;
+        }
+        let wait = policy.backoff(attempt);
+        let at = Time(now.0 + chrono::Duration::from_std(wait).unwrap_or_default());
+        if let Some(log) = &dag.nodes[index as usize].log {
+            let line = format!(
+                "hive: attempt {attempt} of {} failed: {error}; the next in {wait:?}\n",
+                policy.limit + 1
+            );
+            log.append(line.as_bytes());
+        }
+        dag.retry(index, format!("attempt {attempt} failed: {error}"), at);
+        self.timers.insert((Instant::now() + wait, Timer::Retry(seq, index)));
+        self.touch(seq);
+        true
+    }
+
     /// A child runs at its parent's priority unless it names its own.
     fn fan_out(&mut self, parent: u64, mut spec: JobSpec, now: Time) {
         let parent_dag = &self.dags[&parent];
@@ -549,7 +590,13 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             }
         }
         let log = dag.nodes[i as usize].log.clone().unwrap_or_else(|| NodeLog::new(limit));
+        let retry_of = dag.nodes[i as usize].retry_at.and(dag.nodes[i as usize].error.clone());
         dag.start(i, now, log.clone());
+        let attempt = dag.nodes[i as usize].attempt;
+        let attempts = dag.retry_policy(i).map_or(1, |p| p.limit + 1);
+        if attempt > 1 {
+            log.append(format!("hive: attempt {attempt} of {attempts}\n").as_bytes());
+        }
         self.touch(seq);
         let Some(tx) = self.tx.upgrade() else { return };
         let dag = &self.dags[&seq];
@@ -573,6 +620,9 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             actions: dag.actions.clone(),
             index: i as usize,
             ctx,
+            attempt,
+            attempts,
+            retry_of,
         };
         let executor = self.executor.clone();
         let abort = self.tasks.spawn(async move {

@@ -60,6 +60,12 @@ pub struct NodeRun {
     pub index: usize,
     /// Step label, build log and fan-out for this node.
     pub ctx: NodeContext,
+    /// Which try this is, from 1.
+    pub attempt: u32,
+    /// How many tries the node may have (1 when it does not retry).
+    pub attempts: u32,
+    /// On a retry, why the try before failed.
+    pub retry_of: Option<String>,
 }
 
 impl NodeRun {
@@ -110,7 +116,7 @@ impl NodeRun {
             fan_out: Arc::new(Mutex::new(Vec::new())),
             interruptible: Arc::default(),
         };
-        NodeRun { job, actions: actions(&spec), spec, index, ctx }
+        NodeRun { job, actions: actions(&spec), spec, index, ctx, attempt: 1, attempts: 1, retry_of: None }
     }
 }
 

@@ -23,6 +23,11 @@
 //!   a priority (all at 0: the document's FIFO), and a waiting DAG catches up one point
 //!   per step, so none starves. See `engine::Engine::pass` for how a slot-waiting node
 //!   keeps its lease from being taken by a later DAG.
+//! - **Retries**: a failed node whose kind may retry
+//!   ([`JobNodeKind::retry_safe`](hive_api::job::JobNodeKind::retry_safe)) and has tries
+//!   left ([`JobNode::retry_policy`](hive_api::job::JobNode::retry_policy)) is queued
+//!   again, its slot freed, and a timer makes it ready after its backoff; its attempt is
+//!   in its status and log. A cancel or the deadline stops the retries.
 //! - **Deadline** (`spec.activeDeadlineSeconds`): past it the DAG is Failed
 //!   (`DeadlineExceeded`); its dep-ready queued nodes are cancelled, later ones decided as
 //!   their deps end (a Reconcile runs, anything else is cancelled), and a running node
@@ -32,7 +37,8 @@
 //!   a lease the next one needs is deferred (see `resources::would_deadlock`). The
 //!   coordinator document does not spell this out, but its multi-agent DAGs (a rebuild
 //!   of `x, y` against a stop of `x, y`) can otherwise wait on each other forever.
-//! - **Cancel** applies only while every node of a DAG is queued;
+//! - **Cancel** applies only while every node of a DAG is queued, or none runs and a
+//!   failed node waits for its retry;
 //!   [`SchedulerHandle::cancel_children`] cancels a parent's still-queued children. The
 //!   result carries the cancelled spec and agents so the submit layer can revert
 //!   `spec.wanted` of a cancelled power DAG.
@@ -258,7 +264,7 @@ impl SchedulerHandle {
         if !errors.is_empty() {
             return Err(Error::Invalid { name, errors: errors.0 });
         }
-        self.ask(|reply| Msg::Submit { name, spec, reply }).await?
+        self.ask(|reply| Msg::Submit { name, spec: Box::new(spec), reply }).await?
     }
 
     /// Cancels a Job none of whose nodes has started ([`Error::NotCancellable`]

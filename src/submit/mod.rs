@@ -34,6 +34,12 @@ pub trait LiveState: Send + Sync {
     fn is_stale<'a>(&'a self, _agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
         Box::pin(async { false })
     }
+
+    /// How many times the builds (Prebuild, Create) of a Job built from a template retry
+    /// (`hive serve --build-retries`); a Job that names its own `spec.retry` keeps it.
+    fn build_retries(&self) -> u32 {
+        0
+    }
 }
 
 /// One operation to submit.
@@ -106,7 +112,8 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
                 }
             }
         }
-        let job = job_object(request, &states);
+        let mut job = job_object(request, &states);
+        shapes::retry_builds(&mut job.spec, live.build_retries());
         mutations.push(jobs.create_mutation(&job)?);
         match store.commit_all(mutations, false).await {
             Ok(outcomes) => return stored_job(outcomes),
@@ -164,6 +171,7 @@ pub async fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(J
     let mut expanded = job.clone();
     expanded.spec.agents = states.iter().map(|s| s.name.clone()).collect();
     expanded.spec.nodes = shapes::build(template, &states);
+    shapes::retry_builds(&mut expanded.spec, live.build_retries());
     mutations.push(Api::<Job>::new(store).replace_mutation(&expanded, job)?);
     Ok((expanded, mutations))
 }

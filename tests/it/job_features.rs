@@ -162,3 +162,77 @@ async fn a_restart_at_priority_10_overtakes_a_queued_sweep() {
     assert_eq!(node(&sweep, "reconcile")["step"], "already running", "{}", sweep["status"]);
     wait_power(&api, "x", "Running").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_that_fails_twice_succeeds_on_its_third_try_with_limit_3() {
+    let d = Daemon::start_with(&["--build-retries=2"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let count = d.dir.join("tries");
+    // Fails on its first two runs, succeeds on the third.
+    let script = format!(
+        "n=$(( $(cat {0} 2>/dev/null || echo 0) + 1 )); echo $n > {0}; echo try $n; [ $n -ge 3 ]",
+        count.display()
+    );
+    spawned(&api, &repo, "flaky", &["sh", "-c", &script]).await;
+    let steady = "true";
+    spawned(&api, &repo, "steady", &["sh", "-c", steady]).await;
+
+    // A template Job with a Job-wide retry: its Prebuild takes it.
+    let name = post_job(
+        &api,
+        json!({"template": "Rebuild", "agents": ["flaky"], "retry": {"limit": 3, "backoff": {"initial": "1s", "max": "2s"}}}),
+    )
+    .await;
+    let job = wait_terminal(&api, &name).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let prebuild = node(&job, "flaky/prebuild");
+    assert_eq!(prebuild["attempt"], 3, "{}", job["status"]);
+    assert_eq!(std::fs::read_to_string(&count).unwrap().trim(), "3");
+    // Each try is in the node's log, and each retry is an Event on the Job.
+    let log = api.get(&format!("{JOBS}/{name}/log?node=flaky%2Fprebuild")).await.body;
+    let log = log.as_str().unwrap_or_default();
+    assert!(log.contains("hive: attempt 1 of 4 failed") && log.contains("hive: attempt 3 of 4"), "{log}");
+    let events = eventually("two Retrying events", || async {
+        let events = api.get("/api/v1/events").await.body;
+        let retries: Vec<String> = events["items"]
+            .as_array()?
+            .iter()
+            .filter(|e| e["involvedObject"]["name"] == name.as_str() && e["reason"] == "Retrying")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_string())
+            .collect();
+        (retries.len() == 2).then_some(retries)
+    })
+    .await;
+    assert!(events.iter().any(|m| m.starts_with("node flaky/prebuild: attempt 3 of 4")), "{events:?}");
+    // The surfaces: attempts in `hive get jobs`, the retry and the deadline in `describe`.
+    let table = crate::harness::ok(d.hive(&["get", "jobs", &name]));
+    let header = table.lines().next().unwrap();
+    let at = header.find("ATTEMPTS").unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(table.lines().nth(1).unwrap()[at..].split_whitespace().next(), Some("3"), "{table}");
+    let described = crate::harness::ok(d.hive(&["describe", &format!("job/{name}")]));
+    assert!(described.contains("Retry") && described.contains("Attempt"), "{described}");
+
+    // `--build-retries` gives a template Job's builds retries of their own.
+    let plain = post_job(&api, json!({"template": "Rebuild", "agents": ["steady"]})).await;
+    let job = wait_terminal(&api, &plain).await;
+    assert_eq!(job["status"]["phase"], "Done", "{}", job["status"]);
+    let prebuild = job["spec"]["nodes"].as_array().unwrap().iter().find(|n| n["kind"] == "Prebuild").unwrap();
+    assert_eq!(prebuild["retry"], json!({"limit": 2}), "{}", job["spec"]);
+    let swap = job["spec"]["nodes"].as_array().unwrap().iter().find(|n| n["kind"] == "Swap").unwrap();
+    assert!(swap.get("retry").is_none(), "{}", job["spec"]);
+
+    // A retry on a node that may have taken effect is refused, naming it; nothing stored.
+    let before = api.get(JOBS).await.body["items"].as_array().unwrap().len();
+    let reply = api
+        .post(
+            JOBS,
+            &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "bad-retry"},
+                            "spec": {"template": "Rebuild", "nodes": [
+                                {"id": "swap", "kind": "Swap", "agent": "steady", "retry": {"limit": 1}}]}}),
+        )
+        .await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("spec.nodes[0].retry"), "{:?}", reply.body);
+    assert_eq!(api.get(JOBS).await.body["items"].as_array().unwrap().len(), before);
+}

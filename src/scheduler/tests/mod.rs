@@ -14,6 +14,7 @@ use super::{
 mod deadlines;
 mod priorities;
 mod props;
+mod retries;
 mod rules;
 
 /// How a scripted node ends.
@@ -123,9 +124,10 @@ impl Harness {
                 .map(|(j, n)| (j.name.clone(), n.id.clone()))
                 .collect();
             let ended_done = ended.iter().all(|(job, node)| {
-                list.iter()
-                    .find(|j| &j.name == job)
-                    .is_none_or(|j| j.nodes.iter().any(|n| &n.id == node && n.state.is_terminal()))
+                list.iter().find(|j| &j.name == job).is_none_or(|j| {
+                    // Ended: terminal, or failed and waiting to retry.
+                    j.nodes.iter().any(|n| &n.id == node && (n.state.is_terminal() || n.retry_at.is_some()))
+                })
             });
             // The list is answered before its own turn's pass, and one pass need not
             // be the last to start something: a grant in it can turn an earlier DAG's
