@@ -4,6 +4,7 @@
 //! is observed of a Job (`status.rs`).
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -64,7 +65,69 @@ pub struct JobSpec {
     /// instead, until the intake expands it.
     #[serde(default)]
     pub nodes: Vec<JobNode>,
+    /// Orders this Job's ready nodes against other Jobs' for a build slot or an agent's
+    /// lease: higher first, submit order within a priority, and a waiting Job gains one
+    /// point per minute since it was submitted, so nothing waits forever. -1000 to 1000;
+    /// default 0. The boot sweep runs at -10 ([`BOOT_PRIORITY`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+    /// The retries of every node of a kind that may be retried (Prebuild, Create,
+    /// MetaLock) that names none itself; other kinds never retry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+    /// How long the Job may run, in seconds from when the scheduler took it: past it,
+    /// its queued nodes are cancelled, a running build is stopped, and the Job ends
+    /// `Failed` with reason `DeadlineExceeded`; its tail Reconciles still converge the
+    /// agents. 1 to 31536000 (a year); absent: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<u64>,
 }
+
+fn is_zero(value: &i32) -> bool {
+    *value == 0
+}
+
+/// What a Job asks of the scheduler besides its nodes: the fields of [`JobSpec`] a
+/// template Job keeps when the submit layer builds its nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scheduling {
+    /// `spec.priority`.
+    pub priority: i32,
+    /// `spec.activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<u64>,
+    /// `spec.retry`.
+    pub retry: Option<Retry>,
+}
+
+impl JobSpec {
+    /// What this spec asks of the scheduler besides its nodes.
+    pub fn scheduling(&self) -> Scheduling {
+        Scheduling {
+            priority: self.priority,
+            active_deadline_seconds: self.active_deadline_seconds,
+            retry: self.retry.clone(),
+        }
+    }
+
+    /// Sets what this spec asks of the scheduler besides its nodes.
+    pub fn set_scheduling(&mut self, scheduling: &Scheduling) {
+        self.priority = scheduling.priority;
+        self.active_deadline_seconds = scheduling.active_deadline_seconds;
+        self.retry.clone_from(&scheduling.retry);
+    }
+}
+
+/// The lowest [`JobSpec::priority`].
+pub const MIN_PRIORITY: i32 = -1000;
+/// The highest [`JobSpec::priority`].
+pub const MAX_PRIORITY: i32 = 1000;
+/// The priority of the Jobs the boot sweep submits: below an operator's command (0), so
+/// a restart typed during a big sweep does not wait behind it.
+pub const BOOT_PRIORITY: i32 = -10;
+/// The longest [`JobSpec::active_deadline_seconds`]: a year.
+pub const MAX_DEADLINE_SECONDS: u64 = 365 * 24 * 3600;
+/// `status.reason` of a Job that ran past `spec.activeDeadlineSeconds`.
+pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
 /// The operation a Job implements; each has one DAG shape (see the coordinator
 /// document's "Every operation as a DAG").
@@ -203,6 +266,145 @@ pub struct JobNode {
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
     #[schema(value_type = Object)]
     pub params: serde_json::Map<String, Value>,
+    /// Runs the node again when it fails, after a backoff: only for the kinds whose
+    /// failure leaves nothing done (Prebuild, Create, MetaLock); any other kind is
+    /// refused at `spec.nodes[i].retry`. Overrides the Job's `spec.retry`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+}
+
+/// How a failed node is tried again.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    /// Tries after the first, 0 to 20: a node runs at most `limit + 1` times.
+    pub limit: u32,
+    /// The wait before each retry; absent: 10s, doubling, at most 5m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<Backoff>,
+}
+
+/// The wait before a retry: `initial` before the first, multiplied by `factor` for each
+/// one after, never more than `max`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Backoff {
+    /// The first wait, a duration such as `10s`, `500ms`, `2m` (at most 1h); default
+    /// `10s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initial: Option<String>,
+    /// The longest wait, at least `initial` and at most 1h; default `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<String>,
+    /// What each wait is multiplied by for the next, 1 to 10; default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+}
+
+/// The most retries a node may have.
+pub const MAX_RETRIES: u32 = 20;
+/// The longest backoff.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// The first backoff when none is given.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+/// The longest backoff when none is given.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// The backoff factor when none is given.
+pub const DEFAULT_BACKOFF_FACTOR: f64 = 2.0;
+
+/// A [`Retry`] read, with its defaults: what the scheduler follows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Tries after the first.
+    pub limit: u32,
+    /// The first wait.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+    /// Each wait times this is the next.
+    pub factor: f64,
+}
+
+impl RetryPolicy {
+    /// The wait before try `attempt + 1`, after try `attempt` (1-based) failed.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.factor.powi(attempt.saturating_sub(1).min(64) as i32);
+        let wait = self.initial.as_secs_f64() * exp;
+        if !wait.is_finite() || wait >= self.max.as_secs_f64() {
+            self.max
+        } else {
+            Duration::from_secs_f64(wait)
+        }
+    }
+}
+
+impl Retry {
+    /// The policy, every default filled in; values out of range (a Job stored before
+    /// they were checked) are brought into it.
+    pub fn policy(&self) -> RetryPolicy {
+        let backoff = self.backoff.clone().unwrap_or_default();
+        let initial = backoff.initial.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_BACKOFF_INITIAL);
+        let max = backoff.max.as_deref().and_then(parse_duration).unwrap_or(DEFAULT_BACKOFF_MAX);
+        let initial = initial.min(MAX_BACKOFF);
+        RetryPolicy {
+            limit: self.limit.min(MAX_RETRIES),
+            initial,
+            max: max.clamp(initial, MAX_BACKOFF),
+            factor: backoff.factor.filter(|f| (1.0..=10.0).contains(f)).unwrap_or(DEFAULT_BACKOFF_FACTOR),
+        }
+    }
+
+    fn validate(&self, errors: &mut Errors, at: &str) {
+        if self.limit > MAX_RETRIES {
+            let message = format!("{}: must be between 0 and {MAX_RETRIES}", self.limit);
+            errors.push(format!("{at}.limit"), Reason::Invalid, message);
+        }
+        let Some(backoff) = &self.backoff else { return };
+        let mut duration = |field: &str, value: &Option<String>| {
+            let value = value.as_deref()?;
+            match parse_duration(value) {
+                Some(d) if !d.is_zero() && d <= MAX_BACKOFF => Some(d),
+                _ => {
+                    let message = format!(
+                        "{value:?}: must be a duration such as 10s, 500ms or 2m, above 0 and at most 1h"
+                    );
+                    errors.push(format!("{at}.backoff.{field}"), Reason::Invalid, message);
+                    None
+                }
+            }
+        };
+        let initial = duration("initial", &backoff.initial);
+        let max = duration("max", &backoff.max);
+        if let (Some(initial), Some(max)) = (initial.or(Some(DEFAULT_BACKOFF_INITIAL)), max) {
+            if max < initial {
+                errors.push(format!("{at}.backoff.max"), Reason::Invalid, "must be at least backoff.initial");
+            }
+        }
+        if let Some(factor) = backoff.factor {
+            if !(1.0..=10.0).contains(&factor) {
+                errors.push(
+                    format!("{at}.backoff.factor"),
+                    Reason::Invalid,
+                    format!("{factor}: must be between 1 and 10"),
+                );
+            }
+        }
+    }
+}
+
+/// A duration such as `500ms`, `10s`, `2m` or `1h`: a whole number and its unit.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let millis = match unit {
+        "ms" => n,
+        "s" => n.checked_mul(1000)?,
+        "m" => n.checked_mul(60_000)?,
+        "h" => n.checked_mul(3_600_000)?,
+        _ => return None,
+    };
+    Some(Duration::from_millis(millis))
 }
 
 impl JobNode {
@@ -214,6 +416,7 @@ impl JobNode {
             agent: agent.map(str::to_string),
             deps: Vec::new(),
             params: Default::default(),
+            retry: None,
         }
     }
 
@@ -226,12 +429,22 @@ impl JobNode {
             agent: agent.map(str::to_string),
             deps: Vec::new(),
             params: action.params(),
+            retry: None,
         }
     }
 
     /// What the node does: its kind and params parsed ([`NodeAction::parse`]).
     pub fn action(&self) -> Result<NodeAction, ActionError> {
         NodeAction::parse(self.kind, &self.params)
+    }
+
+    /// How the node is retried when it fails, if it is: its own `retry`, else the Job's
+    /// `default`, for a kind that may be retried ([`JobNodeKind::retry_safe`]).
+    pub fn retry_policy(&self, default: Option<&Retry>) -> Option<RetryPolicy> {
+        if !self.kind.retry_safe() {
+            return None;
+        }
+        self.retry.as_ref().or(default).map(Retry::policy).filter(|p| p.limit > 0)
     }
 
     /// Adds a dep on `node` with the given edge.
@@ -312,6 +525,16 @@ impl JobNodeKind {
         !matches!(self, JobNodeKind::Prebuild | JobNodeKind::MetaLock | JobNodeKind::WritePermFile)
     }
 
+    /// Whether a failed node of this kind may run again: its failure leaves nothing done
+    /// that a second try would do twice. A Prebuild builds a new generation the running
+    /// agent does not use (a failed fetch or build is just tried again); a Create makes
+    /// the first generation, atomically; a MetaLock's bump is one fused commit. Every
+    /// other kind may have changed the agent or the meta repo before it failed (a Swap
+    /// half done, a stop, a deploy), so it never retries.
+    pub fn retry_safe(self) -> bool {
+        matches!(self, JobNodeKind::Prebuild | JobNodeKind::Create | JobNodeKind::MetaLock)
+    }
+
     /// Whether the node must name an agent. Only MetaLock acts on the meta flake alone.
     pub fn needs_agent(self) -> bool {
         self != JobNodeKind::MetaLock
@@ -356,6 +579,40 @@ impl JobSpec {
             validation::text(errors, "spec.reason", reason);
         }
         validation::tokens(errors, "spec.inputs", &self.inputs);
+        if !(MIN_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            errors.push(
+                "spec.priority",
+                Reason::Invalid,
+                format!("{}: must be between {MIN_PRIORITY} and {MAX_PRIORITY}", self.priority),
+            );
+        }
+        if let Some(retry) = &self.retry {
+            retry.validate(errors, "spec.retry");
+        }
+        for (i, node) in self.nodes.iter().enumerate().take(MAX_NODES) {
+            let Some(retry) = &node.retry else { continue };
+            let at = format!("spec.nodes[{i}].retry");
+            if !node.kind.retry_safe() {
+                errors.push(
+                    at.as_str(),
+                    Reason::Invalid,
+                    format!(
+                        "a {} node may have taken effect when it fails: only Prebuild, Create and MetaLock nodes retry",
+                        node.kind.as_str()
+                    ),
+                );
+            }
+            retry.validate(errors, &at);
+        }
+        if let Some(seconds) = self.active_deadline_seconds {
+            if !(1..=MAX_DEADLINE_SECONDS).contains(&seconds) {
+                errors.push(
+                    "spec.activeDeadlineSeconds",
+                    Reason::Invalid,
+                    format!("{seconds}: must be between 1 and {MAX_DEADLINE_SECONDS} (a year)"),
+                );
+            }
+        }
         for (i, agent) in self.agents.iter().enumerate() {
             validation::name(errors, &format!("spec.agents[{i}]"), agent);
         }
@@ -435,6 +692,11 @@ impl Resource for Job {
             Column::new("Template", "The operation, spec.template."),
             Column::new("Phase", "Roll-up state, status.phase."),
             Column::new("Nodes", "Nodes done of nodes in the DAG."),
+            Column::new("Priority", "Where its nodes compete for build slots and leases, spec.priority."),
+            Column::new(
+                "Attempts",
+                "The most tries any node took, status.nodes[].attempt (above 1: it retried).",
+            ),
             Column::new("Agents", "Agents the nodes act on."),
             Column::wide("Source", "Where the Job came from, spec.source."),
             Column::wide("Reason", "Why the Job was submitted, spec.reason."),
@@ -447,6 +709,8 @@ impl Resource for Job {
             self.spec.template.as_str().into(),
             self.status.phase.map_or("", JobPhase::as_str).into(),
             format!("{done}/{}", self.spec.nodes.len()).into(),
+            self.spec.priority.into(),
+            self.status.nodes.iter().filter_map(|n| n.attempt).max().unwrap_or(0).into(),
             self.agents().join(",").into(),
             self.spec.source.as_str().into(),
             self.spec.reason.clone().unwrap_or_default().into(),

@@ -138,6 +138,11 @@ pub struct PowerArgs {
     /// Why, recorded in the Job's `spec.reason`.
     #[serde(default)]
     pub reason: Option<String>,
+    /// The Job's `spec.priority`, -1000 to 1000 (default 0; the boot sweep runs at -10):
+    /// its nodes go before lower priorities' for a build slot or an agent's lease.
+    #[serde(default)]
+    #[schemars(range(min = -1000, max = 1000))]
+    pub priority: Option<i32>,
 }
 
 /// `follow_job`'s arguments.
@@ -300,8 +305,8 @@ fn approval_body(name: &str, target: &str, args: &ApprovalArgs) -> Value {
 }
 
 /// The Job body of a power operation, as `hive start` builds it, from an MCP client.
-fn power_body(operation: Operation, agents: &[String], reason: Option<&str>) -> Value {
-    power::job_body_from(JobSource::Mcp, operation.template(), agents, reason)
+fn power_body(operation: Operation, agents: &[String], reason: Option<&str>, priority: Option<i32>) -> Value {
+    power::job_body_from(JobSource::Mcp, operation.template(), agents, reason, priority)
 }
 
 impl Server {
@@ -430,7 +435,7 @@ impl Server {
             if args.agents.is_empty() {
                 anyhow::bail!("name at least one agent in `agents`");
             }
-            let body = power_body(args.operation, &args.agents, args.reason.as_deref());
+            let body = power_body(args.operation, &args.agents, args.reason.as_deref(), args.priority);
             let job = self.client.post(JOBS, &body).await.map_err(|e| {
                 client::with_operation(e, format!("error when submitting a {} job", args.operation.as_str()))
             })?;
@@ -550,10 +555,11 @@ mod tests {
 
     #[test]
     fn power_jobs_come_from_mcp() {
-        let body = power_body(Operation::Restart, &["alpha".into()], Some("stuck"));
+        let body = power_body(Operation::Restart, &["alpha".into()], Some("stuck"), Some(10));
         assert_eq!(body["spec"]["source"], json!("Mcp"));
         assert_eq!(body["spec"]["template"], json!("Restart"));
         assert_eq!(body["spec"]["reason"], json!("stuck"));
+        assert_eq!(body["spec"]["priority"], json!(10));
     }
 
     #[test]

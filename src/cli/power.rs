@@ -45,11 +45,21 @@ pub struct Args {
     /// Why, recorded in the Job's `spec.reason`.
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+
+    /// The Job's `spec.priority` (-1000 to 1000; default 0, the boot sweep runs at -10):
+    /// its nodes go before lower priorities' for a build slot or an agent's lease.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub priority: Option<i32>,
 }
 
 /// The Job body the submit layer builds the DAG from; the server names it.
-pub fn job_body(template: JobTemplate, agents: &[String], reason: Option<&str>) -> Value {
-    job_body_from(JobSource::Cli, template, agents, reason)
+pub fn job_body(
+    template: JobTemplate,
+    agents: &[String],
+    reason: Option<&str>,
+    priority: Option<i32>,
+) -> Value {
+    job_body_from(JobSource::Cli, template, agents, reason, priority)
 }
 
 /// [`job_body`] for a Job another surface submits (the MCP server), recorded as its
@@ -59,10 +69,14 @@ pub fn job_body_from(
     template: JobTemplate,
     agents: &[String],
     reason: Option<&str>,
+    priority: Option<i32>,
 ) -> Value {
     let mut spec = json!({"template": template.as_str(), "agents": agents, "source": source.as_str()});
     if let Some(reason) = reason {
         spec["reason"] = json!(reason);
+    }
+    if let Some(priority) = priority {
+        spec["priority"] = json!(priority);
     }
     json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {}, "spec": spec})
 }
@@ -80,8 +94,10 @@ pub async fn exec(template: JobTemplate, args: Args, ctx: &Context) -> ExitCode 
 async fn run(template: JobTemplate, args: Args, ctx: &Context) -> Result<ExitCode> {
     let client = ctx.client()?;
     let agents = if args.all { all_agents(&client, template).await? } else { args.agents };
-    let created =
-        client.post(JOBS, &job_body(template, &agents, args.reason.as_deref())).await.map_err(|e| {
+    let created = client
+        .post(JOBS, &job_body(template, &agents, args.reason.as_deref(), args.priority))
+        .await
+        .map_err(|e| {
             client::with_operation(e, format!("error when submitting a {} job", template.as_str()))
         })?;
     let job: Job = serde_json::from_value(created).context("the server answered with something not a Job")?;
@@ -174,14 +190,15 @@ mod tests {
 
     #[test]
     fn body_names_template_agents_and_source() {
-        let body = job_body(JobTemplate::Stop, &["a".into(), "b".into()], Some("maintenance"));
+        let body = job_body(JobTemplate::Stop, &["a".into(), "b".into()], Some("maintenance"), None);
         assert_eq!(
             body,
             json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {},
                    "spec": {"template": "Stop", "agents": ["a", "b"], "source": "Cli", "reason": "maintenance"}})
         );
-        let body = job_body(JobTemplate::Kill, &["a".into()], None);
+        let body = job_body(JobTemplate::Kill, &["a".into()], None, Some(-5));
         assert!(body["spec"].get("reason").is_none());
+        assert_eq!(body["spec"]["priority"], json!(-5));
     }
 
     #[test]

@@ -89,6 +89,13 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub build_slots: usize,
 
+    /// How many times the Jobs hive builds from its templates (start, restart, rebuild,
+    /// spawn …) retry a failed build (their Prebuild and Create nodes), 0 to 20, with a
+    /// backoff of 10 s doubling up to 5 min; a Job written with its own `spec.retry`
+    /// keeps it.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
+    pub build_retries: u32,
+
     /// The agent runtime of this host: `process` (supervised local processes; the
     /// embedded default) or `nixos-container` (each agent a NixOS container built from
     /// the meta flake; needs nix, nixos-container and systemd, and root).
@@ -349,6 +356,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         event_ttl: args.event_ttl,
         agent_controller: args.agent_controller,
         build_slots: args.build_slots,
+        build_retries: args.build_retries,
         nixos_containers: args.runtime == RuntimeChoice::NixosContainer,
         prebuild_agent_templates: args.prebuild_agent_templates,
         agent_cpu_quota: args.agent_cpu_quota.clone(),

@@ -278,6 +278,7 @@ async fn submit(engine: &Engine, approval: &Approval, job: &str) -> Result<(), S
                 source: JobSource::Controller,
                 reason,
                 name: Some(job.to_string()),
+                scheduling: Default::default(),
             };
             engine.spawn_new(&agent, &request).await
         }

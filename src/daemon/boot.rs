@@ -4,7 +4,7 @@
 //! power drifted from wanted a plain Reconcile.
 
 use hive_api::agent::{parents_first, Power, Wanted};
-use hive_api::job::{JobSource, JobTemplate};
+use hive_api::job::{JobSource, JobTemplate, Scheduling, BOOT_PRIORITY};
 use hive_api::Agent;
 
 use crate::jobs::Engine;
@@ -90,6 +90,7 @@ pub async fn sweep(engine: &Engine) -> Sweep {
         reason: Some(sweep.reason()),
         inputs: vec!["hive".into()],
         agents: sweep.rebuild.clone(),
+        scheduling: Scheduling { priority: BOOT_PRIORITY, ..Default::default() },
         ..Default::default()
     };
     match engine.submit_dag(&request).await {

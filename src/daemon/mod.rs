@@ -68,6 +68,8 @@ pub struct DaemonConfig {
     pub agent_controller: bool,
     /// Heavy Job nodes at once.
     pub build_slots: usize,
+    /// Retries of the builds in Jobs built from templates.
+    pub build_retries: u32,
     /// Run agents as NixOS containers instead of processes.
     pub nixos_containers: bool,
     /// nixos-container runtime: build every registered agent's toplevel at start.
@@ -169,6 +171,7 @@ pub async fn run(
         &state_dir,
         EngineConfig {
             build_slots: config.build_slots,
+            build_retries: config.build_retries,
             hive_rev: config.hive_rev.clone(),
             hive_url: config.hive_flake.clone(),
             process: Some({

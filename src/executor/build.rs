@@ -23,7 +23,12 @@ impl RuntimeExecutor {
         let mut pinned = agent.clone();
         pinned.spec.config.rev = Some(sha);
         ctx.set_step("building");
-        let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed)?;
+        // The build writes only a new generation: past the Job's deadline the scheduler
+        // may stop it here (the build subprocess is killed), never during the lock.
+        ctx.set_interruptible(true);
+        let generation = self.runtime.prebuild(&pinned, &log).await.map_err(failed);
+        ctx.set_interruptible(false);
+        let generation = generation?;
         let step = format!("built generation {}", generation.id);
         let key = (node.job.to_string(), name.to_string());
         self.prebuilt.lock().unwrap_or_else(|e| e.into_inner()).insert(key, generation);

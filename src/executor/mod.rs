@@ -168,6 +168,9 @@ impl Executor for RuntimeExecutor {
         let kind = node.kind();
         let agent = node.agent().map(str::to_string);
         let job = node.job.clone();
+        if node.attempt > 1 {
+            self.record_retry(&node).await;
+        }
         let result = self.execute(node).await;
         // Lifecycle outcomes become Events on the agent, as kubectl describe shows them.
         if let Some(stored) = agent.as_deref().and_then(|a| self.agents.get(a).ok().flatten()) {
@@ -196,6 +199,23 @@ impl Executor for RuntimeExecutor {
 }
 
 impl RuntimeExecutor {
+    /// A node runs again after a failed try: a `Retrying` Event on its Job says which
+    /// try and why the last one failed.
+    async fn record_retry(&self, node: &NodeRun) {
+        let Ok(Some(job)) = Api::<hive_api::Job>::new(&self.store).get(&node.job) else { return };
+        let message = format!(
+            "node {}: attempt {} of {} ({})",
+            node.id(),
+            node.attempt,
+            node.attempts,
+            node.retry_of.as_deref().unwrap_or("the last try failed")
+        );
+        let warning = crate::client::events::EventType::Warning;
+        if let Err(err) = self.recorder.record(&job, warning, "Retrying", &message).await {
+            tracing::warn!(error = %err, "retry event not recorded");
+        }
+    }
+
     /// Runs the node's action: one function each. The action was parsed when the
     /// scheduler took the Job; a node whose params do not parse fails here, naming why.
     async fn execute(&self, node: NodeRun) -> Result<NodeOutcome, NodeError> {

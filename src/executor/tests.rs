@@ -38,6 +38,7 @@ impl World {
             source: JobSource::Cli,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         let job = submit::submit(&self.store, &Live(self.runtime.clone()), &request).await.unwrap();
         let name = job.metadata.name.clone();

@@ -39,6 +39,8 @@ pub const DEFAULT_HIVE_URL: &str =
 pub struct EngineConfig {
     /// How many heavy nodes (builds, swaps, creates) run at once.
     pub build_slots: usize,
+    /// Retries of the builds in Jobs the submit layer builds from templates.
+    pub build_retries: u32,
     /// The hive base input's rev this daemon runs; a change marks every agent stale and
     /// the boot sweep rebuilds the wanted-up ones against it.
     pub hive_rev: String,
@@ -61,6 +63,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             build_slots: 1,
+            build_retries: 0,
             hive_rev: DEFAULT_HIVE_REV.into(),
             hive_url: DEFAULT_HIVE_URL.into(),
             process: None,
@@ -86,6 +89,8 @@ pub struct Engine {
     pub run: String,
     /// Where its controllers record their reconcile runs.
     pub controller_metrics: Arc<crate::metrics::ControllerMetrics>,
+    /// Retries of the builds in Jobs built from templates (`--build-retries`).
+    pub build_retries: u32,
 }
 
 impl LiveState for Engine {
@@ -95,6 +100,10 @@ impl LiveState for Engine {
 
     fn is_stale<'a>(&'a self, agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
         Box::pin(async move { !self.is_fresh(agent).await })
+    }
+
+    fn build_retries(&self) -> u32 {
+        self.build_retries
     }
 }
 
@@ -196,6 +205,7 @@ impl Engine {
             deploy,
             run,
             controller_metrics: config.controllers.clone(),
+            build_retries: config.build_retries,
         });
 
         Ok(engine)
@@ -295,7 +305,8 @@ impl Engine {
         source: JobSource,
         reason: Option<String>,
     ) -> Result<Job, SubmitError> {
-        self.submit_request(&Request { template, agents, source, reason, name: None }).await
+        let scheduling = Default::default();
+        self.submit_request(&Request { template, agents, source, reason, name: None, scheduling }).await
     }
 
     /// [`Engine::submit`] with every field of the request, e.g. a chosen Job name.

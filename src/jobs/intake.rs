@@ -404,6 +404,7 @@ mod tests {
             source: hive_api::job::JobSource::Cli,
             reason: None,
             name: Some("stop-a".into()),
+            scheduling: Default::default(),
         };
         submit::submit(&store, &NothingRuns, &request).await.unwrap();
         assert_eq!(wanted(), hive_api::agent::Wanted::Offline, "the submit wrote the Stop's intent");

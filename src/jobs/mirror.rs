@@ -276,6 +276,7 @@ mod tests {
                 source: JobSource::Cli,
                 reason: None,
                 name: None,
+                scheduling: Default::default(),
             };
             let job = submit::submit(&store, &NothingRuns, &request).await.unwrap();
             let name = job.metadata.name.clone();

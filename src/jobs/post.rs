@@ -95,6 +95,7 @@ pub fn decide(posted: &PostedJob) -> Result<(Decision, Vec<String>)> {
     }
     let warnings =
         if posted.validation == FieldValidation::Warn { posted.duplicates.warnings() } else { Vec::new() };
+    let scheduling = job.spec.scheduling();
     let (template, agents, source, reason) =
         (job.spec.template, job.spec.agents, job.spec.source, job.spec.reason);
     let name = Some(job.metadata.name).filter(|n| !n.is_empty());
@@ -103,7 +104,7 @@ pub fn decide(posted: &PostedJob) -> Result<(Decision, Vec<String>)> {
             return Err(invalid(name, "metadata.name", format!("{name:?}: {why}")));
         }
     }
-    Ok((Decision::Template(Request { template, agents, source, reason, name }), warnings))
+    Ok((Decision::Template(Request { template, agents, source, reason, name, scheduling }), warnings))
 }
 
 /// Decides `posted`, stores it (under the next of its `renames` while its name is taken)

@@ -8,7 +8,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use hive_api::job::{Edge, JobNodeState, JobNodeStatus, JobPhase};
+use hive_api::job::{
+    Edge, JobNodeKind, JobNodeState, JobNodeStatus, JobPhase, RetryPolicy, REASON_DEADLINE_EXCEEDED,
+};
 use hive_api::{JobSpec, Time};
 
 use super::executor::{actions, Actions};
@@ -34,6 +36,9 @@ fn slot(state: JobNodeState) -> usize {
     }
 }
 
+/// The error of a node cancelled because its Job ran past its deadline.
+const DEADLINE_CANCEL: &str = "cancelled: the Job ran past its deadline";
+
 /// One node's live state.
 #[derive(Debug)]
 pub(super) struct NodeSlot {
@@ -43,10 +48,24 @@ pub(super) struct NodeSlot {
     pub(super) step: Option<String>,
     started_at: Option<Time>,
     finished_at: Option<Time>,
-    error: Option<String>,
+    pub(super) error: Option<String>,
     /// Created when the node starts or someone asks for its log, whichever is first.
     pub(super) log: Option<Arc<NodeLog>>,
+    /// While it runs: how to stop it, and whether its executor says it may be stopped
+    /// now (a build, not a meta commit).
+    pub(super) run: Option<RunHandle>,
+    /// Tries started, from 1 once the node runs.
+    pub(super) attempt: u32,
+    /// While a failed node waits to retry: when it runs again.
+    pub(super) retry_at: Option<Time>,
     dirty: bool,
+}
+
+/// How the engine stops a running node at its Job's deadline.
+#[derive(Debug)]
+pub(super) struct RunHandle {
+    pub(super) abort: tokio::task::AbortHandle,
+    pub(super) interruptible: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How a node ended, as the engine reports it to [`Dag::finish`].
@@ -60,8 +79,18 @@ pub(super) enum Ending {
 /// One submitted DAG.
 #[derive(Debug)]
 pub(super) struct Dag {
-    /// Submit order; lower wins among competing ready nodes.
+    /// Submit order; lower wins among competing ready nodes of the same rank.
     pub(super) seq: u64,
+    /// Where the DAG's ready nodes compete: lower first. Its submit time less its
+    /// priority times the aging step (see `Engine::rank`), so priority orders and age
+    /// catches up.
+    pub(super) rank: i128,
+    /// When the DAG runs out of time (`spec.activeDeadlineSeconds`).
+    pub(super) deadline: Option<tokio::time::Instant>,
+    /// Set once the deadline passed before the DAG was terminal: the Job is Failed.
+    deadline_exceeded: bool,
+    /// Nodes waiting for a retry (queued again after a failed try).
+    retrying: u32,
     pub(super) name: Arc<str>,
     pub(super) spec: Arc<JobSpec>,
     /// Each node's action, parsed once, here, when the scheduler takes the Job.
@@ -91,7 +120,20 @@ pub(super) struct Dag {
 impl Dag {
     /// A DAG whose nodes are all queued. `spec` must have passed validation (unique
     /// ids, deps resolve, no cycles).
+    #[cfg(test)]
     pub(super) fn new(seq: u64, name: Arc<str>, spec: Arc<JobSpec>, now: Time) -> Dag {
+        Dag::ranked(seq, i128::from(seq), None, name, spec, now)
+    }
+
+    /// [`Dag::new`] competing at `rank`, with a deadline.
+    pub(super) fn ranked(
+        seq: u64,
+        rank: i128,
+        deadline: Option<tokio::time::Instant>,
+        name: Arc<str>,
+        spec: Arc<JobSpec>,
+        now: Time,
+    ) -> Dag {
         let n = spec.nodes.len();
         let index: HashMap<&str, u32> =
             spec.nodes.iter().enumerate().map(|(i, node)| (node.id.as_str(), i as u32)).collect();
@@ -113,11 +155,18 @@ impl Dag {
                 finished_at: None,
                 error: None,
                 log: None,
+                run: None,
+                attempt: 0,
+                retry_at: None,
                 dirty: false,
             });
         }
         Dag {
             seq,
+            rank,
+            deadline,
+            deadline_exceeded: false,
+            retrying: 0,
             name,
             actions: actions(&spec),
             build_host: vec![None; n],
@@ -180,11 +229,16 @@ impl Dag {
         let node = &mut self.nodes[i as usize];
         self.counts[slot(node.state)] -= 1;
         self.counts[slot(state)] += 1;
-        if node.state == JobNodeState::Queued {
+        if (node.state == JobNodeState::Queued) != (state == JobNodeState::Queued) {
             if let Some(agent) = self.spec.nodes[i as usize].agent.as_deref() {
                 if let Some(count) = self.pending_lease.get_mut(agent) {
                     if self.spec.nodes[i as usize].kind.takes_lease() {
-                        *count -= 1;
+                        // Leaving the queue, or back in it to retry.
+                        if state == JobNodeState::Queued {
+                            *count += 1;
+                        } else {
+                            *count -= 1;
+                        }
                     }
                 }
             }
@@ -213,6 +267,10 @@ impl Dag {
         let node = &mut self.nodes[i as usize];
         node.started_at = Some(now);
         node.log = Some(log);
+        node.attempt += 1;
+        if node.retry_at.take().is_some() {
+            self.retrying -= 1;
+        }
         self.started_at.get_or_insert(now);
     }
 
@@ -250,10 +308,78 @@ impl Dag {
         self.set_state(i, state);
         let node = &mut self.nodes[i as usize];
         node.finished_at = Some(now);
+        node.run = None;
         if let Some(log) = &node.log {
             log.close();
         }
         self.settle(i, now, ready);
+    }
+
+    /// How node `i` retries, if it does ([`JobNode::retry_policy`](hive_api::job::JobNode::retry_policy)).
+    pub(super) fn retry_policy(&self, i: u32) -> Option<RetryPolicy> {
+        self.spec.nodes[i as usize].retry_policy(self.spec.retry.as_ref())
+    }
+
+    /// Running node `i` failed with `error` and will run again at `at`: it is queued
+    /// again (not dep-ready until the engine's retry timer puts it back), its error
+    /// kept, its log open.
+    pub(super) fn retry(&mut self, i: u32, error: String, at: Time) {
+        self.set_state(i, JobNodeState::Queued);
+        let node = &mut self.nodes[i as usize];
+        node.error = Some(error);
+        node.retry_at = Some(at);
+        node.run = None;
+        self.retrying += 1;
+    }
+
+    /// Whether the deadline passed.
+    pub(super) fn deadline_exceeded(&self) -> bool {
+        self.deadline_exceeded
+    }
+
+    /// Whether node `i` is running.
+    pub(super) fn is_running(&self, i: u32) -> bool {
+        self.nodes[i as usize].state == JobNodeState::Running
+    }
+
+    /// The Job ran past its deadline: it is Failed (`DeadlineExceeded`). Every queued
+    /// node that is dep-ready is cancelled, but a Reconcile, which still converges its
+    /// agent; from now on each queued node is decided once all its deps are terminal,
+    /// whatever their outcome — a Reconcile then runs, any other node is cancelled — so
+    /// a Reconcile never runs beside a node it follows. Pushes the Reconciles that became
+    /// ready to `ready`; returns the running nodes the engine should stop (those whose
+    /// executor says they may be: a build).
+    pub(super) fn exceed_deadline(&mut self, now: Time, ready: &mut Vec<u32>) -> Vec<u32> {
+        self.deadline_exceeded = true;
+        let seconds = self.spec.active_deadline_seconds.unwrap_or_default();
+        self.message =
+            Some(format!("the Job ran past its deadline of {seconds}s (spec.activeDeadlineSeconds)"));
+        self.dirty = true;
+        let mut stop = Vec::new();
+        for i in 0..self.nodes.len() as u32 {
+            let node = &self.nodes[i as usize];
+            match node.state {
+                JobNodeState::Queued if node.waiting == 0 && !self.is_reconcile(i) => {
+                    self.cancel_node(i, DEADLINE_CANCEL.to_string(), now);
+                    self.settle(i, now, ready);
+                }
+                JobNodeState::Running => {
+                    let stoppable = node
+                        .run
+                        .as_ref()
+                        .is_some_and(|run| run.interruptible.load(std::sync::atomic::Ordering::Acquire));
+                    if stoppable {
+                        stop.push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        stop
+    }
+
+    fn is_reconcile(&self, i: u32) -> bool {
+        self.spec.nodes[i as usize].kind == JobNodeKind::Reconcile
     }
 
     /// Propagates the terminal state of node `i` to its dependents.
@@ -266,7 +392,19 @@ impl Dag {
                 if self.nodes[d as usize].state != JobNodeState::Queued {
                     continue;
                 }
-                if ok || edge == Edge::AfterAny {
+                if self.deadline_exceeded {
+                    let node = &mut self.nodes[d as usize];
+                    node.waiting -= 1;
+                    if node.waiting > 0 {
+                        continue;
+                    }
+                    if self.is_reconcile(d) {
+                        ready.push(d);
+                    } else {
+                        self.cancel_node(d, DEADLINE_CANCEL.to_string(), now);
+                        stack.push(d);
+                    }
+                } else if ok || edge == Edge::AfterAny {
                     let node = &mut self.nodes[d as usize];
                     node.waiting -= 1;
                     if node.waiting == 0 {
@@ -288,6 +426,9 @@ impl Dag {
     fn cancel_node(&mut self, i: u32, error: String, now: Time) {
         self.set_state(i, JobNodeState::Cancelled);
         let node = &mut self.nodes[i as usize];
+        if node.retry_at.take().is_some() {
+            self.retrying -= 1;
+        }
         node.error = Some(error);
         node.finished_at = Some(now);
         if let Some(log) = &node.log {
@@ -305,14 +446,27 @@ impl Dag {
         self.message = Some(reason.to_string());
     }
 
-    /// The roll-up phase.
+    /// The roll-up phase: `Failed` once the deadline passed; `Running` while a node that
+    /// failed waits to retry.
     pub(super) fn phase(&self) -> JobPhase {
+        if self.deadline_exceeded {
+            return JobPhase::Failed;
+        }
+        if self.retrying > 0 && self.counts[1] == 0 && self.counts[3] == 0 {
+            return JobPhase::Running; // it ran, and waits to retry
+        }
         JobPhase::roll_up(STATES.iter().zip(self.counts).filter(|(_, c)| *c > 0).map(|(s, _)| *s))
     }
 
     /// True when no node has started (and none was cancelled).
     pub(super) fn is_fully_queued(&self) -> bool {
         self.counts[0] as usize == self.nodes.len()
+    }
+
+    /// Whether a cancel may stop the DAG: none of its nodes has started, or none runs
+    /// and some failed node waits to retry (a cancel stops the retries).
+    pub(super) fn is_cancellable(&self) -> bool {
+        self.is_fully_queued() || (self.counts[1] == 0 && self.retrying > 0)
     }
 
     /// True when every node is terminal.
@@ -341,6 +495,8 @@ impl Dag {
             started_at: node.started_at,
             finished_at: node.finished_at,
             error: node.error.clone(),
+            attempt: (node.attempt > 0).then_some(node.attempt),
+            retry_at: node.retry_at,
             log_ref: node.log.as_ref().map(|_| format!("{}/{id}", self.name)),
         }
     }
@@ -355,6 +511,7 @@ impl Dag {
             started_at: self.started_at,
             finished_at: self.finished_at,
             message: self.message.clone(),
+            reason: self.deadline_exceeded.then(|| REASON_DEADLINE_EXCEEDED.to_string()),
             children: self.children.clone(),
             nodes,
             complete,

@@ -14,8 +14,9 @@ use futures_util::FutureExt;
 use hive_api::{JobSpec, Time};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-use super::dag::{Dag, Ending};
+use super::dag::{Dag, Ending, RunHandle};
 use super::error::{Error, NodeError, Result};
 use super::executor::{Executor, NodeContext, NodeOutcome, NodeRun, StepSink};
 use super::history::{History, Kept};
@@ -31,7 +32,7 @@ const MAX_BATCH: usize = 4096;
 /// What the scheduler task receives: requests from handles, and reports from nodes.
 #[derive(Debug)]
 pub(crate) enum Msg {
-    Submit { name: String, spec: JobSpec, reply: oneshot::Sender<Result<()>> },
+    Submit { name: String, spec: Box<JobSpec>, reply: oneshot::Sender<Result<()>> },
     Cancel { name: String, reply: oneshot::Sender<Result<CancelledJob>> },
     CancelChildren { name: String, reply: oneshot::Sender<Result<Vec<CancelledJob>>> },
     Snapshot { name: String, reply: oneshot::Sender<Result<JobSnapshot>> },
@@ -44,6 +45,15 @@ pub(crate) enum Msg {
     Shutdown { reply: oneshot::Sender<()> },
 }
 
+/// What a timer of the engine does when it fires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    /// DAG `seq` reached its deadline.
+    Deadline(u64),
+    /// Node `.1` of DAG `.0` may run again after a failed try.
+    Retry(u64, u32),
+}
+
 pub(super) struct Engine<E, S> {
     executor: Arc<E>,
     sink: S,
@@ -53,8 +63,13 @@ pub(super) struct Engine<E, S> {
     dags: BTreeMap<u64, Dag>,
     names: HashMap<String, u64>,
     next_seq: u64,
-    /// Dep-ready queued nodes, in the order they compete: submit order, then node order.
-    ready: BTreeSet<(u64, u32)>,
+    /// Dep-ready queued nodes, in the order they compete: the DAG's rank (priority with
+    /// aging, see [`Engine::rank`]), then submit order, then node order.
+    ready: BTreeSet<(i128, u64, u32)>,
+    /// Where ranks are counted from.
+    epoch: Instant,
+    /// Pending timers, earliest first.
+    timers: BTreeSet<(Instant, Timer)>,
     resources: Resources,
     history: History,
     tasks: JoinSet<()>,
@@ -83,6 +98,8 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             names: HashMap::new(),
             next_seq: 1,
             ready: BTreeSet::new(),
+            epoch: Instant::now(),
+            timers: BTreeSet::new(),
             resources,
             tasks: JoinSet::new(),
             touched: Vec::new(),
@@ -122,12 +139,23 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         }
     }
 
-    /// The task loop; returns at shutdown or when every sender is gone.
+    /// The task loop; returns at shutdown or when every sender is gone. A turn begins
+    /// with a message or a timer.
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Msg>) {
-        while let Some(first) = rx.recv().await {
+        loop {
+            let wake = self.timers.first().map(|(at, _)| *at);
+            let first = tokio::select! {
+                biased;
+                msg = rx.recv() => match msg {
+                    Some(msg) => Some(msg),
+                    None => return,
+                },
+                () = sleep_until(wake) => None,
+            };
             let now = Time(crate::host::now());
+            self.fire_timers(now);
             let mut stop = None;
-            let mut next = Some(first);
+            let mut next = first;
             let mut handled = 0;
             while let Some(msg) = next.take() {
                 match msg {
@@ -154,10 +182,78 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         }
     }
 
+    /// Runs every timer that is due.
+    fn fire_timers(&mut self, now: Time) {
+        let due = Instant::now();
+        while let Some(&(at, timer)) = self.timers.first() {
+            if at > due {
+                break;
+            }
+            self.timers.pop_first();
+            match timer {
+                Timer::Deadline(seq) => self.deadline(seq, now),
+                Timer::Retry(seq, i) => {
+                    let Some(dag) = self.dags.get(&seq) else { continue };
+                    let node = &dag.nodes[i as usize];
+                    if node.state == hive_api::job::JobNodeState::Queued && node.retry_at.is_some() {
+                        self.ready.insert((dag.rank, seq, i));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where a DAG submitted now at `priority` competes: lower first. Its submit time
+    /// less `priority` aging steps — so a Job waiting one step (a minute) since its
+    /// submit ranks as one a point higher submitted now. At equal priority that is
+    /// submit order; a lower priority waits, but only until its age makes up the
+    /// difference: nothing starves.
+    fn rank(&self, priority: i32) -> i128 {
+        let since = Instant::now().duration_since(self.epoch).as_nanos() as i128;
+        since - i128::from(priority) * self.config.aging.as_nanos() as i128
+    }
+
+    /// DAG `seq` ran past its deadline: see [`Dag::exceed_deadline`]. Its stoppable
+    /// running nodes (builds) are stopped now, failed with why.
+    fn deadline(&mut self, seq: u64, now: Time) {
+        let Some(dag) = self.dags.get_mut(&seq) else { return };
+        if dag.is_terminal() {
+            return;
+        }
+        let mut ready = Vec::new();
+        let stop = dag.exceed_deadline(now, &mut ready);
+        self.ready.extend(ready.into_iter().map(|i| (dag.rank, seq, i)));
+        self.drop_unready(seq);
+        for i in stop {
+            let Some(run) = self.dags.get_mut(&seq).and_then(|d| d.nodes[i as usize].run.take()) else {
+                continue;
+            };
+            run.abort.abort();
+            let error = NodeError::Failed("stopped: the Job ran past its deadline".into());
+            self.finished(seq, i, Err(error), Vec::new(), now);
+        }
+        self.touch(seq);
+    }
+
+    /// Drops from the ready set the nodes of DAG `seq` that are no longer queued.
+    fn drop_unready(&mut self, seq: u64) {
+        let Some(dag) = self.dags.get(&seq) else { return };
+        let rank = dag.rank;
+        let stale: Vec<(i128, u64, u32)> = self
+            .ready
+            .range((rank, seq, 0)..=(rank, seq, u32::MAX))
+            .filter(|(_, _, i)| dag.nodes[*i as usize].state != hive_api::job::JobNodeState::Queued)
+            .copied()
+            .collect();
+        for key in stale {
+            self.ready.remove(&key);
+        }
+    }
+
     fn handle(&mut self, msg: Msg, now: Time) {
         match msg {
             Msg::Submit { name, spec, reply } => {
-                let _ = reply.send(self.submit(name, spec, now).map(|_| ()));
+                let _ = reply.send(self.submit(name, *spec, now).map(|_| ()));
             }
             Msg::Cancel { name, reply } => {
                 let _ = reply.send(self.cancel(&name, now));
@@ -224,7 +320,14 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         self.history.forget_stored(&name);
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut dag = Dag::new(seq, name.as_str().into(), Arc::new(spec), now);
+        let rank = self.rank(spec.priority);
+        let deadline = spec
+            .active_deadline_seconds
+            .map(|seconds| Instant::now() + std::time::Duration::from_secs(seconds));
+        if let Some(at) = deadline {
+            self.timers.insert((at, Timer::Deadline(seq)));
+        }
+        let mut dag = Dag::ranked(seq, rank, deadline, name.as_str().into(), Arc::new(spec), now);
         for (i, node) in dag.spec.nodes.iter().enumerate() {
             let Some(agent) = node.agent.as_deref().filter(|_| node.kind.is_heavy()) else { continue };
             if let Some((host, slots)) = self.config.build_hosts.of(agent) {
@@ -233,7 +336,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 dag.build_host[i] = Some(host);
             }
         }
-        self.ready.extend(dag.roots().map(|i| (seq, i)));
+        self.ready.extend(dag.roots().map(|i| (rank, seq, i)));
         self.names.insert(name, seq);
         self.dags.insert(seq, dag);
         self.touch(seq);
@@ -247,15 +350,12 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
 
     fn cancel_seq(&mut self, seq: u64, now: Time) -> Result<CancelledJob> {
         let dag = self.dags.get_mut(&seq).expect("caller checked");
-        if !dag.is_fully_queued() {
+        if !dag.is_cancellable() {
             return Err(Error::NotCancellable { name: dag.name.to_string(), phase: dag.phase() });
         }
         dag.cancel_all("cancelled while queued", now);
         let cancelled = CancelledJob::of(&dag.name, &dag.spec);
-        let stale: Vec<(u64, u32)> = self.ready.range((seq, 0)..=(seq, u32::MAX)).copied().collect();
-        for key in stale {
-            self.ready.remove(&key);
-        }
+        self.drop_unready(seq);
         self.touch(seq);
         Ok(cancelled)
     }
@@ -301,6 +401,9 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         now: Time,
     ) {
         let Some(dag) = self.dags.get_mut(&seq) else { return };
+        if !dag.is_running(index) {
+            return; // stopped at its deadline; this is the report of its last moment
+        }
         if dag.is_heavy(index) {
             let host = dag.build_host[index as usize].as_ref();
             self.resources.give_slot(host);
@@ -317,6 +420,12 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 .get_or_create(&crate::metrics::NodeKindLabels { kind })
                 .observe(crate::metrics::seconds(took));
         }
+        if let Err(error) = &result {
+            if self.retry(seq, index, error, now) {
+                return;
+            }
+        }
+        let Some(dag) = self.dags.get_mut(&seq) else { return };
         let ok = result.is_ok();
         let ending = match result {
             Ok(outcome) => Ending::Done(outcome.step),
@@ -324,7 +433,8 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         };
         let mut ready = Vec::new();
         dag.finish(index, ending, now, &mut ready);
-        self.ready.extend(ready.into_iter().map(|i| (seq, i)));
+        let rank = dag.rank;
+        self.ready.extend(ready.into_iter().map(|i| (rank, seq, i)));
         self.touch(seq);
         if ok {
             for spec in children {
@@ -334,8 +444,38 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
     }
 
     /// Submits a child of DAG `parent` under a name derived from the parent's.
-    fn fan_out(&mut self, parent: u64, spec: JobSpec, now: Time) {
+    /// Whether failed node `index` of DAG `seq` runs again: when it retries and has tries
+    /// left, and the DAG's deadline has not passed. It is queued again, and a timer puts
+    /// it back among the ready nodes after its backoff (it takes a slot and lease as any
+    /// node then); its log says so.
+    fn retry(&mut self, seq: u64, index: u32, error: &NodeError, now: Time) -> bool {
+        let Some(dag) = self.dags.get_mut(&seq) else { return false };
+        let Some(policy) = dag.retry_policy(index) else { return false };
+        let attempt = dag.nodes[index as usize].attempt;
+        if attempt > policy.limit || dag.deadline_exceeded() {
+            return false;
+        }
+        let wait = policy.backoff(attempt);
+        let at = Time(now.0 + chrono::Duration::from_std(wait).unwrap_or_default());
+        if let Some(log) = &dag.nodes[index as usize].log {
+            let line = format!(
+                "hive: attempt {attempt} of {} failed: {error}; the next in {wait:?}\n",
+                policy.limit + 1
+            );
+            log.append(line.as_bytes());
+        }
+        dag.retry(index, format!("attempt {attempt} failed: {error}"), at);
+        self.timers.insert((Instant::now() + wait, Timer::Retry(seq, index)));
+        self.touch(seq);
+        true
+    }
+
+    /// A child runs at its parent's priority unless it names its own.
+    fn fan_out(&mut self, parent: u64, mut spec: JobSpec, now: Time) {
         let parent_dag = &self.dags[&parent];
+        if spec.priority == 0 {
+            spec.priority = parent_dag.spec.priority;
+        }
         let mut k = parent_dag.children.len() + 1;
         let name = loop {
             let candidate = child_name(&parent_dag.name, k);
@@ -379,6 +519,9 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 continue;
             }
             dag.set_finished(now);
+            if let Some(at) = dag.deadline {
+                self.timers.remove(&(at, Timer::Deadline(seq)));
+            }
             for agent in std::mem::take(&mut dag.held) {
                 self.resources.release(&agent);
             }
@@ -403,9 +546,9 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
         let mut lease_waits = 0;
         // Leases taken in this pass are applied at once, so the deadlock check of a
         // later candidate sees them.
-        let candidates: Vec<(u64, u32)> = self.ready.iter().copied().collect();
+        let candidates: Vec<(i128, u64, u32)> = self.ready.iter().copied().collect();
         let mut reserved: Vec<(String, u64)> = Vec::new();
-        for (seq, i) in candidates {
+        for (rank, seq, i) in candidates {
             let dag = &self.dags[&seq];
             let heavy = dag.is_heavy(i);
             let slot_free = self.resources.slots_left(dag.build_host[i as usize].as_deref()) > 0;
@@ -430,7 +573,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 self.resources.acquire(&agent, seq);
                 self.dags.get_mut(&seq).expect("ready DAG exists").held.push(agent);
             }
-            self.ready.remove(&(seq, i));
+            self.ready.remove(&(rank, seq, i));
             self.start_node(seq, i, now);
         }
         self.config.metrics.lease_waits.set(lease_waits);
@@ -447,12 +590,19 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             }
         }
         let log = dag.nodes[i as usize].log.clone().unwrap_or_else(|| NodeLog::new(limit));
+        let retry_of = dag.nodes[i as usize].retry_at.and(dag.nodes[i as usize].error.clone());
         dag.start(i, now, log.clone());
+        let attempt = dag.nodes[i as usize].attempt;
+        let attempts = dag.retry_policy(i).map_or(1, |p| p.limit + 1);
+        if attempt > 1 {
+            log.append(format!("hive: attempt {attempt} of {attempts}\n").as_bytes());
+        }
         self.touch(seq);
         let Some(tx) = self.tx.upgrade() else { return };
         let dag = &self.dags[&seq];
         let kind = dag.spec.nodes[i as usize].kind;
         let fan_out = Arc::new(Mutex::new(Vec::new()));
+        let interruptible = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let steps = tx.clone();
         let ctx = NodeContext {
             job: dag.name.clone(),
@@ -462,6 +612,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 let _ = steps.send(Msg::Step { seq, index: i, label });
             })),
             fan_out: fan_out.clone(),
+            interruptible: interruptible.clone(),
         };
         let run = NodeRun {
             job: dag.name.clone(),
@@ -469,9 +620,12 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             actions: dag.actions.clone(),
             index: i as usize,
             ctx,
+            attempt,
+            attempts,
+            retry_of,
         };
         let executor = self.executor.clone();
-        self.tasks.spawn(async move {
+        let abort = self.tasks.spawn(async move {
             let result = AssertUnwindSafe(executor.run(run))
                 .catch_unwind()
                 .await
@@ -479,6 +633,16 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
             let children = std::mem::take(&mut *fan_out.lock().unwrap_or_else(PoisonError::into_inner));
             let _ = tx.send(Msg::Finished { seq, index: i, result, children });
         });
+        let dag = self.dags.get_mut(&seq).expect("ready DAG exists");
+        dag.nodes[i as usize].run = Some(RunHandle { abort, interruptible });
+    }
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -2,6 +2,7 @@
 //! what a node run carries ([`NodeRun`], [`NodeContext`]).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use hive_api::job::{JobNode, JobNodeKind, JobSource, JobTemplate, NodeAction};
@@ -59,6 +60,12 @@ pub struct NodeRun {
     pub index: usize,
     /// Step label, build log and fan-out for this node.
     pub ctx: NodeContext,
+    /// Which try this is, from 1.
+    pub attempt: u32,
+    /// How many tries the node may have (1 when it does not retry).
+    pub attempts: u32,
+    /// On a retry, why the try before failed.
+    pub retry_of: Option<String>,
 }
 
 impl NodeRun {
@@ -107,8 +114,9 @@ impl NodeRun {
             log: NodeLog::new(64 * 1024),
             steps: StepSink(Arc::new(|_| {})),
             fan_out: Arc::new(Mutex::new(Vec::new())),
+            interruptible: Arc::default(),
         };
-        NodeRun { job, actions: actions(&spec), spec, index, ctx }
+        NodeRun { job, actions: actions(&spec), spec, index, ctx, attempt: 1, attempts: 1, retry_of: None }
     }
 }
 
@@ -120,6 +128,7 @@ pub struct NodeContext {
     pub(super) log: Arc<NodeLog>,
     pub(super) steps: StepSink,
     pub(super) fan_out: Arc<Mutex<Vec<JobSpec>>>,
+    pub(super) interruptible: Arc<AtomicBool>,
 }
 
 /// Where a node's step labels go: the scheduler hands each node one that reports to it,
@@ -140,6 +149,15 @@ impl NodeContext {
         let mut label = label.into();
         truncate(&mut label, MAX_STEP_LEN);
         (self.steps.0)(label);
+    }
+
+    /// Says whether the node may be stopped now, should its Job run past its deadline
+    /// (`spec.activeDeadlineSeconds`): the scheduler then drops the node's future, which
+    /// kills its build subprocess. Set it only around work that leaves nothing
+    /// half-written when cut off — a build into a new generation — never around a meta
+    /// commit or a change to the running agent. Off when a node starts.
+    pub fn set_interruptible(&self, interruptible: bool) {
+        self.interruptible.store(interruptible, Ordering::Release);
     }
 
     /// Appends to the node's build log (bounded; the oldest bytes are dropped first).

@@ -17,14 +17,28 @@
 //!   [`takes_lease`](hive_api::job::JobNodeKind::takes_lease), and holds it until the
 //!   DAG is terminal. Prebuild, MetaLock and WritePermFile are exempt and run while
 //!   another DAG holds the lease. A DAG spanning agents holds one lease per agent.
-//! - **FIFO**: among ready nodes competing for a resource, DAG submit order wins (see
-//!   `engine::Engine::pass` for how a slot-waiting node keeps its lease from being
-//!   taken by a later DAG).
+//! - **Priority, then FIFO**: among ready nodes competing for a resource, the DAG of the
+//!   lowest rank wins — its submit time less `spec.priority` aging steps
+//!   ([`SchedulerConfig::aging`], a minute): higher priority first, submit order within
+//!   a priority (all at 0: the document's FIFO), and a waiting DAG catches up one point
+//!   per step, so none starves. See `engine::Engine::pass` for how a slot-waiting node
+//!   keeps its lease from being taken by a later DAG.
+//! - **Retries**: a failed node whose kind may retry
+//!   ([`JobNodeKind::retry_safe`](hive_api::job::JobNodeKind::retry_safe)) and has tries
+//!   left ([`JobNode::retry_policy`](hive_api::job::JobNode::retry_policy)) is queued
+//!   again, its slot freed, and a timer makes it ready after its backoff; its attempt is
+//!   in its status and log. A cancel or the deadline stops the retries.
+//! - **Deadline** (`spec.activeDeadlineSeconds`): past it the DAG is Failed
+//!   (`DeadlineExceeded`); its dep-ready queued nodes are cancelled, later ones decided as
+//!   their deps end (a Reconcile runs, anything else is cancelled), and a running node
+//!   whose executor marked itself interruptible ([`NodeContext::set_interruptible`], a
+//!   build) is stopped: its task is dropped, which kills its subprocess.
 //! - **No lease deadlock**: a lease grant that could close a cycle of DAGs each holding
 //!   a lease the next one needs is deferred (see `resources::would_deadlock`). The
 //!   coordinator document does not spell this out, but its multi-agent DAGs (a rebuild
 //!   of `x, y` against a stop of `x, y`) can otherwise wait on each other forever.
-//! - **Cancel** applies only while every node of a DAG is queued;
+//! - **Cancel** applies only while every node of a DAG is queued, or none runs and a
+//!   failed node waits for its retry;
 //!   [`SchedulerHandle::cancel_children`] cancels a parent's still-queued children. The
 //!   result carries the cancelled spec and agents so the submit layer can revert
 //!   `spec.wanted` of a cancelled power DAG.
@@ -79,6 +93,9 @@ pub use snapshot::{JobSink, JobSnapshot, JobUpdate, NullSink};
 use engine::{Engine, Msg};
 use resources::Resources;
 
+/// How long a waiting Job takes to gain one point of priority.
+pub const DEFAULT_AGING: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Tunables of the scheduler.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -93,6 +110,9 @@ pub struct SchedulerConfig {
     /// Which host builds an agent, when not the daemon's: an agent placed on a fleet node
     /// builds there, on that node's slots instead of `build_slots`.
     pub build_hosts: BuildHosts,
+    /// How long a waiting Job takes to gain one point of `spec.priority` (the aging
+    /// that keeps a low priority from starving): a minute.
+    pub aging: std::time::Duration,
 }
 
 /// Where the heavy nodes of an agent run, when not on the daemon's host: the host's name
@@ -143,6 +163,7 @@ impl Default for SchedulerConfig {
             history_per_template: 5,
             metrics: crate::metrics::SchedulerMetrics::default(),
             build_hosts: BuildHosts::default(),
+            aging: DEFAULT_AGING,
         }
     }
 }
@@ -243,7 +264,7 @@ impl SchedulerHandle {
         if !errors.is_empty() {
             return Err(Error::Invalid { name, errors: errors.0 });
         }
-        self.ask(|reply| Msg::Submit { name, spec, reply }).await?
+        self.ask(|reply| Msg::Submit { name, spec: Box::new(spec), reply }).await?
     }
 
     /// Cancels a Job none of whose nodes has started ([`Error::NotCancellable`]

@@ -32,6 +32,8 @@ pub struct JobSnapshot {
     pub finished_at: Option<Time>,
     /// Why it failed or was cancelled.
     pub message: Option<String>,
+    /// Why it ended, machine-readable (`DeadlineExceeded`), when the nodes do not say.
+    pub reason: Option<String>,
     /// Names of the child Jobs it fanned out.
     pub children: Vec<String>,
     /// Node states: all of them in spec order when `complete`, else only changed ones.
@@ -49,6 +51,7 @@ impl JobSnapshot {
         status.started_at = self.started_at;
         status.finished_at = self.finished_at;
         status.message.clone_from(&self.message);
+        status.reason.clone_from(&self.reason);
         status.children.clone_from(&self.children);
         if self.complete {
             status.nodes.clone_from(&self.nodes);
@@ -145,6 +148,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             message: None,
+            reason: None,
             children: vec![],
             nodes: vec![node("a", JobNodeState::Queued), node("b", JobNodeState::Queued)],
             complete: true,

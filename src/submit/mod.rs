@@ -10,7 +10,7 @@ pub mod shapes;
 use std::collections::BTreeSet;
 
 use hive_api::agent::Agent;
-use hive_api::job::{Job, JobSource, JobSpec, JobTemplate, NodeAction};
+use hive_api::job::{Job, JobSource, JobSpec, JobTemplate, NodeAction, Scheduling};
 
 use crate::client::{self, Api};
 use crate::store::{self, Outcome, Store};
@@ -34,6 +34,12 @@ pub trait LiveState: Send + Sync {
     fn is_stale<'a>(&'a self, _agent: &'a str) -> futures_util::future::BoxFuture<'a, bool> {
         Box::pin(async { false })
     }
+
+    /// How many times the builds (Prebuild, Create) of a Job built from a template retry
+    /// (`hive serve --build-retries`); a Job that names its own `spec.retry` keeps it.
+    fn build_retries(&self) -> u32 {
+        0
+    }
 }
 
 /// One operation to submit.
@@ -49,6 +55,8 @@ pub struct Request {
     pub reason: Option<String>,
     /// The Job's name; `None` names it `<template>-<random>`.
     pub name: Option<String>,
+    /// Its priority, deadline …, as the Job's spec has them.
+    pub scheduling: Scheduling,
 }
 
 /// Why a submit was refused. Nothing was written.
@@ -104,7 +112,8 @@ pub async fn submit(store: &Store, live: &dyn LiveState, request: &Request) -> R
                 }
             }
         }
-        let job = job_object(request, &states);
+        let mut job = job_object(request, &states);
+        shapes::retry_builds(&mut job.spec, live.build_retries());
         mutations.push(jobs.create_mutation(&job)?);
         match store.commit_all(mutations, false).await {
             Ok(outcomes) => return stored_job(outcomes),
@@ -162,6 +171,7 @@ pub async fn expand(store: &Store, live: &dyn LiveState, job: &Job) -> Result<(J
     let mut expanded = job.clone();
     expanded.spec.agents = states.iter().map(|s| s.name.clone()).collect();
     expanded.spec.nodes = shapes::build(template, &states);
+    shapes::retry_builds(&mut expanded.spec, live.build_retries());
     mutations.push(Api::<Job>::new(store).replace_mutation(&expanded, job)?);
     Ok((expanded, mutations))
 }
@@ -231,6 +241,8 @@ pub struct DagRequest {
     pub inputs: Vec<String>,
     /// The agents it acts on (for display and `in flight` checks).
     pub agents: Vec<String>,
+    /// Its priority, deadline …
+    pub scheduling: Scheduling,
 }
 
 /// Validates and stores a shaped DAG (a cycle or a bad node is refused with nothing
@@ -254,6 +266,8 @@ pub async fn submit_dag(store: &Store, request: &DagRequest) -> Result<Job> {
         nodes: request.nodes.clone(),
         ..Default::default()
     };
+    let mut spec = spec;
+    spec.set_scheduling(&request.scheduling);
     let job = named_job(request.template, request.name.as_deref(), spec);
     Ok(Api::<Job>::new(store).create(&job).await?)
 }
@@ -286,6 +300,8 @@ fn job_object(request: &Request, states: &[AgentState]) -> Job {
         nodes: shapes::build(request.template, states),
         ..Default::default()
     };
+    let mut spec = spec;
+    spec.set_scheduling(&request.scheduling);
     let mut job = named_job(request.template, request.name.as_deref(), spec);
     job.metadata.annotations.insert(hive_api::names::INTENT_WRITTEN.into(), "true".into());
     job
@@ -358,6 +374,7 @@ mod tests {
             source: JobSource::Cli,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         let job = submit(&store, &live, &request).await.unwrap();
         assert!(job.metadata.name.starts_with("stop-"));
@@ -385,6 +402,7 @@ mod tests {
             source: JobSource::Api,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         // A branch name in the spec beside a commit in the status is not stale: only the
         // marker against the lock says so.
@@ -409,6 +427,7 @@ mod tests {
             source: JobSource::Api,
             reason: None,
             name: None,
+            scheduling: Default::default(),
         };
         assert!(matches!(submit(&store, &live, &unknown).await, Err(Error::UnknownAgent(n)) if n == "ghost"));
         let empty = Request { agents: vec![], ..unknown.clone() };

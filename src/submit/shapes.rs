@@ -72,6 +72,22 @@ pub fn meta_lock(inputs: &[String], fan_out: Option<&[String]>, non_fatal: bool)
     vec![JobNode::from_action("meta-lock", None, &action)]
 }
 
+/// Lets the builds of `spec` (its Prebuild and Create nodes) retry `limit` times with the
+/// default backoff (`hive serve --build-retries`), unless the Job names its own
+/// `spec.retry` or a node its own `retry`. Nothing changes for `limit` 0.
+pub fn retry_builds(spec: &mut hive_api::JobSpec, limit: u32) {
+    if limit == 0 || spec.retry.is_some() {
+        return;
+    }
+    for node in &mut spec.nodes {
+        if matches!(node.kind, hive_api::job::JobNodeKind::Prebuild | hive_api::job::JobNodeKind::Create)
+            && node.retry.is_none()
+        {
+            node.retry = Some(hive_api::job::Retry { limit, backoff: None });
+        }
+    }
+}
+
 /// Builds the nodes of one DAG: a subgraph per agent, in the order given.
 pub fn build(template: JobTemplate, agents: &[AgentState]) -> Vec<JobNode> {
     agents.iter().flat_map(|a| subgraph(template, a)).collect()

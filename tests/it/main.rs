@@ -41,6 +41,7 @@ mod go_clients;
 mod harness;
 mod http2;
 mod intake;
+mod job_features;
 mod jobs;
 mod kubectl;
 mod manifests;

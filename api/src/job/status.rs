@@ -29,6 +29,10 @@ pub struct JobStatus {
     /// Human-readable summary, e.g. why the Job failed or was interrupted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Why the Job ended as it did, machine-readable, when the nodes alone do not say:
+    /// `DeadlineExceeded` once it ran past `spec.activeDeadlineSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Names of the child Jobs this one fanned out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<String>,
@@ -163,6 +167,14 @@ pub struct JobNodeStatus {
     /// Why the node failed (or which dep cancelled it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Which try this is (or was the last), from 1, once the node has started. Above 1
+    /// only for a node that retried (`spec.nodes[i].retry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// When a failed node that retries runs again: it waits, `Queued`, until then, its
+    /// last try's error in `error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
     /// Reference to the node's build log, which `hive logs -f` follows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log_ref: Option<String>,

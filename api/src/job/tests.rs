@@ -146,6 +146,8 @@ fn cells_match_columns() {
             json!("Stop"),
             json!("Running"),
             json!("2/6"),
+            json!(0),
+            json!(0),
             json!("alpha,beta"),
             json!("Cli"),
             json!("operator stop")
@@ -245,4 +247,68 @@ fn the_schema_of_params_names_each_kind_s_params() {
             assert!(described.contains(&format!("`{param}`")), "{kind:?} {param}: {described}");
         }
     }
+}
+
+#[test]
+fn priority_and_deadline_are_bounded_and_named() {
+    let mut value = valid();
+    value["spec"]["priority"] = json!(1001);
+    value["spec"]["activeDeadlineSeconds"] = json!(0);
+    let errors = validate(&decode::<Job>(&value).unwrap().0);
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(fields, ["spec.priority", "spec.activeDeadlineSeconds"], "{errors:?}");
+    assert!(errors[0].message.contains("between -1000 and 1000"), "{errors:?}");
+
+    value["spec"]["priority"] = json!(-1000);
+    value["spec"]["activeDeadlineSeconds"] = json!(MAX_DEADLINE_SECONDS);
+    let (job, _) = decode::<Job>(&value).unwrap();
+    assert_eq!(validate(&job), vec![]);
+    assert_eq!(job.spec.scheduling().priority, -1000);
+    // Defaults are left out of the stored form.
+    let (plain, _) = decode::<Job>(&valid()).unwrap();
+    assert_eq!(plain.spec.priority, 0);
+    let stored = serde_json::to_value(&plain).unwrap();
+    assert!(
+        stored["spec"].get("priority").is_none() && stored["spec"].get("activeDeadlineSeconds").is_none()
+    );
+}
+
+#[test]
+fn retries_only_where_a_retry_is_safe_and_within_bounds() {
+    let mut value = job(json!([
+        {"id": "p", "kind": "Prebuild", "agent": "a", "retry": {"limit": 3, "backoff": {"initial": "1s", "max": "4s", "factor": 2}}},
+        {"id": "s", "kind": "Swap", "agent": "a", "deps": [{"node": "p"}], "retry": {"limit": 1}},
+        {"id": "c", "kind": "Create", "agent": "b", "retry": {"limit": 21, "backoff": {"initial": "soon", "max": "2h", "factor": 11}}}
+    ]));
+    value["spec"]["retry"] = json!({"limit": 2, "backoff": {"initial": "10s", "max": "5s"}});
+    let errors = validate(&decode::<Job>(&value).unwrap().0);
+    let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.retry.backoff.max",
+            "spec.nodes[1].retry",
+            "spec.nodes[2].retry.limit",
+            "spec.nodes[2].retry.backoff.initial",
+            "spec.nodes[2].retry.backoff.max",
+            "spec.nodes[2].retry.backoff.factor",
+        ],
+        "{errors:?}"
+    );
+    assert!(errors[1].message.contains("only Prebuild, Create and MetaLock nodes retry"), "{errors:?}");
+    let (job, _) = decode::<Job>(&value).unwrap();
+    let policy = job.spec.nodes[0].retry_policy(None).unwrap();
+    assert_eq!(policy.limit, 3);
+    let waits: Vec<u64> = (1..=4).map(|a| policy.backoff(a).as_secs()).collect();
+    assert_eq!(waits, [1, 2, 4, 4]);
+    assert_eq!(job.spec.nodes[1].retry_policy(job.spec.retry.as_ref()), None, "a Swap never retries");
+    // A node without its own takes the Job's, defaults filled in.
+    let mut plain = job.spec.nodes[0].clone();
+    plain.retry = None;
+    let default = Retry { limit: 2, backoff: None };
+    let policy = plain.retry_policy(Some(&default)).unwrap();
+    assert_eq!((policy.limit, policy.initial.as_secs(), policy.max.as_secs()), (2, 10, 300));
+    assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1.5s"), None);
 }

@@ -46,6 +46,9 @@
         h('span', { class: 'glyph' }, NODE_GLYPH[state] || '?'), ' ', h('span', { class: 'nid' }, n.id),
         h('span', { class: 'nstate' }, ' ' + state),
         state === 'Running' && st.step ? h('span', { class: 'step' }, ' · ' + st.step) : null,
+        // Tries above the first: the node retried (spec.nodes[].retry).
+        (st.attempt || 0) > 1 ? h('span', { class: 'attempt', title: 'attempt (status.nodes[].attempt)' }, ' · attempt ' + st.attempt) : null,
+        st.retryAt ? h('span', { class: 'attempt muted' }, ' · retries at ', time(st.retryAt)) : null,
         st.error ? h('span', { class: 'nerr' }, ' — ' + st.error) : null);
       if (onPick) chip.addEventListener('click', () => onPick(job.metadata.name, n.id));
       return chip;
@@ -72,7 +75,9 @@
         s.finishedAt ? [' · finished ', time(s.finishedAt)] : null,
         job.spec.parent ? [' · parent ', jobLink(job.spec.parent)] : null,
         (s.children || []).length ? [' · children ', s.children.map((c, i) => [i ? ', ' : '', jobLink(c)])] : null,
-        job.spec.approval ? [' · approval ', h('a', { href: '/approvals' }, job.spec.approval)] : null),
+        job.spec.approval ? [' · approval ', h('a', { href: '/approvals' }, job.spec.approval)] : null,
+        job.spec.priority ? [' · priority ', String(job.spec.priority)] : null,
+        job.spec.activeDeadlineSeconds ? [' · deadline ', job.spec.activeDeadlineSeconds + 's'] : null),
       s.message ? h('p', { class: phase === 'Failed' ? 'error small' : 'muted small' }, s.message) : null);
     return card;
   }

@@ -210,6 +210,7 @@ mod tests {
             started_at: None,
             finished_at: None,
             message: None,
+            reason: None,
             children: vec![],
             nodes,
             complete,

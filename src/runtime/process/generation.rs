@@ -180,6 +180,10 @@ pub fn generation_id(n: u64, sha: &str) -> String {
 
 /// Runs the build command `argv` (no shell) in `dir`, streaming its stdout and stderr
 /// to `log` line by line; a non-zero exit is an [`Error::Command`] with the last lines.
+///
+/// The command runs in a process group of its own: dropping the future before it ends
+/// (the scheduler stopping a Prebuild at its Job's deadline) kills the whole group, the
+/// command and whatever it started.
 pub async fn run_build(
     agent: &str,
     argv: &[String],
@@ -198,6 +202,7 @@ pub async fn run_build(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
         .map_err(|source| Error::Spawn {
             agent: agent.into(),
@@ -205,6 +210,7 @@ pub async fn run_build(
             dir: dir.into(),
             source,
         })?;
+    let mut group = KillGroup(child.id());
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let tail = std::sync::Mutex::new(Vec::<String>::new());
@@ -217,6 +223,7 @@ pub async fn run_build(
         tail.push(line);
     };
     let (status, (), ()) = tokio::join!(child.wait(), lines(stdout, &sink), lines(stderr, &sink));
+    group.0 = None; // ended: its pid may be reused
     let status = status.map_err(|source| Error::Spawn {
         agent: agent.into(),
         command: command.clone(),
@@ -228,6 +235,18 @@ pub async fn run_build(
     }
     let output = tail.into_inner().unwrap_or_else(|e| e.into_inner()).join("\n");
     Err(Error::Command { agent: agent.into(), command, dir: dir.into(), status: status.to_string(), output })
+}
+
+/// Kills process group `.0` when dropped, unless it was cleared first (the group's
+/// leader was waited for).
+struct KillGroup(Option<u32>);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0 {
+            let _ = super::supervisor::signal_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
 }
 
 /// Feeds every line of `reader` (lossily decoded, newline stripped) to `sink`.

@@ -11,7 +11,10 @@ use super::{
     SchedulerHandle, SettledJob,
 };
 
+mod deadlines;
+mod priorities;
 mod props;
+mod retries;
 mod rules;
 
 /// How a scripted node ends.
@@ -111,6 +114,8 @@ impl Harness {
                 new.push((started.job.clone(), started.node.clone()));
                 self.running.push(started);
             }
+            // A node the scheduler stopped (its Job's deadline) dropped its end.
+            self.running.retain(|s| !s.done.is_closed());
             let list = self.sched.list().await.expect("scheduler up");
             let running: Vec<(String, String)> = list
                 .iter()
@@ -119,9 +124,10 @@ impl Harness {
                 .map(|(j, n)| (j.name.clone(), n.id.clone()))
                 .collect();
             let ended_done = ended.iter().all(|(job, node)| {
-                list.iter()
-                    .find(|j| &j.name == job)
-                    .is_none_or(|j| j.nodes.iter().any(|n| &n.id == node && n.state.is_terminal()))
+                list.iter().find(|j| &j.name == job).is_none_or(|j| {
+                    // Ended: terminal, or failed and waiting to retry.
+                    j.nodes.iter().any(|n| &n.id == node && (n.state.is_terminal() || n.retry_at.is_some()))
+                })
             });
             // The list is answered before its own turn's pass, and one pass need not
             // be the last to start something: a grant in it can turn an earlier DAG's
@@ -165,6 +171,19 @@ impl Harness {
     pub(super) async fn state(&self, job: &str, node: &str) -> JobNodeState {
         let snap = self.sched.snapshot(job).await.expect("job exists");
         snap.nodes.iter().find(|n| n.id == node).expect("node exists").state
+    }
+
+    /// Lets running node `job/node` be stopped at its Job's deadline, as a build does.
+    pub(super) fn interruptible(&self, job: &str, node: &str) {
+        let started = self.running.iter().find(|s| s.job == job && s.node == node).expect("running");
+        started.ctx.set_interruptible(true);
+    }
+
+    /// Moves the paused clock on by `seconds` and waits until the scheduler is quiet;
+    /// returns the nodes started as a result.
+    pub(super) async fn advance(&mut self, seconds: u64) -> Vec<(String, String)> {
+        tokio::time::advance(std::time::Duration::from_secs(seconds)).await;
+        self.settle(&[]).await
     }
 
     pub(super) async fn phase(&self, job: &str) -> JobPhase {
