@@ -34,7 +34,7 @@ pub fn router() -> ApiRouter {
     ApiRouter::new()
         .route("/api", routes::get(Verb::Read, versions))
         .route("/api/v1", routes::get(Verb::Read, resource_list))
-        .route("/api/v1/events", routes::get(Verb::Read, list).post(Verb::Write, create))
+        .route("/api/v1/events", routes::get(Verb::Read, list_all::<false>).post(Verb::Write, create))
         .route(
             "/api/v1/events/{name}",
             routes::get(Verb::Read, read)
@@ -42,30 +42,31 @@ pub fn router() -> ApiRouter {
                 .patch(Verb::Write, patch)
                 .delete(Verb::Write, delete),
         )
-        .route(
-            "/api/v1/namespaces/{namespace}/events",
-            routes::get(Verb::Read, list_in).post(Verb::Write, create_in),
-        )
-        .route(
-            "/api/v1/namespaces/{namespace}/events/{name}",
-            routes::get(Verb::Read, read_in)
-                .put(Verb::Write, replace_in)
-                .patch(Verb::Write, patch_in)
-                .delete(Verb::Write, delete_in),
-        )
+        .merge(namespaced::<false>())
         .route("/apis/events.k8s.io", routes::get(Verb::Read, events_group))
         .route("/apis/events.k8s.io/v1", routes::get(Verb::Read, events_resource_list))
-        .route("/apis/events.k8s.io/v1/events", routes::get(Verb::Read, list_v1))
-        .route(
+        .route("/apis/events.k8s.io/v1/events", routes::get(Verb::Read, list_all::<true>))
+        .merge(namespaced::<true>())
+}
+
+/// The namespaced routes, in the core shape or (`V1`) events.k8s.io's.
+fn namespaced<const V1: bool>() -> ApiRouter {
+    let (collection, item) = if V1 {
+        (
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events",
-            routes::get(Verb::Read, list_v1_in).post(Verb::Write, create_v1_in),
-        )
-        .route(
             "/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}",
-            routes::get(Verb::Read, read_v1_in)
-                .put(Verb::Write, replace_v1_in)
-                .patch(Verb::Write, patch_v1_in)
-                .delete(Verb::Write, delete_v1_in),
+        )
+    } else {
+        ("/api/v1/namespaces/{namespace}/events", "/api/v1/namespaces/{namespace}/events/{name}")
+    };
+    ApiRouter::new()
+        .route(collection, routes::get(Verb::Read, list_in::<V1>).post(Verb::Write, create_in::<V1>))
+        .route(
+            item,
+            routes::get(Verb::Read, read_in::<V1>)
+                .put(Verb::Write, replace_in::<V1>)
+                .patch(Verb::Write, patch_in::<V1>)
+                .delete(Verb::Write, delete_in::<V1>),
         )
 }
 
@@ -182,8 +183,7 @@ impl Route<'_> {
     }
 
     async fn list(&self, state: AppState, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-        resources::list_as(state, &EVENT_KIND, self.form, self.namespace.map(str::to_string), headers, uri)
-            .await
+        resources::list(state, &EVENT_KIND, self.form, self.namespace.map(str::to_string), headers, uri).await
     }
 
     async fn create(
@@ -202,7 +202,7 @@ impl Route<'_> {
 
     async fn read(&self, state: AppState, name: String, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
         self.check_namespace(&state, &name)?;
-        resources::get_as(state, &EVENT_KIND, self.form, name, headers, uri).await
+        resources::get(state, &EVENT_KIND, self.form, name, headers, uri).await
     }
 
     // The extracted parts of one request, passed through as axum hands them over.
@@ -243,7 +243,7 @@ impl Route<'_> {
         body: Body,
     ) -> ApiResult<Response> {
         self.check_namespace(&state, &name)?;
-        resources::patch_as(
+        resources::patch(
             state,
             &EVENT_KIND,
             self.form,
@@ -267,44 +267,86 @@ impl Route<'_> {
         body: Body,
     ) -> ApiResult<Response> {
         self.check_namespace(&state, &name)?;
-        resources::delete_as(state, &EVENT_KIND, self.form, name, headers, uri, body).await
+        resources::delete(state, &EVENT_KIND, self.form, name, headers, uri, body).await
     }
 }
 
-fn core_in(namespace: &str) -> Route<'_> {
-    Route { form: Form::Stored, namespace: Some(namespace) }
+/// The route of `namespace` (none: cluster-wide) in the core shape or (`V1`)
+/// events.k8s.io's.
+fn route<const V1: bool>(namespace: Option<&str>) -> Route<'_> {
+    Route { form: if V1 { Form::EventsV1 } else { Form::Stored }, namespace }
 }
 
-fn v1_in(namespace: &str) -> Route<'_> {
-    Route { form: Form::EventsV1, namespace: Some(namespace) }
+async fn list_all<const V1: bool>(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    route::<V1>(None).list(state, headers, uri).await
 }
 
-async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-    CORE.list(state, headers, uri).await
-}
-
-async fn list_in(
+async fn list_in<const V1: bool>(
     State(state): State<AppState>,
     Path(namespace): Path<String>,
     headers: HeaderMap,
     uri: Uri,
 ) -> ApiResult<Response> {
-    core_in(&namespace).list(state, headers, uri).await
+    route::<V1>(Some(&namespace)).list(state, headers, uri).await
 }
 
-async fn list_v1(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-    Route { form: Form::EventsV1, namespace: None }.list(state, headers, uri).await
-}
-
-async fn list_v1_in(
+async fn create_in<const V1: bool>(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(namespace): Path<String>,
     headers: HeaderMap,
     uri: Uri,
+    body: Body,
 ) -> ApiResult<Response> {
-    v1_in(&namespace).list(state, headers, uri).await
+    route::<V1>(Some(&namespace)).create(state, &principal, headers, uri, body).await
 }
 
+async fn read_in<const V1: bool>(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    route::<V1>(Some(&namespace)).read(state, name, headers, uri).await
+}
+
+async fn replace_in<const V1: bool>(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    route::<V1>(Some(&namespace)).replace(state, &principal, name, headers, uri, body).await
+}
+
+async fn patch_in<const V1: bool>(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    route::<V1>(Some(&namespace)).patch(state, &principal, name, headers, uri, body).await
+}
+
+async fn delete_in<const V1: bool>(
+    State(state): State<AppState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Body,
+) -> ApiResult<Response> {
+    route::<V1>(Some(&namespace)).delete(state, name, headers, uri, body).await
+}
+
+/// The cluster-wide named routes of the core group (events.k8s.io has none).
 async fn create(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -315,28 +357,6 @@ async fn create(
     CORE.create(state, &principal, headers, uri, body).await
 }
 
-async fn create_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    core_in(&namespace).create(state, &principal, headers, uri, body).await
-}
-
-async fn create_v1_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path(namespace): Path<String>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    v1_in(&namespace).create(state, &principal, headers, uri, body).await
-}
-
 async fn read(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -344,24 +364,6 @@ async fn read(
     uri: Uri,
 ) -> ApiResult<Response> {
     CORE.read(state, name, headers, uri).await
-}
-
-async fn read_in(
-    State(state): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> ApiResult<Response> {
-    core_in(&namespace).read(state, name, headers, uri).await
-}
-
-async fn read_v1_in(
-    State(state): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-) -> ApiResult<Response> {
-    v1_in(&namespace).read(state, name, headers, uri).await
 }
 
 async fn replace(
@@ -375,28 +377,6 @@ async fn replace(
     CORE.replace(state, &principal, name, headers, uri, body).await
 }
 
-async fn replace_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    core_in(&namespace).replace(state, &principal, name, headers, uri, body).await
-}
-
-async fn replace_v1_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    v1_in(&namespace).replace(state, &principal, name, headers, uri, body).await
-}
-
 async fn patch(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
@@ -408,28 +388,6 @@ async fn patch(
     CORE.patch(state, &principal, name, headers, uri, body).await
 }
 
-async fn patch_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    core_in(&namespace).patch(state, &principal, name, headers, uri, body).await
-}
-
-async fn patch_v1_in(
-    State(state): State<AppState>,
-    Extension(principal): Extension<Principal>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    v1_in(&namespace).patch(state, &principal, name, headers, uri, body).await
-}
-
 async fn delete(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -438,24 +396,4 @@ async fn delete(
     body: Body,
 ) -> ApiResult<Response> {
     CORE.delete(state, name, headers, uri, body).await
-}
-
-async fn delete_in(
-    State(state): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    core_in(&namespace).delete(state, name, headers, uri, body).await
-}
-
-async fn delete_v1_in(
-    State(state): State<AppState>,
-    Path((namespace, name)): Path<(String, String)>,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    v1_in(&namespace).delete(state, name, headers, uri, body).await
 }

@@ -152,6 +152,7 @@ macro_rules! kind_routes {
             use crate::server::error::ApiResult;
             use crate::server::kinds::{DeleteQuery, ListQuery, PatchQuery, WriteQuery};
             use crate::server::resources;
+            use crate::server::shape::Form;
             use crate::server::AppState;
             use crate::store::Subresource;
 
@@ -168,7 +169,7 @@ macro_rules! kind_routes {
                           (status = 410, description = "The continue token is older than the retained history", body = Status),
                           (status = 504, description = "resourceVersion names a revision the store did not reach within 3 s (Too large resource version)", body = Status)))]
             pub async fn list(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-                resources::list(state, info(), headers, uri).await
+                resources::list(state, info(), Form::Stored, None, headers, uri).await
             }
 
             /// Create an object.
@@ -196,7 +197,7 @@ macro_rules! kind_routes {
                           (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 404, description = "Not found", body = Status)))]
             pub async fn read(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-                resources::get(state, info(), name, headers, uri).await
+                resources::get(state, info(), Form::Stored, name, headers, uri).await
             }
 
             /// Replace an object's spec and metadata (optimistic concurrency on `metadata.resourceVersion`).
@@ -234,7 +235,7 @@ macro_rules! kind_routes {
                           (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
                           (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn patch(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::patch(state, info(), &principal, name, Subresource::Main, headers, uri, body).await
+                resources::patch(state, info(), Form::Stored, &principal, name, Subresource::Main, headers, uri, body).await
             }
 
             /// Delete an object. With finalizers it is marked (`deletionTimestamp`) and goes when the last is removed.
@@ -249,7 +250,7 @@ macro_rules! kind_routes {
                           (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
                           (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn delete(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::delete(state, info(), name, headers, uri, body).await
+                resources::delete(state, info(), Form::Stored, name, headers, uri, body).await
             }
 
             /// Read an object (status subresource).
@@ -260,7 +261,7 @@ macro_rules! kind_routes {
                           (status = 403, description = "The token's role does not allow the request", body = Status),
                           (status = 404, description = "Not found", body = Status)))]
             pub async fn read_status(State(state): State<AppState>, Path(name): Path<String>, headers: HeaderMap, uri: Uri) -> ApiResult<Response> {
-                resources::get(state, info(), name, headers, uri).await
+                resources::get(state, info(), Form::Stored, name, headers, uri).await
             }
 
             /// Replace an object's status; `generation` does not change.
@@ -296,7 +297,7 @@ macro_rules! kind_routes {
                           (status = 503, description = "The store cannot write for now; retry after `Retry-After`", body = Status),
                           (status = 507, description = "The disk is full; nothing was written", body = Status)))]
             pub async fn patch_status(State(state): State<AppState>, axum::Extension(principal): axum::Extension<crate::auth::Principal>, Path(name): Path<String>, headers: HeaderMap, uri: Uri, body: Body) -> ApiResult<Response> {
-                resources::patch(state, info(), &principal, name, Subresource::Status, headers, uri, body).await
+                resources::patch(state, info(), Form::Stored, &principal, name, Subresource::Status, headers, uri, body).await
             }
 
             /// The routes of this kind, each method with its verb.

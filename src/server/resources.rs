@@ -270,19 +270,8 @@ fn outcome_object(outcome: Outcome) -> (StatusCode, Obj) {
     }
 }
 
-/// `GET /apis/hive.dev/v1/{plural}/{name}`.
+/// `GET /apis/hive.dev/v1/{plural}/{name}`, answered in the route's `form`.
 pub async fn get(
-    state: AppState,
-    kind: &'static KindInfo,
-    name: String,
-    headers: HeaderMap,
-    uri: Uri,
-) -> ApiResult<Response> {
-    get_as(state, kind, Form::Stored, name, headers, uri).await
-}
-
-/// [`get`], answered in the route's `form`.
-pub async fn get_as(
     state: AppState,
     kind: &'static KindInfo,
     form: Form,
@@ -332,18 +321,9 @@ fn decode_continue(text: &str) -> ApiResult<ContinueToken> {
         })
 }
 
-/// `GET /apis/hive.dev/v1/{plural}` — a list, or a watch with `watch=true`.
+/// `GET /apis/hive.dev/v1/{plural}` — a list, or a watch with `watch=true` — answered in
+/// the route's `form`, on a namespaced route of `namespace`.
 pub async fn list(
-    state: AppState,
-    kind: &'static KindInfo,
-    headers: HeaderMap,
-    uri: Uri,
-) -> ApiResult<Response> {
-    list_as(state, kind, Form::Stored, None, headers, uri).await
-}
-
-/// [`list`], answered in the route's `form`, on a namespaced route of `namespace`.
-pub async fn list_as(
     state: AppState,
     kind: &'static KindInfo,
     form: Form,
@@ -539,27 +519,11 @@ pub async fn replace_parsed(
 }
 
 /// `PATCH /apis/hive.dev/v1/{plural}/{name}[/status]`: merge patch, JSON patch, or
-/// server-side apply.
+/// server-side apply. On a route of another `form` the patch is written in that form's
+/// terms, and so is the answer.
 // The extracted parts of one request, passed through as axum hands them over.
 #[allow(clippy::too_many_arguments)]
 pub async fn patch(
-    state: AppState,
-    kind: &'static KindInfo,
-    principal: &Principal,
-    name: String,
-    subresource: Subresource,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    patch_as(state, kind, Form::Stored, principal, name, subresource, headers, uri, body).await
-}
-
-/// [`patch`] on a route of another `form`: the patch is written in that form's terms,
-/// and so is the answer.
-// The extracted parts of one request, passed through as axum hands them over.
-#[allow(clippy::too_many_arguments)]
-pub async fn patch_as(
     state: AppState,
     kind: &'static KindInfo,
     form: Form,
@@ -819,20 +783,8 @@ struct Preconditions {
     resource_version: Option<String>,
 }
 
-/// `DELETE /apis/hive.dev/v1/{plural}/{name}`.
+/// `DELETE /apis/hive.dev/v1/{plural}/{name}`, answered in the route's `form`.
 pub async fn delete(
-    state: AppState,
-    kind: &'static KindInfo,
-    name: String,
-    headers: HeaderMap,
-    uri: Uri,
-    body: Body,
-) -> ApiResult<Response> {
-    delete_as(state, kind, Form::Stored, name, headers, uri, body).await
-}
-
-/// [`delete`], answered in the route's `form`.
-pub async fn delete_as(
     state: AppState,
     kind: &'static KindInfo,
     form: Form,
