@@ -285,6 +285,10 @@ pub fn labels(errors: &mut Errors, field: &str, labels: &BTreeMap<String, String
 /// Validates the metadata every object carries, its name by `rule`.
 pub fn object_meta(errors: &mut Errors, meta: &ObjectMeta, rule: NameRule) {
     name_by(errors, "metadata.name", &meta.name, rule);
+    // Only a kind that keeps a namespace (core Events) still has one here.
+    if let Some(namespace) = meta.namespace.as_deref().filter(|n| !n.is_empty()) {
+        name(errors, "metadata.namespace", namespace);
+    }
     labels(errors, "metadata.labels", &meta.labels);
     for k in meta.annotations.keys() {
         if let Err(why) = qualified_name(k) {

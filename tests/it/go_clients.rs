@@ -85,6 +85,14 @@ async fn a_controller_records_core_events_on_namespaced_routes_with_client_go_na
         reply.body
     );
 
+    // A namespace that is not a DNS label is refused naming the field; nothing stored.
+    let mut bad_namespace = recorded("alpha.5", "", "alpha");
+    bad_namespace["metadata"].as_object_mut().unwrap().remove("namespace");
+    let reply = api.post("/api/v1/namespaces/Team_A/events", &bad_namespace).await;
+    assert_eq!(reply.code, 422, "{:?}", reply.body);
+    assert!(reply.body["message"].as_str().unwrap().contains("metadata.namespace"), "{:?}", reply.body);
+    assert_eq!(api.get("/api/v1/events/alpha.5").await.code, 404);
+
     // A name that is not a DNS subdomain is still refused, naming the field.
     let reply = api.post("/api/v1/namespaces/default/events", &recorded("Alpha_1", "default", "alpha")).await;
     assert_eq!(reply.code, 422, "{:?}", reply.body);
