@@ -79,8 +79,9 @@ impl Selectors {
         self.matches_with(object, || Cow::Owned(object.name()))
     }
 
-    /// Labels first: they are at hand, and most selectors are only labels. Every hive
-    /// kind is cluster-scoped, so `metadata.namespace` is `""` without looking.
+    /// Labels first: they are at hand, and most selectors are only labels. hive's kinds
+    /// are cluster-scoped, so their `metadata.namespace` is `""` without looking; an
+    /// Event's (and a namespaced route's filter) is read from the object.
     fn matches_with<'a>(&self, object: &Obj, name: impl FnOnce() -> Cow<'a, str>) -> bool {
         if self.labels.as_ref().is_some_and(|labels| !labels.matches(&object.labels())) {
             return false;
