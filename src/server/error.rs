@@ -71,6 +71,9 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// The write is larger than the store takes in one transaction (on etcd).
+    #[error("request entity too large: {0}")]
+    WriteTooLarge(String),
     /// The object the write would store is larger than an object may be.
     #[error(
         "request entity too large: the {kind} would take {size} bytes as JSON, more than the {limit} an object may take"
@@ -161,7 +164,9 @@ impl ApiError {
             }
             ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } | ApiError::WriteTooLarge(_) => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -210,7 +215,9 @@ impl ApiError {
             }
             ApiError::BadRoute => ("NotFound", None),
             ApiError::BadRequest(_) => ("BadRequest", None),
-            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } => ("RequestEntityTooLarge", None),
+            ApiError::TooLarge { .. } | ApiError::ObjectTooLarge { .. } | ApiError::WriteTooLarge(_) => {
+                ("RequestEntityTooLarge", None)
+            }
             ApiError::UnsupportedMediaType(_) => ("UnsupportedMediaType", None),
             ApiError::NotAcceptable(_) => ("NotAcceptable", None),
             ApiError::MethodNotAllowed => ("MethodNotAllowed", None),
@@ -308,7 +315,10 @@ impl From<store::Error> for ApiError {
                 ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
             full @ store::Error::DiskFull { .. } => ApiError::InsufficientStorage(full.to_string()),
-            down @ store::Error::Unavailable { .. } => ApiError::Unavailable(down.to_string()),
+            down @ (store::Error::Unavailable { .. } | store::Error::NotLeader { .. }) => {
+                ApiError::Unavailable(down.to_string())
+            }
+            store::Error::TooLarge { message } => ApiError::WriteTooLarge(message),
             other => ApiError::Internal(anyhow::Error::new(other)),
         }
     }

@@ -353,7 +353,7 @@ fn rows(state: &State, changes: &[Change], compacted: u64) -> (Vec<bool>, Vec<u6
 /// The compacted revision once `new` events are appended at `time_ms`: keep at most
 /// `retention_events`, none older than `retention_age`, and no more than
 /// `retention_bytes` of them (the oldest go first, possibly some of `new` itself).
-fn compacted_after(state: &State, config: &StoreConfig, new: &[Change], time_ms: i64) -> u64 {
+pub(super) fn compacted_after(state: &State, config: &StoreConfig, new: &[Change], time_ms: i64) -> u64 {
     let total = state.log.len() + new.len();
     let mut dropped = total.saturating_sub(config.retention_events);
     let max_age_ms = i64::try_from(config.retention_age.as_millis()).unwrap_or(i64::MAX);

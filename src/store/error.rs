@@ -121,6 +121,20 @@ pub enum Error {
         /// Why, for the operator.
         message: String,
     },
+    /// The write is larger than the store takes in one transaction (etcd's limits on
+    /// operations and bytes a transaction); nothing was written.
+    #[error("{message}")]
+    TooLarge {
+        /// What was too large, and the limit.
+        message: String,
+    },
+    /// A leader-only write from a replica whose leadership has ended (on etcd): nothing
+    /// was written; the replica stops its leader work.
+    #[error("{message}")]
+    NotLeader {
+        /// Which leadership ended.
+        message: String,
+    },
     /// The store has been shut down (or its commit thread died); nothing was written.
     #[error("the store is shut down")]
     Closed,

@@ -1,4 +1,5 @@
-//! The versioned object store on redb: group commit, event log, watch cache.
+//! The versioned object store on redb (or on etcd, see [`etcd`]): group commit, event
+//! log, watch cache.
 //!
 //! Objects are kind-agnostic JSON (the server types and validates them first), keyed by
 //! plural resource name and object name. Every committed write gets the next value of
@@ -18,6 +19,7 @@ mod config;
 mod disk;
 mod entry;
 mod error;
+pub mod etcd;
 mod mutation;
 mod object;
 mod record;
@@ -60,10 +62,18 @@ pub struct Store {
 
 struct Inner {
     shared: Arc<Shared>,
-    /// Taken by `shutdown`; once every sender is gone the commit thread drains and stops.
-    requests: Mutex<Option<mpsc::Sender<Request>>>,
-    /// Becomes true when the commit thread has stopped and closed the database.
-    stopped: tokio::sync::watch::Receiver<bool>,
+    writer: Writer,
+}
+
+/// Where writes go: the embedded database's commit thread, or etcd.
+enum Writer {
+    Embedded {
+        /// Taken by `shutdown`; once every sender is gone the commit thread drains and stops.
+        requests: Mutex<Option<mpsc::Sender<Request>>>,
+        /// Becomes true when the commit thread has stopped and closed the database.
+        stopped: tokio::sync::watch::Receiver<bool>,
+    },
+    Etcd(Arc<etcd::Backend>),
 }
 
 /// Counters for benchmarks and diagnostics.
@@ -97,7 +107,23 @@ impl Store {
             .name("hive-store-commit".into())
             .spawn(move || commit::run(thread_shared, log, queue, stopped_tx))
             .map_err(Error::Thread)?;
-        Ok(Store { inner: Arc::new(Inner { shared, requests: Mutex::new(Some(requests)), stopped }) })
+        let writer = Writer::Embedded { requests: Mutex::new(Some(requests)), stopped };
+        Ok(Store { inner: Arc::new(Inner { shared, writer }) })
+    }
+
+    /// Opens the store on the etcd cluster `etcd`: loads every object under its prefix
+    /// and follows every later write (see [`etcd`]). `config.path` is not used.
+    pub async fn open_etcd(config: StoreConfig, etcd: &etcd::EtcdConfig) -> Result<Store> {
+        let (backend, shared) = etcd::Backend::open(etcd, config).await?;
+        Ok(Store { inner: Arc::new(Inner { shared, writer: Writer::Etcd(backend) }) })
+    }
+
+    /// The etcd backend, when the store is on etcd: for leader election and fencing.
+    pub fn etcd(&self) -> Option<&Arc<etcd::Backend>> {
+        match &self.inner.writer {
+            Writer::Etcd(backend) => Some(backend),
+            Writer::Embedded { .. } => None,
+        }
     }
 
     /// Replaces the database file at `path` (and nothing else) with an empty store whose
@@ -135,7 +161,11 @@ impl Store {
             let planned = mutation::plan(&lookup, mutations, state.revision + 1, now)?;
             return Ok(planned.into_iter().map(|applied| applied.outcome).collect());
         }
-        let requests = self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let requests = match &self.inner.writer {
+            Writer::Etcd(backend) => return backend.commit(mutations).await,
+            Writer::Embedded { requests, .. } => requests,
+        };
+        let requests = requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let requests = requests.ok_or(Error::Closed)?;
         let (reply, answer) = oneshot::channel();
         requests.send(Request { mutations, reply }).await.map_err(|_| Error::Closed)?;
@@ -217,16 +247,27 @@ impl Store {
     /// Every event of `kind` with a revision above `after`: the retained ones, then live
     /// ones. `Error::Expired` if retention already dropped some of them; `Error::Closed`
     /// after shutdown.
+    ///
+    /// On etcd, where one transaction's writes share a revision, the events *at*
+    /// `after` come again too: a watcher cut off in the middle of them misses none.
     pub fn watch(&self, kind: &str, after: u64) -> Result<Watch> {
         let config = &self.inner.shared.config;
         let limits = (config.watch_buffer, config.watch_buffer_bytes);
-        self.inner.shared.write().watch(self.inner.shared.clone(), kind, after, limits)
+        let mut state = self.inner.shared.write();
+        let after = match &self.inner.writer {
+            Writer::Etcd(_) if after > state.compacted => after - 1,
+            _ => after,
+        };
+        state.watch(self.inner.shared.clone(), kind, after, limits)
     }
 
     /// Whether writes work: `Err(why)` from a failed transaction until the database has
     /// been reopened and took a write again. A failing store is retried by
     /// [`Store::probe`] and by every write.
     pub fn health(&self) -> std::result::Result<(), String> {
+        if let Writer::Etcd(backend) = &self.inner.writer {
+            return backend.health().map_or(Ok(()), Err);
+        }
         match self.inner.shared.unhealthy() {
             Some(why) => Err(why),
             None => Ok(()),
@@ -240,7 +281,8 @@ impl Store {
         if self.health().is_ok() {
             return Ok(());
         }
-        let requests = self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let Writer::Embedded { requests, .. } = &self.inner.writer else { return self.health() };
+        let requests = requests.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let Some(requests) = requests else { return Err(Error::Closed.to_string()) };
         let (reply, answer) = oneshot::channel();
         requests
@@ -266,9 +308,14 @@ impl Store {
     /// Stops accepting writes, waits until every queued write is committed and the
     /// database is closed, and ends all watches. Other clones see `Error::Closed`.
     pub async fn shutdown(&self) {
-        drop(self.inner.requests.lock().unwrap_or_else(PoisonError::into_inner).take());
-        let mut stopped = self.inner.stopped.clone();
-        // An error means the thread is gone already, which is what we wait for.
-        let _ = stopped.wait_for(|stopped| *stopped).await;
+        match &self.inner.writer {
+            Writer::Embedded { requests, stopped } => {
+                drop(requests.lock().unwrap_or_else(PoisonError::into_inner).take());
+                let mut stopped = stopped.clone();
+                // An error means the thread is gone already, which is what we wait for.
+                let _ = stopped.wait_for(|stopped| *stopped).await;
+            }
+            Writer::Etcd(backend) => backend.shutdown().await,
+        }
     }
 }

@@ -65,7 +65,7 @@ impl Mutation {
     }
 
     /// The object name this mutation writes.
-    fn name(&self) -> Result<String> {
+    pub(super) fn name(&self) -> Result<String> {
         match self {
             Mutation::Create { kind, object } | Mutation::Update { kind, object, .. } => {
                 match object.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str) {
@@ -398,7 +398,7 @@ fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
 /// `object.metadata` as a map, creating it (and replacing a non-object) if needed.
 /// Mutations are checked for a `metadata.name` before they are applied, so in practice
 /// this only ever finds the map.
-fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+pub(super) fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !object.is_object() {
         *object = Value::Object(Map::new());
     }

@@ -190,8 +190,8 @@ impl State {
 
     /// Where revision `revision` sits in the log, if it is retained.
     pub fn log_index(&self, revision: u64) -> Option<usize> {
-        let index = usize::try_from(revision.checked_sub(self.compacted + 1)?).ok()?;
-        (index < self.log.len()).then_some(index)
+        let index = self.log.partition_point(|e| e.event.revision < revision);
+        (self.log.get(index)?.event.revision == revision).then_some(index)
     }
 
     /// Appends a retained event.
@@ -217,21 +217,24 @@ impl State {
         if cursor < self.compacted {
             return Err(Error::Expired { requested: cursor, oldest: self.compacted });
         }
-        // The log holds revisions compacted+1..=revision, so revision r sits at
-        // r - compacted - 1 and the events after `cursor` start at cursor - compacted.
-        let start = usize::try_from(cursor - self.compacted).unwrap_or(usize::MAX).min(self.log.len());
+        // The log is in revision order: on the embedded store one event a revision,
+        // without gaps; on etcd a transaction's events share one, and revisions skip.
+        let start = self.log.partition_point(|e| e.event.revision <= cursor);
         let mut events = Vec::new();
         let mut read_to = end;
+        let mut full_at = None;
         for entry in self.log.range(start..) {
             let revision = entry.event.revision;
-            if revision > end {
+            if revision > end || full_at.is_some_and(|full| revision > full) {
                 break;
             }
             if &*entry.event.kind == kind {
                 events.push(entry.event.clone());
-                if events.len() == max {
+                if events.len() >= max && full_at.is_none() {
+                    // The rest of this revision's events come along: the next read
+                    // starts after it.
+                    full_at = Some(revision);
                     read_to = revision;
-                    break;
                 }
             }
         }
@@ -260,6 +263,19 @@ impl State {
         watchers.retain(|w| !w.is_closed());
         watchers.push(watcher);
         Ok(watch)
+    }
+
+    /// Takes `fresh` (a new load) in place of everything: objects, counters and log.
+    /// Every watch ends as overflowed, since events between the two are unknown.
+    pub fn replace(&mut self, fresh: State) {
+        self.objects = fresh.objects;
+        self.revision = fresh.revision;
+        self.compacted = fresh.compacted;
+        self.log = fresh.log;
+        self.log_bytes = fresh.log_bytes;
+        for watcher in self.watchers.drain().flat_map(|(_, watchers)| watchers) {
+            watcher.overflow();
+        }
     }
 
     /// Ends every watch (the store is shutting down).

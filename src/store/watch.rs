@@ -252,6 +252,12 @@ impl Watcher {
         }
     }
 
+    /// Ends the watch as overflowed: its reader gets `Error::WatchOverflow` after what
+    /// it has buffered, and lists again.
+    pub(super) fn overflow(self) {
+        self.budget.overflowed.store(true, Ordering::Release);
+    }
+
     /// True once the `Watch` has been dropped.
     pub(super) fn is_closed(&self) -> bool {
         self.tx.is_closed()

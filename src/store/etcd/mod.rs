@@ -1,0 +1,531 @@
+//! The store on etcd: the same cache, watches, lists and 410s as the embedded store,
+//! with etcd as the durable copy that several `hive serve` replicas share.
+//!
+//! Every object is one key, `<prefix><plural>/<name>`, whose value is the object's JSON
+//! without its `resourceVersion`: that is the key's `mod_revision`, as kube-apiserver
+//! does it. A write plans against this replica's cache exactly as the embedded store
+//! does (`mutation::plan`), then sends one transaction guarded by a comparison per key
+//! it read (the revision the cache had, or "absent"). If a guard fails the cache was
+//! stale: it catches up and the write is planned again. An error the plan found in the
+//! cache (a conflict, a missing object) is returned only after etcd confirmed the cache
+//! was current for those keys.
+//!
+//! The cache is fed by one etcd watch over the prefix ([`feed`]), so every replica sees
+//! every write, its own too: a write is answered once the cache has applied its
+//! revision, so a writer reads its own write on the replica it wrote through.
+//!
+//! What differs from the embedded store, by nature: a transaction gets one revision
+//! whatever it writes, so objects written together share one `resourceVersion`, and
+//! revisions have gaps (leader election and other keys take some). A watch resumed
+//! "after R" replays the events *at* R too, so a client cut off in the middle of a
+//! revision's events misses none (a repeated ADDED or MODIFIED is an upsert to it).
+//!
+//! Architecture Invariant: a write is answered only after etcd acknowledged it and this
+//! replica's cache applied it; a write whose outcome is unknown (etcd timed out) is
+//! resolved by reading it back before it is answered.
+
+pub mod cluster;
+mod feed;
+pub mod gateway;
+pub mod lease;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::error::{Error, Result};
+use super::mutation::{metadata_mut, plan, Change, Mutation, Outcome};
+use super::shared::Shared;
+use super::watch::EventType;
+use super::Obj;
+use gateway::{Compare, Gateway, GatewayError, KeyValue, Op};
+
+pub use gateway::GatewayError as EtcdError;
+
+/// Where the store on etcd lives.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    /// The cluster's members, `host:port` (or `http://host:port`).
+    pub endpoints: Vec<String>,
+    /// Every key hive writes starts with this (default `/hive/`).
+    pub prefix: String,
+}
+
+impl EtcdConfig {
+    /// Parses `etcd://host:port,host:port[/prefix]`.
+    pub fn parse(url: &str) -> std::result::Result<EtcdConfig, String> {
+        let rest = url.strip_prefix("etcd://").ok_or_else(|| {
+            format!("{url:?} is not an etcd URL: write etcd://HOST:PORT[,HOST:PORT…][/PREFIX]")
+        })?;
+        let (hosts, prefix) = match rest.find('/') {
+            Some(slash) => (&rest[..slash], &rest[slash..]),
+            None => (rest, "/hive/"),
+        };
+        let endpoints: Vec<String> = hosts.split(',').map(str::trim).map(str::to_owned).collect();
+        for endpoint in &endpoints {
+            let Some((host, port)) = endpoint.rsplit_once(':') else {
+                return Err(format!("etcd member {endpoint:?} in {url:?} has no port: write HOST:PORT"));
+            };
+            if host.is_empty() || port.parse::<u16>().is_err() {
+                return Err(format!("etcd member {endpoint:?} in {url:?} is not HOST:PORT"));
+            }
+        }
+        let mut prefix = prefix.to_owned();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        if prefix.len() < 2 {
+            return Err(format!("the key prefix of {url:?} must not be empty (default /hive/)"));
+        }
+        Ok(EtcdConfig { endpoints, prefix })
+    }
+}
+
+/// Writes one group may take at most: etcd's default `--max-txn-ops` is 128.
+pub const MAX_TXN_OPS: usize = 128;
+
+/// How often a write is planned again after the cache turned out stale.
+const MAX_ATTEMPTS: usize = 16;
+
+/// How long a writer waits for the cache to show a committed write before it answers
+/// without it (the write stands; only read-your-writes is late).
+const APPLY_WAIT: Duration = Duration::from_secs(10);
+
+/// The store's link to etcd: the gateway, the key layout, and the feed's task.
+pub struct Backend {
+    gateway: Arc<Gateway>,
+    keys: Keys,
+    shared: Arc<Shared>,
+    feed: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    /// Set while the feed cannot reach etcd: why.
+    health: Arc<Mutex<Option<String>>>,
+    /// The leader's fence, added to every write when set (see [`lease::Fence`]).
+    fence: Mutex<Option<lease::Fence>>,
+}
+
+/// How objects map to keys.
+#[derive(Clone, Debug)]
+pub(super) struct Keys {
+    prefix: Vec<u8>,
+}
+
+impl Keys {
+    fn new(prefix: &str) -> Keys {
+        Keys { prefix: prefix.as_bytes().to_vec() }
+    }
+
+    fn object(&self, kind: &str, name: &str) -> Vec<u8> {
+        let mut key = Vec::with_capacity(self.prefix.len() + kind.len() + 1 + name.len());
+        key.extend_from_slice(&self.prefix);
+        key.extend_from_slice(kind.as_bytes());
+        key.push(b'/');
+        key.extend_from_slice(name.as_bytes());
+        key
+    }
+
+    /// The kind and name of an object's key; `None` for hive's own keys (`_…`) and
+    /// anything not under the prefix.
+    fn parse<'k>(&self, key: &'k [u8]) -> Option<(&'k str, &'k str)> {
+        let rest = std::str::from_utf8(key.strip_prefix(self.prefix.as_slice())?).ok()?;
+        let (kind, name) = rest.split_once('/')?;
+        (!kind.is_empty() && !kind.starts_with('_') && !name.is_empty()).then_some((kind, name))
+    }
+
+    /// A key of hive's own under the prefix (`_leader`, …), never an object's.
+    pub fn internal(&self, name: &str) -> Vec<u8> {
+        let mut key = self.prefix.clone();
+        key.push(b'_');
+        key.extend_from_slice(name.as_bytes());
+        key
+    }
+
+    /// The end of the prefix's key range.
+    fn range_end(&self) -> Vec<u8> {
+        prefix_end(&self.prefix)
+    }
+}
+
+/// The first key after every key starting with `prefix`.
+pub(super) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A plural name as the store's `Change` holds it: interned for the process's life
+/// (there are a handful of kinds).
+fn static_kind(kind: &str) -> &'static str {
+    static KINDS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut kinds = KINDS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = kinds.iter().find(|k| **k == kind) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(kind.to_owned().into_boxed_str());
+    kinds.push(leaked);
+    leaked
+}
+
+/// An object as the cache holds it: the stored JSON with `resourceVersion` set to the
+/// key's `mod_revision`.
+fn decode(value: &[u8], revision: u64) -> std::result::Result<Obj, serde_json::Error> {
+    let mut object: Value = serde_json::from_slice(value)?;
+    metadata_mut(&mut object).insert("resourceVersion".into(), Value::String(revision.to_string()));
+    Ok(Obj::encode(&object, revision))
+}
+
+/// An object as etcd stores it: its JSON without `resourceVersion`.
+fn encode(object: &Obj) -> Vec<u8> {
+    let mut value = object.value();
+    metadata_mut(&mut value).remove("resourceVersion");
+    serde_json::to_vec(&value).expect("a serde_json::Value always serializes")
+}
+
+/// The same object stamped with the revision its write got.
+fn restamp(object: &Obj, revision: u64) -> Obj {
+    let mut value = object.value();
+    metadata_mut(&mut value).insert("resourceVersion".into(), Value::String(revision.to_string()));
+    Obj::encode(&value, revision)
+}
+
+fn unavailable(e: &GatewayError) -> Error {
+    Error::Unavailable { message: e.to_string() }
+}
+
+impl Backend {
+    /// Connects to etcd, loads every object under the prefix into a cache and starts
+    /// the feed that keeps it current.
+    pub(super) async fn open(
+        config: &EtcdConfig,
+        store_config: super::StoreConfig,
+    ) -> Result<(Arc<Backend>, Arc<Shared>)> {
+        let gateway = Arc::new(Gateway::new(&config.endpoints).map_err(|e| unavailable(&e))?);
+        let keys = Keys::new(&config.prefix);
+        let state = feed::load(&gateway, &keys).await.map_err(|e| unavailable(&e))?;
+        let shared = Arc::new(Shared::new(state, store_config));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let health = Arc::new(Mutex::new(None));
+        let task =
+            tokio::spawn(feed::run(gateway.clone(), keys.clone(), shared.clone(), stopped, health.clone()));
+        let backend = Backend {
+            gateway,
+            keys,
+            shared: shared.clone(),
+            feed: Mutex::new(Some(task)),
+            stop,
+            health,
+            fence: Mutex::new(None),
+        };
+        Ok((Arc::new(backend), shared))
+    }
+
+    /// The gateway, for leader election beside the store.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// The key of hive's own `name` under the prefix.
+    pub fn internal_key(&self, name: &str) -> Vec<u8> {
+        self.keys.internal(name)
+    }
+
+    /// Makes every later write of this store carry `fence` (the leader's): a write
+    /// after the leadership is gone fails with `Error::NotLeader`.
+    pub fn set_fence(&self, fence: Option<lease::Fence>) {
+        *self.fence.lock().unwrap_or_else(PoisonError::into_inner) = fence;
+    }
+
+    /// Why the store cannot follow etcd right now, if it cannot.
+    pub fn health(&self) -> Option<String> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Stops the feed and ends every watch.
+    pub(super) async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let task = self.feed.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        self.shared.write().close();
+    }
+
+    /// Commits `mutations` as one etcd transaction (see the module doc).
+    pub(super) async fn commit(&self, mutations: Vec<Mutation>) -> Result<Vec<Outcome>> {
+        let fence = self.fence.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        // Values a failed guard read back, newer than the cache until it catches up:
+        // the next attempt plans on them at once instead of waiting for the feed.
+        let mut fresh: HashMap<Vec<u8>, Option<Obj>> = HashMap::new();
+        let mut fresh_at = 0;
+        for _ in 0..MAX_ATTEMPTS {
+            let (planned, reads) = {
+                let state = self.shared.read();
+                if state.closed {
+                    return Err(Error::Closed);
+                }
+                let now = self.shared.config.clock.now();
+                let use_fresh = state.revision < fresh_at;
+                let lookup = |kind: &str, name: &str| match fresh.get(&self.keys.object(kind, name)) {
+                    Some(object) if use_fresh => object.clone(),
+                    _ => state.get(kind, name),
+                };
+                let mut reads: Vec<(Vec<u8>, u64)> = Vec::with_capacity(mutations.len());
+                for mutation in &mutations {
+                    let Ok(name) = mutation.name() else { continue };
+                    let key = self.keys.object(mutation.kind(), &name);
+                    if !reads.iter().any(|(k, _)| *k == key) {
+                        let revision = lookup(mutation.kind(), &name).map_or(0, |o| o.revision());
+                        reads.push((key, revision));
+                    }
+                }
+                (plan(&lookup, mutations.clone(), state.revision + 1, now), reads)
+            };
+            let applied = match planned {
+                Ok(applied) => applied,
+                Err(error) => {
+                    // Found in the cache: true only if the cache was current for these keys.
+                    if self.confirm(&reads).await? {
+                        return Err(error);
+                    }
+                    continue;
+                }
+            };
+            let mut outcomes = Vec::with_capacity(applied.len());
+            let mut finals: Vec<Change> = Vec::new();
+            for one in applied {
+                if let Some(change) = one.change {
+                    finals.retain(|c| !(c.kind == change.kind && c.name == change.name));
+                    finals.push(change);
+                }
+                outcomes.push(one.outcome);
+            }
+            if finals.is_empty() {
+                if self.confirm(&reads).await? {
+                    return Ok(outcomes);
+                }
+                continue;
+            }
+            let mut compares: Vec<Compare> =
+                reads.iter().map(|(key, revision)| Compare::ModRevision(key.clone(), *revision)).collect();
+            if let Some(fence) = &fence {
+                compares.push(fence.compare());
+            }
+            let ops: Vec<Op> = finals
+                .iter()
+                .map(|change| {
+                    let key = self.keys.object(change.kind, &change.name);
+                    match change.type_ {
+                        EventType::Deleted => Op::Delete { key },
+                        _ => Op::Put { key, value: encode(&change.object), lease: 0 },
+                    }
+                })
+                .collect();
+            if compares.len() > MAX_TXN_OPS || ops.len() > MAX_TXN_OPS {
+                return Err(Error::TooLarge {
+                    message: format!(
+                        "one write of {} objects is over etcd's {MAX_TXN_OPS} operations a transaction",
+                        ops.len()
+                    ),
+                });
+            }
+            let mut failure: Vec<Op> = reads.iter().map(|(key, _)| Op::Get { key: key.clone() }).collect();
+            failure.extend(fence.as_ref().map(|f| Op::Get { key: f.key.clone() }));
+            let answer = match self.gateway.txn(&compares, &ops, &failure).await {
+                Ok(answer) => answer,
+                Err(e @ GatewayError::Indeterminate { .. }) => match self.resolve(&reads, &ops, &e).await? {
+                    Some(revision) => return Ok(self.answered(outcomes, revision).await),
+                    None => continue,
+                },
+                Err(e) if e.is_too_large() => return Err(Error::TooLarge { message: e.to_string() }),
+                Err(e) => return Err(unavailable(&e)),
+            };
+            if answer.succeeded {
+                return Ok(self.answered(outcomes, answer.revision).await);
+            }
+            let mut gets = answer.gets.into_iter();
+            // A guard failed: someone wrote one of these keys since the cache saw it.
+            for ((key, _), current) in reads.iter().zip(gets.by_ref()) {
+                let object = match current {
+                    Some(kv) => Some(decode(&kv.value, kv.mod_revision).map_err(|e| Error::Unavailable {
+                        message: format!(
+                            "etcd holds a value that is not JSON at {}: {e}",
+                            String::from_utf8_lossy(key)
+                        ),
+                    })?),
+                    None => None,
+                };
+                fresh.insert(key.clone(), object);
+            }
+            fresh_at = answer.revision;
+            if let Some(fence) = &fence {
+                if !fence.holds(gets.next().flatten().as_ref()) {
+                    return Err(Error::NotLeader { message: fence.lost() });
+                }
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!("the write kept conflicting with others after {MAX_ATTEMPTS} attempts; retry"),
+        })
+    }
+
+    /// Outcomes of a write committed at `revision`, once the cache shows it.
+    async fn answered(&self, outcomes: Vec<Outcome>, revision: u64) -> Vec<Outcome> {
+        if !self.catch_up(revision).await {
+            tracing::warn!(
+                revision,
+                "etcd committed a write the cache has not seen yet; answering without it"
+            );
+        }
+        outcomes
+            .into_iter()
+            .map(|outcome| match outcome {
+                Outcome::Created(o) => Outcome::Created(restamp(&o, revision)),
+                Outcome::Updated(o) => Outcome::Updated(restamp(&o, revision)),
+                Outcome::Deleting(o) => Outcome::Deleting(restamp(&o, revision)),
+                Outcome::Deleted(o) => Outcome::Deleted(restamp(&o, revision)),
+                unchanged @ Outcome::Unchanged(_) => unchanged,
+            })
+            .collect()
+    }
+
+    /// Waits until the cache has applied `revision`; false after `APPLY_WAIT`.
+    async fn catch_up(&self, revision: u64) -> bool {
+        let mut applied = self.shared.revision.subscribe();
+        let reached = async move { applied.wait_for(|current| *current >= revision).await.is_ok() };
+        matches!(tokio::time::timeout(APPLY_WAIT, reached).await, Ok(true))
+    }
+
+    /// Whether the cache had each of `reads` at its current revision in etcd; when not,
+    /// waits for the cache to catch up before saying so.
+    async fn confirm(&self, reads: &[(Vec<u8>, u64)]) -> Result<bool> {
+        let (revision, current) = self.read_back(reads.iter().map(|(k, _)| k.clone()).collect()).await?;
+        let same = reads
+            .iter()
+            .zip(&current)
+            .all(|((_, cached), now)| now.as_ref().map_or(0, |kv| kv.mod_revision) == *cached);
+        if !same {
+            self.catch_up(revision).await;
+        }
+        Ok(same)
+    }
+
+    /// The current values of `keys` (a quorum read) and the revision they are at.
+    async fn read_back(&self, keys: Vec<Vec<u8>>) -> Result<(u64, Vec<Option<KeyValue>>)> {
+        let mut values = Vec::with_capacity(keys.len());
+        let mut revision = 0;
+        // No keys: one empty transaction, for the current revision alone.
+        let chunks: Vec<&[Vec<u8>]> =
+            if keys.is_empty() { vec![&[]] } else { keys.chunks(MAX_TXN_OPS).collect() };
+        for chunk in chunks {
+            let gets: Vec<Op> = chunk.iter().map(|key| Op::Get { key: key.clone() }).collect();
+            let answer = self.gateway.txn(&[], &gets, &[]).await.map_err(|e| unavailable(&e))?;
+            revision = revision.max(answer.revision);
+            values.extend(answer.gets);
+        }
+        Ok((revision, values))
+    }
+
+    /// Finds out whether a transaction that timed out was applied: `Some(revision)` when
+    /// every key holds what it wrote, `None` when every key is as it was read (it was
+    /// not applied: the caller tries again). Anything else — another writer was faster,
+    /// or etcd cannot be read — leaves the outcome unknown, which is an error.
+    async fn resolve(
+        &self,
+        reads: &[(Vec<u8>, u64)],
+        ops: &[Op],
+        cause: &GatewayError,
+    ) -> Result<Option<u64>> {
+        let keys: Vec<Vec<u8>> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, .. } | Op::Delete { key } | Op::Get { key } => key.clone(),
+            })
+            .collect();
+        let unknown = |why: String| Error::Unavailable {
+            message: format!(
+                "etcd may or may not have applied the write ({cause}); {why}: read the object and retry"
+            ),
+        };
+        let mut tries = 0;
+        let (_, now) = loop {
+            match self.read_back(keys.clone()).await {
+                Ok(read) => break read,
+                Err(e) if tries < 3 => {
+                    tries += 1;
+                    tracing::warn!(error = %e, "reading back a write whose outcome is unknown");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(unknown(e.to_string())),
+            }
+        };
+        let read_of = |key: &[u8]| reads.iter().find(|(k, _)| k.as_slice() == key).map_or(0, |(_, r)| *r);
+        let (mut untouched, mut ours, mut revision) = (true, true, 0);
+        for (op, current) in ops.iter().zip(&now) {
+            let now_at = current.as_ref().map_or(0, |kv| kv.mod_revision);
+            match (op, current) {
+                (Op::Put { key, value, .. }, Some(kv)) => {
+                    ours &= kv.value == *value && kv.mod_revision > read_of(key);
+                    untouched &= now_at == read_of(key);
+                    revision = revision.max(kv.mod_revision);
+                }
+                (Op::Delete { key }, None) => untouched &= read_of(key) == 0,
+                (Op::Put { key, .. } | Op::Delete { key } | Op::Get { key }, _) => {
+                    ours = false;
+                    untouched &= now_at == read_of(key);
+                }
+            }
+        }
+        if untouched {
+            return Ok(None);
+        }
+        if !ours {
+            return Err(unknown("another writer changed the same objects since".into()));
+        }
+        if revision == 0 {
+            // Deletes alone leave no revision to read: any revision since is past them.
+            revision =
+                self.read_back(Vec::new()).await.map_or(0, |(r, _)| r).max(self.shared.read().revision);
+        }
+        Ok(Some(revision))
+    }
+}
+
+/// Builds the `Change` a watch event of `kind`/`name` makes, or `None` for a delete
+/// whose old value etcd no longer had.
+pub(super) fn change_of(
+    kind: &str,
+    name: &str,
+    deleted: bool,
+    kv: &KeyValue,
+    prev: Option<&KeyValue>,
+) -> std::result::Result<Option<Change>, serde_json::Error> {
+    let revision = kv.mod_revision;
+    let (type_, object) = if deleted {
+        let Some(prev) = prev else { return Ok(None) };
+        (EventType::Deleted, decode(&prev.value, revision)?)
+    } else if kv.create_revision == kv.mod_revision {
+        (EventType::Added, decode(&kv.value, revision)?)
+    } else {
+        (EventType::Modified, decode(&kv.value, revision)?)
+    };
+    let cost = super::watch::event_cost(object.len());
+    Ok(Some(Change {
+        kind: static_kind(kind),
+        name: name.to_owned(),
+        revision,
+        type_,
+        object,
+        cost,
+        supersedes: None,
+    }))
+}

@@ -1,0 +1,283 @@
+//! The store on a real etcd cluster (Debian's `etcd`, three members on 127.0.0.1): three
+//! stores stand for three replicas.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::cluster::LocalCluster;
+use super::lease::{Election, ElectionConfig, Leadership};
+use super::EtcdConfig;
+use crate::store::{Error, EventType, Mutation, Outcome, Store, StoreConfig, Subresource};
+
+fn agent(name: &str, replicas: u64) -> Value {
+    json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name}, "spec": {"n": replicas}})
+}
+
+fn create(name: &str) -> Mutation {
+    Mutation::Create { kind: "agents", object: agent(name, 0) }
+}
+
+/// A replica's store on `cluster`, talking to member `first` first, under `prefix`.
+async fn replica(
+    cluster: &LocalCluster,
+    first: usize,
+    prefix: &str,
+    tune: impl FnOnce(&mut StoreConfig),
+) -> Store {
+    let mut endpoints = cluster.endpoints();
+    endpoints.rotate_left(first);
+    let mut config = StoreConfig::new("/nonexistent/not-used-on-etcd");
+    tune(&mut config);
+    Store::open_etcd(config, &EtcdConfig { endpoints, prefix: prefix.into() }).await.unwrap()
+}
+
+async fn replicas(cluster: &LocalCluster, prefix: &str) -> Vec<Store> {
+    let mut stores = Vec::new();
+    for i in 0..cluster.members.len() {
+        stores.push(replica(cluster, i, prefix, |_| {}).await);
+    }
+    stores
+}
+
+async fn next_event(watch: &mut crate::store::Watch) -> crate::store::StoreEvent {
+    tokio::time::timeout(Duration::from_secs(10), watch.next())
+        .await
+        .expect("an event in time")
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_through_every_replica_reach_every_replicas_watch_in_the_same_order() {
+    let cluster = LocalCluster::start(3).unwrap();
+    let stores = replicas(&cluster, "/t1/").await;
+    let mut watches: Vec<_> = stores.iter().map(|s| s.watch("agents", s.revision()).unwrap()).collect();
+    let mut writers = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            for j in 0..10 {
+                store.commit(create(&format!("r{i}-{j}")), false).await.unwrap();
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let mut seen: Vec<Vec<(u64, String)>> = Vec::new();
+    for watch in &mut watches {
+        let mut events = Vec::new();
+        while events.len() < 30 {
+            let event = next_event(watch).await;
+            assert_eq!(event.type_, EventType::Added);
+            events.push((event.revision, event.object.name()));
+        }
+        assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "revisions rise: {events:?}");
+        seen.push(events);
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0], seen[2]);
+    for store in &stores {
+        assert_eq!(store.list("agents").1.len(), 30, "every replica's cache has every object");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_resource_version_is_a_conflict_on_every_replica() {
+    let cluster = LocalCluster::start(3).unwrap();
+    let stores = replicas(&cluster, "/t2/").await;
+    let created = stores[0].commit(create("a"), false).await.unwrap().into_object();
+    let stale = created.value();
+    let mut newer = stale.clone();
+    newer["spec"]["n"] = json!(1);
+    let updated = stores[1]
+        .commit(Mutation::Update { kind: "agents", object: newer, subresource: Subresource::Main }, false)
+        .await
+        .unwrap();
+    assert!(matches!(updated, Outcome::Updated(_)));
+    assert!(updated.object().revision() > created.revision());
+    for store in &stores {
+        // Replica 0 may not have seen the update yet: etcd's guard catches it all the same.
+        let mut again = stale.clone();
+        again["spec"]["n"] = json!(7);
+        let result = store
+            .commit(Mutation::Update { kind: "agents", object: again, subresource: Subresource::Main }, false)
+            .await;
+        assert!(matches!(result, Err(Error::Conflict { .. })), "{result:?}");
+    }
+    assert_eq!(stores[2].get("agents", "a").unwrap().value()["spec"]["n"], json!(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_planned_on_a_stale_cache_is_planned_again_not_lost() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let (a, b) = (replica(&cluster, 0, "/t3/", |_| {}).await, replica(&cluster, 0, "/t3/", |_| {}).await);
+    a.commit(create("x"), false).await.unwrap();
+    // Both replicas update without preconditions, racing: every write lands, in some order.
+    let mut writers = Vec::new();
+    for (store, tag) in [(a.clone(), "a"), (b.clone(), "b")] {
+        writers.push(tokio::spawn(async move {
+            for i in 0..20 {
+                let mut object = store.get("agents", "x").map(|o| o.value()).unwrap_or_else(|| agent("x", 0));
+                object["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+                object["metadata"]["labels"] = json!({ tag: i.to_string() });
+                store
+                    .commit(
+                        Mutation::Update { kind: "agents", object, subresource: Subresource::Main },
+                        false,
+                    )
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let (_, objects) = b.list("agents");
+    assert_eq!(objects.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_one_transaction_and_a_resumed_watch_gets_all_of_its_revision() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = replica(&cluster, 0, "/t4/", |_| {}).await;
+    let start = store.revision();
+    let outcomes = store.commit_all(vec![create("g1"), create("g2"), create("g3")], false).await.unwrap();
+    let revisions: Vec<u64> = outcomes.iter().map(|o| o.object().revision()).collect();
+    assert!(revisions.iter().all(|r| *r == revisions[0] && *r > start), "{revisions:?}");
+    for (outcome, name) in outcomes.iter().zip(["g1", "g2", "g3"]) {
+        assert_eq!(outcome.object().value()["metadata"]["resourceVersion"], json!(revisions[0].to_string()));
+        assert_eq!(
+            store.get("agents", name).unwrap().json(),
+            outcome.object().json(),
+            "the answer is what is cached"
+        );
+    }
+    // A watcher that saw g1 at that revision and resumes from it misses neither g2 nor g3.
+    let mut resumed = store.watch("agents", revisions[0]).unwrap();
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        names.push(next_event(&mut resumed).await.object.name());
+    }
+    names.sort();
+    assert_eq!(names, ["g1", "g2", "g3"]);
+    // A failing group writes nothing.
+    let failed = store.commit_all(vec![create("g4"), create("g1")], false).await;
+    assert!(matches!(failed, Err(Error::AlreadyExists { .. })), "{failed:?}");
+    assert!(store.get("agents", "g4").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_from_before_retention_is_expired() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = replica(&cluster, 0, "/t5/", |c| c.retention_events = 4).await;
+    let start = store.revision();
+    for i in 0..10 {
+        store.commit(create(&format!("e{i}")), false).await.unwrap();
+    }
+    assert!(matches!(store.watch("agents", start), Err(Error::Expired { .. })));
+    let recent = store.revision();
+    assert!(store.watch("agents", recent).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletes_and_finalizers_reach_other_replicas() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let (a, b) = (replica(&cluster, 0, "/t6/", |_| {}).await, replica(&cluster, 0, "/t6/", |_| {}).await);
+    let mut object = agent("f", 0);
+    object["metadata"]["finalizers"] = json!(["hive.dev/test"]);
+    let created = a.commit(Mutation::Create { kind: "agents", object }, false).await.unwrap();
+    assert!(b.wait_for_revision(created.object().revision(), Duration::from_secs(5)).await);
+    let mut watch = b.watch("agents", b.revision()).unwrap();
+    let deleting = a
+        .commit(
+            Mutation::Delete { kind: "agents", name: "f".into(), uid: None, resource_version: None },
+            false,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(deleting, Outcome::Deleting(_)));
+    // The watch from the create's revision gets the create again first (see `Store::watch`).
+    let mut events = vec![next_event(&mut watch).await, next_event(&mut watch).await];
+    let mut last = b.get("agents", "f").unwrap().value();
+    last["metadata"]["finalizers"] = json!([]);
+    let gone = a
+        .commit(Mutation::Update { kind: "agents", object: last, subresource: Subresource::Main }, false)
+        .await;
+    assert!(matches!(gone, Ok(Outcome::Deleted(_))), "{gone:?}");
+    events.push(next_event(&mut watch).await);
+    let types: Vec<EventType> = events.iter().map(|e| e.type_).collect();
+    assert_eq!(types, [EventType::Added, EventType::Modified, EventType::Deleted]);
+    assert_eq!(events[0].revision, created.object().revision());
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while b.get("agents", "f").is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_over_etcds_transaction_limit_is_refused_whole() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = replica(&cluster, 0, "/t7/", |_| {}).await;
+    let many: Vec<Mutation> = (0..=super::MAX_TXN_OPS).map(|i| create(&format!("n{i}"))).collect();
+    let result = store.commit_all(many, false).await;
+    assert!(matches!(result, Err(Error::TooLarge { .. })), "{result:?}");
+    assert!(store.list("agents").1.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let (a, b) = (replica(&cluster, 0, "/t8/", |_| {}).await, replica(&cluster, 0, "/t8/", |_| {}).await);
+    let config = |who: &str| ElectionConfig {
+        ttl: Duration::from_secs(1),
+        renew_deadline: Duration::from_millis(700),
+        identity: who.into(),
+    };
+    let key = a.etcd().unwrap().internal_key("leader");
+    let first = Election::new(a.etcd().unwrap().gateway().clone(), key.clone(), config("a"));
+    let mut first_state = first.subscribe();
+    let (stop_first, stopped_first) = tokio::sync::watch::channel(false);
+    let first_task = tokio::spawn(async move { first.run(stopped_first).await });
+    let fence = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Leadership::Leader(fence) = first_state.borrow_and_update().clone() {
+                return fence;
+            }
+            first_state.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    a.etcd().unwrap().set_fence(Some(fence.clone()));
+    a.commit(create("led"), false).await.unwrap();
+
+    let second = Election::new(b.etcd().unwrap().gateway().clone(), key, config("b"));
+    let mut second_state = second.subscribe();
+    let (_stop_second, stopped_second) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move { second.run(stopped_second).await });
+    // The first resigns; the second takes over with a higher epoch.
+    stop_first.send(true).unwrap();
+    first_task.await.unwrap();
+    let second_fence = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Leadership::Leader(fence) = second_state.borrow_and_update().clone() {
+                return fence;
+            }
+            second_state.changed().await.unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    assert!(second_fence.epoch > fence.epoch);
+    let refused = a.commit(create("after"), false).await;
+    assert!(matches!(refused, Err(Error::NotLeader { .. })), "{refused:?}");
+    assert!(b.get("agents", "after").is_none());
+    b.etcd().unwrap().set_fence(Some(second_fence));
+    b.commit(create("after"), false).await.unwrap();
+}
