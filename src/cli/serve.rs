@@ -34,6 +34,13 @@ pub struct Args {
     #[arg(long)]
     pub reset_state: bool,
 
+    /// Keep the objects in an etcd cluster instead of the embedded database:
+    /// `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]` (prefix default `/hive/`). Several
+    /// replicas may share one cluster: one is elected leader and serves; the others
+    /// wait and take over within a few seconds when it dies (see deploy/ha.md).
+    #[arg(long, value_name = "URL", value_parser = parse_store)]
+    pub store: Option<crate::store::etcd::EtcdConfig>,
+
     /// Serve this certificate (PEM chain) instead of the generated one. Needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
@@ -343,6 +350,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         }),
         state_dir,
         reset_state: args.reset_state,
+        store: args.store.clone(),
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         retention_events: args.retention_events,
         retention_age: args.retention_age,
@@ -643,4 +651,9 @@ mod tests {
             );
         }
     }
+}
+
+/// `--store`: an etcd cluster's URL.
+fn parse_store(url: &str) -> Result<crate::store::etcd::EtcdConfig, String> {
+    crate::store::etcd::EtcdConfig::parse(url)
 }

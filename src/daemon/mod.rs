@@ -9,6 +9,7 @@ pub mod agent_jobs;
 pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
+mod leader;
 
 pub use crate::jobs::engine::{DEFAULT_HIVE_REV, DEFAULT_HIVE_URL};
 pub use boot::Sweep;
@@ -42,6 +43,8 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// Delete the database and the fleet identity before starting.
     pub reset_state: bool,
+    /// The etcd cluster holding the objects, instead of the embedded database.
+    pub store: Option<crate::store::etcd::EtcdConfig>,
     /// A certificate chain and key to serve instead of the generated ones.
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Watch history: events retained.
@@ -114,6 +117,12 @@ pub async fn run(
     // Before any reset: a corrupt token file refuses the start, and `--reset-state`
     // (which keeps the tokens) must not have deleted the database by then.
     let tokens = TokenStore::open(&state_dir)?;
+    if config.reset_state && config.store.is_some() {
+        anyhow::bail!(
+            "--reset-state empties the embedded database; with --store etcd://… the objects are in etcd \
+             (delete the key prefix there to clear them)"
+        );
+    }
     if config.reset_state {
         let floor = Store::reset(&db_path, &crate::host::Clock::system())
             .with_context(|| format!("resetting state {}", db_path.display()))?;
@@ -132,11 +141,24 @@ pub async fn run(
     store_config.checkpoint_interval = config.checkpoint_interval;
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(config.metrics));
     store_config.metrics = metrics.store.clone();
-    let store = Store::open(store_config).map_err(|e| {
-        anyhow::anyhow!(
-            "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
-        )
-    })?;
+    let (store, leadership) = match &config.store {
+        None => {
+            let store = Store::open(store_config).map_err(|e| {
+                anyhow::anyhow!(
+                    "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
+                )
+            })?;
+            (store, None)
+        }
+        Some(etcd) => {
+            let store = Store::open_etcd(store_config, etcd)
+                .await
+                .with_context(|| format!("opening the store on etcd {}", etcd.endpoints.join(",")))?;
+            let identity = leader::identity(config.listen);
+            let leadership = leader::lead(&store, identity).await?;
+            (store, Some(leadership))
+        }
+    };
     let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
     let fleet_config =
         crate::fleet::FleetConfig { controller_metrics: metrics.controllers.clone(), ..config.fleet.clone() };
@@ -271,6 +293,9 @@ pub async fn run(
     tracing::info!("shutting down: stopping agents and draining pending commits");
     fleet.shutdown().await;
     engine.shutdown().await;
+    if let Some(leadership) = leadership {
+        leadership.resign().await;
+    }
     store.shutdown().await;
     // Last, so the requests answered while stopping are in it too.
     if let Some(audit_log) = audit_log {

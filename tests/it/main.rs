@@ -38,6 +38,7 @@ mod fleet_myelin;
 mod fleet_vastai;
 mod generated;
 mod go_clients;
+mod ha;
 mod harness;
 mod http2;
 mod intake;
