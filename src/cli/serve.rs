@@ -592,6 +592,11 @@ fn check(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--store`: an etcd cluster's URL.
+fn parse_store(url: &str) -> Result<crate::store::etcd::EtcdConfig, String> {
+    crate::store::etcd::EtcdConfig::parse(url)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -651,9 +656,4 @@ mod tests {
             );
         }
     }
-}
-
-/// `--store`: an etcd cluster's URL.
-fn parse_store(url: &str) -> Result<crate::store::etcd::EtcdConfig, String> {
-    crate::store::etcd::EtcdConfig::parse(url)
 }

@@ -281,3 +281,21 @@ async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
     b.etcd().unwrap().set_fence(Some(second_fence));
     b.commit(create("after"), false).await.unwrap();
 }
+
+#[test]
+fn a_store_url_names_every_member_and_a_bad_one_says_what_is_wrong() {
+    let config = EtcdConfig::parse("etcd://10.0.0.1:2379,10.0.0.2:2379").unwrap();
+    assert_eq!(config.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
+    assert_eq!(config.prefix, "/hive/");
+    assert_eq!(EtcdConfig::parse("etcd://h:1/prod").unwrap().prefix, "/prod/");
+    for (bad, says) in [
+        ("http://h:2379", "not an etcd URL"),
+        ("etcd://h", "has no port"),
+        ("etcd://h:port", "is not HOST:PORT"),
+        ("etcd://:2379", "is not HOST:PORT"),
+        ("etcd://h:1,", "has no port"),
+    ] {
+        let error = EtcdConfig::parse(bad).unwrap_err();
+        assert!(error.contains(says), "{bad}: {error}");
+    }
+}
