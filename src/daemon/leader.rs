@@ -20,6 +20,7 @@ pub struct Lead {
     stop: tokio::sync::watch::Sender<bool>,
     election: tokio::task::JoinHandle<()>,
     watchdog: tokio::task::JoinHandle<()>,
+    compactor: tokio::task::JoinHandle<()>,
 }
 
 /// Who this replica is, as the leader key says: host, API address and process.
@@ -74,13 +75,32 @@ pub async fn lead(store: &Store, identity: String) -> anyhow::Result<Lead> {
             }
         }
     });
-    Ok(Lead { stop, election: task, watchdog })
+    let compactor = tokio::spawn(compact(backend));
+    Ok(Lead { stop, election: task, watchdog, compactor })
+}
+
+/// How often the leader compacts etcd's history (kube-apiserver: every 5 minutes).
+const COMPACT_EVERY: Duration = Duration::from_secs(60);
+
+/// Keeps etcd's history as long as the event log's retention, and no longer.
+async fn compact(backend: std::sync::Arc<crate::store::etcd::Backend>) {
+    let mut every = tokio::time::interval(COMPACT_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        match backend.compact().await {
+            Ok(Some(revision)) => tracing::debug!(revision, "compacted etcd's history"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot compact etcd's history; trying again later"),
+        }
+    }
 }
 
 impl Lead {
     /// Gives the leadership up (the daemon is stopping): the next leader starts at once.
     pub async fn resign(self) {
         self.watchdog.abort();
+        self.compactor.abort();
         let _ = self.stop.send(true);
         let _ = self.election.await;
     }

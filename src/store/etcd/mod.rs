@@ -107,6 +107,8 @@ pub struct Backend {
     health: Arc<Mutex<Option<String>>>,
     /// The leader's fence, added to every write when set (see [`lease::Fence`]).
     fence: Mutex<Option<lease::Fence>>,
+    /// The revision this replica last compacted etcd's history to.
+    compacted: Mutex<u64>,
 }
 
 /// How objects map to keys.
@@ -225,6 +227,7 @@ impl Backend {
             stop,
             health,
             fence: Mutex::new(None),
+            compacted: Mutex::new(0),
         };
         Ok((Arc::new(backend), shared))
     }
@@ -243,6 +246,25 @@ impl Backend {
     /// after the leadership is gone fails with `Error::NotLeader`.
     pub fn set_fence(&self, fence: Option<lease::Fence>) {
         *self.fence.lock().unwrap_or_else(PoisonError::into_inner) = fence;
+    }
+
+    /// Drops etcd's history up to the revision this replica's event log has dropped (by
+    /// `retention_events`, `retention_age`, `retention_bytes`), so etcd keeps what hive
+    /// serves watches from and no more. The leader calls it now and then (see
+    /// `daemon::leader`); returns the revision compacted to, if it moved.
+    pub async fn compact(&self) -> Result<Option<u64>> {
+        let target = self.shared.read().compacted;
+        if target <= *self.compacted.lock().unwrap_or_else(PoisonError::into_inner) {
+            return Ok(None);
+        }
+        match self.gateway.compact(target).await {
+            Ok(()) => {}
+            // Another replica (an earlier leader) got there first: as good.
+            Err(e) if e.is_compacted() => {}
+            Err(e) => return Err(unavailable(&e)),
+        }
+        *self.compacted.lock().unwrap_or_else(PoisonError::into_inner) = target;
+        Ok(Some(target))
     }
 
     /// Why the store cannot follow etcd right now, if it cannot.

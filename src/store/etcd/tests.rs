@@ -183,6 +183,29 @@ async fn a_watch_from_before_retention_is_expired() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_drops_etcds_history_to_what_the_event_log_retains_and_a_lagging_replica_reloads() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = replica(&cluster, 0, "/t9/", |c| c.retention_events = 4).await;
+    let start = store.revision();
+    for i in 0..10 {
+        store.commit(create(&format!("c{i}")), false).await.unwrap();
+    }
+    let backend = store.etcd().unwrap();
+    let compacted = backend.compact().await.unwrap().expect("history to drop");
+    assert_eq!(compacted, store.stats().compacted);
+    assert!(compacted > start);
+    assert_eq!(backend.compact().await.unwrap(), None, "nothing more to drop");
+    let old = backend.gateway().range(b"/t9/", b"/t90", 0, start + 1).await;
+    assert!(old.is_err_and(|e| e.is_compacted()), "etcd has dropped the old revisions");
+    // A replica started now loads every object and follows new writes.
+    let late = replica(&cluster, 0, "/t9/", |_| {}).await;
+    assert_eq!(late.list("agents").1.len(), 10);
+    let written = store.commit(create("c10"), false).await.unwrap();
+    assert!(late.wait_for_revision(written.object().revision(), Duration::from_secs(5)).await);
+    assert!(late.get("agents", "c10").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletes_and_finalizers_reach_other_replicas() {
     let cluster = LocalCluster::start(1).unwrap();
     let (a, b) = (replica(&cluster, 0, "/t6/", |_| {}).await, replica(&cluster, 0, "/t6/", |_| {}).await);
