@@ -322,3 +322,79 @@ fn a_store_url_names_every_member_and_a_bad_one_says_what_is_wrong() {
         assert!(error.contains(says), "{bad}: {error}");
     }
 }
+
+/// A TCP proxy in front of one etcd member that can lose what etcd answers: while
+/// `lossy` is set, an answer's first bytes are thrown away and both connections closed,
+/// so the request was applied but its sender never hears of it.
+struct LossyProxy {
+    port: u16,
+    lossy: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LossyProxy {
+    async fn start(upstream: String) -> LossyProxy {
+        use std::sync::atomic::Ordering;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let lossy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = lossy.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else { continue };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut client_read, &mut server_write).await });
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let mut buffer = vec![0; 64 << 10];
+                    loop {
+                        let Ok(n) = server_read.read(&mut buffer).await else { return };
+                        if n == 0 || flag.load(Ordering::SeqCst) {
+                            // Lost on the way back: the client sees the connection close.
+                            let _ = client_write.shutdown().await;
+                            return;
+                        }
+                        if client_write.write_all(&buffer[..n]).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        LossyProxy { port, lossy }
+    }
+
+    fn lose_answers(&self, lose: bool) {
+        self.lossy.store(lose, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_was_lost_is_read_back_and_answered_once() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let proxy = LossyProxy::start(cluster.endpoints()[0].clone()).await;
+    // The proxy first, the member itself second: what the proxy loses is read back there.
+    let endpoints = vec![format!("127.0.0.1:{}", proxy.port), cluster.endpoints()[0].clone()];
+    let store = Store::open_etcd(
+        StoreConfig::new("/nonexistent/not-used-on-etcd"),
+        &EtcdConfig { endpoints, prefix: "/t10/".into() },
+    )
+    .await
+    .unwrap();
+    let mut watch = store.watch("agents", store.revision()).unwrap();
+    proxy.lose_answers(true);
+    let created = store.commit(create("once"), false).await;
+    proxy.lose_answers(false);
+    let created = created.expect("the write is found applied and answered as such");
+    assert!(matches!(created, Outcome::Created(_)), "{created:?}");
+    assert_eq!(store.get("agents", "once").unwrap().json(), created.object().json());
+    // Exactly one write happened: one event, and an update from the answer works.
+    let event = next_event(&mut watch).await;
+    assert_eq!((event.type_, event.revision), (EventType::Added, created.object().revision()));
+    let mut next = created.object().value();
+    next["spec"]["n"] = json!(2);
+    let updated =
+        store.commit(Mutation::Update { kind: "agents", object: next, subresource: Subresource::Main }, false).await;
+    assert!(matches!(updated, Ok(Outcome::Updated(_))), "{updated:?}");
+}
