@@ -60,3 +60,43 @@ async fn a_standby_takes_over_when_the_leader_is_killed_with_every_acknowledged_
     let created = new_leader.client().post("/apis/hive.dev/v1/agents", &agent("after")).await;
     assert_eq!(created.code, 201, "{:?}", created.body);
 }
+
+/// Sends `signal` (`-STOP`, `-CONT`) to `pid`.
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_past_its_lease_is_replaced_and_exits_when_it_resumes() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = cluster.url();
+    let mut paused = Daemon::start_with(&["--store", &store]);
+    let first_epoch = epoch(&paused);
+    let standby_dir = tempfile::tempdir().unwrap();
+    let dir = standby_dir.path().to_path_buf();
+    let flags = store.clone();
+    let standby = std::thread::spawn(move || Daemon::spawn(&dir, &["--store", &flags]));
+    let log = standby_dir.path().join("daemon.log");
+    crate::harness::eventually("the standby to stand by", || {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        std::future::ready(log.contains("standing by").then_some(()))
+    })
+    .await;
+
+    signal(paused.pid(), "-STOP");
+    let new_leader = tokio::task::spawn_blocking(move || standby.join().unwrap()).await.unwrap().unwrap();
+    assert!(epoch(&new_leader) > first_epoch);
+    let created = new_leader.client().post("/apis/hive.dev/v1/agents", &agent("while-paused")).await;
+    assert_eq!(created.code, 201, "{:?}", created.body);
+
+    // Resumed, the old leader finds its leadership gone and exits (75: run me again).
+    signal(paused.pid(), "-CONT");
+    let status = tokio::task::spawn_blocking(move || paused.wait_exit(std::time::Duration::from_secs(30)))
+        .await
+        .unwrap()
+        .expect("the deposed leader exits");
+    assert_eq!(status.code(), Some(75), "{status:?}");
+    let listed = new_leader.client().get("/apis/hive.dev/v1/agents/while-paused").await;
+    assert_eq!(listed.code, 200, "the new leader's write stands");
+}
