@@ -89,8 +89,12 @@ impl EtcdConfig {
 /// Writes one group may take at most: etcd's default `--max-txn-ops` is 128.
 pub const MAX_TXN_OPS: usize = 128;
 
-/// How often a write is planned again after the cache turned out stale.
-const MAX_ATTEMPTS: usize = 16;
+/// How long a write keeps being planned again while other writers keep changing what
+/// it read (kube-apiserver's update loops until its request's deadline, too).
+const CONTENDED_FOR: Duration = Duration::from_secs(30);
+
+/// The longest pause between two attempts of a contended write.
+const MAX_PAUSE: Duration = Duration::from_millis(50);
 
 /// How long a writer waits for the cache to show a committed write before it answers
 /// without it (the write stands; only read-your-writes is late).
@@ -289,7 +293,19 @@ impl Backend {
         // the next attempt plans on them at once instead of waiting for the feed.
         let mut fresh: HashMap<Vec<u8>, Option<Obj>> = HashMap::new();
         let mut fresh_at = 0;
-        for _ in 0..MAX_ATTEMPTS {
+        let started = std::time::Instant::now();
+        for attempt in 0u32.. {
+            if attempt > 1 {
+                // Contended: a pause of random length, growing, lets the writers that
+                // keep colliding come apart.
+                if started.elapsed() > CONTENDED_FOR {
+                    break;
+                }
+                let cap = MAX_PAUSE.min(Duration::from_micros(500u64 << attempt.min(10)));
+                let spread = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX).max(1);
+                let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % spread;
+                tokio::time::sleep(Duration::from_micros(jitter)).await;
+            }
             let (planned, reads) = {
                 let state = self.shared.read();
                 if state.closed {
@@ -396,7 +412,7 @@ impl Backend {
             }
         }
         Err(Error::Unavailable {
-            message: format!("the write kept conflicting with others after {MAX_ATTEMPTS} attempts; retry"),
+            message: format!("other writers kept changing these objects for {CONTENDED_FOR:?}; retry"),
         })
     }
 
