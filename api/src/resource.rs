@@ -96,6 +96,11 @@ pub trait Resource: Object {
     /// Records every problem of changing `old` into `self` (immutable fields, one-time
     /// decisions). Most kinds allow any valid change.
     fn validate_update(&self, _old: &Self, _errors: &mut Errors) {}
+
+    /// Sets the status fields worked out from the rest of the object (an Agent's
+    /// `status.phase`). Admission calls it on every write, over HTTP and from inside the
+    /// daemon, so such a field is never stale against the status it was written with.
+    fn derive_status(&mut self) {}
 }
 
 /// The outcome of decoding a request body as a kind.
@@ -158,7 +163,8 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 }
 
 fn decode_value<K: Resource>(value: &Value) -> Result<Decoded, DecodeError> {
-    let (typed, unknown_fields) = decode::<K>(value)?;
+    let (mut typed, unknown_fields) = decode::<K>(value)?;
+    typed.derive_status();
     let errors = validate(&typed);
     let object = serde_json::to_value(&typed)
         .map_err(|e| DecodeError { field: String::new(), message: e.to_string() })?;

@@ -312,6 +312,9 @@ impl<K: Resource + HasStatus> Api<K> {
             let current = self.get_existing(name)?;
             let mut object = current.clone();
             change(object.status_mut());
+            // A derived field (an Agent's phase) moves with what it is derived from, and
+            // is written even when the change itself left the status as it was.
+            object.derive_status();
             if object.status() == current.status() {
                 return Ok(Patched::Unchanged(current));
             }
@@ -344,13 +347,16 @@ fn invalid<K: Object>(object: &K, errors: Vec<ValidationError>) -> Error {
     Error::Invalid { kind: K::KIND, name: object.metadata().name.clone(), errors }
 }
 
-/// `object` validated as the API validates it, serialized with `apiVersion` and `kind`.
+/// `object` validated as the API validates it, its derived status fields worked out
+/// ([`Resource::derive_status`]), serialized with `apiVersion` and `kind`.
 fn admitted<K: Resource>(object: &K) -> Result<Value> {
     let errors = validate(object);
     if !errors.is_empty() {
         return Err(invalid(object, errors));
     }
-    let mut value = serde_json::to_value(object).map_err(|source| Error::Decode {
+    let mut object = object.clone();
+    object.derive_status();
+    let mut value = serde_json::to_value(&object).map_err(|source| Error::Decode {
         kind: K::KIND,
         name: object.metadata().name.clone(),
         source,
