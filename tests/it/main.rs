@@ -56,3 +56,4 @@ mod quotas;
 mod readme;
 mod stream_limits;
 mod vastai;
+mod why_failing;
