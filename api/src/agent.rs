@@ -268,8 +268,8 @@ impl Permissions {
 #[serde(rename_all = "camelCase")]
 pub struct AgentStatus {
     /// Where the agent stands, in one word (`Running`, `Stopped`, `CrashLoopBackOff`,
-    /// `BuildFailed` …): worked out from `spec.wanted` and the rest of the status on every
-    /// write, never written by hand.
+    /// `BuildFailed` …): worked out from `spec.wanted` and the rest of the status by the
+    /// daemon with each status write of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<AgentPhase>,
     /// How the agent's process last ended on its own (a crash, or an exit nobody asked

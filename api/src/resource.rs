@@ -98,8 +98,10 @@ pub trait Resource: Object {
     fn validate_update(&self, _old: &Self, _errors: &mut Errors) {}
 
     /// Sets the status fields worked out from the rest of the object (an Agent's
-    /// `status.phase`). Admission calls it on every write, over HTTP and from inside the
-    /// daemon, so such a field is never stale against the status it was written with.
+    /// `status.phase`). The daemon's typed client calls it on every status write, so such
+    /// a field is never stale against the status it was written with. (HTTP admission
+    /// does not: a derived field in a main-resource body would make a write that changes
+    /// nothing look like a change.)
     fn derive_status(&mut self) {}
 }
 
@@ -163,8 +165,7 @@ fn field_path(path: &serde_ignored::Path<'_>) -> String {
 }
 
 fn decode_value<K: Resource>(value: &Value) -> Result<Decoded, DecodeError> {
-    let (mut typed, unknown_fields) = decode::<K>(value)?;
-    typed.derive_status();
+    let (typed, unknown_fields) = decode::<K>(value)?;
     let errors = validate(&typed);
     let object = serde_json::to_value(&typed)
         .map_err(|e| DecodeError { field: String::new(), message: e.to_string() })?;

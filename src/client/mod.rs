@@ -296,7 +296,9 @@ impl<K: Resource + HasStatus> Api<K> {
     /// compare-and-swap that fails with a store `Conflict` if anyone wrote the object
     /// since it was read.
     pub fn status_mutation(&self, object: &K) -> Result<Mutation> {
-        Ok(Mutation::Update { kind: K::PLURAL, object: admitted(object)?, subresource: Subresource::Status })
+        let mut object = object.clone();
+        object.derive_status();
+        Ok(Mutation::Update { kind: K::PLURAL, object: admitted(&object)?, subresource: Subresource::Status })
     }
 
     /// Applies `change` to the object's status through the `/status` subresource,
@@ -347,16 +349,13 @@ fn invalid<K: Object>(object: &K, errors: Vec<ValidationError>) -> Error {
     Error::Invalid { kind: K::KIND, name: object.metadata().name.clone(), errors }
 }
 
-/// `object` validated as the API validates it, its derived status fields worked out
-/// ([`Resource::derive_status`]), serialized with `apiVersion` and `kind`.
+/// `object` validated as the API validates it, serialized with `apiVersion` and `kind`.
 fn admitted<K: Resource>(object: &K) -> Result<Value> {
     let errors = validate(object);
     if !errors.is_empty() {
         return Err(invalid(object, errors));
     }
-    let mut object = object.clone();
-    object.derive_status();
-    let mut value = serde_json::to_value(&object).map_err(|source| Error::Decode {
+    let mut value = serde_json::to_value(object).map_err(|source| Error::Decode {
         kind: K::KIND,
         name: object.metadata().name.clone(),
         source,

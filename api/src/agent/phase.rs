@@ -1,8 +1,8 @@
 //! An agent's phase: the one word that says where it stands (`Running`, `Stopped`,
 //! `CrashLoopBackOff`, `BuildFailed` …), as kubectl's STATUS column says a pod's. It is
 //! worked out here, once, from `spec.wanted` and the rest of `status` (power and the
-//! conditions the controllers write), and kept in `status.phase` by admission on every
-//! write, so the server's Table, the CLI, MCP and the dashboard all say the same word.
+//! conditions the controllers write), and kept in `status.phase` by the daemon's typed
+//! client on every status write, so the server's Table, the CLI, MCP and the dashboard all say the same word.
 //! The last exit (`status.lastExit`) is what crash-watch saw of the agent's process
 //! ending on its own: code or signal, time, and the last lines of its stderr.
 
