@@ -314,12 +314,12 @@ impl<K: Resource + HasStatus> Api<K> {
             let current = self.get_existing(name)?;
             let mut object = current.clone();
             change(object.status_mut());
-            // A derived field (an Agent's phase) moves with what it is derived from, and
-            // is written even when the change itself left the status as it was.
-            object.derive_status();
             if object.status() == current.status() {
                 return Ok(Patched::Unchanged(current));
             }
+            // A derived field (an Agent's phase) moves with what it is derived from, in
+            // the same write.
+            object.derive_status();
             let mutation = Mutation::Update {
                 kind: K::PLURAL,
                 object: admitted(&object)?,
