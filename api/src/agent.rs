@@ -12,6 +12,12 @@ use crate::meta::{Condition, ConditionStatus};
 use crate::resource::{Column, Resource};
 use crate::validation::{self, Errors, Reason};
 
+mod phase;
+pub use phase::{
+    bad_when_true, phase, stderr_tail, AgentPhase, LastExit, LAST_EXIT_BYTES, LAST_EXIT_LINES,
+    REASON_BUILD_FAILED, REASON_START_FAILED, REASON_STOP_FAILED,
+};
+
 crate::resource! {
     /// An agent: a supervised workload (a local process tree, a NixOS container or a
     /// Docker container) whose configuration lives in a git repository. `spec.wanted` is
@@ -26,6 +32,9 @@ pub const CONDITION_READY: &str = "Ready";
 pub const CONDITION_CONVERGED: &str = "Converged";
 /// The `Crashed` condition: the agent stopped without being asked to.
 pub const CONDITION_CRASHED: &str = "Crashed";
+/// The `Building` condition: True while a spawn, rebuild or move Job builds the agent;
+/// False with reason `BuildFailed` when its newest build failed.
+pub const CONDITION_BUILDING: &str = "Building";
 /// The `LimitsEnforced` condition: whether the host enforces `spec.resources` (False
 /// carries the reason; limits are never silently ignored).
 pub const CONDITION_LIMITS_ENFORCED: &str = "LimitsEnforced";
@@ -258,6 +267,15 @@ impl Permissions {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentStatus {
+    /// Where the agent stands, in one word (`Running`, `Stopped`, `CrashLoopBackOff`,
+    /// `BuildFailed` …): worked out from `spec.wanted` and the rest of the status by the
+    /// daemon with each status write of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<AgentPhase>,
+    /// How the agent's process last ended on its own (a crash, or an exit nobody asked
+    /// for): exit code or signal, when, and the last lines of its stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<LastExit>,
     /// Observed power state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power: Option<Power>,
@@ -439,12 +457,23 @@ impl Resource for Agent {
             validation::name(errors, "status.node", node);
         }
         validation::conditions(errors, "status.conditions", &self.status.conditions);
+        if let Some(exit) = &self.status.last_exit {
+            exit.validate(errors, "status.lastExit");
+        }
+    }
+
+    fn derive_status(&mut self) {
+        self.status.phase = Some(phase(self));
     }
 
     fn columns() -> Vec<Column> {
         vec![
             Column::new("Wanted", "The power intent, spec.wanted."),
             Column::new("Observed", "The observed power, status.power."),
+            Column::new(
+                "Status",
+                "Where it stands in one word (Running, Stopped, CrashLoopBackOff, BuildFailed …), status.phase.",
+            ),
             Column::new("Ready", "Status of the Ready condition."),
             Column { type_: "integer", ..Column::new("Restarts", "Crash restarts, status.restarts.") },
             Column::new("Rev", "The applied config revision, status.appliedRev."),
@@ -465,6 +494,7 @@ impl Resource for Agent {
         vec![
             self.spec.wanted.as_str().into(),
             self.status.power.map_or("", Power::as_str).into(),
+            phase(self).as_str().into(),
             ready.into(),
             self.status.restarts.into(),
             self.status.applied_rev.as_deref().map_or("", short_rev).into(),
@@ -743,6 +773,7 @@ mod tests {
             agent.cells(),
             vec![
                 json!("Up"),
+                json!("Running"),
                 json!("Running"),
                 json!("True"),
                 json!(0),

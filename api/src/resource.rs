@@ -96,6 +96,13 @@ pub trait Resource: Object {
     /// Records every problem of changing `old` into `self` (immutable fields, one-time
     /// decisions). Most kinds allow any valid change.
     fn validate_update(&self, _old: &Self, _errors: &mut Errors) {}
+
+    /// Sets the status fields worked out from the rest of the object (an Agent's
+    /// `status.phase`). The daemon's typed client calls it on every status write, so such
+    /// a field is never stale against the status it was written with. (HTTP admission
+    /// does not: a derived field in a main-resource body would make a write that changes
+    /// nothing look like a change.)
+    fn derive_status(&mut self) {}
 }
 
 /// The outcome of decoding a request body as a kind.

@@ -157,6 +157,12 @@ pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> Strin
         let agent = client::decode::<Agent>(object, "Agent").ok();
         let node = agent.as_ref().and_then(|a| a.spec.node());
         w.line(0, &format!("Node:\t{}", node.unwrap_or("<none> (the daemon's host)")));
+        // Where it stands and how it last ended, before anything else: the answer to
+        // "why is it failing" at a glance.
+        if let Some(agent) = &agent {
+            w.line(0, &format!("Status:\t{}", hive_api::agent::phase(agent).as_str()));
+            last_exit(&mut w, agent.status.last_exit.as_ref(), now);
+        }
     }
 
     let mut rest = meta.clone();
@@ -178,6 +184,11 @@ pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> Strin
         let mut status = status.clone();
         if matches!(conditions, Some(Value::Array(_))) {
             status.remove("conditions");
+        }
+        if kind == Agent::KIND {
+            // Said up top already.
+            status.remove("phase");
+            status.remove("lastExit");
         }
         field(&mut w, 0, "status", &Value::Object(status));
     }
@@ -319,6 +330,28 @@ fn scalar(value: &Value) -> String {
     }
 }
 
+/// An agent's last exit: how and when, then its last stderr lines, one per line.
+fn last_exit(w: &mut Writer, exit: Option<&hive_api::agent::LastExit>, now: DateTime<Utc>) {
+    let Some(exit) = exit else {
+        w.line(0, "Last Exit:\t<none>");
+        return;
+    };
+    let at = exit.finished_at.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let ago = output::age(Some(&at), now);
+    w.line(0, &format!("Last Exit:\t{} at {at} ({ago} ago)", exit.how()));
+    if !exit.stderr.is_empty() {
+        w.line(1, "Stderr:");
+        for line in &exit.stderr {
+            // A tab would start a new column of the aligned output.
+            w.line(2, &line.replace('\t', "    "));
+        }
+    }
+}
+
+/// Longer condition messages are cut in the table (`-o yaml` has them whole), so one
+/// long error does not make every line of `describe` as wide.
+const MAX_CONDITION_MESSAGE: usize = 120;
+
 fn conditions_table(w: &mut Writer, conditions: &[Value]) {
     if conditions.is_empty() {
         w.line(0, "Conditions:\t<none>");
@@ -336,7 +369,7 @@ fn conditions_table(w: &mut Writer, conditions: &[Value]) {
                 get("type"),
                 get("status"),
                 get("reason"),
-                get("message"),
+                shorten(&get("message"), MAX_CONDITION_MESSAGE),
                 get("lastTransitionTime")
             ),
         );
@@ -511,6 +544,35 @@ mod tests {
                    "firstTimestamp": "2026-11-29T14:20:00Z", "lastTimestamp": "2026-11-29T14:55:00Z", "count": 3}),
         ];
         insta::assert_snapshot!(render(&agent(), Related { events: Some(&events), agents: None }, now()));
+    }
+
+    /// Issue 32: where it stands and how it last ended come first, short, and no
+    /// condition makes the page wider than its longest message's first 120 characters.
+    #[test]
+    fn describe_a_crash_looping_agent_says_why_first() {
+        let long = format!("its restart failed: {}", "x".repeat(400));
+        let crashy = json!({
+            "apiVersion": "hive.dev/v1", "kind": "Agent",
+            "metadata": {"name": "crashy", "generation": 1, "creationTimestamp": "2026-11-29T14:39:19Z"},
+            "spec": {"wanted": "Up", "config": {"repo": "/srv/crashy.git"},
+                     "runtime": {"type": "process", "process": {"command": ["./run"]}}},
+            "status": {
+                "phase": "CrashLoopBackOff", "power": "Stopped", "restarts": 4, "observedGeneration": 1,
+                "lastExit": {"exitCode": 3, "finishedAt": "2026-11-29T14:59:48Z",
+                             "stderr": ["loading config", "panic: $STATE_DIR/agents/crashy/current/config.toml: no such file"]},
+                "conditions": [
+                    {"type": "Crashed", "status": "True", "reason": "CrashLoopBackOff",
+                     "message": "exited on its own (exit code 3); crash 5 in a row, restarting in 16s",
+                     "lastTransitionTime": "2026-11-29T14:59:48Z"},
+                    {"type": "Ready", "status": "False", "reason": "CrashLoopBackOff",
+                     "message": long, "lastTransitionTime": "2026-11-29T14:59:48Z"}
+                ]
+            }
+        });
+        let text = render(&crashy, Related { events: Some(&[]), agents: None }, now());
+        insta::assert_snapshot!(text);
+        let widest = text.lines().map(|l| l.chars().count()).max().unwrap();
+        assert!(widest < 220, "{widest} columns");
     }
 
     #[test]

@@ -157,9 +157,11 @@ impl WaitFor {
 
 /// The phases after which an object of `kind` will not change by itself any more,
 /// having failed: a Job `Failed`, `Cancelled` or `Interrupted`, an Approval `Denied` or
-/// `Failed`, a FleetCommand `Failed`.
+/// `Failed`, a FleetCommand `Failed`, an Agent `CrashLoopBackOff`, `BuildFailed`,
+/// `StartFailed`, `StopFailed` or `Lost` ([`hive_api::agent::AgentPhase::is_failure`]).
 fn failed_phases(kind: &KindInfo) -> &'static [&'static str] {
     match kind.kind {
+        "Agent" => &["CrashLoopBackOff", "BuildFailed", "StartFailed", "StopFailed", "Lost"],
         "Job" => &["Failed", "Cancelled", "Interrupted"],
         "Approval" => &["Denied", "Failed"],
         "FleetCommand" => &["Failed"],
@@ -194,8 +196,37 @@ fn terminal_phase(kind: &KindInfo, object: &Value) -> Option<(String, Option<Str
             let status = decode::<FleetCommand>(object)?.status;
             Some((wire(&status.phase?)?, status.error))
         }
+        "Agent" => agent_phase(&decode::<hive_api::Agent>(object)?),
         _ => None,
     }
+}
+
+/// An agent's phase and why, for a wait: only once the controller has seen its current
+/// spec (`status.observedGeneration`), so a fix just applied is waited for, not judged
+/// by the failure it fixes. The why is its last exit (how, and its last stderr line),
+/// else the message of the condition that failed.
+fn agent_phase(agent: &hive_api::Agent) -> Option<(String, Option<String>)> {
+    use hive_api::agent::{CONDITION_BUILDING, CONDITION_CONVERGED, CONDITION_CRASHED, CONDITION_NODE_LOST};
+    let status = &agent.status;
+    if status.observed_generation < agent.metadata.generation {
+        return None;
+    }
+    let phase = status.phase?;
+    let condition =
+        |type_: &str| status.condition(type_).map(|c| c.message.clone()).filter(|m| !m.is_empty());
+    let why = match phase {
+        hive_api::agent::AgentPhase::CrashLoopBackOff => match &status.last_exit {
+            Some(exit) => Some(match exit.stderr.last() {
+                Some(line) => format!("{}; stderr: {line}", exit.how()),
+                None => exit.how(),
+            }),
+            None => condition(CONDITION_CRASHED),
+        },
+        hive_api::agent::AgentPhase::BuildFailed => condition(CONDITION_BUILDING),
+        hive_api::agent::AgentPhase::Lost => condition(CONDITION_NODE_LOST),
+        _ => condition(CONDITION_CONVERGED),
+    };
+    Some((phase.as_str().to_string(), why))
 }
 
 /// Why waiting on `object` for `for_` (a condition or a JSONPath, not yet met) is

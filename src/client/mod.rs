@@ -296,7 +296,9 @@ impl<K: Resource + HasStatus> Api<K> {
     /// compare-and-swap that fails with a store `Conflict` if anyone wrote the object
     /// since it was read.
     pub fn status_mutation(&self, object: &K) -> Result<Mutation> {
-        Ok(Mutation::Update { kind: K::PLURAL, object: admitted(object)?, subresource: Subresource::Status })
+        let mut object = object.clone();
+        object.derive_status();
+        Ok(Mutation::Update { kind: K::PLURAL, object: admitted(&object)?, subresource: Subresource::Status })
     }
 
     /// Applies `change` to the object's status through the `/status` subresource,
@@ -315,6 +317,9 @@ impl<K: Resource + HasStatus> Api<K> {
             if object.status() == current.status() {
                 return Ok(Patched::Unchanged(current));
             }
+            // A derived field (an Agent's phase) moves with what it is derived from, in
+            // the same write.
+            object.derive_status();
             let mutation = Mutation::Update {
                 kind: K::PLURAL,
                 object: admitted(&object)?,

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hive_api::agent::{
-    Agent, AgentStatus, Power, Wanted, CONDITION_CONVERGED, CONDITION_NODE_LOST, CONDITION_PLACED,
-    CONDITION_READY,
+    Agent, AgentStatus, Power, Wanted, CONDITION_BUILDING, CONDITION_CONVERGED, CONDITION_NODE_LOST,
+    CONDITION_PLACED, CONDITION_READY, REASON_BUILD_FAILED, REASON_START_FAILED, REASON_STOP_FAILED,
 };
 use hive_api::job::{Job, JobPhase, JobSource, JobTemplate};
 use hive_api::meta::{set_condition, Condition, ConditionStatus, Time};
@@ -148,9 +148,9 @@ fn unfinished(
     (touching, recheck)
 }
 
-/// Whether the newest finished Job on `agent` failed at its Reconcile node (the start),
+/// The newest finished Job on `agent`, when it failed at its Reconcile node (the start),
 /// e.g. a Spawn whose command dies at once.
-fn last_start_failed(jobs: &[impl Borrow<Job>], agent: &str) -> bool {
+fn last_start_failed(jobs: &[impl Borrow<Job>], agent: &str) -> Option<String> {
     let revision = |job: &Job| job.metadata.resource_version.as_deref().and_then(|rv| rv.parse::<u64>().ok());
     let newest = jobs
         .iter()
@@ -158,19 +158,21 @@ fn last_start_failed(jobs: &[impl Borrow<Job>], agent: &str) -> bool {
         .filter(|job: &&Job| job.status.settled())
         .filter(|job| job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent)))
         .max_by_key(|job| revision(job));
-    newest.is_some_and(|job| {
-        job.status.phase == Some(JobPhase::Failed)
-            && !matches!(job.spec.template, JobTemplate::Stop | JobTemplate::Kill)
-            && job.spec.nodes.iter().any(|node| {
-                node.agent.as_deref() == Some(agent)
-                    && node.kind == hive_api::job::JobNodeKind::Reconcile
-                    && job
-                        .status
-                        .nodes
-                        .iter()
-                        .any(|s| s.id == node.id && s.state == hive_api::job::JobNodeState::Failed)
-            })
-    })
+    newest
+        .filter(|job| {
+            job.status.phase == Some(JobPhase::Failed)
+                && !matches!(job.spec.template, JobTemplate::Stop | JobTemplate::Kill)
+                && job.spec.nodes.iter().any(|node| {
+                    node.agent.as_deref() == Some(agent)
+                        && node.kind == hive_api::job::JobNodeKind::Reconcile
+                        && job
+                            .status
+                            .nodes
+                            .iter()
+                            .any(|s| s.id == node.id && s.state == hive_api::job::JobNodeState::Failed)
+                })
+        })
+        .map(|job| job.metadata.name.clone())
 }
 
 /// Why the newest finished Job that built `agent` (its Create or Prebuild node ran to
@@ -211,9 +213,6 @@ fn moved(engine: &Engine, agent: &Agent) -> bool {
         && engine.deploy.markers.read(&agent.metadata.name).is_some()
 }
 
-/// The condition saying whether a spawn or rebuild is under way.
-const CONDITION_BUILDING: &str = "Building";
-
 async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, Error> {
     let Target::Present(agent) = target else { return Ok(Action::await_change()) };
     let engine = &ctx.engine;
@@ -232,7 +231,8 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
     }
     let stored_jobs = ctx.jobs.of(&name).await;
     let (jobs, recheck) = in_flight(engine, &stored_jobs, &name).await;
-    let start_failed = last_start_failed(&stored_jobs, &name);
+    let start_failure = last_start_failed(&stored_jobs, &name);
+    let start_failed = start_failure.is_some();
     let build_failure = last_build_failure(&stored_jobs, &name);
     let building = jobs
         .iter()
@@ -320,16 +320,32 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                     status.active_job = Some(job_name.clone());
                     status.observed_generation = Some(generation);
                     conditions(status, now, generation, ConditionStatus::False, "Converging", &message, None);
+                    if matches!(op, Submit::Spawn | Submit::Rebuild | Submit::Move) {
+                        // Building from this write on: an old build's failure is not the
+                        // news any more.
+                        let job = (job_name.clone(), template);
+                        building_condition(status, now, generation, Some(&job), None);
+                    }
                 })
                 .await?;
             // The Job's changes (and this status write) wake the agent again.
             Ok(Action::await_change())
         }
         Decision::CrashLoop => {
-            let message = agent
-                .status
-                .condition(hive_api::agent::CONDITION_CRASHED)
-                .map_or_else(|| "crash-looping".to_string(), |c| c.message.clone());
+            // Said once: the crash is in `Crashed` and `status.lastExit`; a start that
+            // never ran (no crash) in its Job's node error.
+            let (reason, message) = if facts.crashed {
+                (
+                    "CrashLoopBackOff",
+                    "crash-looping: crash-watch restarts it after a backoff (see Crashed)".into(),
+                )
+            } else {
+                let why = match &start_failure {
+                    Some(job) => format!("the start in Job {job} failed"),
+                    None => "the last start failed".into(),
+                };
+                (REASON_START_FAILED, format!("{why}; run a power verb or change the spec to try again"))
+            };
             agents
                 .patch_status(&name, |status| {
                     status.observed_generation = Some(generation);
@@ -339,7 +355,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                         now,
                         generation,
                         ConditionStatus::False,
-                        "CrashLoopBackOff",
+                        reason,
                         &message,
                         Some(ConditionStatus::False),
                     );
@@ -362,6 +378,13 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
             Ok(Action::await_change())
         }
         Decision::Blocked(message) => {
+            let reason = if !facts.installed {
+                REASON_BUILD_FAILED
+            } else if facts.wanted_up {
+                REASON_START_FAILED
+            } else {
+                REASON_STOP_FAILED
+            };
             agents
                 .patch_status(&name, |status| {
                     status.observed_generation = Some(generation);
@@ -370,7 +393,7 @@ async fn reconcile(target: Target<Agent>, ctx: Arc<Context>) -> Result<Action, E
                         now,
                         generation,
                         ConditionStatus::False,
-                        "JobFailed",
+                        reason,
                         &message,
                         Some(ConditionStatus::False),
                     );
@@ -396,7 +419,7 @@ fn building_condition(
         (Some((name, template)), _) => {
             (ConditionStatus::True, template.as_str().to_string(), format!("Job {name} is building it"))
         }
-        (None, Some(why)) => (ConditionStatus::False, "BuildFailed".to_string(), why.to_string()),
+        (None, Some(why)) => (ConditionStatus::False, REASON_BUILD_FAILED.to_string(), why.to_string()),
         (None, None) => (ConditionStatus::False, "Built".to_string(), "no build under way".to_string()),
     };
     let condition = Condition {
@@ -595,7 +618,13 @@ fn conditions(
     };
     set_condition(&mut status.conditions, cond(CONDITION_CONVERGED, converged, reason, message), now);
     if let Some(ready) = ready {
-        let reason = if ready == ConditionStatus::True { "Running" } else { "NotRunning" };
+        // Not ready because something failed: the same reason, so it reads at a glance.
+        let failed = [REASON_BUILD_FAILED, REASON_START_FAILED, REASON_STOP_FAILED, "CrashLoopBackOff"];
+        let reason = match ready {
+            ConditionStatus::True => "Running",
+            _ if converged == ConditionStatus::False && failed.contains(&reason) => reason,
+            _ => "NotRunning",
+        };
         set_condition(&mut status.conditions, cond(CONDITION_READY, ready, reason, message), now);
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use hive_api::agent::{Agent, AgentStatus, Power, Wanted, CONDITION_CRASHED};
+use hive_api::agent::{Agent, AgentStatus, LastExit, Power, Wanted, CONDITION_CRASHED};
 use hive_api::meta::{find_condition, set_condition, Condition, ConditionStatus, Time};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
@@ -266,8 +266,21 @@ impl CrashWatch {
         // A restart already scheduled or under way answers this exit too: a start's
         // cold-start retry, or an exit its own start published late, is one crash.
         let answered = history.pending || history.restarting;
+        // An exit nobody asked for is the agent's last exit, crash or not.
+        let last_exit = (!exit.requested).then(|| LastExit {
+            exit_code: exit.code,
+            signal: exit.signal,
+            finished_at: Time(exit.at),
+            stderr: exit.stderr.clone(),
+        });
         if !own_accord || (leased && !early) || answered {
-            self.write_status(&name, |status| status.power = Some(Power::Stopped)).await?;
+            self.write_status(&name, |status| {
+                status.power = Some(Power::Stopped);
+                if let Some(last) = &last_exit {
+                    status.last_exit = Some(last.clone());
+                }
+            })
+            .await?;
             if !answered {
                 self.event(agent, EventType::Normal, "Stopped", &format!("stopped ({exit})")).await;
             }
@@ -278,15 +291,17 @@ impl CrashWatch {
         } else {
             format!("exited on its own ({exit})")
         };
-        self.crashed(agent, &what, uptime, now).await
+        self.crashed(agent, &what, uptime, last_exit.as_ref(), now).await
     }
 
-    /// Counts a crash, reports it, and schedules the restart.
+    /// Counts a crash, reports it (with the exit that was the crash, when one was), and
+    /// schedules the restart.
     async fn crashed(
         &mut self,
         agent: &Agent,
         what: &str,
         uptime: Option<Duration>,
+        last_exit: Option<&LastExit>,
         now: Time,
     ) -> client::Result<()> {
         let name = agent.metadata.name.clone();
@@ -315,6 +330,9 @@ impl CrashWatch {
         let generation = agent.metadata.generation;
         self.write_status(&name, |status| {
             status.power = Some(Power::Stopped);
+            if let Some(last) = last_exit {
+                status.last_exit = Some(last.clone());
+            }
             let condition = Condition {
                 type_: CONDITION_CRASHED.into(),
                 status: ConditionStatus::True,
@@ -392,7 +410,7 @@ impl CrashWatch {
                     }
                     Restarted::Failed(err) => {
                         let what = format!("its restart failed: {err}");
-                        self.crashed(&stored, &what, None, now).await?;
+                        self.crashed(&stored, &what, None, None, now).await?;
                     }
                 }
             }
@@ -478,7 +496,13 @@ mod tests {
     }
 
     fn exit(requested: bool) -> Change {
-        Change::Exited(Exit { code: Some(1), signal: None, at: crate::host::now(), requested })
+        Change::Exited(Exit {
+            code: Some(1),
+            signal: None,
+            at: crate::host::now(),
+            requested,
+            stderr: vec!["panic: config.toml: no such file".into()],
+        })
     }
 
     fn event(agent: &str, change: Change) -> RuntimeEvent {

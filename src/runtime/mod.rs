@@ -289,6 +289,10 @@ pub struct Exit {
     /// True when the runtime ended it on request (stop, kill, stop-for-update,
     /// destroy); false for a crash or an exit of the agent's own accord.
     pub requested: bool,
+    /// The last lines it wrote to stderr, bounded and with the state directory written
+    /// as `$STATE_DIR` ([`hive_api::agent::stderr_tail`]); empty when the runtime keeps
+    /// no stderr of its own.
+    pub stderr: Vec<String>,
 }
 
 impl fmt::Display for Exit {
@@ -381,8 +385,9 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
-    /// A command could not be launched at all (missing program, bad directory).
-    #[error("agent {agent:?}: cannot run `{command}` in {}", dir.display())]
+    /// A command could not be launched at all (missing program, bad directory). Said
+    /// without the directory, which is in the state dir.
+    #[error("agent {agent:?}: cannot run `{command}`: {source}")]
     Spawn {
         /// The agent.
         agent: String,
@@ -461,8 +466,10 @@ pub enum Error {
         /// The `current` link that is missing.
         path: PathBuf,
     },
-    /// The agent's command started but exited within the start grace period.
-    #[error("agent {agent:?}: `{command}` in {} exited during start: {exit} (log: {})", dir.display(), log.display())]
+    /// The agent's command started but exited within the start grace period. Said
+    /// without the directories (which are in the state dir): the command, how it exited
+    /// and the last line of its stderr.
+    #[error("agent {agent:?}: `{command}` exited during start: {exit}{}", last_stderr(exit))]
     StartExited {
         /// The agent.
         agent: String,
@@ -475,8 +482,9 @@ pub enum Error {
         /// The agent's log file, which holds its output.
         log: PathBuf,
     },
-    /// The start failed, and so did the clean cold start after stop and kill.
-    #[error("agent {agent:?}: start failed: {first}; cold-start fallback failed too: {second}")]
+    /// The start failed, and so did the clean cold start after stop and kill. The
+    /// second error is said only where it differs from the first.
+    #[error("agent {agent:?}: {}", cold_start(agent, first, second))]
     ColdStart {
         /// The agent.
         agent: String,
@@ -563,5 +571,27 @@ fn tail(output: &str) -> String {
         String::new()
     } else {
         format!(": {output}")
+    }
+}
+
+/// `"; stderr: <its last line>"` when the exit carries stderr, else nothing.
+fn last_stderr(exit: &Exit) -> String {
+    match exit.stderr.last() {
+        Some(line) => format!("; stderr: {line}"),
+        None => String::new(),
+    }
+}
+
+/// Both attempts of a cold-start fallback, each without the `agent "x": ` both start
+/// with, the second only when it says something else.
+fn cold_start(agent: &str, first: &Error, second: &Error) -> String {
+    let prefix = format!("agent {agent:?}: ");
+    let (first, second) = (first.to_string(), second.to_string());
+    let strip = |text: &str| text.strip_prefix(&prefix).unwrap_or(text).to_string();
+    let (first, second) = (strip(&first), strip(&second));
+    if first == second {
+        format!("start failed, and again after a cold start: {first}")
+    } else {
+        format!("start failed: {first}; the cold start after it failed too: {second}")
     }
 }

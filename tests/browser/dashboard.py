@@ -151,10 +151,11 @@ def signs_in(page):
     shot(page, "overview")
 
 
-@scenario("the hello agent is Ready")
+@scenario("the hello agent is Running and Ready")
 def hello_ready(page):
     goto(page, "/agents")
     row = page.locator('tr[data-agent="hello"]')
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"Running$"), timeout=SLOW)
     expect(row).to_contain_text("Ready", timeout=SLOW)
     shot(page, "agents")
 
@@ -162,7 +163,7 @@ def hello_ready(page):
 @scenario("restart hello: its Job card reaches Done and the log panel shows output")
 def restart(page):
     goto(page, "/agents/hello")
-    expect(page.locator("#agent-summary")).to_contain_text("Ready", timeout=SLOW)
+    expect(page.locator("#agent-summary")).to_contain_text("Running", timeout=SLOW)
     page.click('button[data-template="Restart"]')
     card = page.locator("#power-job article.job")
     expect(card).to_be_visible(timeout=15_000)
@@ -467,14 +468,15 @@ def sorting(page):
     expect(page.locator("#nodes-table thead th").first).to_have_attribute("aria-sort", "ascending")
 
 
-@scenario("the state filter matches Ready exactly, not NotReady")
+@scenario("the status filter matches a status exactly")
 def ready_filter(page):
-    # One agent that is NotReady (running, Ready False), injected into the list answer:
-    # the filter decides on the state the page computes from the object.
+    # One agent that is StartFailed, injected into the list answer: the filter decides
+    # on the status word the server put in status.phase.
     fake = {"apiVersion": "hive.dev/v1", "kind": "Agent",
             "metadata": {"name": "zz-probe", "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z"},
             "spec": {"wanted": "Up", "config": {"repo": "https://git.example.invalid/f.git"}, "runtime": {"type": "process"}},
-            "status": {"power": "Running", "conditions": [{"type": "Ready", "status": "False", "reason": "Probe"}]}}
+            "status": {"phase": "StartFailed", "power": "Stopped",
+                       "conditions": [{"type": "Ready", "status": "False", "reason": "StartFailed"}]}}
 
     def on_list(route):
         if "watch=true" in route.request.url:
@@ -488,15 +490,15 @@ def ready_filter(page):
     page.route(pattern, on_list)
     try:
         goto(page, "/agents")
-        expect(page.locator('tr[data-agent="zz-probe"]')).to_contain_text("NotReady", timeout=15_000)
+        expect(page.locator('tr[data-agent="zz-probe"]')).to_contain_text("StartFailed", timeout=15_000)
         expect(page.locator('tr[data-agent="hello"]')).to_be_visible(timeout=15_000)
-        ready_state = page.locator('tr[data-agent="hello"] td').nth(1).inner_text()
-        page.fill("#filter", "Ready")
+        hello_state = page.locator('tr[data-agent="hello"] td').nth(1).inner_text()
+        page.fill("#filter", "Running")
         expect(page.locator('tr[data-agent="zz-probe"]')).to_be_hidden()
-        if "Ready" in ready_state and "NotReady" not in ready_state:
+        if "Running" in hello_state:
             expect(page.locator('tr[data-agent="hello"]')).to_be_visible()
-        shot(page, "agents-filter-ready")
-        page.fill("#filter", "notready")
+        shot(page, "agents-filter-status")
+        page.fill("#filter", "startfailed")
         expect(page.locator('tr[data-agent="zz-probe"]')).to_be_visible()
         expect(page.locator('tr[data-agent="hello"]')).to_be_hidden()
         page.fill("#filter", "sorted")

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::agents::{config_repo, wait_power};
 use crate::harness::{ok, Daemon};
@@ -262,6 +262,70 @@ async fn agents_on_nodes_show_in_the_dashboard() {
                 .env("HIVE_VIEWER_TOKEN", viewer)
                 .env("HIVE_ADMIN_TOKEN", admin)
                 .env("HIVE_NODE", "node-1")
+                .env("HIVE_ARTIFACTS", &artifacts)
+                .output()
+                .expect("python3 runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "browser suite failed (screenshots in {}):\n{stdout}\n{stderr}\n--- daemon log tail ---\n{}",
+        artifacts.display(),
+        d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// Why an agent fails, in a real browser at desktop and phone width
+/// (tests/browser/why_failing.py): `crashy` crash-loops after a panic on stderr, `off` is
+/// Offline on purpose, `hello` runs. Screenshots go to the target dir's
+/// `browser-artifacts/why-failing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn why_an_agent_fails_shows_in_a_browser() {
+    if std::env::var("HIVE_BROWSER_TESTS").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: set HIVE_BROWSER_TESTS=1 to run the browser suite (needs chromium and playwright)"
+        );
+        return;
+    }
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let mut crashy = crate::agents::agent("crashy", &repo, "Up");
+    crashy["spec"]["runtime"]["process"]["command"] =
+        json!(["sh", "-c", "echo \"panic: $PWD/config.toml: no such file\" >&2; exit 3"]);
+    let agents =
+        [crashy, crate::agents::agent("off", &repo, "Offline"), crate::agents::agent("hello", &repo, "Up")];
+    for agent in agents {
+        let created = api.post("/apis/hive.dev/v1/agents", &agent).await;
+        assert_eq!(created.code, 201, "{}", created.body);
+    }
+    crate::harness::eventually("crashy crash-looping, off stopped, hello running", || async {
+        let phase = |a: Value| a["status"]["phase"].as_str().unwrap_or_default().to_string();
+        let crashy = phase(api.get("/apis/hive.dev/v1/agents/crashy").await.body);
+        let off = phase(api.get("/apis/hive.dev/v1/agents/off").await.body);
+        let hello = phase(api.get("/apis/hive.dev/v1/agents/hello").await.body);
+        (crashy == "CrashLoopBackOff" && off == "Stopped" && hello == "Running").then_some(())
+    })
+    .await;
+
+    let viewer = ok(d.hive(&["token", "create", "--name", "vera", "--role", "viewer"])).trim().to_string();
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let artifacts = std::path::Path::new(&target).join("browser-artifacts").join("why-failing");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/why_failing.py");
+    let out = tokio::task::spawn_blocking({
+        let (url, artifacts, admin) = (d.url.clone(), artifacts.clone(), d.token.clone());
+        move || {
+            Command::new("python3")
+                .arg(script)
+                .env("HIVE_URL", url)
+                .env("HIVE_OPERATOR_TOKEN", &admin)
+                .env("HIVE_VIEWER_TOKEN", viewer)
+                .env("HIVE_ADMIN_TOKEN", &admin)
                 .env("HIVE_ARTIFACTS", &artifacts)
                 .output()
                 .expect("python3 runs")

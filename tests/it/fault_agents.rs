@@ -140,7 +140,7 @@ async fn a_failed_spawn_build_leaves_building_false_and_says_why() {
     let agent = eventually("Converged False after the failed spawn", || async {
         let agent = get().await;
         let converged = condition(&agent, "Converged")?;
-        (converged["reason"] == "JobFailed").then_some(agent)
+        (converged["reason"] == "BuildFailed").then_some(agent)
     })
     .await;
     let building = condition(&agent, "Building").unwrap();
@@ -151,7 +151,9 @@ async fn a_failed_spawn_build_leaves_building_false_and_says_why() {
     for type_ in ["Converged", "Ready"] {
         let c = condition(&agent, type_).unwrap();
         assert_eq!(c["status"], "False", "{c}");
+        assert_eq!(c["reason"], "BuildFailed", "{c}");
         let message = c["message"].as_str().unwrap();
         assert!(message.contains(&job_name) && message.contains("the build is broken"), "{type_}: {message}");
     }
+    assert_eq!(agent["status"]["phase"], "BuildFailed", "{}", agent["status"]);
 }

@@ -57,3 +57,4 @@ mod quotas;
 mod readme;
 mod stream_limits;
 mod vastai;
+mod why_failing;

@@ -60,7 +60,10 @@ pub fn whoami(me: &Value) -> Reply {
 /// One agent's row: name, wanted, observed power, applied rev, Ready, active Job, and
 /// the fleet Node it is placed on (absent: it runs on the daemon's own host).
 fn agent_row(agent: &Value) -> Value {
-    let mut row = pick(agent, &["/metadata/name", "/spec/wanted", "/status/power", "/status/appliedRev"]);
+    let mut row = pick(
+        agent,
+        &["/metadata/name", "/status/phase", "/spec/wanted", "/status/power", "/status/appliedRev"],
+    );
     // `wanted` defaults to Up when the stored spec leaves it out.
     row.entry("wanted").or_insert_with(|| json!("Up"));
     if let Some(node) = text(agent, "/spec/placement/node") {
@@ -83,7 +86,10 @@ fn agent_phrase(row: &Value) -> String {
         Some("True") => "ready",
         _ => "not ready",
     };
-    let mut phrase = format!("{name} ({wanted}/{power}, {ready}");
+    let mut phrase = match text(row, "/phase") {
+        Some(phase) => format!("{name} ({phase}, {wanted}/{power}, {ready}"),
+        None => format!("{name} ({wanted}/{power}, {ready}"),
+    };
     if let Some(node) = text(row, "/node") {
         phrase.push_str(&format!(", on node {node}"));
     }
@@ -126,7 +132,14 @@ pub fn agent(agent: &Value) -> Reply {
     }
     let status = pick(
         agent,
-        &["/status/power", "/status/appliedRev", "/status/activeJob", "/status/observedGeneration"],
+        &[
+            "/status/phase",
+            "/status/power",
+            "/status/appliedRev",
+            "/status/activeJob",
+            "/status/observedGeneration",
+            "/status/restarts",
+        ],
     );
     let metadata = pick(agent, &["/metadata/name", "/metadata/generation", "/metadata/labels"]);
     let conditions = agent.pointer("/status/conditions").cloned().unwrap_or_else(|| json!([]));
@@ -137,10 +150,26 @@ pub fn agent(agent: &Value) -> Reply {
     if let Some(rev) = text(&row, "/appliedRev") {
         summary.push_str(&format!(", at rev {rev}"));
     }
-    Reply {
-        summary,
-        data: json!({"metadata": metadata, "spec": spec, "status": status, "conditions": conditions}),
+    let mut data = json!({"metadata": metadata, "spec": spec, "status": status, "conditions": conditions});
+    // How it last ended, first thing after where it stands: the why of a failing agent.
+    if let Some(exit) = agent.pointer("/status/lastExit").filter(|v| v.is_object()) {
+        data["lastExit"] = exit.clone();
+        let how = match (
+            exit.get("exitCode").and_then(Value::as_i64),
+            exit.get("signal").and_then(Value::as_i64),
+        ) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "unknown exit status".into(),
+        };
+        summary.push_str(&format!("; last exit: {how}"));
+        if let Some(line) =
+            exit.get("stderr").and_then(Value::as_array).and_then(|l| l.last()).and_then(Value::as_str)
+        {
+            summary.push_str(&format!(", stderr: {line}"));
+        }
     }
+    Reply { summary, data }
 }
 
 /// The Job a power tool submitted.
@@ -403,6 +432,26 @@ mod tests {
         );
         assert_eq!(reply.data["status"]["activeJob"], json!("stop-1"));
         assert_eq!(reply.data["conditions"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_crashing_agent_says_its_phase_and_last_exit() {
+        let mut crashy = alpha();
+        crashy["status"]["phase"] = json!("CrashLoopBackOff");
+        crashy["status"]["restarts"] = json!(4);
+        crashy["status"]["lastExit"] = json!({"exitCode": 3, "finishedAt": "2026-01-01T00:00:00Z",
+            "stderr": ["starting", "panic: config.toml: no such file"]});
+        let reply = agent(&crashy);
+        assert_eq!(
+            reply.summary,
+            "agent alpha (CrashLoopBackOff, Up/Running, ready, job stop-1), on the daemon's host, at rev abc123; \
+             last exit: exit code 3, stderr: panic: config.toml: no such file"
+        );
+        assert_eq!(reply.data["status"]["phase"], json!("CrashLoopBackOff"));
+        assert_eq!(reply.data["status"]["restarts"], json!(4));
+        assert_eq!(reply.data["lastExit"]["stderr"][1], json!("panic: config.toml: no such file"));
+        let list = agent_list(&json!({"items": [crashy]}));
+        assert_eq!(list.data["agents"][0]["phase"], json!("CrashLoopBackOff"));
     }
 
     #[test]

@@ -43,14 +43,19 @@ const hive = (() => {
   // State words with a glyph, so state reads without color too.
   const STATES = {
     good: ['Ready', 'Running', 'Done', 'Deployed', 'Approved', 'Succeeded', 'True', 'Up', 'Converged'],
-    busy: ['Starting', 'Stopping', 'Queued', 'Provisioning', 'Deploying', 'Pending', 'Killing', 'Requested'],
-    bad: ['Failed', 'Crashed', 'CrashLooping', 'ConfigurationError', 'Orphaned', 'Interrupted', 'Denied', 'NotReady'],
+    busy: ['Starting', 'Stopping', 'Queued', 'Provisioning', 'Deploying', 'Pending', 'Killing', 'Requested', 'Building', 'Terminating'],
+    bad: ['Failed', 'Crashed', 'CrashLooping', 'ConfigurationError', 'Orphaned', 'Interrupted', 'Denied', 'NotReady',
+      'CrashLoopBackOff', 'BuildFailed', 'StartFailed', 'StopFailed', 'Lost'],
   };
   const GLYPH = { good: '●', busy: '◐', bad: '✖', off: '○', run: '▶' };
   function tone(word) {
     for (const [t, words] of Object.entries(STATES)) if (words.includes(word)) return t;
     return 'off';
   }
+  // Conditions whose True is the bad news (hive_api::agent::bad_when_true): red when
+  // True, as the others are off when False; never a green check for a crash.
+  const BAD_WHEN_TRUE = ['Crashed', 'NodeLost'];
+  const conditionTone = (c) => (BAD_WHEN_TRUE.includes(c.type) ? (c.status === 'True' ? 'bad' : 'good') : (c.status === 'True' ? 'good' : 'off'));
   function pill(word, toneOverride) {
     const w = word || 'Unknown';
     const t = toneOverride || tone(w);
@@ -348,7 +353,7 @@ const hive = (() => {
 
   return {
     API, h, $, fill, options, append, link, agentLink, jobLink, nodeLink, pill, tone, time, api, send, ApiError, collection, keyed,
-    condition, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
+    condition, conditionTone, result, canWrite, canAdmin, readLines, sleep, renderLive, down,
     addStream(name) { streams += 1; down.set(name, 'connecting'); renderLive(); },
     streamUp(name) { down.delete(name); renderLive(); },
     streamDown(name, why) { down.set(name, why); renderLive(); },

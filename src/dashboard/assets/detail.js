@@ -125,7 +125,7 @@
   const gib = (b) => (b / 1073741824).toFixed(1) + ' GiB';
   function conditionsTable(cs) {
     return cs.length ? h('table', { class: 'rows' }, h('tbody', {}, cs.map((c) => h('tr', { 'data-condition': c.type },
-      h('td', {}, h('b', {}, c.type)), h('td', {}, pill(c.status === 'True' ? 'True' : 'False', c.status === 'True' ? 'good' : 'off')),
+      h('td', {}, h('b', {}, c.type)), h('td', {}, pill(c.status === 'True' ? 'True' : 'False', hive.conditionTone(c))),
       h('td', {}, c.reason || ''), h('td', { class: 'small' }, c.message || ''), h('td', {}, time(c.lastTransitionTime))))))
       : h('p', { class: 'empty' }, 'No conditions reported yet.');
   }
@@ -181,7 +181,7 @@
   function nodeAgents(name) {
     const box = $('#node-agents');
     const table = h('table', { class: 'rows', id: 'node-agents-table' },
-      h('thead', {}, h('tr', {}, ['Agent', 'State', 'Wanted', 'Observed', 'Ready'].map((c) => h('th', {}, c)))), h('tbody', {}));
+      h('thead', {}, h('tr', {}, ['Agent', 'Status', 'Wanted', 'Observed', 'Ready'].map((c) => h('th', {}, c)))), h('tbody', {}));
     const empty = h('p', { class: 'empty', id: 'node-agents-empty' }, 'No agent is placed on this node (spec.placement.node).');
     fill(box, h('div', { class: 'scroll' }, table), empty);
     hive.sortable(table);

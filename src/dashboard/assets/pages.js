@@ -3,16 +3,24 @@
 'use strict';
 
 (() => {
-  const { h, $, fill, pill, time, api, collection, keyed, tail, condition, result, agentLink, jobLink, nodeLink, API } = hive;
+  const { h, $, fill, pill, time, api, collection, keyed, tail, condition, conditionTone, result, agentLink, jobLink, nodeLink, API } = hive;
 
-  function agentState(a) {
-    const crashed = condition(a, 'Crashed');
-    if (crashed && crashed.status === 'True') return 'Crashed';
-    const ready = condition(a, 'Ready');
-    if (ready && ready.status === 'True') return 'Ready';
-    const power = (a.status && a.status.power) || 'Unknown';
-    if (power === 'Stopped' || power === 'Starting' || power === 'Stopping') return power;
-    return ready ? 'NotReady' : power;
+  // Where an agent stands in one word: the server works it out (status.phase), so the
+  // dashboard, the CLI, MCP and kubectl say the same.
+  const agentState = (a) => (a.status && a.status.phase) || 'Pending';
+  const FAILED = ['CrashLoopBackOff', 'BuildFailed', 'StartFailed', 'StopFailed', 'Lost'];
+  // How the agent's process last ended: `exit code 3`, `signal 9`.
+  const exitHow = (e) => (e.exitCode != null ? 'exit code ' + e.exitCode : e.signal != null ? 'signal ' + e.signal : 'unknown exit status');
+  // Why a failing agent fails, in one short line: its last exit, else the condition that says.
+  function failingWhy(a) {
+    const s = a.status || {};
+    const phase = agentState(a);
+    if (phase === 'CrashLoopBackOff' && s.lastExit) {
+      const last = (s.lastExit.stderr || []).slice(-1)[0];
+      return exitHow(s.lastExit) + (last ? ': ' + last : '');
+    }
+    const c = phase === 'BuildFailed' ? condition(a, 'Building') : phase === 'Lost' ? condition(a, 'NodeLost') : condition(a, 'Converged');
+    return c && c.message ? c.message : '';
   }
   // A Failed Job may still run its AfterAny Reconcile: it is over once it settled (finishedAt).
   const isTerminal = (j) => {
@@ -29,8 +37,12 @@
   const placedOn = (a) => (a.spec && a.spec.placement && a.spec.placement.node) || null;
   function conditionsCell(a) {
     const cs = (a.status && a.status.conditions) || [];
-    return cs.map((c) => h('span', { class: 'cond ' + (c.status === 'True' ? 'on' : 'off'), title: (c.reason || '') + (c.message ? ': ' + c.message : '') },
-      (c.status === 'True' ? '✓ ' : '✗ ') + c.type));
+    return cs.map((c) => {
+      const tone = conditionTone(c);
+      // The glyph says good or bad, not True or False: a True Crashed is no ✓.
+      return h('span', { class: 'cond ' + (tone === 'good' ? 'on' : tone), 'data-condition': c.type, title: c.status + ' · ' + (c.reason || '') + (c.message ? ': ' + c.message : '') },
+        (tone === 'good' ? '✓ ' : '✗ ') + c.type);
+    });
   }
 
   // ---- Job cards (Jobs page and the agent page) -----------------------------------
@@ -98,10 +110,10 @@
       if (all.agents) {
         const agents = [...all.agents.values()];
         fill('#ov-agents', h('p', { class: 'big' }, agents.length + (agents.length === 1 ? ' agent' : ' agents')), counts(countBy(agents.map(agentState))));
-        const failing = agents.filter((a) => ['Crashed', 'NotReady'].includes(agentState(a)));
+        const failing = agents.filter((a) => FAILED.includes(agentState(a)));
         fill('#ov-failing', failing.length ? h('ul', { class: 'plain' }, failing.map((a) => {
-          const c = condition(a, 'Crashed') || condition(a, 'Ready');
-          return h('li', {}, pill(agentState(a)), ' ', agentLink(a.metadata.name), c && c.message ? h('span', { class: 'muted small' }, ' ' + c.message) : null);
+          const why = failingWhy(a);
+          return h('li', {}, pill(agentState(a)), ' ', agentLink(a.metadata.name), why ? h('span', { class: 'muted small' }, ' ' + why) : null);
         })) : h('p', { class: 'empty' }, '✓ Nothing failing.'));
       }
       if (all.jobs) {
@@ -153,7 +165,7 @@
   // ---- Agents ---------------------------------------------------------------------
   function agents() {
     const filter = $('#filter');
-    // A name matches by substring, a state only exactly: "ready" is not "NotReady".
+    // A name matches by substring, a status only exactly: "running" is not "Running…".
     const matches = (a, q) => !q || a.metadata.name.includes(q) || agentState(a).toLowerCase() === q;
     const row = (a) => {
       const s = a.status || {};
@@ -202,9 +214,17 @@
           placedOn(a) ? ['on node ', nodeLink(placedOn(a))] : h('span', { class: 'muted' }, "on the daemon's host")),
         h('span', { class: 'muted' }, ' · runtime ' + ((a.spec.runtime && a.spec.runtime.type) || '?') + ' · config ' + a.spec.config.repo + (a.spec.config.rev ? '@' + a.spec.config.rev : '')),
         s.activeJob ? [' · job ', jobLink(s.activeJob)] : null);
+      const exit = s.lastExit;
+      const lastExit = $('#agent-last-exit');
+      lastExit.hidden = !exit;
+      if (exit) {
+        fill(lastExit, h('div', {}, h('b', {}, 'Last exit: '), exitHow(exit), ' · ', time(exit.finishedAt),
+          s.restarts ? h('span', { class: 'muted' }, ` · ${s.restarts} crash restart${s.restarts === 1 ? '' : 's'}`) : null),
+          (exit.stderr || []).length ? h('pre', { class: 'stderr', 'aria-label': 'last lines of stderr' }, exit.stderr.join('\n')) : h('p', { class: 'muted small' }, 'It wrote nothing to stderr.'));
+      }
       const cs = s.conditions || [];
-      fill('#agent-conditions', cs.length ? h('table', { class: 'rows' }, h('tbody', {}, cs.map((c) => h('tr', {},
-        h('td', {}, h('b', {}, c.type)), h('td', {}, pill(c.status === 'True' ? 'True' : 'False', c.status === 'True' ? (c.type === 'Crashed' ? 'bad' : 'good') : 'off')),
+      fill('#agent-conditions', cs.length ? h('table', { class: 'rows' }, h('tbody', {}, cs.map((c) => h('tr', { 'data-condition': c.type },
+        h('td', {}, h('b', {}, c.type)), h('td', {}, pill(c.status === 'True' ? 'True' : 'False', conditionTone(c))),
         h('td', {}, c.reason || ''), h('td', { class: 'small' }, c.message || ''), h('td', {}, time(c.lastTransitionTime)))))) : h('p', { class: 'empty' }, 'No conditions reported yet.'));
       fill('#agent-generations', h('dl', { class: 'facts' },
         h('dt', {}, 'Spec generation'), h('dd', {}, String(a.metadata.generation || 1)),

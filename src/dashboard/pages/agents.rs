@@ -1,5 +1,6 @@
-//! `/agents` (every agent: wanted vs observed, applied rev, conditions, current Job, its
-//! node) and `/agents/{name}` (where it runs, conditions, generations, live output, power buttons, its Jobs
+//! `/agents` (every agent: its status word, wanted vs observed, applied rev, conditions,
+//! current Job, its node) and `/agents/{name}` (where it stands, its last exit, where it
+//! runs, conditions, generations, live output, power buttons, its Jobs
 //! and Events, its spec as YAML, Kill and Delete with a confirmation; a 404 page when
 //! the API has no such agent).
 
@@ -22,12 +23,16 @@ const POWER: [(&str, &str, &str); 4] = [
 pub async fn list(viewer: Viewer) -> Response {
     layout::page(&viewer, "agents", "/agents", "Agents", |m| {
         m.open("div", &[("class", "toolbar")]);
-        m.void("input", &[("id", "filter"), ("type", "search"), ("placeholder", "Filter by name or state…")]);
+        m.void(
+            "input",
+            &[("id", "filter"), ("type", "search"), ("placeholder", "Filter by name or status…")],
+        );
         m.elem("span", &[("id", "agents-count"), ("class", "muted")], "");
         m.close("div");
         m.open("table", &[("class", "rows"), ("id", "agents-table")]);
         m.open("thead", &[]).open("tr", &[]);
-        for col in ["Agent", "State", "Wanted", "Observed", "Applied rev", "Conditions", "Job", "Node", "Age"]
+        for col in
+            ["Agent", "Status", "Wanted", "Observed", "Applied rev", "Conditions", "Job", "Node", "Age"]
         {
             m.elem("th", &[], col);
         }
@@ -54,6 +59,9 @@ pub async fn one(viewer: Viewer, Path(name): Path<String>) -> Response {
         m.open("div", &[("class", "summary"), ("id", "agent-summary")])
             .elem("p", &[("class", "muted")], "Loading…")
             .close("div");
+        // How it last ended, right under where it stands (filled, and shown, when it has
+        // ended on its own): the why of a failing agent, above the fold.
+        m.open("div", &[("id", "agent-last-exit"), ("class", "last-exit"), ("hidden", "")]).close("div");
         if viewer.can_write() {
             m.open("div", &[("class", "actions"), ("id", "power")]);
             for (template, label, hint) in POWER {

@@ -274,17 +274,25 @@ pub struct WireExit {
     pub at: DateTime<Utc>,
     /// Ended on request.
     pub requested: bool,
+    /// Its last stderr lines, as the worker's runtime kept them.
+    pub stderr: Vec<String>,
 }
 
 impl From<&Exit> for WireExit {
     fn from(e: &Exit) -> Self {
-        WireExit { code: e.code, signal: e.signal, at: e.at, requested: e.requested }
+        WireExit {
+            code: e.code,
+            signal: e.signal,
+            at: e.at,
+            requested: e.requested,
+            stderr: e.stderr.clone(),
+        }
     }
 }
 
 impl From<WireExit> for Exit {
     fn from(e: WireExit) -> Self {
-        Exit { code: e.code, signal: e.signal, at: e.at, requested: e.requested }
+        Exit { code: e.code, signal: e.signal, at: e.at, requested: e.requested, stderr: e.stderr }
     }
 }
 

@@ -331,7 +331,8 @@ impl NixosRuntime {
         }
         let busy = self.inner.begin(&c);
         self.systemctl(&c, &["stop"]).await?;
-        let exit = Exit { code: None, signal: None, at: crate::host::now(), requested: true };
+        let exit =
+            Exit { code: None, signal: None, at: crate::host::now(), requested: true, stderr: Vec::new() };
         busy.stopped(&exit);
         drop(busy);
         tracing::info!(agent = %c.agent, container = %c.name, "container stopped");
@@ -349,7 +350,8 @@ impl NixosRuntime {
         self.systemctl(&c, &["kill", "--signal=KILL"]).await?;
         // Cancels the restart `Restart=on-failure` schedules for a killed nspawn.
         self.systemctl(&c, &["stop"]).await?;
-        let exit = Exit { code: None, signal: Some(9), at: crate::host::now(), requested: true };
+        let exit =
+            Exit { code: None, signal: Some(9), at: crate::host::now(), requested: true, stderr: Vec::new() };
         busy.stopped(&exit);
         drop(busy);
         tracing::info!(agent = %c.agent, container = %c.name, "container killed");

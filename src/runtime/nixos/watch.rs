@@ -131,7 +131,13 @@ impl NixosRuntime {
                 slot.since = state.active_enter.or(slot.since);
                 None
             } else {
-                let exit = Exit { code: None, signal: None, at: crate::host::now(), requested: false };
+                let exit = Exit {
+                    code: None,
+                    signal: None,
+                    at: crate::host::now(),
+                    requested: false,
+                    stderr: Vec::new(),
+                };
                 slot.since = Some(exit.at);
                 slot.last_exit = Some(exit.clone());
                 Some(exit)

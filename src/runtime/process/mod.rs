@@ -357,6 +357,8 @@ impl ProcessRuntime {
             generation: Some(generation),
             cgroup_procs: cgroup_procs.as_deref(),
             appended: self.inner.appends_of(&dir.agent),
+            // The agents live in `<state-dir>/agents`.
+            state_dir: config.root.parent(),
         };
         let running = {
             // Held across spawn and insert, so the supervisor's exit bookkeeping

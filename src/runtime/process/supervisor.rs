@@ -91,7 +91,39 @@ pub struct SpawnRequest<'a> {
     pub cgroup_procs: Option<&'a Path>,
     /// Ticked after each append to the log, for the readers following it.
     pub appended: watch::Sender<()>,
+    /// The daemon's state directory, written as `$STATE_DIR` in the stderr lines an
+    /// exit carries ([`Exit::stderr`]).
+    pub state_dir: Option<&'a Path>,
 }
+
+/// How much of its stderr the supervisor keeps in memory for the exit's last lines:
+/// twice what `status.lastExit` keeps, so lines cut at the start of the window are
+/// whole by the time the tail is bounded again.
+const STDERR_KEPT: usize = 2 * hive_api::agent::LAST_EXIT_BYTES;
+
+/// The newest bytes the agent wrote to stderr, at most [`STDERR_KEPT`].
+#[derive(Default)]
+struct StderrTail(Mutex<std::collections::VecDeque<u8>>);
+
+impl StderrTail {
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        kept.extend(bytes.iter().rev().take(STDERR_KEPT).rev());
+        let over = kept.len().saturating_sub(STDERR_KEPT);
+        kept.drain(..over);
+    }
+
+    fn lines(&self, state_dir: Option<&str>) -> Vec<String> {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (front, back) = kept.as_slices();
+        let text = String::from_utf8_lossy(&[front, back].concat()).into_owned();
+        hive_api::agent::stderr_tail(&text, state_dir)
+    }
+}
+
+/// How long the supervisor waits, after the process group is gone, for the stderr pipe
+/// to drain (a process that left the group may hold it open).
+const STDERR_DRAIN: Duration = Duration::from_millis(250);
 
 /// The exit code of an agent process that could not join its cgroup (and so never ran
 /// its command).
@@ -121,7 +153,9 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         generation,
         cgroup_procs,
         appended,
+        state_dir,
     } = request;
+    let state_dir = state_dir.map(|d| d.to_string_lossy().into_owned());
     let command = argv.join(" ");
     let log = RotatingLog::open(logs, log_max_bytes, log_files).map_err(|source| Error::Io {
         agent: agent.into(),
@@ -165,8 +199,9 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
         None => format!("pid {pid}"),
     };
     append(&log, &log_format::encode(crate::host::now(), Stream::Run, mark.as_bytes()));
-    tokio::spawn(pump(stdout, Stream::Stdout, log.clone()));
-    tokio::spawn(pump(stderr, Stream::Stderr, log));
+    let stderr_tail = Arc::new(StderrTail::default());
+    tokio::spawn(pump(stdout, Stream::Stdout, log.clone(), None));
+    let stderr_pump = tokio::spawn(pump(stderr, Stream::Stderr, log, Some(stderr_tail.clone())));
     let stop_requested = Arc::new(AtomicBool::new(false));
     let (tx, exited) = watch::channel(None);
     let requested = stop_requested.clone();
@@ -178,7 +213,12 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
             Ok(status) => (status.code(), status.signal()),
             Err(_) => (None, None),
         };
-        let exit = Exit { code, signal, at: crate::host::now(), requested: requested.load(Ordering::SeqCst) };
+        let at = crate::host::now();
+        // What it printed last, once the pipe drained (bounded: a survivor of the group
+        // may hold it open).
+        let _ = tokio::time::timeout(STDERR_DRAIN, stderr_pump).await;
+        let stderr = stderr_tail.lines(state_dir.as_deref());
+        let exit = Exit { code, signal, at, requested: requested.load(Ordering::SeqCst), stderr };
         on_exit(exit.clone());
         let _ = tx.send(Some(exit));
     });
@@ -186,13 +226,24 @@ pub fn spawn(request: SpawnRequest<'_>, on_exit: impl FnOnce(Exit) + Send + 'sta
 }
 
 /// Copies everything `reader` yields into the log until end of file, each line stamped
-/// with the time it was read and `stream` (see `log_format.rs`).
-async fn pump(mut reader: impl AsyncRead + Unpin, stream: Stream, log: Arc<Log>) {
+/// with the time it was read and `stream` (see `log_format.rs`), and into `tail` when
+/// given.
+async fn pump(
+    mut reader: impl AsyncRead + Unpin,
+    stream: Stream,
+    log: Arc<Log>,
+    tail: Option<Arc<StderrTail>>,
+) {
     let mut buf = vec![0; 8192];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => return,
-            Ok(n) => append(&log, &log_format::encode(crate::host::now(), stream, &buf[..n])),
+            Ok(n) => {
+                if let Some(tail) = &tail {
+                    tail.push(&buf[..n]);
+                }
+                append(&log, &log_format::encode(crate::host::now(), stream, &buf[..n]))
+            }
         }
     }
 }

@@ -282,11 +282,13 @@ async fn a_failed_start_gets_the_cold_start_fallback_and_both_errors_when_that_f
         let Error::ColdStart { first, second, .. } = &error else { panic!("unexpected error {error}") };
         assert!(matches!(&**first, Error::StartExited { exit, .. } if exit.code == Some(4)), "{first}");
         assert!(matches!(&**second, Error::StartExited { exit, .. } if exit.code == Some(4)), "{second}");
+        // Both attempts failed alike: said once, with the agent's last stderr line, and
+        // without the generation's directory or its log file in the state dir.
         let message = error.to_string();
-        assert!(
-            message.contains("start failed") && message.contains("cold-start fallback failed"),
-            "{message}"
-        );
+        assert!(message.contains("start failed, and again after a cold start: "), "{message}");
+        assert_eq!(message.matches("exited during start: exit code 4").count(), 1, "{message}");
+        assert!(message.contains("; stderr: ") && message.contains("always fails"), "{message}");
+        assert!(!message.contains(&world.tmp.path().display().to_string()), "{message}");
         assert!(!rt.is_running(&always).await.unwrap());
         let log_text = std::fs::read_to_string(rt.log_files("alpha").pop().unwrap()).unwrap();
         assert!(log_text.contains("always fails"), "the agent's stderr is in its log: {log_text}");

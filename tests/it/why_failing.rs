@@ -1,0 +1,154 @@
+//! Why is it failing? (issue 32): the real daemon's agents say where they stand in one
+//! word — the server's Table, `hive get`, kubectl — an agent that crashed keeps its last
+//! exit (code, time, the last lines of its stderr, without the state dir's path) at the
+//! top of `hive describe`, and `hive wait --for=condition=Ready` gives up at once, with
+//! the reason, on an agent that failed for good.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::agents::config_repo;
+use crate::harness::{eventually, fails, ok, Api, Daemon};
+
+async fn agent_of(api: &Api, name: &str) -> Value {
+    api.get(&format!("/apis/hive.dev/v1/agents/{name}")).await.body
+}
+
+/// The cell of the row of `name` under `header` in an aligned table (an empty cell is
+/// spaces, so the column is found by where its header starts).
+fn cell(table: &str, name: &str, header: &str) -> String {
+    let head = table.lines().next().unwrap();
+    let at = head.find(&format!("{header} ")).unwrap_or_else(|| panic!("no {header} in\n{table}"));
+    let line = table.lines().find(|l| l.split_whitespace().next() == Some(name));
+    let line = line.unwrap_or_else(|| panic!("no row {name} in\n{table}"));
+    line.get(at..).unwrap_or_default().split_whitespace().next().unwrap_or_default().to_string()
+}
+
+/// An agent whose command prints a panic naming a file under its working directory (in
+/// the state dir) on stderr, and exits 3.
+fn crashing(repo: &std::path::Path) -> Value {
+    let mut agent = crate::agents::agent("crashy", repo, "Up");
+    agent["spec"]["runtime"]["process"]["command"] =
+        json!(["sh", "-c", "echo starting; echo \"panic: $PWD/config.toml: no such file\" >&2; exit 3"]);
+    agent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_agent_says_crash_loop_back_off_and_keeps_its_last_exit() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &crashing(&repo)).await.code, 201);
+    let crashy = eventually("a crash restart", || async {
+        let crashy = agent_of(&api, "crashy").await;
+        (crashy["status"]["restarts"].as_u64().unwrap_or(0) >= 1
+            && crashy["status"]["phase"] == "CrashLoopBackOff")
+            .then_some(crashy)
+    })
+    .await;
+    let state_dir = d.dir.display().to_string();
+    let last = &crashy["status"]["lastExit"];
+    assert_eq!(last["exitCode"], 3, "{}", crashy["status"]);
+    assert!(last["finishedAt"].is_string(), "{last}");
+    let stderr: Vec<&str> = last["stderr"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+    assert_eq!(stderr.len(), 1, "stderr only, not stdout: {stderr:?}");
+    assert!(stderr[0].starts_with("panic: $STATE_DIR/agents/crashy/"), "{stderr:?}");
+    assert!(stderr[0].ends_with("/config.toml: no such file"), "{stderr:?}");
+    let status = crashy["status"].to_string();
+    assert!(!status.contains(&state_dir), "the state dir's path is in the status: {status}");
+
+    let table = ok(d.hive(&["get", "agents"]));
+    assert_eq!(cell(&table, "crashy", "STATUS"), "CrashLoopBackOff", "{table}");
+    let kubectl = ok(d.kubectl(&["get", "agents"]));
+    assert_eq!(cell(&kubectl, "crashy", "STATUS"), "CrashLoopBackOff", "{kubectl}");
+
+    // `describe` says the last exit before the spec and the status.
+    let described = ok(d.hive(&["describe", "agent", "crashy"]));
+    let at = |what: &str| described.find(what).unwrap_or_else(|| panic!("no {what:?} in\n{described}"));
+    assert!(at("Status:") < at("Last Exit:"), "{described}");
+    assert!(at("Last Exit:") < at("Spec:"), "{described}");
+    assert!(described.contains("exit code 3"), "{described}");
+    assert!(described.contains("panic: $STATE_DIR/agents/crashy/"), "{described}");
+    // The state dir holds the test's config repo, which the spec names; nothing else
+    // names it.
+    let leaks: Vec<&str> =
+        described.lines().filter(|l| l.contains(&state_dir) && !l.contains("config-repo")).collect();
+    assert!(leaks.is_empty(), "{leaks:#?}\n{described}");
+    let conditions = described.split("Conditions:").nth(1).unwrap().split("Events:").next().unwrap();
+    let widest = conditions.lines().map(|l| l.chars().count()).max().unwrap();
+    assert!(widest <= 200, "a condition line of {widest} columns:\n{described}");
+
+    // A wait for Ready ends at once, naming the phase and why.
+    let began = Instant::now();
+    let err = fails(d.hive(&["wait", "agent/crashy", "--for=condition=Ready", "--timeout=60s"]));
+    assert!(began.elapsed() < Duration::from_secs(20), "waited {:?}", began.elapsed());
+    assert!(err.contains("CrashLoopBackOff"), "{err}");
+    assert!(err.contains("exit code 3"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_cannot_launch_says_start_failed_once_and_a_wait_gives_up() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let mut agent = crate::agents::agent("nolaunch", &repo, "Up");
+    agent["spec"]["runtime"]["process"]["command"] = json!(["./no-such-program"]);
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent).await.code, 201);
+    let agent = eventually("StartFailed", || async {
+        let agent = agent_of(&api, "nolaunch").await;
+        (agent["status"]["phase"] == "StartFailed").then_some(agent)
+    })
+    .await;
+    let table = ok(d.hive(&["get", "agents"]));
+    assert_eq!(cell(&table, "nolaunch", "STATUS"), "StartFailed", "{table}");
+    // The spawn's start and its cold-start fallback failed alike: the error says it once,
+    // without the state dir.
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let errors: Vec<String> = jobs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["status"]["nodes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n["error"].as_str().map(str::to_string))
+        .collect();
+    let error = errors.iter().find(|e| e.contains("no-such-program")).expect("the start's error");
+    assert_eq!(error.matches("no-such-program").count(), 1, "{error}");
+    assert!(error.contains("again after a cold start"), "{error}");
+    assert!(!error.contains(&d.dir.display().to_string()), "{error}");
+    let status = agent["status"].to_string();
+    assert!(!status.contains(&d.dir.display().to_string()), "{status}");
+    let began = Instant::now();
+    let err = fails(d.hive(&["wait", "agent/nolaunch", "--for=condition=Ready", "--timeout=60s"]));
+    assert!(began.elapsed() < Duration::from_secs(20), "waited {:?}", began.elapsed());
+    assert!(err.contains("StartFailed"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offline_on_purpose_running_and_a_failed_build_each_have_their_word() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let up = crate::agents::agent("up", &repo, "Up");
+    let off = crate::agents::agent("off", &repo, "Offline");
+    let mut broken = crate::agents::agent("broken", &repo, "Up");
+    broken["spec"]["runtime"]["process"]["build"] = json!(["sh", "-c", "echo cannot build >&2; exit 1"]);
+    for agent in [&up, &off, &broken] {
+        assert_eq!(api.post("/apis/hive.dev/v1/agents", agent).await.code, 201);
+    }
+    let want = [("up", "Running"), ("off", "Stopped"), ("broken", "BuildFailed")];
+    eventually("each agent's phase", || async {
+        let mut all = true;
+        for (name, phase) in want {
+            all &= agent_of(&api, name).await["status"]["phase"] == phase;
+        }
+        all.then_some(())
+    })
+    .await;
+    let table = ok(d.hive(&["get", "agents", "-o", "wide"]));
+    for (name, phase) in want {
+        assert_eq!(cell(&table, name, "STATUS"), phase, "{table}");
+    }
+    let err = fails(d.hive(&["wait", "agent/broken", "--for=condition=Ready", "--timeout=60s"]));
+    assert!(err.contains("BuildFailed"), "{err}");
+}
