@@ -394,7 +394,8 @@ async fn a_write_whose_answer_was_lost_is_read_back_and_answered_once() {
     assert_eq!((event.type_, event.revision), (EventType::Added, created.object().revision()));
     let mut next = created.object().value();
     next["spec"]["n"] = json!(2);
-    let updated =
-        store.commit(Mutation::Update { kind: "agents", object: next, subresource: Subresource::Main }, false).await;
+    let updated = store
+        .commit(Mutation::Update { kind: "agents", object: next, subresource: Subresource::Main }, false)
+        .await;
     assert!(matches!(updated, Ok(Outcome::Updated(_))), "{updated:?}");
 }
