@@ -172,6 +172,8 @@ in {
       listen = "0.0.0.0:7443";
       stateDir = "/srv/hive";
       buildSlots = 4;
+      buildRetries = 3;
+      jobHistoryMaxAge = "24h";
       runtime = "nixos-container";
       agentCpuQuota = "400%";
       agentMemoryMax = "8G";
@@ -210,6 +212,7 @@ in {
   # Misconfigurations the assertions catch.
   halfTls = evalHive { settings = { enable = true; package = hive; tlsCert = "/run/keys/hive.crt"; }; };
   processOutsideVarLib = evalHive { settings = { enable = true; package = hive; stateDir = "/srv/hive"; }; };
+  tooManyRetries = evalHive { settings = { enable = true; package = hive; buildRetries = 21; }; };
 
   # The docker provider with the process runtime: the socket's group; loopback warned.
   dockerProvider = evalHive { settings = { enable = true; package = hive; provider = "docker"; fleetListen = "0.0.0.0:7946"; }; };

@@ -30,6 +30,7 @@ let
       "--listen" cfg.listen
       "--state-dir" cfg.stateDir
       "--build-slots" (toString cfg.buildSlots)
+      "--build-retries" (toString cfg.buildRetries)
       "--runtime" cfg.runtime
       "--agent-cpu-quota" cfg.agentCpuQuota
       "--agent-memory-max" cfg.agentMemoryMax
@@ -40,6 +41,7 @@ let
       "--audit-log-max-backups" (toString cfg.auditLogMaxBackups)
     ]
     ++ lib.optional cfg.preBuildAgentTemplates "--prebuild-agent-templates"
+    ++ lib.optionals (cfg.jobHistoryMaxAge != null) [ "--job-history-max-age" cfg.jobHistoryMaxAge ]
     ++ lib.optionals (cfg.hiveFlake != null) [ "--hive-flake" cfg.hiveFlake ]
     ++ lib.optionals (cfg.hiveRev != null) [ "--hive-rev" cfg.hiveRev ]
     ++ lib.optional (!cfg.auditLog) "--no-audit-log"
@@ -109,6 +111,31 @@ in {
         with the cores and RAM to build several agents at once. Per-agent correctness
         does not depend on the count: each agent's operations serialize on its lifecycle
         lease regardless.
+      '';
+    };
+
+    buildRetries = lib.mkOption {
+      type = lib.types.ints.unsigned;
+      default = 0;
+      description = ''
+        How many times the Jobs hive builds from its templates (start, restart, rebuild,
+        spawn …) retry a failed build, their Prebuild and Create nodes (`--build-retries`,
+        0 to 20), with a backoff of 10 s doubling up to 5 min. A Job written with its own
+        `spec.retry` keeps it. Retries hide a flaky fetch; a build that fails for good
+        fails that many times slower.
+      '';
+    };
+
+    jobHistoryMaxAge = lib.mkOption {
+      type = lib.types.nullOr lib.types.str;
+      default = null;
+      example = "24h";
+      description = ''
+        How long a finished Job (Done, Failed, Cancelled, Interrupted) without a
+        `spec.ttlSecondsAfterFinished` of its own is kept after it finished
+        (`--job-history-max-age`; `1s` up to `8760h`, a year), then deleted. `null`: no
+        bound by age. Either way at most the 5 most recent finished Jobs of each template
+        are kept. A deleted Job is history gone: its outcome and node logs with it.
       '';
     };
 
@@ -368,6 +395,10 @@ in {
         {
           assertion = containers || stateDirectory != null;
           message = ''services.hive: with runtime = "process" the daemon runs as a dynamic user, so stateDir must lie under /var/lib (got ${cfg.stateDir}).'';
+        }
+        {
+          assertion = cfg.buildRetries <= 20;
+          message = "services.hive.buildRetries: at most 20 (got ${toString cfg.buildRetries}).";
         }
         {
           assertion = cfg.auditLog || cfg.auditLogPath == null;

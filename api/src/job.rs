@@ -81,14 +81,21 @@ pub struct JobSpec {
     /// agents. 1 to 31536000 (a year); absent: no deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_deadline_seconds: Option<u64>,
+    /// How long the Job is kept once it finished (`Done`, `Failed`, `Cancelled` or
+    /// `Interrupted`), in seconds from `status.finishedAt`: then the daemon deletes it.
+    /// 0 to 31536000 (a year); absent: the daemon's `--job-history-max-age`, if it has
+    /// one, else it is kept. Either way at most the 5 most recent terminal Jobs of a
+    /// template are kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i64>,
 }
 
 fn is_zero(value: &i32) -> bool {
     *value == 0
 }
 
-/// What a Job asks of the scheduler besides its nodes: the fields of [`JobSpec`] a
-/// template Job keeps when the submit layer builds its nodes.
+/// What a Job asks of the scheduler besides its nodes, and how long it is kept after:
+/// the fields of [`JobSpec`] a template Job keeps when the submit layer builds its nodes.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Scheduling {
     /// `spec.priority`.
@@ -97,6 +104,8 @@ pub struct Scheduling {
     pub active_deadline_seconds: Option<u64>,
     /// `spec.retry`.
     pub retry: Option<Retry>,
+    /// `spec.ttlSecondsAfterFinished`.
+    pub ttl_seconds_after_finished: Option<i64>,
 }
 
 impl JobSpec {
@@ -106,6 +115,7 @@ impl JobSpec {
             priority: self.priority,
             active_deadline_seconds: self.active_deadline_seconds,
             retry: self.retry.clone(),
+            ttl_seconds_after_finished: self.ttl_seconds_after_finished,
         }
     }
 
@@ -114,6 +124,7 @@ impl JobSpec {
         self.priority = scheduling.priority;
         self.active_deadline_seconds = scheduling.active_deadline_seconds;
         self.retry.clone_from(&scheduling.retry);
+        self.ttl_seconds_after_finished = scheduling.ttl_seconds_after_finished;
     }
 }
 
@@ -126,6 +137,8 @@ pub const MAX_PRIORITY: i32 = 1000;
 pub const BOOT_PRIORITY: i32 = -10;
 /// The longest [`JobSpec::active_deadline_seconds`]: a year.
 pub const MAX_DEADLINE_SECONDS: u64 = 365 * 24 * 3600;
+/// The longest [`JobSpec::ttl_seconds_after_finished`]: a year.
+pub const MAX_TTL_SECONDS: i64 = 365 * 24 * 3600;
 /// `status.reason` of a Job that ran past `spec.activeDeadlineSeconds`.
 pub const REASON_DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
 
@@ -613,6 +626,15 @@ impl JobSpec {
                 );
             }
         }
+        if let Some(seconds) = self.ttl_seconds_after_finished {
+            if !(0..=MAX_TTL_SECONDS).contains(&seconds) {
+                errors.push(
+                    "spec.ttlSecondsAfterFinished",
+                    Reason::Invalid,
+                    format!("{seconds}: must be between 0 and {MAX_TTL_SECONDS} (a year)"),
+                );
+            }
+        }
         for (i, agent) in self.agents.iter().enumerate() {
             validation::name(errors, &format!("spec.agents[{i}]"), agent);
         }
@@ -724,6 +746,23 @@ impl Job {
     pub fn agents(&self) -> Vec<&str> {
         let mut seen = BTreeSet::new();
         self.spec.nodes.iter().filter_map(|n| n.agent.as_deref()).filter(|a| seen.insert(*a)).collect()
+    }
+
+    /// When the daemon deletes this Job: `spec.ttlSecondsAfterFinished` after
+    /// `status.finishedAt`, or without a TTL of its own `max_age` (the daemon's
+    /// `--job-history-max-age`) after it. `None` while the Job has not settled (a
+    /// `Failed` Job may still run an AfterAny node; `finishedAt` is set once it is over),
+    /// while it is being deleted, and when neither applies: it is kept.
+    pub fn expires_at(&self, max_age: Option<Duration>) -> Option<crate::meta::Time> {
+        if self.metadata.deletion_timestamp.is_some() || !self.status.settled() {
+            return None;
+        }
+        let finished = self.status.finished_at?;
+        let keep = match self.spec.ttl_seconds_after_finished {
+            Some(seconds) => chrono::Duration::seconds(seconds.max(0)),
+            None => chrono::Duration::from_std(max_age?).ok()?,
+        };
+        finished.0.checked_add_signed(keep).map(crate::meta::Time)
     }
 }
 

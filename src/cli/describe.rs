@@ -1,11 +1,11 @@
 //! `hive describe`: kubectl's generic describer — name, labels, annotations, metadata,
 //! spec and status as indented key/values, a conditions table and the object's events;
-//! an agent's node beside its kind, and a Node's placed agents (as `kubectl describe
-//! node` lists its pods).
+//! an agent's node beside its kind, a Node's placed agents (as `kubectl describe
+//! node` lists its pods), and when a Job with a TTL expires.
 
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use hive_api::{Agent, KindInfo, Node, Object};
+use hive_api::{Agent, Job, KindInfo, Node, Object};
 use serde_json::{Map, Value};
 
 use super::client::{self, Client, Query};
@@ -192,6 +192,9 @@ pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> Strin
         }
         field(&mut w, 0, "status", &Value::Object(status));
     }
+    if kind == Job::KIND {
+        expires(&mut w, object, now);
+    }
     if let Some(Value::Array(conditions)) = conditions {
         conditions_table(&mut w, &conditions);
     }
@@ -203,6 +206,26 @@ pub fn render(object: &Value, related: Related<'_>, now: DateTime<Utc>) -> Strin
         events_table(&mut w, events, now);
     }
     tabwrite(&w.text, 0, 2)
+}
+
+/// When the daemon deletes a Job with a TTL of its own (`spec.ttlSecondsAfterFinished`):
+/// the time once it finished, and how far off; the rule until then. A Job without one
+/// goes by the daemon's `--job-history-max-age`, which a client cannot see: nothing is
+/// said of it.
+fn expires(w: &mut Writer, object: &Value, now: DateTime<Utc>) {
+    let Ok(job) = client::decode::<Job>(object, "Job") else { return };
+    let Some(ttl) = job.spec.ttl_seconds_after_finished else { return };
+    let Some(at) = job.expires_at(None) else {
+        w.line(0, &format!("Expires:\t{ttl}s after it finishes"));
+        return;
+    };
+    let left = (at.0 - now).num_seconds();
+    let when = match left {
+        0.. => format!("in {}", hive_api::age::human_duration(left)),
+        _ => format!("{} ago", hive_api::age::human_duration(-left)),
+    };
+    let at = at.0.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    w.line(0, &format!("Expires:\t{at} ({when}, {ttl}s after it finished)"));
 }
 
 /// Lines of tab-separated cells with two-space indentation per level.
@@ -580,6 +603,38 @@ mod tests {
         let object =
             json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"}, "spec": {}});
         insta::assert_snapshot!(render(&object, Related { events: Some(&[]), agents: None }, now()));
+    }
+
+    /// A Job with `spec.ttlSecondsAfterFinished` says when the daemon deletes it: the time
+    /// once it finished (and how far off), the rule before.
+    #[test]
+    fn a_job_with_a_ttl_says_when_it_expires() {
+        let job = |status: Value| {
+            json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "j1"},
+                   "spec": {"template": "Reconcile", "ttlSecondsAfterFinished": 600,
+                            "nodes": [{"id": "r", "kind": "Reconcile", "agent": "a"}]},
+                   "status": status})
+        };
+        let expires = |object: &Value| {
+            let text = render(object, Related::default(), now());
+            text.lines().find(|l| l.starts_with("Expires:")).map(words)
+        };
+        let done = job(json!({"phase": "Done", "finishedAt": "2026-11-29T14:58:00Z"}));
+        assert_eq!(
+            expires(&done).as_deref(),
+            Some("Expires: 2026-11-29T15:08:00Z (in 8m, 600s after it finished)")
+        );
+        let long_done = job(json!({"phase": "Failed", "finishedAt": "2026-11-29T14:40:00Z"}));
+        assert_eq!(
+            expires(&long_done).as_deref(),
+            Some("Expires: 2026-11-29T14:50:00Z (10m ago, 600s after it finished)")
+        );
+        let running = job(json!({"phase": "Running"}));
+        assert_eq!(expires(&running).as_deref(), Some("Expires: 600s after it finishes"));
+        // Without a TTL of its own nothing is said: the daemon's max age is its own.
+        let mut plain = done.clone();
+        plain["spec"].as_object_mut().unwrap().remove("ttlSecondsAfterFinished");
+        assert_eq!(expires(&plain), None);
     }
 
     /// A line with its runs of spaces made one, so a case does not depend on alignment.

@@ -103,6 +103,13 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=20))]
     pub build_retries: u32,
 
+    /// How long a finished Job (Done, Failed, Cancelled, Interrupted) without a
+    /// `spec.ttlSecondsAfterFinished` of its own is kept after it finished, e.g. `24h`
+    /// (`1s` up to a year, `8760h`); then it is deleted. Default: no bound by age (only the
+    /// 5 most recent terminal Jobs of each template are kept, which holds either way).
+    #[arg(long, value_name = "DURATION", value_parser = parse_job_history_max_age)]
+    pub job_history_max_age: Option<Duration>,
+
     /// The agent runtime of this host: `process` (supervised local processes; the
     /// embedded default) or `nixos-container` (each agent a NixOS container built from
     /// the meta flake; needs nix, nixos-container and systemd, and root).
@@ -365,6 +372,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         agent_controller: args.agent_controller,
         build_slots: args.build_slots,
         build_retries: args.build_retries,
+        job_history_max_age: args.job_history_max_age,
         nixos_containers: args.runtime == RuntimeChoice::NixosContainer,
         prebuild_agent_templates: args.prebuild_agent_templates,
         agent_cpu_quota: args.agent_cpu_quota.clone(),
@@ -412,6 +420,18 @@ fn parse_join_timeout(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is outside 1s..24h"));
     }
     Ok(timeout)
+}
+
+/// `--job-history-max-age`: a duration from 1 s to a year, the longest
+/// `spec.ttlSecondsAfterFinished` (a max age of 0 would delete a Job before a client
+/// waiting on it could read how it ended).
+fn parse_job_history_max_age(text: &str) -> Result<Duration, String> {
+    let age = super::duration::parse(text)?;
+    let year = Duration::from_secs(hive_api::job::MAX_TTL_SECONDS as u64);
+    if !(Duration::from_secs(1)..=year).contains(&age) {
+        return Err(format!("{text:?} is outside 1s..8760h (a year)"));
+    }
+    Ok(age)
 }
 
 /// The caps on requests held at once (`server::streams`).
@@ -636,6 +656,20 @@ mod tests {
         for bad in ["0", "25h", "soon"] {
             let err = serve(&["--fleet-join-timeout", bad]).err().unwrap().to_string();
             assert!(err.contains("--fleet-join-timeout"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_job_history_max_age_is_from_a_second_to_a_year_and_off_by_default() {
+        let serve =
+            |flags: &[&str]| Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()));
+        assert_eq!(serve(&[]).unwrap().args.job_history_max_age, None, "no bound by age unless asked");
+        let set = serve(&["--job-history-max-age", "24h"]).unwrap();
+        assert_eq!(set.args.job_history_max_age, Some(Duration::from_secs(24 * 3600)));
+        assert!(serve(&["--job-history-max-age", "8760h"]).is_ok());
+        for bad in ["0", "500ms", "8761h", "soon"] {
+            let err = serve(&["--job-history-max-age", bad]).err().unwrap().to_string();
+            assert!(err.contains("--job-history-max-age"), "{bad}: {err}");
         }
     }
 

@@ -235,7 +235,12 @@ impl<K: Resource> Api<K> {
     /// Deletes exactly this version of `object` (its uid and resourceVersion are
     /// preconditions). Returns false when it is gone or changed meanwhile.
     pub async fn delete_version(&self, object: &K) -> Result<bool> {
-        let meta = object.metadata();
+        self.delete_exact(object.metadata()).await
+    }
+
+    /// [`Api::delete_version`] of the object `meta` describes: its name, with its uid and
+    /// resourceVersion as preconditions (for a caller that kept only those).
+    pub async fn delete_exact(&self, meta: &hive_api::ObjectMeta) -> Result<bool> {
         let mutation = Mutation::Delete {
             kind: K::PLURAL,
             name: meta.name.clone(),

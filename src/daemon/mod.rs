@@ -73,6 +73,8 @@ pub struct DaemonConfig {
     pub build_slots: usize,
     /// Retries of the builds in Jobs built from templates.
     pub build_retries: u32,
+    /// How long a terminal Job without a TTL of its own is kept; `None`: no bound by age.
+    pub job_history_max_age: Option<Duration>,
     /// Run agents as NixOS containers instead of processes.
     pub nixos_containers: bool,
     /// nixos-container runtime: build every registered agent's toplevel at start.
@@ -194,6 +196,7 @@ pub async fn run(
         EngineConfig {
             build_slots: config.build_slots,
             build_retries: config.build_retries,
+            job_history_max_age: config.job_history_max_age,
             hive_rev: config.hive_rev.clone(),
             hive_url: config.hive_flake.clone(),
             process: Some({

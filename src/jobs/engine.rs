@@ -41,6 +41,10 @@ pub struct EngineConfig {
     pub build_slots: usize,
     /// Retries of the builds in Jobs the submit layer builds from templates.
     pub build_retries: u32,
+    /// How long a terminal Job without `spec.ttlSecondsAfterFinished` is kept after it
+    /// finished (`--job-history-max-age`); `None`: no bound by age, only the history's
+    /// 5 per template.
+    pub job_history_max_age: Option<std::time::Duration>,
     /// The hive base input's rev this daemon runs; a change marks every agent stale and
     /// the boot sweep rebuilds the wanted-up ones against it.
     pub hive_rev: String,
@@ -64,6 +68,7 @@ impl Default for EngineConfig {
         EngineConfig {
             build_slots: 1,
             build_retries: 0,
+            job_history_max_age: None,
             hive_rev: DEFAULT_HIVE_REV.into(),
             hive_url: DEFAULT_HIVE_URL.into(),
             process: None,
@@ -128,7 +133,8 @@ impl Engine {
     }
 
     /// Starts the engine on `state_dir/agents`: kills processes a crashed daemon left,
-    /// marks Jobs it left unfinished `Interrupted`, starts the scheduler and the mirror.
+    /// marks Jobs it left unfinished `Interrupted`, starts the scheduler, the mirror and
+    /// the expiry of finished Jobs.
     /// The daemon then starts crash-watch, submits the boot reconcile and starts the
     /// intake ([`Engine::start_intake`]).
     pub async fn start(store: Store, state_dir: &Path, config: EngineConfig) -> anyhow::Result<Arc<Engine>> {
@@ -198,6 +204,9 @@ impl Engine {
             },
             settled,
         );
+        // Besides the history's bound by count, terminal Jobs age out by their TTL or
+        // the max age, counted from the finish times in the store.
+        crate::jobs::expiry::spawn(store.clone(), config.job_history_max_age);
         let engine = Arc::new(Engine {
             store: store.clone(),
             scheduler: scheduler.clone(),

@@ -55,7 +55,9 @@
 //! - **History**: the [`SchedulerConfig::history_per_template`] (5) most recent
 //!   terminal DAGs per template are kept; older ones are dropped and reported as
 //!   [`JobUpdate::Removed`]. The history begins with the terminal Jobs earlier daemon
-//!   runs left ([`Scheduler::start_after`]), so the bound holds across restarts.
+//!   runs left ([`Scheduler::start_after`]), so the bound holds across restarts. Jobs
+//!   also age out of the store by their TTL (`jobs::expiry`), which the scheduler does
+//!   not know of: removing one already deleted is a no-op.
 //! - Each node has a **step label** and a bounded **build log** that can be followed
 //!   while it runs ([`SchedulerHandle::log`]).
 //! - The **transient guard**: [`SchedulerHandle::leased_agents`] is the set of agents

@@ -363,6 +363,8 @@ fn unit_file_is_strict_and_spells_out_the_defaults() {
     assert_eq!(flag(&pairs, "--listen"), Some("127.0.0.1:7443"));
     assert_eq!(flag(&pairs, "--state-dir"), Some("/var/lib/hive"));
     assert_eq!(flag(&pairs, "--build-slots"), Some("1"));
+    assert_eq!(flag(&pairs, "--build-retries"), Some("0"));
+    assert!(!pairs.iter().any(|(f, _)| f == "--job-history-max-age"), "no bound by age by default");
     assert_eq!(flag(&pairs, "--runtime"), Some("process"));
     assert_eq!(flag(&pairs, "--agent-cpu-quota"), Some("200%"), "written 200%% in the unit");
     assert_eq!(flag(&pairs, "--agent-memory-max"), Some("4G"));
@@ -479,6 +481,8 @@ fn module_renders_the_options_into_the_service() {
         ("listen", "127.0.0.1:7443".into()),
         ("stateDir", "/var/lib/hive".into()),
         ("buildSlots", 1.into()),
+        ("buildRetries", 0.into()),
+        ("jobHistoryMaxAge", Value::Null),
         ("runtime", "process".into()),
         ("agentCpuQuota", "200%".into()),
         ("agentMemoryMax", "4G".into()),
@@ -550,7 +554,14 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(flag(&pairs, "--log-format"), Some("text"));
     assert_eq!(flag(&pairs, "--audit-log-max-size"), Some("100M"));
     assert_eq!(flag(&pairs, "--audit-log-max-backups"), Some("5"));
-    for absent in ["--audit-log", "--no-audit-log", "--audit-reads", "--metrics", "--metrics-listen"] {
+    for absent in [
+        "--audit-log",
+        "--no-audit-log",
+        "--audit-reads",
+        "--metrics",
+        "--metrics-listen",
+        "--job-history-max-age",
+    ] {
         assert!(!pairs.iter().any(|(f, _)| f == absent), "{absent} by default");
     }
     let no_audit = flag_pairs(&module_args(s("noAuditLog")));
@@ -566,6 +577,8 @@ fn module_renders_the_options_into_the_service() {
     assert_eq!(flag(&pairs, "--listen"), Some("0.0.0.0:7443"));
     assert_eq!(flag(&pairs, "--state-dir"), Some("/srv/hive"));
     assert_eq!(flag(&pairs, "--build-slots"), Some("4"));
+    assert_eq!(flag(&pairs, "--build-retries"), Some("3"));
+    assert_eq!(flag(&pairs, "--job-history-max-age"), Some("24h"));
     assert_eq!(flag(&pairs, "--runtime"), Some("nixos-container"));
     assert_eq!(flag(&pairs, "--agent-cpu-quota"), Some("400%"));
     assert_eq!(flag(&pairs, "--agent-memory-max"), Some("8G"));
@@ -618,6 +631,7 @@ fn module_renders_the_options_into_the_service() {
     // Misconfigurations fail their assertions; the stand-in rejects bad values.
     assert!(strings(&s("halfTls")["failedAssertions"])[0].contains("tlsCert and tlsKey"));
     assert!(strings(&s("processOutsideVarLib")["failedAssertions"])[0].contains("/var/lib"));
+    assert!(strings(&s("tooManyRetries")["failedAssertions"])[0].contains("buildRetries"));
     for (case, accepted) in s("rejects").as_object().unwrap() {
         assert_eq!(accepted, false, "check.nix accepted the bad configuration {case}");
     }

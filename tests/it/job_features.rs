@@ -236,3 +236,78 @@ async fn a_build_that_fails_twice_succeeds_on_its_third_try_with_limit_3() {
     assert!(reply.body["message"].as_str().unwrap().contains("spec.nodes[0].retry"), "{:?}", reply.body);
     assert_eq!(api.get(JOBS).await.body["items"].as_array().unwrap().len(), before);
 }
+
+/// Issue 33, item 4: a finished Job is deleted `spec.ttlSecondsAfterFinished` seconds
+/// after it finished, one without a TTL of its own `--job-history-max-age` after, and
+/// every watcher sees it go; a Job whose TTL is longer than the max age stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_age_out_by_their_ttl_or_the_daemons_max_age() {
+    let d = Daemon::start_with(&["--agent-controller=false", "--job-history-max-age", "3s"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent("x", &repo, "Offline")).await.code, 201);
+    let rv = api.get(JOBS).await.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut watch = api.watch(&format!("{JOBS}?watch=true&resourceVersion={rv}")).await;
+    let reconcile = json!([{"id": "reconcile", "kind": "Reconcile", "agent": "x"}]);
+
+    // Kept an hour, longer than the max age.
+    let kept =
+        post_job(&api, json!({"template": "Reconcile", "ttlSecondsAfterFinished": 3600, "nodes": reconcile}))
+            .await;
+    assert_eq!(wait_terminal(&api, &kept).await["status"]["phase"], "Done");
+    // A template Job keeps its TTL through the submit layer's expansion.
+    let reply = api
+        .post(
+            JOBS,
+            &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"generateName": "stop-"},
+                            "spec": {"template": "Stop", "agents": ["x"], "ttlSecondsAfterFinished": 1}}),
+        )
+        .await;
+    assert_eq!(reply.code, 201, "{:?}", reply.body);
+    assert_eq!(reply.body["spec"]["ttlSecondsAfterFinished"], 1, "{}", reply.body["spec"]);
+    let short = reply.body["metadata"]["name"].as_str().unwrap().to_string();
+    // No TTL of its own: the max age. It finished after `kept`, so were `kept` aged by the
+    // max age too, it would go first.
+    let aged = post_job(&api, json!({"template": "Reconcile", "nodes": reconcile})).await;
+
+    let mut gone: Vec<Value> = Vec::new();
+    while !(gone.iter().any(|j| j["metadata"]["name"] == short.as_str())
+        && gone.iter().any(|j| j["metadata"]["name"] == aged.as_str()))
+    {
+        let event = watch.next(std::time::Duration::from_secs(60)).await.expect("a watch event");
+        if event["type"] == "DELETED" {
+            gone.push(event["object"].clone());
+        }
+    }
+    let names: Vec<&str> = gone.iter().filter_map(|j| j["metadata"]["name"].as_str()).collect();
+    assert!(!names.contains(&kept.as_str()), "the Job kept an hour went: {names:?}");
+    for job in &gone {
+        // Deleted only once it had finished, with its last state on the event.
+        assert!(job["status"]["finishedAt"].is_string(), "{job}");
+        assert_eq!(job["status"]["phase"], "Done", "{job}");
+    }
+    assert_eq!(api.get(&format!("{JOBS}/{short}")).await.code, 404);
+    assert_eq!(api.get(&format!("{JOBS}/{aged}")).await.code, 404);
+    let listed = api.get(JOBS).await.body;
+    let listed: Vec<&str> =
+        listed["items"].as_array().unwrap().iter().filter_map(|j| j["metadata"]["name"].as_str()).collect();
+    assert!(listed.contains(&kept.as_str()) && !listed.contains(&short.as_str()), "{listed:?}");
+    let described = crate::harness::ok(d.hive(&["describe", &format!("job/{kept}")]));
+    let expires =
+        described.lines().find(|l| l.starts_with("Expires:")).unwrap_or_else(|| panic!("{described}"));
+    assert!(expires.contains("3600s after it finished"), "{expires}");
+
+    // A TTL out of bounds is refused, naming the field, and nothing is stored.
+    let before = api.get(JOBS).await.body["items"].as_array().unwrap().len();
+    for spec in [
+        json!({"template": "Reconcile", "ttlSecondsAfterFinished": -1, "nodes": reconcile}),
+        json!({"template": "Restart", "agents": ["x"], "ttlSecondsAfterFinished": 40_000_000}),
+    ] {
+        let reply =
+            api.post(JOBS, &json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "bad"}, "spec": spec})).await;
+        assert_eq!(reply.code, 422, "{:?}", reply.body);
+        let message = reply.body["message"].as_str().unwrap();
+        assert!(message.contains("spec.ttlSecondsAfterFinished"), "{message}");
+    }
+    assert_eq!(api.get(JOBS).await.body["items"].as_array().unwrap().len(), before);
+}

@@ -312,3 +312,61 @@ fn retries_only_where_a_retry_is_safe_and_within_bounds() {
     assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
     assert_eq!(parse_duration("1.5s"), None);
 }
+
+#[test]
+fn ttl_after_finished_is_bounded_and_named() {
+    for (ttl, refused) in [(json!(-1), true), (json!(MAX_TTL_SECONDS + 1), true), (json!(0), false)] {
+        let mut value = valid();
+        value["spec"]["ttlSecondsAfterFinished"] = ttl.clone();
+        let errors = validate(&decode::<Job>(&value).unwrap().0);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        let want: &[&str] = if refused { &["spec.ttlSecondsAfterFinished"] } else { &[] };
+        assert_eq!(fields, want, "{ttl}: {errors:?}");
+        if refused {
+            assert!(errors[0].message.contains("between 0 and 31536000"), "{errors:?}");
+        }
+    }
+    let (plain, _) = decode::<Job>(&valid()).unwrap();
+    let stored = serde_json::to_value(&plain).unwrap();
+    assert!(stored["spec"].get("ttlSecondsAfterFinished").is_none(), "absent when unset");
+}
+
+/// When a Job expires, as a table: its own TTL first, else the daemon's max age, counted
+/// from `status.finishedAt`; never while it has not settled.
+#[test]
+fn a_job_expires_its_ttl_or_else_the_max_age_after_it_finished() {
+    let finished = Time(chrono::DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().into());
+    let at = |seconds: i64| Some(Time(finished.0 + chrono::Duration::seconds(seconds)));
+    let hour = Some(Duration::from_secs(3600));
+    let settled =
+        |phase: JobPhase| JobStatus { phase: Some(phase), finished_at: Some(finished), ..Default::default() };
+    let running = JobStatus { phase: Some(JobPhase::Running), ..Default::default() };
+    // A Failed Job whose AfterAny Reconcile still runs has no finishedAt yet.
+    let failing = JobStatus { phase: Some(JobPhase::Failed), ..Default::default() };
+    // What, its TTL, its status, the daemon's max age, when it expires.
+    type Case = (&'static str, Option<i64>, JobStatus, Option<Duration>, Option<Time>);
+    let cases: Vec<Case> = vec![
+        ("done, a TTL", Some(30), settled(JobPhase::Done), None, at(30)),
+        ("failed, a TTL", Some(30), settled(JobPhase::Failed), None, at(30)),
+        ("cancelled, a TTL of 0", Some(0), settled(JobPhase::Cancelled), None, at(0)),
+        ("interrupted, a TTL", Some(5), settled(JobPhase::Interrupted), None, at(5)),
+        ("no TTL, no max age: kept", None, settled(JobPhase::Done), None, None),
+        ("no TTL: the max age", None, settled(JobPhase::Done), hour, at(3600)),
+        ("a longer TTL overrides the max age", Some(7200), settled(JobPhase::Done), hour, at(7200)),
+        ("a shorter TTL overrides the max age", Some(10), settled(JobPhase::Failed), hour, at(10)),
+        ("running: never", Some(0), running.clone(), hour, None),
+        ("failed but not settled: not yet", Some(0), failing, hour, None),
+        ("waiting for an intake: never", Some(0), JobStatus::default(), hour, None),
+    ];
+    for (what, ttl, status, max_age, want) in cases {
+        let mut job: Job = decode::<Job>(&valid()).unwrap().0;
+        job.spec.ttl_seconds_after_finished = ttl;
+        job.status = status;
+        assert_eq!(job.expires_at(max_age), want, "{what}");
+    }
+    // A Job being deleted (a finalizer holds it) is not deleted again.
+    let mut job: Job = decode::<Job>(&valid()).unwrap().0;
+    job.status = settled(JobPhase::Done);
+    job.metadata.deletion_timestamp = Some(finished);
+    assert_eq!(job.expires_at(hour), None);
+}
