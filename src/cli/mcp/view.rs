@@ -152,24 +152,35 @@ pub fn agent(agent: &Value) -> Reply {
     }
     let mut data = json!({"metadata": metadata, "spec": spec, "status": status, "conditions": conditions});
     // How it last ended, first thing after where it stands: the why of a failing agent.
-    if let Some(exit) = agent.pointer("/status/lastExit").filter(|v| v.is_object()) {
-        data["lastExit"] = exit.clone();
-        let how = match (
-            exit.get("exitCode").and_then(Value::as_i64),
-            exit.get("signal").and_then(Value::as_i64),
-        ) {
+    if let Some(exit) = last_exit(agent) {
+        data["lastExit"] = serde_json::to_value(&exit).unwrap_or_default();
+        let how = match (exit.exit_code, exit.signal) {
             (Some(code), _) => format!("exit code {code}"),
             (None, Some(signal)) => format!("signal {signal}"),
             (None, None) => "unknown exit status".into(),
         };
         summary.push_str(&format!("; last exit: {how}"));
-        if let Some(line) =
-            exit.get("stderr").and_then(Value::as_array).and_then(|l| l.last()).and_then(Value::as_str)
-        {
+        if let Some(line) = exit.stderr.last() {
             summary.push_str(&format!(", stderr: {line}"));
         }
     }
     Reply { summary, data }
+}
+
+/// An agent's `status.lastExit`, typed; `None` when it has none (or it does not parse).
+fn last_exit(agent: &Value) -> Option<hive_api::agent::LastExit> {
+    #[derive(serde::Deserialize)]
+    struct Agent {
+        #[serde(default)]
+        status: Status,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        #[serde(default)]
+        last_exit: Option<hive_api::agent::LastExit>,
+    }
+    serde_json::from_value::<Agent>(agent.clone()).ok()?.status.last_exit
 }
 
 /// The Job a power tool submitted.
