@@ -15,6 +15,21 @@ fn epoch(daemon: &Daemon) -> u64 {
     line.trim_end_matches(')').parse().expect("an epoch")
 }
 
+/// A second replica on `store`, started on a thread (it serves only once it leads), once
+/// its log says it stands by; its state directory lives as long as the first value.
+async fn standby(store: &str) -> (tempfile::TempDir, std::thread::JoinHandle<Result<Daemon, String>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, flags) = (dir.path().to_path_buf(), store.to_owned());
+    let standby = std::thread::spawn(move || Daemon::spawn(&path, &["--store", &flags]));
+    let log = dir.path().join("daemon.log");
+    crate::harness::eventually("the standby to stand by", || {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        std::future::ready(log.contains("standing by").then_some(()))
+    })
+    .await;
+    (dir, standby)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_takes_over_when_the_leader_is_killed_with_every_acknowledged_write() {
     let cluster = LocalCluster::start(3).unwrap();
@@ -22,16 +37,7 @@ async fn a_standby_takes_over_when_the_leader_is_killed_with_every_acknowledged_
     let mut leader = Daemon::start_with(&["--store", &store]);
     let first_epoch = epoch(&leader);
 
-    let standby_dir = tempfile::tempdir().unwrap();
-    let dir = standby_dir.path().to_path_buf();
-    let flags = store.clone();
-    let standby = std::thread::spawn(move || Daemon::spawn(&dir, &["--store", &flags]));
-    let log = standby_dir.path().join("daemon.log");
-    crate::harness::eventually("the standby to stand by", || {
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        std::future::ready(log.contains("standing by").then_some(()))
-    })
-    .await;
+    let (_standby_dir, standby) = standby(&store).await;
 
     let api = leader.client();
     for i in 0..16 {
@@ -73,16 +79,7 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_exits_when_it_resumes() 
     let store = cluster.url();
     let mut paused = Daemon::start_with(&["--store", &store]);
     let first_epoch = epoch(&paused);
-    let standby_dir = tempfile::tempdir().unwrap();
-    let dir = standby_dir.path().to_path_buf();
-    let flags = store.clone();
-    let standby = std::thread::spawn(move || Daemon::spawn(&dir, &["--store", &flags]));
-    let log = standby_dir.path().join("daemon.log");
-    crate::harness::eventually("the standby to stand by", || {
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        std::future::ready(log.contains("standing by").then_some(()))
-    })
-    .await;
+    let (_standby_dir, standby) = standby(&store).await;
 
     signal(paused.pid(), "-STOP");
     let new_leader = tokio::task::spawn_blocking(move || standby.join().unwrap()).await.unwrap().unwrap();

@@ -253,6 +253,20 @@ async fn a_write_over_etcds_transaction_limit_is_refused_whole() {
     assert!(store.list("agents").1.is_empty());
 }
 
+/// The fence of the election `state` follows, once it leads (within 10 s).
+async fn elected(state: &mut tokio::sync::watch::Receiver<Leadership>) -> super::lease::Fence {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Leadership::Leader(fence) = state.borrow_and_update().clone() {
+                return fence;
+            }
+            state.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("elected within 10 s")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
     let cluster = LocalCluster::start(1).unwrap();
@@ -267,16 +281,7 @@ async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
     let mut first_state = first.subscribe();
     let (stop_first, stopped_first) = tokio::sync::watch::channel(false);
     let first_task = tokio::spawn(async move { first.run(stopped_first).await });
-    let fence = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if let Leadership::Leader(fence) = first_state.borrow_and_update().clone() {
-                return fence;
-            }
-            first_state.changed().await.unwrap();
-        }
-    })
-    .await
-    .unwrap();
+    let fence = elected(&mut first_state).await;
     a.etcd().unwrap().set_fence(Some(fence.clone()));
     a.commit(create("led"), false).await.unwrap();
 
@@ -287,16 +292,7 @@ async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
     // The first resigns; the second takes over with a higher epoch.
     stop_first.send(true).unwrap();
     first_task.await.unwrap();
-    let second_fence = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if let Leadership::Leader(fence) = second_state.borrow_and_update().clone() {
-                return fence;
-            }
-            second_state.changed().await.unwrap();
-        }
-    })
-    .await
-    .unwrap();
+    let second_fence = elected(&mut second_state).await;
     assert!(second_fence.epoch > fence.epoch);
     let refused = a.commit(create("after"), false).await;
     assert!(matches!(refused, Err(Error::NotLeader { .. })), "{refused:?}");
