@@ -1,5 +1,7 @@
 //! The token store: `<state-dir>/tokens.json`, holding a SHA-256 hash, name, role and
-//! creation time per token, and never the token itself.
+//! creation time per token, and never the token itself. Replicas of one hive on etcd
+//! share one such file instead ([`SharedTokens`]): a token made or revoked through any
+//! replica is known to every one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -137,8 +139,10 @@ struct TokenFile {
 type Hash = [u8; 32];
 
 /// The tokens in memory, indexed both ways.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Tokens {
+    /// The shared file's revision these were read at (0: absent, or a local file).
+    revision: u64,
     by_name: BTreeMap<String, Record>,
     /// SHA-256 → who the token is, ready to hand to each request without copying.
     by_hash: HashMap<Hash, Principal>,
@@ -169,9 +173,35 @@ pub struct TokenStore {
 }
 
 struct Inner {
+    /// The local file, or how the shared one is named in errors.
     path: PathBuf,
+    /// Where changes go: the local file when `None`.
+    shared: Option<Arc<dyn SharedTokens>>,
     rng: SystemRandom,
     tokens: RwLock<Tokens>,
+    /// Held by the one change under way.
+    changing: std::sync::Mutex<()>,
+}
+
+/// What a swap of the shared token file did: the new revision, or (not written) the file
+/// as it is now and its revision (`None`: absent).
+pub type Swapped = Result<u64, Option<(Vec<u8>, u64)>>;
+
+/// The token file of replicas that share one (the store on etcd), read and replaced by
+/// compare-and-swap. Its calls block: the store calls them on blocking threads.
+pub trait SharedTokens: Send + Sync {
+    /// Writes `file` if the shared file is still at `revision` (0: absent), and returns
+    /// the new revision; otherwise writes nothing and returns the file as it is now and
+    /// its revision (`None`: absent).
+    fn swap(&self, revision: u64, file: Vec<u8>) -> io::Result<Swapped>;
+}
+
+/// What a change of the token file did.
+enum Persisted {
+    /// Written; at this revision when shared.
+    Done(u64),
+    /// Not written: another replica changed the shared file first; here it is.
+    Moved(Tokens),
 }
 
 impl fmt::Debug for TokenStore {
@@ -194,8 +224,69 @@ impl TokenStore {
             Err(source) => return Err(Error::Io { path, action: "reading", source }),
         };
         Ok(TokenStore {
-            inner: Arc::new(Inner { path, rng: SystemRandom::new(), tokens: RwLock::new(tokens) }),
+            inner: Arc::new(Inner {
+                path,
+                shared: None,
+                rng: SystemRandom::new(),
+                tokens: RwLock::new(tokens),
+                changing: Default::default(),
+            }),
         })
+    }
+
+    /// A store over a token file that several replicas share, as it was read (`None`:
+    /// no file yet). `name` says where it lives, in errors. A file that does not parse
+    /// is an error naming it, as a local one is.
+    pub fn open_shared(
+        name: &str,
+        shared: Arc<dyn SharedTokens>,
+        current: Option<(Vec<u8>, u64)>,
+    ) -> Result<TokenStore> {
+        let path = PathBuf::from(name);
+        let tokens = match current {
+            Some((bytes, revision)) => Tokens { revision, ..parse(&path, &bytes)? },
+            None => Tokens::default(),
+        };
+        Ok(TokenStore {
+            inner: Arc::new(Inner {
+                path,
+                shared: Some(shared),
+                rng: SystemRandom::new(),
+                tokens: RwLock::new(tokens),
+                changing: Default::default(),
+            }),
+        })
+    }
+
+    /// Takes the shared file as another replica wrote it at `revision`, unless this store
+    /// holds a newer one. A file that does not parse is ignored (and said), keeping the
+    /// tokens held: locking everyone out is worse than a late revocation.
+    pub fn follow(&self, bytes: &[u8], revision: u64) {
+        let mut tokens = self.write();
+        if revision <= tokens.revision {
+            return;
+        }
+        match parse(&self.inner.path, bytes) {
+            Ok(fresh) => *tokens = Tokens { revision, ..fresh },
+            Err(e) => {
+                tracing::error!(error = %e, revision, "the shared token file changed and does not parse; keeping the tokens held")
+            }
+        }
+    }
+
+    /// Whether the tokens live in a file replicas share.
+    pub fn is_shared(&self) -> bool {
+        self.inner.shared.is_some()
+    }
+
+    /// Whether no token exists.
+    pub fn is_empty(&self) -> bool {
+        self.read().by_name.is_empty()
+    }
+
+    /// The whole token file (hashes only), as written to disk.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        encode(&self.read().to_file())
     }
 
     /// The file this store persists to.
@@ -212,19 +303,19 @@ impl TokenStore {
     /// [`TokenStore::create`] for a token bound to an agent: `role` `agent` needs
     /// `agent`, every other role refuses one.
     pub fn create_bound(&self, name: &str, role: Role, agent: Option<&str>) -> Result<String> {
-        let mut tokens = self.write();
-        self.create_locked(&mut tokens, name, role, agent)
+        self.change(|tokens| self.create_in(tokens, name, role, agent))
     }
 
     /// Creates the first `admin` token when no token exists at all, and returns it; returns
     /// `None` when any token exists (even if the first admin was revoked: an operator who
     /// removed it meant to).
     pub fn ensure_admin(&self) -> Result<Option<String>> {
-        let mut tokens = self.write();
-        if !tokens.by_name.is_empty() {
-            return Ok(None);
-        }
-        self.create_locked(&mut tokens, FIRST_ADMIN, Role::Admin, None).map(Some)
+        self.change(|tokens| {
+            if !tokens.by_name.is_empty() {
+                return Ok(None);
+            }
+            self.create_in(tokens, FIRST_ADMIN, Role::Admin, None).map(Some)
+        })
     }
 
     /// Finds the principal a bearer token belongs to, or `None` for an unknown token.
@@ -261,25 +352,49 @@ impl TokenStore {
 
     /// Deletes the token called `name`; requests carrying it fail from now on.
     pub fn revoke(&self, name: &str) -> Result<()> {
-        let mut tokens = self.write();
-        if !tokens.by_name.contains_key(name) {
-            return Err(Error::NotFound(name.to_owned()));
-        }
-        let mut file = tokens.to_file();
-        file.tokens.retain(|r| r.name != name);
-        self.persist(&file)?;
-        tokens.by_name.remove(name);
-        tokens.by_hash.retain(|_, p| &*p.name != name);
-        Ok(())
+        self.change(|tokens| {
+            if tokens.by_name.remove(name).is_none() {
+                return Err(Error::NotFound(name.to_owned()));
+            }
+            tokens.by_hash.retain(|_, p| &*p.name != name);
+            Ok(())
+        })
     }
 
-    fn create_locked(
-        &self,
-        tokens: &mut Tokens,
-        name: &str,
-        role: Role,
-        agent: Option<&str>,
-    ) -> Result<String> {
+    /// Applies `op` to a copy of the tokens, persists the copy, and only then makes it
+    /// the tokens held; a failed write changes nothing. When another replica changed the
+    /// shared file first, `op` runs again on what it wrote (its checks too). Changes go
+    /// one at a time; requests authenticate meanwhile against the tokens held.
+    fn change<T>(&self, op: impl Fn(&mut Tokens) -> Result<T>) -> Result<T> {
+        let _one_at_a_time = self.inner.changing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut base = self.read().clone();
+        loop {
+            let mut next = base.clone();
+            let out = op(&mut next)?;
+            match self.persist(&next.to_file(), base.revision)? {
+                Persisted::Done(revision) => {
+                    next.revision = revision;
+                    self.install(next);
+                    return Ok(out);
+                }
+                Persisted::Moved(now) => {
+                    self.install(now.clone());
+                    base = now;
+                }
+            }
+        }
+    }
+
+    /// Makes `next` the tokens held, unless they are older than those held (a shared
+    /// file followed past them meanwhile).
+    fn install(&self, next: Tokens) {
+        let mut tokens = self.write();
+        if self.inner.shared.is_none() || next.revision > tokens.revision {
+            *tokens = next;
+        }
+    }
+
+    fn create_in(&self, tokens: &mut Tokens, name: &str, role: Role, agent: Option<&str>) -> Result<String> {
         hive_api::validation::dns1123_label(name)
             .map_err(|reason| Error::InvalidName { name: name.to_owned(), reason })?;
         let binding = |reason: String| Error::Binding { name: name.to_owned(), reason };
@@ -309,22 +424,26 @@ impl TokenStore {
             sha256: hex(&hash),
             created_at: crate::host::now(),
         };
-        let mut file = tokens.to_file();
-        file.tokens.push(record.clone());
-        self.persist(&file)?;
         tokens.insert(record, hash);
         tracing::info!(token.name = name, token.role = %role, "created token");
         Ok(token)
     }
 
-    fn persist(&self, file: &TokenFile) -> Result<()> {
-        let mut json = serde_json::to_vec_pretty(file).expect("token file serializes");
-        json.push(b'\n');
-        write_atomic(&self.inner.path, &json, SECRET_MODE).map_err(|source| Error::Io {
-            path: self.inner.path.clone(),
-            action: "writing",
-            source,
-        })
+    fn persist(&self, file: &TokenFile, revision: u64) -> Result<Persisted> {
+        let json = encode(file);
+        let io = |source| Error::Io { path: self.inner.path.clone(), action: "writing", source };
+        match &self.inner.shared {
+            None => {
+                write_atomic(&self.inner.path, &json, SECRET_MODE).map(|()| Persisted::Done(0)).map_err(io)
+            }
+            Some(shared) => match shared.swap(revision, json).map_err(io)? {
+                Ok(revision) => Ok(Persisted::Done(revision)),
+                Err(Some((bytes, revision))) => {
+                    Ok(Persisted::Moved(Tokens { revision, ..parse(&self.inner.path, &bytes)? }))
+                }
+                Err(None) => Ok(Persisted::Moved(Tokens::default())),
+            },
+        }
     }
 
     // The lock guards plain data that is only replaced after a successful write, so a
@@ -336,6 +455,12 @@ impl TokenStore {
     fn write(&self) -> RwLockWriteGuard<'_, Tokens> {
         self.inner.tokens.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn encode(file: &TokenFile) -> Vec<u8> {
+    let mut json = serde_json::to_vec_pretty(file).expect("token file serializes");
+    json.push(b'\n');
+    json
 }
 
 fn parse(path: &Path, bytes: &[u8]) -> Result<Tokens> {
@@ -545,5 +670,50 @@ mod tests {
         for debug in [format!("{store:?}"), format!("{record:?}"), format!("{:?}", store.list())] {
             assert!(!debug.contains(&token) && !debug.contains(&hash), "{debug}");
         }
+    }
+
+    /// A shared token file as etcd keeps it: a value and the revision that wrote it.
+    #[derive(Default)]
+    struct SharedFile(std::sync::Mutex<(Vec<u8>, u64, u64)>);
+
+    impl SharedTokens for SharedFile {
+        fn swap(&self, revision: u64, file: Vec<u8>) -> io::Result<Swapped> {
+            let mut held = self.0.lock().unwrap();
+            let (bytes, at, clock) = &mut *held;
+            if *at != revision {
+                return Ok(Err((*at > 0).then(|| (bytes.clone(), *at))));
+            }
+            *clock += 1;
+            *bytes = file;
+            *at = *clock;
+            Ok(Ok(*at))
+        }
+    }
+
+    #[test]
+    fn replicas_sharing_a_token_file_lose_no_change_and_follow_each_other() {
+        let file = Arc::new(SharedFile::default());
+        let a = TokenStore::open_shared("etcd /hive/_tokens", file.clone(), None).unwrap();
+        let b = TokenStore::open_shared("etcd /hive/_tokens", file.clone(), None).unwrap();
+        let admin = a.ensure_admin().unwrap().expect("the first admin");
+        // B read the file before A wrote it: its change is made again on A's file, and
+        // its own first-admin check sees A's admin.
+        assert_eq!(b.ensure_admin().unwrap(), None);
+        let ops = b.create("ops", Role::Operator).unwrap();
+        assert!(b.authenticate(&admin).is_some(), "B took A's write when its swap failed");
+        // A has not heard of "ops": its swap fails, and the create made again on B's
+        // file finds the duplicate.
+        assert!(matches!(a.create("ops", Role::Viewer), Err(Error::Duplicate(_))));
+        assert_eq!(a.authenticate(&ops).map(|p| p.role), Some(Role::Operator));
+
+        b.revoke("ops").unwrap();
+        let (bytes, revision, _) = file.0.lock().unwrap().clone();
+        a.follow(&bytes, revision);
+        assert!(a.authenticate(&ops).is_none(), "a revocation through B reaches A");
+        // An older file than the one held is ignored.
+        a.follow(b"{\"tokens\": []}", 1);
+        assert!(a.authenticate(&admin).is_some());
+        // Nothing was written to a local file.
+        assert!(!Path::new("etcd /hive/_tokens").exists());
     }
 }

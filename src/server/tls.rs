@@ -256,6 +256,48 @@ fn normalize_hosts(hosts: &[String]) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The CA under `<state_dir>/pki/` (created on first start): its certificate and key,
+/// PEM, for replicas that share one CA (the store on etcd keeps it for them).
+pub fn ca_pems(state_dir: &Path) -> Result<(String, String)> {
+    let paths = PkiPaths::new(state_dir);
+    let pki_dir = paths.ca_cert.parent().expect("pki paths have a parent");
+    create_private_dir(pki_dir).with_context(|| format!("creating TLS directory {}", pki_dir.display()))?;
+    let ca = ensure_ca(&paths)?;
+    Ok((ca.cert_pem, ca.key.serialize_pem()))
+}
+
+/// Makes the CA under `<state_dir>/pki/` the one given (shared by every replica), if it
+/// is not already: writes it and drops the serving certificate issued by another, which
+/// [`ensure`] then issues again. Says whether it replaced a CA that was there.
+pub fn adopt_ca(state_dir: &Path, cert_pem: &str, key_pem: &str) -> Result<bool> {
+    let paths = PkiPaths::new(state_dir);
+    let pki_dir = paths.ca_cert.parent().expect("pki paths have a parent");
+    create_private_dir(pki_dir).with_context(|| format!("creating TLS directory {}", pki_dir.display()))?;
+    let held = |path: &Path| std::fs::read_to_string(path).ok();
+    if held(&paths.ca_cert).as_deref() == Some(cert_pem) && held(&paths.ca_key).as_deref() == Some(key_pem) {
+        return Ok(false);
+    }
+    // Check the pair before anything is written: a broken shared CA must not replace a
+    // working local one.
+    let cert_der = first_cert(cert_pem).context("the shared TLS CA certificate")?;
+    let key_der = parse_key(key_pem).context("the shared TLS CA key")?;
+    CertifiedKey::from_der(vec![cert_der], key_der, &ring_provider())
+        .map_err(|e| anyhow!("the shared TLS CA's key does not match its certificate: {e}"))?;
+    let replaced = exists(&paths.ca_cert)?;
+    for stale in [&paths.server_cert, &paths.server_key] {
+        match std::fs::remove_file(stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", stale.display())),
+        }
+    }
+    write_atomic(&paths.ca_key, key_pem.as_bytes(), SECRET_MODE)
+        .with_context(|| format!("writing TLS CA key {}", paths.ca_key.display()))?;
+    write_atomic(&paths.ca_cert, cert_pem.as_bytes(), PUBLIC_MODE)
+        .with_context(|| format!("writing TLS CA certificate {}", paths.ca_cert.display()))?;
+    Ok(replaced)
+}
+
 /// Loads the CA, or creates it on first start.
 fn ensure_ca(paths: &PkiPaths) -> Result<Ca> {
     let key_exists = exists(&paths.ca_key)?;

@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::docs::Docs;
 use super::gateway::{Gateway, GatewayError, WatchResponse};
 use super::{change_of, Keys};
 use crate::store::commit::compacted_after;
@@ -63,6 +64,7 @@ pub(super) async fn run(
     gateway: Arc<Gateway>,
     keys: Keys,
     shared: Arc<Shared>,
+    docs: Arc<Docs>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     health: Arc<Mutex<Option<String>>>,
 ) {
@@ -114,7 +116,7 @@ pub(super) async fn run(
                         set_health(None);
                         backoff = Duration::from_millis(50);
                     }
-                    apply(&keys, &shared, message);
+                    apply(&keys, &shared, &docs, message);
                 }
                 Some(Err(e)) => {
                     tracing::warn!(endpoint = stream.endpoint(), error = %e, "the store's etcd watch broke; reopening");
@@ -142,7 +144,7 @@ async fn wait(stop: &mut tokio::sync::watch::Receiver<bool>, delay: Duration) ->
 }
 
 /// Applies one watch message to the cache, its log and its watchers.
-fn apply(keys: &Keys, shared: &Shared, message: WatchResponse) {
+fn apply(keys: &Keys, shared: &Shared, docs: &Docs, message: WatchResponse) {
     let time_ms = shared.config.clock.now().timestamp_millis();
     let revision = {
         let mut state = shared.write();
@@ -154,7 +156,13 @@ fn apply(keys: &Keys, shared: &Shared, message: WatchResponse) {
                 continue;
             }
             let Some((kind, name)) = keys.parse(&event.kv.key) else {
-                // One of hive's own keys: its revision is passed all the same.
+                // One of hive's own keys: a shared document's followers hear of it;
+                // its revision is passed all the same.
+                docs.saw(
+                    &event.kv.key,
+                    (!event.deleted).then_some(&event.kv.value[..]),
+                    event.kv.mod_revision,
+                );
                 state.revision = event.kv.mod_revision;
                 continue;
             };

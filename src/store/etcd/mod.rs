@@ -25,6 +25,7 @@
 //! resolved by reading it back before it is answered.
 
 pub mod cluster;
+pub mod docs;
 mod feed;
 pub mod gateway;
 pub mod lease;
@@ -113,6 +114,8 @@ pub struct Backend {
     fence: Mutex<Option<lease::Fence>>,
     /// The revision this replica last compacted etcd's history to.
     compacted: Mutex<u64>,
+    /// The shared documents this replica follows (see [`docs`]).
+    docs: Arc<docs::Docs>,
 }
 
 /// How objects map to keys.
@@ -221,8 +224,15 @@ impl Backend {
         let shared = Arc::new(Shared::new(state, store_config));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let health = Arc::new(Mutex::new(None));
-        let task =
-            tokio::spawn(feed::run(gateway.clone(), keys.clone(), shared.clone(), stopped, health.clone()));
+        let docs = Arc::new(docs::Docs::default());
+        let task = tokio::spawn(feed::run(
+            gateway.clone(),
+            keys.clone(),
+            shared.clone(),
+            docs.clone(),
+            stopped,
+            health.clone(),
+        ));
         let backend = Backend {
             gateway,
             keys,
@@ -232,6 +242,7 @@ impl Backend {
             health,
             fence: Mutex::new(None),
             compacted: Mutex::new(0),
+            docs,
         };
         Ok((Arc::new(backend), shared))
     }
@@ -244,6 +255,13 @@ impl Backend {
     /// The key of hive's own `name` under the prefix.
     pub fn internal_key(&self, name: &str) -> Vec<u8> {
         self.keys.internal(name)
+    }
+
+    /// The shared document `name` (`<prefix>_<name>`), read now and followed after.
+    pub async fn doc(&self, name: &str) -> Result<docs::Doc> {
+        docs::Doc::open(self.gateway.clone(), &self.docs, self.keys.internal(name))
+            .await
+            .map_err(|e| unavailable(&e))
     }
 
     /// Makes every later write of this store carry `fence` (the leader's): a write

@@ -395,3 +395,34 @@ async fn a_write_whose_answer_was_lost_is_read_back_and_answered_once() {
         .await;
     assert!(matches!(updated, Ok(Outcome::Updated(_))), "{updated:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_document_is_swapped_only_from_what_was_read_and_reaches_every_replica() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let stores = [replica(&cluster, 0, "/docs/", |_| {}).await, replica(&cluster, 0, "/docs/", |_| {}).await];
+    let a = stores[0].etcd().unwrap().doc("tokens").await.unwrap();
+    let b = stores[1].etcd().unwrap().doc("tokens").await.unwrap();
+    assert_eq!(a.current(), None);
+    let mut b_changes = b.changes();
+
+    let first = a.swap(None, b"one".to_vec()).await.unwrap().expect("created while absent");
+    tokio::time::timeout(Duration::from_secs(10), b_changes.wait_for(|v| v.as_ref() == Some(&first)))
+        .await
+        .expect("the other replica hears of the document")
+        .unwrap();
+
+    // A swap from a stale reading (absent) changes nothing and says what is there now.
+    let moved = b.swap(None, b"two".to_vec()).await.unwrap().expect_err("the document exists");
+    assert_eq!(moved.0.as_ref(), Some(&first));
+    let second =
+        b.swap(Some(first.revision), b"two".to_vec()).await.unwrap().expect("swapped from what was read");
+    assert!(second.revision > first.revision);
+    let mut a_changes = a.changes();
+    tokio::time::timeout(Duration::from_secs(10), a_changes.wait_for(|v| v.as_ref() == Some(&second)))
+        .await
+        .expect("the first replica hears of the change")
+        .unwrap();
+    for store in stores {
+        store.shutdown().await;
+    }
+}
