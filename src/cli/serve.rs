@@ -36,10 +36,17 @@ pub struct Args {
 
     /// Keep the objects in an etcd cluster instead of the embedded database:
     /// `etcd://HOST:PORT[,HOST:PORT…][/PREFIX]` (prefix default `/hive/`). Several
-    /// replicas may share one cluster: one is elected leader and serves; the others
-    /// wait and take over within a few seconds when it dies (see deploy/ha.md).
+    /// replicas may share one cluster: every one serves the API; one is elected leader
+    /// and runs the scheduler, the controllers and the fleet, and another takes over
+    /// within a few seconds when it dies (see deploy/ha.md).
     #[arg(long, value_name = "URL", value_parser = parse_store)]
     pub store: Option<crate::store::etcd::EtcdConfig>,
+
+    /// With --store: the URL other replicas reach this one's API at, to forward what
+    /// only the leader runs (default: https://LISTEN-ADDRESS). Needed when listening on
+    /// 0.0.0.0 or behind a NAT; its host must be in the serving certificate.
+    #[arg(long, value_name = "URL", requires = "store", value_parser = parse_advertise)]
+    pub advertise_url: Option<String>,
 
     /// Serve this certificate (PEM chain) instead of the generated one. Needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -358,6 +365,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
         state_dir,
         reset_state: args.reset_state,
         store: args.store.clone(),
+        advertise: args.advertise_url.clone(),
         tls: args.tls_cert.clone().zip(args.tls_key.clone()),
         retention_events: args.retention_events,
         retention_age: args.retention_age,
@@ -613,6 +621,17 @@ fn check(args: &Args) -> anyhow::Result<()> {
 }
 
 /// `--store`: an etcd cluster's URL.
+fn parse_advertise(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .ok_or_else(|| format!("{url:?}: the advertised URL is https://HOST:PORT (replicas serve HTTPS)"))?;
+    let authority = rest.trim_end_matches('/');
+    if authority.is_empty() || authority.contains('/') {
+        return Err(format!("{url:?}: expected https://HOST:PORT, without a path"));
+    }
+    Ok(format!("https://{authority}"))
+}
+
 fn parse_store(url: &str) -> Result<crate::store::etcd::EtcdConfig, String> {
     crate::store::etcd::EtcdConfig::parse(url)
 }

@@ -10,6 +10,7 @@ pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
 mod leader;
+mod shared;
 
 pub use crate::jobs::engine::{DEFAULT_HIVE_REV, DEFAULT_HIVE_URL};
 pub use boot::Sweep;
@@ -45,6 +46,9 @@ pub struct DaemonConfig {
     pub reset_state: bool,
     /// The etcd cluster holding the objects, instead of the embedded database.
     pub store: Option<crate::store::etcd::EtcdConfig>,
+    /// With `store`: the URL other replicas reach this one's API at (default: the
+    /// listen address's URL).
+    pub advertise: Option<String>,
     /// A certificate chain and key to serve instead of the generated ones.
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Watch history: events retained.
@@ -143,28 +147,26 @@ pub async fn run(
     store_config.checkpoint_interval = config.checkpoint_interval;
     let metrics = std::sync::Arc::new(crate::metrics::Metrics::new(config.metrics));
     store_config.metrics = metrics.store.clone();
-    let (store, leadership) = match &config.store {
-        None => {
-            let store = Store::open(store_config).map_err(|e| {
-                anyhow::anyhow!(
-                    "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
-                )
-            })?;
-            (store, None)
-        }
-        Some(etcd) => {
-            let store = Store::open_etcd(store_config, etcd)
-                .await
-                .with_context(|| format!("opening the store on etcd {}", etcd.endpoints.join(",")))?;
-            let identity = leader::identity(config.listen);
-            let leadership = leader::lead(&store, identity).await?;
-            (store, Some(leadership))
-        }
+    let store = match &config.store {
+        None => Store::open(store_config).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}\nThe state was not changed. Restore the file, or start with --reset-state to clear it."
+            )
+        })?,
+        Some(etcd) => Store::open_etcd(store_config, etcd)
+            .await
+            .with_context(|| format!("opening the store on etcd {}", etcd.endpoints.join(",")))?,
     };
-    let identity = crate::fleet::open_identity(&state_dir, config.reset_state)?;
-    let fleet_config =
-        crate::fleet::FleetConfig { controller_metrics: metrics.controllers.clone(), ..config.fleet.clone() };
-    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, &state_dir, fleet_config).await?;
+    // Replicas on etcd share the tokens and the CA (before TLS and the kubeconfig use them).
+    let tokens = match store.etcd() {
+        Some(backend) => {
+            if config.tls.is_none() {
+                shared::ca(backend, &state_dir).await?;
+            }
+            shared::tokens(backend, &state_dir).await?
+        }
+        None => tokens,
+    };
 
     let listener =
         TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
@@ -172,15 +174,27 @@ pub async fn run(
     let host = if local.ip().is_unspecified() { "127.0.0.1".to_string() } else { local.ip().to_string() };
     let material = match &config.tls {
         Some((cert, key)) => tls::load_custom(cert, key)?,
-        None => tls::ensure(&state_dir, &[host.clone(), "localhost".into(), "127.0.0.1".into()])?,
+        None => {
+            let mut names = vec![host.clone(), "localhost".into(), "127.0.0.1".into()];
+            // Other replicas forward to the advertised URL: its host must verify too.
+            names.extend(config.advertise.as_deref().and_then(advertised_host));
+            tls::ensure(&state_dir, &names)?
+        }
     };
     let tls_config = tls::server_config(&material)?;
     let url_host = if host.contains(':') { format!("[{host}]") } else { host };
     let url = format!("https://{url_host}:{}", local.port());
     let kubeconfig = state_dir.join("kubeconfig.yaml");
-    write_kubeconfig(&kubeconfig, &url, material.ca_pem(), &tokens)?;
+    {
+        // The shared token file is written on a blocking thread (see `auth::SharedTokens`).
+        let (path, url, ca, tokens) =
+            (kubeconfig.clone(), url.clone(), material.ca_pem().map(str::to_owned), tokens.clone());
+        tokio::task::spawn_blocking(move || write_kubeconfig(&path, &url, ca.as_deref(), &tokens))
+            .await
+            .context("writing the kubeconfig")??;
+    }
 
-    let state = AppState::new(
+    let mut state = AppState::new(
         store.clone(),
         tokens,
         ServerConfig {
@@ -188,50 +202,59 @@ pub async fn run(
             watch_write_timeout: config.watch_write_timeout,
             limits: config.limits,
         },
-    );
-    spawn_event_expiry(store.clone(), config.event_ttl);
-    let engine = start_engine(
-        store.clone(),
-        &state_dir,
-        EngineConfig {
-            build_slots: config.build_slots,
-            build_retries: config.build_retries,
-            job_history_max_age: config.job_history_max_age,
-            hive_rev: config.hive_rev.clone(),
-            hive_url: config.hive_flake.clone(),
-            process: Some({
-                let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
-                process.default_cpu_quota = config.agent_cpu_quota.clone();
-                process.default_memory_max = config.agent_memory_max.clone();
-                process
-            }),
-            metrics: metrics.scheduler.clone(),
-            controllers: metrics.controllers.clone(),
-            remotes: Some(fleet.agent_nodes(state_dir.join("fleet").join("ship"))),
-            nixos: config.nixos_containers.then(|| {
-                let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
-                nixos.default_cpu_quota = config.agent_cpu_quota.clone();
-                nixos.default_memory_max = config.agent_memory_max.clone();
-                nixos
-            }),
-        },
     )
-    .await
-    .context("starting the scheduler and the process runtime")?;
-    if config.prebuild_agent_templates {
-        if config.nixos_containers {
-            let engine = engine.clone();
-            tokio::spawn(async move { engine.prebuild_templates().await });
-        } else {
-            tracing::warn!("--prebuild-agent-templates has no effect with the process runtime");
+    .with_metrics(metrics.clone());
+    let leading: Arc<std::sync::OnceLock<Leading>> = Arc::default();
+    let campaign = match store.etcd() {
+        None => {
+            let parts = start_leading(&config, &store, &state_dir, &metrics).await?;
+            state = state
+                .with_jobs(parts.engine.clone())
+                .with_fleet(Arc::new(parts.fleet.clone()) as Arc<dyn crate::fleet::service::FleetService>);
+            let _ = leading.set(parts);
+            None
         }
-    }
-    if config.agent_controller {
-        agent_controller::spawn(engine.clone());
-    }
-    approval_controller::spawn(engine.clone());
+        Some(_) => {
+            let advertised = config.advertise.clone().unwrap_or_else(|| url.clone());
+            let name = leader::name(local);
+            let mut campaign = leader::Campaign::start(&store, name.clone(), advertised);
+            state = state.with_replication(server::forward::Replication::new(
+                name,
+                campaign.leader(),
+                material.ca_pem(),
+            )?);
+            let (config, store, state_dir, metrics, state, leading) = (
+                config.clone(),
+                store.clone(),
+                state_dir.clone(),
+                metrics.clone(),
+                state.clone(),
+                leading.clone(),
+            );
+            let elected = tokio::spawn(async move {
+                let started = async {
+                    let epoch = campaign.elected().await?;
+                    let parts = start_leading(&config, &store, &state_dir, &metrics).await?;
+                    state.clone().with_jobs(parts.engine.clone()).with_fleet(
+                        Arc::new(parts.fleet.clone()) as Arc<dyn crate::fleet::service::FleetService>
+                    );
+                    let _ = leading.set(parts);
+                    tracing::info!(epoch, "leading: the scheduler, the controllers and the fleet run here");
+                    crate::host::output::say(format_args!("hive: leading (epoch {epoch})"));
+                    anyhow::Ok(())
+                };
+                if let Err(e) = started.await {
+                    // Elected but unable to lead: give the leadership to another replica.
+                    tracing::error!(error = format!("{e:#}"), "cannot start what the leader runs; exiting");
+                    crate::host::output::say(format_args!("hive: cannot lead: {e:#}"));
+                    std::process::exit(1);
+                }
+                campaign
+            });
+            Some(elected)
+        }
+    };
     let audit_metrics = metrics.audit.clone();
-    let mut state = state.with_jobs(engine.clone()).with_fleet(Arc::new(fleet.clone())).with_metrics(metrics);
     let mut audit_log = None;
     if let Some(audit) = &config.audit {
         let log = server::audit_log::AuditLog::start(audit.clone(), audit_metrics)
@@ -294,10 +317,21 @@ pub async fn run(
         metrics_listener.abort();
     }
     tracing::info!("shutting down: stopping agents and draining pending commits");
-    fleet.shutdown().await;
-    engine.shutdown().await;
-    if let Some(leadership) = leadership {
-        leadership.resign().await;
+    // A replica still campaigning stops; one that leads has its parts stopped below.
+    let campaign = match campaign {
+        Some(elected) if elected.is_finished() => elected.await.ok(),
+        Some(elected) => {
+            elected.abort();
+            None
+        }
+        None => None,
+    };
+    if let Some(parts) = leading.get() {
+        parts.fleet.shutdown().await;
+        parts.engine.shutdown().await;
+    }
+    if let Some(campaign) = campaign {
+        campaign.resign().await;
     }
     store.shutdown().await;
     // Last, so the requests answered while stopping are in it too.
@@ -305,6 +339,71 @@ pub async fn run(
         audit_log.close(AUDIT_CLOSE_WITHIN).await;
     }
     Ok(())
+}
+
+/// What only the leader runs (all of it on a daemon on its own): the fleet, the engine
+/// with its scheduler, intake, crash-watch and boot sweep, the controllers, and the
+/// expiry of old Events.
+struct Leading {
+    engine: Arc<Engine>,
+    fleet: Arc<crate::fleet::Fleet>,
+}
+
+/// Starts what only the leader runs, as a restart does: the fleet's recovery and rejoin,
+/// the engine (which marks unfinished Jobs Interrupted and runs the boot sweep and
+/// reconcile), the controllers.
+async fn start_leading(
+    config: &DaemonConfig,
+    store: &Store,
+    state_dir: &Path,
+    metrics: &Arc<crate::metrics::Metrics>,
+) -> anyhow::Result<Leading> {
+    let identity = crate::fleet::open_identity(state_dir, config.reset_state)?;
+    let fleet_config =
+        crate::fleet::FleetConfig { controller_metrics: metrics.controllers.clone(), ..config.fleet.clone() };
+    let fleet = crate::fleet::Fleet::start(store.clone(), &identity, state_dir, fleet_config).await?;
+    spawn_event_expiry(store.clone(), config.event_ttl);
+    let engine = start_engine(
+        store.clone(),
+        state_dir,
+        EngineConfig {
+            build_slots: config.build_slots,
+            build_retries: config.build_retries,
+            job_history_max_age: config.job_history_max_age,
+            hive_rev: config.hive_rev.clone(),
+            hive_url: config.hive_flake.clone(),
+            process: Some({
+                let mut process = crate::runtime::process::ProcessConfig::new(state_dir.join("agents"));
+                process.default_cpu_quota = config.agent_cpu_quota.clone();
+                process.default_memory_max = config.agent_memory_max.clone();
+                process
+            }),
+            metrics: metrics.scheduler.clone(),
+            controllers: metrics.controllers.clone(),
+            remotes: Some(fleet.agent_nodes(state_dir.join("fleet").join("ship"))),
+            nixos: config.nixos_containers.then(|| {
+                let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
+                nixos.default_cpu_quota = config.agent_cpu_quota.clone();
+                nixos.default_memory_max = config.agent_memory_max.clone();
+                nixos
+            }),
+        },
+    )
+    .await
+    .context("starting the scheduler and the process runtime")?;
+    if config.prebuild_agent_templates {
+        if config.nixos_containers {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.prebuild_templates().await });
+        } else {
+            tracing::warn!("--prebuild-agent-templates has no effect with the process runtime");
+        }
+    }
+    if config.agent_controller {
+        agent_controller::spawn(engine.clone());
+    }
+    approval_controller::spawn(engine.clone());
+    Ok(Leading { engine, fleet })
 }
 
 /// Starts the engine and what runs beside it from boot: crash-watch, then the boot
@@ -321,6 +420,16 @@ pub async fn start_engine(
     boot::reconcile(&engine, &swept).await;
     engine.start_intake();
     Ok(engine)
+}
+
+/// The host of an advertised `https://HOST:PORT` URL (brackets of an IPv6 one removed).
+fn advertised_host(url: &str) -> Option<String> {
+    let authority = url.strip_prefix("https://")?.trim_end_matches('/');
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    Some(host.trim_start_matches('[').trim_end_matches(']').to_string()).filter(|h| !h.is_empty())
 }
 
 /// How long shutdown waits for the API audit log's queued entries to be written and
@@ -343,7 +452,10 @@ fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &Token
         None => match tokens.ensure_admin()? {
             Some(token) => token,
             None => {
-                let name = format!("admin-{}", crate::host::now().format("%Y%m%d%H%M%S"));
+                // The process id too: replicas sharing one token file may mint theirs in
+                // the same second.
+                let name =
+                    format!("admin-{}-{}", crate::host::now().format("%Y%m%d%H%M%S"), std::process::id());
                 tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
                 tokens.create(&name, crate::auth::Role::Admin)?
             }

@@ -328,6 +328,11 @@ pub struct Levels {
     pub fleet_nodes: Vec<(String, String, i64)>,
     /// Crash restarts per agent (`status.restarts`).
     pub agent_restarts: Vec<(String, i64)>,
+    /// Whether this process runs the scheduler, the controllers and the fleet (always
+    /// on its own; the elected leader among replicas on etcd).
+    pub leading: bool,
+    /// Among replicas: the replica that leads, as this one knows it.
+    pub leader: Option<String>,
 }
 
 /// The gauges [`Levels`] set.
@@ -342,6 +347,15 @@ struct LevelGauges {
     running_nodes: Family<NodeKindLabels, Gauge>,
     fleet_nodes: Family<FleetLabels, Gauge>,
     agent_restarts: Family<AgentLabels, Gauge>,
+    leading: Gauge,
+    leader: Family<ReplicaLabels, Gauge>,
+}
+
+/// Labels naming a replica.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    /// The replica's name (host and API address).
+    pub replica: String,
 }
 
 /// The registry and every handle; clone the handle a part records into.
@@ -496,6 +510,16 @@ impl Metrics {
             "Crash restarts of each agent (status.restarts)",
             levels.agent_restarts.clone(),
         );
+        r.register(
+            "hive_leading",
+            "1 when this process runs the scheduler, the controllers and the fleet (the elected leader among replicas on etcd), else 0",
+            levels.leading.clone(),
+        );
+        r.register(
+            "hive_leader",
+            "Among replicas on etcd: 1 for the replica this one knows to lead",
+            levels.leader.clone(),
+        );
         r.register("hive_audit_events", "Lines written to the API audit log", audit.events.clone());
         r.register(
             "hive_audit_dropped",
@@ -562,6 +586,11 @@ impl Metrics {
         g.agent_restarts.clear();
         for (agent, n) in &levels.agent_restarts {
             g.agent_restarts.get_or_create(&AgentLabels { agent: agent.clone() }).set(*n);
+        }
+        g.leading.set(i64::from(levels.leading));
+        g.leader.clear();
+        if let Some(replica) = &levels.leader {
+            g.leader.get_or_create(&ReplicaLabels { replica: replica.clone() }).set(1);
         }
         let mut out = String::new();
         // Writing into a String cannot fail.

@@ -28,9 +28,7 @@ fn decode<T: serde::de::DeserializeOwned>(value: &serde_json::Value) -> ApiResul
 }
 
 async fn diff(State(state): State<AppState>, Path(name): Path<String>) -> ApiResult<Response> {
-    let jobs = state.jobs.as_ref().ok_or_else(|| {
-        ApiError::BadRequest("this server runs no engine, so it has no config mirrors".into())
-    })?;
+    let jobs = state.job_service("this server runs no engine, so it has no config mirrors")?;
     let object = state
         .store
         .get("approvals", &name)

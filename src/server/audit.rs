@@ -31,10 +31,7 @@ async fn audit(
 ) -> ApiResult<Response> {
     let Query(query) =
         query.map_err(|e| ApiError::BadRequest(format!("audit: {e}; expected ?agent=NAME&limit=N")))?;
-    let jobs = state
-        .jobs
-        .as_ref()
-        .ok_or_else(|| ApiError::BadRequest("this server runs no engine, so it has no meta repo".into()))?;
+    let jobs = state.job_service("this server runs no engine, so it has no meta repo")?;
     let limit = query.limit.unwrap_or(50);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::BadRequest(format!("limit: {limit} is out of range 1..=1000")));

@@ -119,6 +119,11 @@ pub enum ApiError {
     /// The store cannot take writes for now (it is recovering from a failed write).
     #[error("{0}")]
     Unavailable(String),
+    /// This replica does not lead, and the request needs what only the leader runs (the
+    /// scheduler, the fleet): the forwarding layer sends it to the leader, or answers
+    /// 503 with this message while no replica leads.
+    #[error("this replica does not lead and no leader is known right now: {0} runs on the leader only; try again shortly")]
+    OnLeader(&'static str),
     /// The caller, or everyone together, holds as many requests of this kind as a limit
     /// allows (`streams.rs`); the message names the limit and its flag.
     #[error("{0}")]
@@ -175,7 +180,7 @@ impl ApiError {
             ApiError::Expired(_) => StatusCode::GONE,
             ApiError::TooLargeResourceVersion { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::InsufficientStorage(_) => StatusCode::INSUFFICIENT_STORAGE,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::OnLeader(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -237,7 +242,7 @@ impl ApiError {
                 }),
             ),
             ApiError::InsufficientStorage(_) => ("InsufficientStorage", Some(retry_after(5))),
-            ApiError::Unavailable(_) => ("ServiceUnavailable", Some(retry_after(1))),
+            ApiError::Unavailable(_) | ApiError::OnLeader(_) => ("ServiceUnavailable", Some(retry_after(1))),
             ApiError::TooManyRequests(_) => ("TooManyRequests", Some(retry_after(1))),
             ApiError::Internal(_) => ("InternalError", None),
         };
@@ -277,6 +282,11 @@ fn details(plural: &str, name: &str, causes: Vec<StatusCause>) -> StatusDetails 
     }
 }
 
+/// Marks a response whose request belongs on the leader (set by [`ApiError::OnLeader`];
+/// the server's `forward` layer sends such a request on).
+#[derive(Clone, Copy, Debug)]
+pub struct ToLeader;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let ApiError::Internal(err) = &self {
@@ -297,6 +307,9 @@ impl IntoResponse for ApiError {
             headers.insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response.extensions_mut().insert(written);
+        if matches!(self, ApiError::OnLeader(_)) {
+            response.extensions_mut().insert(ToLeader);
+        }
         response
     }
 }

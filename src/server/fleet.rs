@@ -281,10 +281,11 @@ pub async fn create_command(
     )?;
     let mut command: FleetCommand = crate::client::decode_value(&admitted.object)?;
     if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
-        provision.provider = state
-            .fleet
-            .as_ref()
-            .map_or_else(|| commands::DEFAULT_PROVIDER.to_string(), |f| f.default_provider());
+        provision.provider = match state.running_fleet() {
+            Ok(fleet) => fleet.default_provider(),
+            Err(on_leader @ ApiError::OnLeader(_)) => return Err(on_leader),
+            Err(_) => commands::DEFAULT_PROVIDER.to_string(),
+        };
     }
     let mut warnings = admitted.warnings;
     let (code, command) = match commands::record(&state.store, command, params.dry_run()?).await {

@@ -36,7 +36,7 @@ pub fn router() -> ApiRouter {
 }
 
 fn service(state: &AppState) -> ApiResult<Arc<dyn JobService>> {
-    state.jobs.clone().ok_or_else(|| ApiError::BadRequest("this server runs no scheduler".into()))
+    state.job_service("this server runs no scheduler")
 }
 
 /// Maps a refusal of the Job service onto the API's errors.
@@ -104,7 +104,7 @@ async fn cancel(
         body::decode(&value, "invalid cancel options")
             .map_err(|e| ApiError::BadRequest(format!("{e}; expected {{\"children\": BOOL}}")))?
     };
-    let cancelled_names = match &state.jobs {
+    let cancelled_names = match state.local_jobs()? {
         Some(jobs) => jobs.cancel(name.clone(), options.children).await,
         None => crate::jobs::cancel::cancel_waiting(&state.store, &name).await,
     }

@@ -442,7 +442,7 @@ pub mod intake {
         uri: Uri,
         body: Body,
     ) -> ApiResult<Response> {
-        match state.jobs {
+        match state.local_jobs()? {
             Some(_) => crate::server::jobs::create(state, headers, uri, body).await,
             None => stored(kind, state, principal, headers, uri, body).await,
         }

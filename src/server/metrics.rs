@@ -92,6 +92,12 @@ fn levels(state: &AppState) -> Levels {
         }
     }
     levels.running_nodes = running.into_iter().collect();
+    levels.leading = state.jobs.get().is_some();
+    levels.leader = state.replication.as_ref().and_then(|r| match r.leader() {
+        super::forward::Leader::Me => Some(r.name().to_string()),
+        super::forward::Leader::Other { name, .. } => Some(name),
+        super::forward::Leader::Unknown => None,
+    });
     levels
 }
 

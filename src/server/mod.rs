@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod forward;
 pub mod generate_name;
 pub mod jobs;
 pub mod kinds;
@@ -96,11 +97,13 @@ pub struct Shared {
     pub openapi_json: Arc<String>,
     /// Its content hash, for the discovery URL.
     pub openapi_hash: Arc<str>,
-    /// Jobs and the runtime behind them, when the daemon runs them: the engine of this
-    /// process, or one day the leader's (see `jobs::service`).
-    pub jobs: Option<Arc<dyn JobService>>,
-    /// The fleet (providers, offers, telemetry), when the daemon runs it.
-    pub fleet: Option<Arc<dyn FleetService>>,
+    /// Jobs and the runtime behind them, once this process runs them (a replica on etcd
+    /// from when it is elected; see [`forward`] for one that does not lead).
+    pub jobs: Arc<std::sync::OnceLock<Arc<dyn JobService>>>,
+    /// The fleet (providers, offers, telemetry), once this process runs it.
+    pub fleet: Arc<std::sync::OnceLock<Arc<dyn FleetService>>>,
+    /// This replica among others on one store on etcd; `None` for a daemon on its own.
+    pub replication: Option<Arc<forward::Replication>>,
     /// The API audit log, when `hive serve` writes one.
     pub audit: Option<audit_log::AuditLog>,
     /// The registry `/metrics` serves and the handles the request layer records into.
@@ -129,8 +132,9 @@ impl AppState {
             config: Arc::new(config),
             openapi_json: Arc::new(json),
             openapi_hash: Arc::from(hash),
-            jobs: None,
-            fleet: None,
+            jobs: Arc::default(),
+            fleet: Arc::default(),
+            replication: None,
             audit: None,
             metrics,
             held,
@@ -157,27 +161,59 @@ impl AppState {
         self
     }
 
-    /// The same state with the service that runs Jobs.
-    pub fn with_jobs(mut self, jobs: Arc<dyn JobService>) -> AppState {
-        self.building().jobs = Some(jobs);
+    /// The same state with the service that runs Jobs. Every clone of the state sees it,
+    /// also one made before (a replica elected after it started serving); set once.
+    pub fn with_jobs(self, jobs: Arc<dyn JobService>) -> AppState {
+        let _ = self.jobs.set(jobs);
         self
     }
 
-    /// The fleet, or a 400 when this server runs none.
+    /// The same state with the fleet behind `/hive/v1/fleet` (as [`AppState::with_jobs`]).
+    pub fn with_fleet(self, fleet: Arc<dyn FleetService>) -> AppState {
+        let _ = self.fleet.set(fleet);
+        self
+    }
+
+    /// The same state for a replica among others on one store.
+    pub fn with_replication(mut self, replication: forward::Replication) -> AppState {
+        self.building().replication = Some(Arc::new(replication));
+        self
+    }
+
+    /// The service that runs Jobs. On a replica that does not lead: `OnLeader` (the
+    /// request is forwarded); on a server that runs none: a 400 saying `without`.
+    pub fn job_service(&self, without: &str) -> error::ApiResult<Arc<dyn JobService>> {
+        match self.jobs.get() {
+            Some(jobs) => Ok(jobs.clone()),
+            None if self.replication.is_some() => Err(ApiError::OnLeader("the scheduler")),
+            None => Err(ApiError::BadRequest(without.into())),
+        }
+    }
+
+    /// The Jobs service when this server runs one, `None` when it runs none on purpose
+    /// (a server embedded without a scheduler), `OnLeader` on a replica that does not lead.
+    pub fn local_jobs(&self) -> error::ApiResult<Option<Arc<dyn JobService>>> {
+        match self.jobs.get() {
+            Some(jobs) => Ok(Some(jobs.clone())),
+            None if self.replication.is_some() => Err(ApiError::OnLeader("the scheduler")),
+            None => Ok(None),
+        }
+    }
+
+    /// The fleet, `OnLeader` on a replica that does not lead, or a 400 when this server
+    /// runs none.
     pub fn running_fleet(&self) -> error::ApiResult<&Arc<dyn FleetService>> {
-        self.fleet.as_ref().ok_or_else(|| ApiError::BadRequest("this server runs no fleet".into()))
-    }
-
-    /// The same state with the fleet behind `/hive/v1/fleet`.
-    pub fn with_fleet(mut self, fleet: Arc<dyn FleetService>) -> AppState {
-        self.building().fleet = Some(fleet);
-        self
+        match self.fleet.get() {
+            Some(fleet) => Ok(fleet),
+            None if self.replication.is_some() => Err(ApiError::OnLeader("the fleet")),
+            None => Err(ApiError::BadRequest("this server runs no fleet".into())),
+        }
     }
 
     /// Where Providers may take a Vast.ai key from on this host: the fleet's flags, and
     /// nothing when this server runs no fleet.
     pub fn key_sources(&self) -> &crate::fleet::providers::keys::KeySources {
-        self.fleet.as_ref().map_or(&crate::fleet::providers::keys::NONE, |f| f.key_sources())
+        self.fleet.get().map_or(&crate::fleet::providers::keys::NONE, |f| f.key_sources())
     }
 
     /// What admission looks up for a write: the stored agents, the key sources.
@@ -232,14 +268,30 @@ pub fn app(state: AppState) -> Router {
 
 /// `GET /readyz`: ready while the store takes writes. After a failed write it asks the
 /// store to reopen its database first, so readiness returns by itself once space is
-/// freed. Unauthenticated, like `/healthz`, and says no more than kube-apiserver's.
-async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.probe().await {
+/// freed. Unauthenticated, like `/healthz`, and says no more than kube-apiserver's; with
+/// `?verbose` it lists its checks as kube-apiserver does, and among replicas on etcd
+/// which one leads (a replica that does not lead is ready: it serves the API).
+async fn readyz(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    let verbose =
+        uri.query().is_some_and(|q| q.split('&').any(|p| p == "verbose" || p.starts_with("verbose=")));
+    let store = state.store.probe().await;
+    let mut lines = Vec::new();
+    match &store {
+        Ok(()) => lines.push("[+]store ok".to_string()),
+        Err(why) => lines.push(format!("[-]store failed: {why}")),
+    }
+    if let Some(replication) = &state.replication {
+        lines.push(match replication.leader() {
+            forward::Leader::Me => format!("[+]leader ok: this replica ({}) leads", replication.name()),
+            forward::Leader::Other { name, url } => format!("[+]leader ok: {name} ({url}) leads"),
+            forward::Leader::Unknown => "[+]leader ok: no replica leads right now".to_string(),
+        });
+    }
+    match store {
+        Ok(()) if verbose => format!("{}\nreadyz check passed\n", lines.join("\n")).into_response(),
         Ok(()) => "ok".into_response(),
-        Err(why) => {
-            (StatusCode::SERVICE_UNAVAILABLE, format!("[-]store failed: {why}\nreadyz check failed\n"))
-                .into_response()
-        }
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, format!("{}\nreadyz check failed\n", lines.join("\n")))
+            .into_response(),
     }
 }
 
@@ -254,6 +306,10 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
     let authenticated = api_routes()
         .into_router()
         .fallback(not_found)
+        // Inside authentication, so the audit entry has the leader's answer; the leader
+        // authenticates a forwarded request again, with the token it carries (every
+        // replica shares the tokens).
+        .layer(middleware::from_fn_with_state(state.clone(), forward::layer))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     let local = local_api::LocalApi(authenticated.clone().with_state(state.clone()));
     let app = Router::new()
