@@ -83,6 +83,18 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
     }
     // One CA for all: a client that trusts the leader's kubeconfig trusts every replica.
     assert!(followers.iter().all(|f| f.ca_pem == leader.ca_pem), "every replica serves under the shared CA");
+    // Who leads, as /readyz and /metrics say it, on the leader and on a follower.
+    let leader_name = format!("/{}", leader.url.trim_start_matches("https://"));
+    for (replica, leads) in [(&leader, true), (&followers[0], false)] {
+        let ready = replica.client().get("/readyz?verbose").await;
+        assert_eq!(ready.code, 200);
+        let text = ready.body.as_str().unwrap_or_default().to_string();
+        assert!(text.contains("[+]leader ok") && text.contains(&leader_name), "{text}");
+        assert_eq!(text.contains("this replica"), leads, "{text}");
+        let metrics = replica.client().get("/metrics").await.body.as_str().unwrap_or_default().to_string();
+        assert!(metrics.contains(&format!("hive_leading {}", u8::from(leads))), "{metrics}");
+        assert!(metrics.lines().any(|l| l.starts_with("hive_leader{") && l.contains(&leader_name)), "{metrics}");
+    }
 
     // Plain CRUD on a follower, seen on the other.
     let created = followers[0].client().post("/apis/hive.dev/v1/agents", &offline("a")).await;
