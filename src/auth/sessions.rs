@@ -174,6 +174,16 @@ impl Sessions {
         }
     }
 
+    /// The token behind the live session named by the request's cookie: what a replica
+    /// that forwards the request to the leader sends instead of the cookie (the session
+    /// lives in this replica's memory only). Never logged.
+    pub fn bearer(&self, tokens: &TokenStore, headers: &HeaderMap) -> Option<String> {
+        let id = cookie(headers, COOKIE)?;
+        self.live(tokens, id)?;
+        let map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(id).map(|session| session.token.0.clone())
+    }
+
     /// Whether session `id` is still live: signed in, unexpired, its token unrevoked.
     /// What a stream opened with the cookie checks to end with its session.
     pub fn is_session_live(&self, id: &str, tokens: &TokenStore) -> bool {

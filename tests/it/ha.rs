@@ -115,6 +115,37 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
     let log = followers[1].client().get("/apis/hive.dev/v1/jobs/through-follower/log?node=offline").await;
     assert_eq!(log.code, 200, "{:?}", log.body);
 
+    // A dashboard session lives on the replica it signed in on; what it asks of the
+    // leader is forwarded with the session's token.
+    let browser = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&leader.ca_pem).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = &followers[1].url;
+    let signed_in = browser
+        .post(format!("{base}/login"))
+        .form(&[("token", followers[1].token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let page = browser.get(format!("{base}/")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    let csrf = page.split("name=\"csrf-token\" content=\"").nth(1).unwrap().split('"').next().unwrap();
+    let posted = browser
+        .post(format!("{base}/apis/hive.dev/v1/jobs"))
+        .header("cookie", &cookie)
+        .header("x-csrf-token", csrf)
+        .json(&set_wanted("from-dashboard", "a"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(posted.status(), 201, "{}", posted.text().await.unwrap());
+    done(&followers[0], "from-dashboard").await;
+
     // A token made through one follower works on the other, and a revocation through
     // that one reaches every replica.
     let minted = followers[0]
