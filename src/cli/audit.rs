@@ -271,6 +271,7 @@ mod tests {
             code: 200,
             resource_version: Some("42".into()),
             source_address: Some("127.0.0.1:5000".into()),
+            replica: None,
         }
     }
 

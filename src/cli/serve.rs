@@ -361,6 +361,7 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
             max_size: args.audit_log_max_size as u64,
             max_backups: args.audit_log_max_backups,
             reads: args.audit_reads,
+            replica: None,
         }),
         state_dir,
         reset_state: args.reset_state,

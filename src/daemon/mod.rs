@@ -163,6 +163,7 @@ pub async fn run(
             if config.tls.is_none() {
                 shared::ca(backend, &state_dir).await?;
             }
+            shared::fleet_identity(backend, &state_dir).await?;
             shared::tokens(backend, &state_dir).await?
         }
         None => tokens,
@@ -257,6 +258,10 @@ pub async fn run(
     let audit_metrics = metrics.audit.clone();
     let mut audit_log = None;
     if let Some(audit) = &config.audit {
+        let mut audit = audit.clone();
+        // Among replicas every line names the one that answered.
+        audit.replica = store.etcd().map(|_| leader::name(local));
+        let audit = &audit;
         let log = server::audit_log::AuditLog::start(audit.clone(), audit_metrics)
             .with_context(|| format!("opening the audit log {}", audit.path.display()))?;
         tracing::info!(path = %audit.path.display(), reads = audit.reads, "writing the API audit log");

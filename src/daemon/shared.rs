@@ -1,7 +1,9 @@
 //! What replicas on one store on etcd share besides the objects: the token file (a token
-//! made or revoked through any replica counts on every one) and the TLS CA (every
+//! made or revoked through any replica counts on every one), the TLS CA (every
 //! replica's serving certificate is issued by it, so one kubeconfig trusts them all and
-//! replicas trust each other when a request is forwarded to the leader). Both are shared
+//! replicas trust each other when a request is forwarded to the leader) and the fleet
+//! identity (workers rejoin whichever replica leads; containers carry its label, so a
+//! new leader adopts what the old one started). All are shared
 //! documents (`store::etcd::docs`); the first replica to start seeds them from its state
 //! directory, so a single daemon moved onto etcd keeps its tokens and its CA.
 
@@ -105,6 +107,37 @@ pub async fn ca(backend: &Backend, state_dir: &Path) -> anyhow::Result<()> {
         tracing::warn!(
             "this replica's own TLS CA was replaced by the one its replicas share; kubeconfigs that trusted the old one must be fetched again"
         );
+    }
+    Ok(())
+}
+
+/// Makes `state_dir`'s fleet identity key the one every replica shares, as [`ca`] does
+/// for the CA.
+pub async fn fleet_identity(backend: &Backend, state_dir: &Path) -> anyhow::Result<()> {
+    use crate::fleet::identity::Identity;
+    let doc = backend.doc("fleet-identity").await.context("reading the shared fleet identity")?;
+    let shared = match doc.current() {
+        Some(version) => version.value,
+        None => {
+            let (identity, _) = Identity::load_or_create(state_dir)?;
+            match doc
+                .swap(None, identity.secret().to_vec())
+                .await
+                .context("storing the shared fleet identity")?
+            {
+                Ok(written) => {
+                    tracing::info!(fingerprint = %identity.fingerprint(), "this replica's fleet identity is now the one every replica shares");
+                    written.value
+                }
+                Err(Moved(Some(theirs))) => theirs.value,
+                Err(Moved(None)) => {
+                    anyhow::bail!("the shared fleet identity was deleted while this replica stored it")
+                }
+            }
+        }
+    };
+    if Identity::adopt(state_dir, &shared)? {
+        tracing::warn!("this replica's own fleet identity was replaced by the one its replicas share");
     }
     Ok(())
 }

@@ -71,6 +71,38 @@ impl Identity {
         state_dir.join(IDENTITY_FILE)
     }
 
+    /// The secret key's bytes, for replicas that share one identity (the store on etcd
+    /// keeps it for them, beside the CA). Never log them.
+    pub fn secret(&self) -> &[u8; KEY_LEN] {
+        &self.secret
+    }
+
+    /// Makes `secret` the key in `state_dir` (the identity every replica shares), if it
+    /// is not already; says whether it replaced another key. A key of the wrong length
+    /// is refused and nothing is written.
+    pub fn adopt(state_dir: &Path, secret: &[u8]) -> Result<bool, Error> {
+        let path = Self::path(state_dir);
+        if secret.len() != KEY_LEN {
+            return Err(Error::Corrupt {
+                path,
+                reason: format!(
+                    "the shared identity holds {} bytes, not the {KEY_LEN} of a secret key",
+                    secret.len()
+                ),
+            });
+        }
+        let held = match std::fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        if held.as_deref() == Some(secret) {
+            return Ok(false);
+        }
+        write_atomic(&path, secret, SECRET_MODE).map_err(|source| Error::Io { path, source })?;
+        Ok(held.is_some())
+    }
+
     /// Loads the key from `state_dir`, creating it when the file does not exist.
     /// Returns the identity and whether it was created now.
     pub fn load_or_create(state_dir: &Path) -> Result<(Identity, bool), Error> {

@@ -68,6 +68,8 @@ pub struct AuditConfig {
     pub max_backups: usize,
     /// Also record reads (GET, HEAD: get, list, watch).
     pub reads: bool,
+    /// The replica that writes the log, named in every line (replicas on etcd).
+    pub replica: Option<String>,
 }
 
 /// One line of the audit log, as `hive audit --api` reads it (the writer writes the
@@ -98,6 +100,9 @@ pub struct Line {
     pub resource_version: Option<String>,
     /// The client's address (`IP:port`).
     pub source_address: Option<String>,
+    /// The replica that answered (replicas on etcd; absent for a daemon on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
 }
 
 /// What the request path hands the writer: owned pieces it already had, moved or
@@ -363,6 +368,8 @@ struct Record<'a> {
     resource_version: Option<u64>,
     #[serde(serialize_with = "display")]
     source_address: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replica: Option<&'a str>,
 }
 
 /// RFC 3339 in UTC with microseconds, as `to_rfc3339_opts(Micros, true)` writes it.
@@ -408,6 +415,7 @@ fn record<'a>(entry: &'a Entry, written: Option<&'a Written>) -> Record<'a> {
         code: entry.code,
         resource_version: written.map(|w| w.revision).filter(|rv| *rv > 0),
         source_address: entry.source,
+        replica: None,
     }
 }
 
@@ -517,6 +525,8 @@ struct Appender {
     scratch: Vec<u8>,
     /// fsyncs done, for tests that hold the writer to its bound.
     syncs: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The replica named in every line.
+    replica: Option<std::sync::Arc<str>>,
 }
 
 impl Appender {
@@ -531,6 +541,7 @@ impl Appender {
             size,
             scratch: Vec::with_capacity(512),
             syncs: Default::default(),
+            replica: config.replica.as_deref().map(Into::into),
         })
     }
 
@@ -561,7 +572,10 @@ impl Appender {
                 read_back.as_ref()
             }
         };
-        match self.append(&record(&entry, written)) {
+        let replica = self.replica.clone();
+        let mut line = record(&entry, written);
+        line.replica = replica.as_deref();
+        match self.append(&line) {
             Ok(()) => {
                 metrics.events.inc();
             }
@@ -766,7 +780,8 @@ mod tests {
     fn rotation_keeps_max_backups_numbered_files() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
-        let config = AuditConfig { path: path.clone(), max_size: 600, max_backups: 2, reads: false };
+        let config =
+            AuditConfig { path: path.clone(), max_size: 600, max_backups: 2, reads: false, replica: None };
         let mut file = Appender::open(&config).unwrap();
         let e = entry(Method::POST, "/apis/hive.dev/v1/agents", None);
         let one = record(&e, None);
@@ -787,7 +802,13 @@ mod tests {
     async fn closing_writes_everything_queued_first() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
-        let config = AuditConfig { path: path.clone(), max_size: 1 << 20, max_backups: 1, reads: false };
+        let config = AuditConfig {
+            path: path.clone(),
+            max_size: 1 << 20,
+            max_backups: 1,
+            reads: false,
+            replica: None,
+        };
         let metrics = AuditMetrics::default();
         let log = AuditLog::start(config, metrics.clone()).unwrap();
         for _ in 0..500 {
@@ -808,6 +829,7 @@ mod tests {
             max_size: 1 << 20,
             max_backups: 1,
             reads: false,
+            replica: None,
         };
         let file = Appender::open(&config).unwrap();
         let syncs = file.syncs.clone();

@@ -83,6 +83,9 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
     }
     // One CA for all: a client that trusts the leader's kubeconfig trusts every replica.
     assert!(followers.iter().all(|f| f.ca_pem == leader.ca_pem), "every replica serves under the shared CA");
+    // One fleet identity: workers rejoin whichever replica leads.
+    let key = |d: &Daemon| std::fs::read(d.dir.join("identity.key")).unwrap();
+    assert!(followers.iter().all(|f| key(f) == key(&leader)), "every replica has the shared fleet identity");
     // Who leads, as /readyz and /metrics say it, on the leader and on a follower.
     let leader_name = format!("/{}", leader.url.trim_start_matches("https://"));
     for (replica, leads) in [(&leader, true), (&followers[0], false)] {
@@ -93,7 +96,10 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
         assert_eq!(text.contains("this replica"), leads, "{text}");
         let metrics = replica.client().get("/metrics").await.body.as_str().unwrap_or_default().to_string();
         assert!(metrics.contains(&format!("hive_leading {}", u8::from(leads))), "{metrics}");
-        assert!(metrics.lines().any(|l| l.starts_with("hive_leader{") && l.contains(&leader_name)), "{metrics}");
+        assert!(
+            metrics.lines().any(|l| l.starts_with("hive_leader{") && l.contains(&leader_name)),
+            "{metrics}"
+        );
     }
 
     // Plain CRUD on a follower, seen on the other.
@@ -111,6 +117,20 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
         followers[0].client().post("/apis/hive.dev/v1/jobs", &set_wanted("through-follower", "a")).await;
     assert_eq!(posted.code, 201, "{:?}", posted.body);
     done(&followers[1], "through-follower").await;
+    // The follower's audit log names it, and has the leader's answer to what it forwarded.
+    let follower_name = format!("/{}", followers[0].url.trim_start_matches("https://"));
+    let audited = eventually("the forwarded create in the follower's audit log", || {
+        let log = std::fs::read_to_string(followers[0].dir.join("audit.log")).unwrap_or_default();
+        let line = log
+            .lines()
+            .find(|l| l.contains("\"resource\":\"jobs\"") && l.contains("\"verb\":\"create\""))
+            .map(str::to_string);
+        std::future::ready(line)
+    })
+    .await;
+    let audited: Value = serde_json::from_str(&audited).unwrap();
+    assert_eq!(audited["code"], 201, "{audited}");
+    assert!(audited["replica"].as_str().unwrap().ends_with(&follower_name), "{audited}");
     // Its node's log, which only the leader's scheduler holds, through the other one.
     let log = followers[1].client().get("/apis/hive.dev/v1/jobs/through-follower/log?node=offline").await;
     assert_eq!(log.code, 200, "{:?}", log.body);
@@ -133,7 +153,8 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
         .unwrap();
     assert_eq!(signed_in.status(), 303);
     let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
-    let page = browser.get(format!("{base}/")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
+    let page =
+        browser.get(format!("{base}/")).header("cookie", &cookie).send().await.unwrap().text().await.unwrap();
     let csrf = page.split("name=\"csrf-token\" content=\"").nth(1).unwrap().split('"').next().unwrap();
     let posted = browser
         .post(format!("{base}/apis/hive.dev/v1/jobs"))
