@@ -280,7 +280,9 @@ pub async fn get(
     uri: Uri,
 ) -> ApiResult<Response> {
     let params = Params::from_uri(&uri)?;
-    let object = state.store.get(kind.plural, &name).ok_or_else(|| not_found(kind, &name))?;
+    // Not older than any write acknowledged before this GET, whichever replica took it.
+    let object =
+        state.store.get_consistent(kind.plural, &name).await?.ok_or_else(|| not_found(kind, &name))?;
     if table::wants_table(&headers) {
         let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
         let object = object.value();

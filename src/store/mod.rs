@@ -177,6 +177,18 @@ impl Store {
         self.inner.shared.read().get(kind, name)
     }
 
+    /// The object `kind`/`name` as of now, not older than any write acknowledged before
+    /// this call began, through whichever replica (what a client's GET needs to be
+    /// linearizable). On the embedded store that is the cache; on etcd a quorum read of
+    /// the key, as kube-apiserver's GET without a resourceVersion (another replica's
+    /// write may not have reached this one's cache yet).
+    pub async fn get_consistent(&self, kind: &str, name: &str) -> Result<Option<Obj>> {
+        match &self.inner.writer {
+            Writer::Etcd(backend) => backend.get_consistent(kind, name).await,
+            Writer::Embedded { .. } => Ok(self.get(kind, name)),
+        }
+    }
+
     /// Every object of `kind`, sorted by name, and the revision they are current at.
     pub fn list(&self, kind: &str) -> (u64, Vec<Obj>) {
         let state = self.inner.shared.read();

@@ -289,6 +289,17 @@ impl Backend {
         Ok(Some(target))
     }
 
+    /// The object `kind`/`name` as etcd holds it now (a quorum read), not as this
+    /// replica's cache may still hold it.
+    pub(super) async fn get_consistent(&self, kind: &str, name: &str) -> Result<Option<Obj>> {
+        let key = self.keys.object(kind, name);
+        let page = self.gateway.range(&key, &[], 1, 0).await.map_err(|e| unavailable(&e))?;
+        let Some(kv) = page.kvs.into_iter().next() else { return Ok(None) };
+        decode(&kv.value, kv.mod_revision).map(Some).map_err(|e| Error::Unavailable {
+            message: format!("etcd holds {kind}/{name} as something that is not JSON: {e}"),
+        })
+    }
+
     /// Why the store cannot follow etcd right now, if it cannot.
     pub fn health(&self) -> Option<String> {
         self.health.lock().unwrap_or_else(PoisonError::into_inner).clone()

@@ -426,3 +426,26 @@ async fn a_shared_document_is_swapped_only_from_what_was_read_and_reaches_every_
         store.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_through_another_replica_right_after_a_write_sees_it() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let stores = [replica(&cluster, 0, "/rw/", |_| {}).await, replica(&cluster, 0, "/rw/", |_| {}).await];
+    for i in 0..200 {
+        let name = format!("a{i}");
+        stores[0].commit(create(&name), false).await.unwrap();
+        // Linearizable: the write was acknowledged before this read began, on any replica.
+        let read = stores[1].get_consistent("agents", &name).await.unwrap();
+        assert!(read.is_some(), "read {i} through the other replica missed an acknowledged write");
+        let deleted =
+            Mutation::Delete { kind: "agents", name: name.clone(), uid: None, resource_version: None };
+        stores[1].commit(deleted, false).await.unwrap();
+        assert!(
+            stores[0].get_consistent("agents", &name).await.unwrap().is_none(),
+            "read {i} saw a deleted object"
+        );
+    }
+    for store in stores {
+        store.shutdown().await;
+    }
+}
