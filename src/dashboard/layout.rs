@@ -9,11 +9,12 @@ use super::html::Markup;
 use super::Viewer;
 
 /// The navigation entries, in order: (path, label).
-const NAV: [(&str, &str); 7] = [
+const NAV: [(&str, &str); 8] = [
     ("/", "Overview"),
     ("/agents", "Agents"),
     ("/jobs", "Jobs"),
     ("/approvals", "Approvals"),
+    ("/events", "Events"),
     ("/fleet", "Fleet"),
     ("/provision", "Provision"),
     ("/status", "Status"),

@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{name}", get(pages::job::page))
         .route("/nodes/{name}", get(pages::node::page))
         .route("/approvals", get(pages::approvals::page))
+        .route("/events", get(pages::events::page))
         .route("/fleet", get(pages::fleet::page))
         .route("/provision", get(pages::provision::page))
         .route("/status", get(pages::status::page))
