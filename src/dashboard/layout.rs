@@ -21,7 +21,7 @@ const NAV: [(&str, &str); 8] = [
 ];
 
 /// Our scripts, in the order they run.
-const SCRIPTS: [&str; 11] = [
+const SCRIPTS: [&str; 12] = [
     "/assets/app.js",
     "/assets/logs.js",
     "/assets/charts.js",
@@ -30,6 +30,7 @@ const SCRIPTS: [&str; 11] = [
     "/assets/events.js",
     "/assets/detail.js",
     "/assets/pages.js",
+    "/assets/dag.js",
     "/assets/fleet.js",
     "/assets/jobs_filter.js",
     "/assets/metrics.js",
