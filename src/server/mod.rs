@@ -31,6 +31,7 @@ pub mod table;
 pub mod telemetry;
 pub mod tls;
 pub mod tokens;
+pub mod usage;
 pub mod watch;
 
 #[cfg(test)]
@@ -221,6 +222,7 @@ pub fn api_routes() -> ApiRouter {
         .merge(tokens::router())
         .merge(audit::router())
         .merge(approval_diff::router())
+        .merge(usage::router())
         .merge(fleet::router())
         .merge(metrics::router())
 }
