@@ -99,8 +99,9 @@ pub enum Command {
     /// state glyph (· queued, ⟳ running, ✓ done, ✗ failed, ⊘ cancelled, ! interrupted),
     /// the template, the time it took and its node chain with the running node's step,
     /// each cut to the width; then a summary (`5/6 done, 1 failed: researcher`).
-    /// Otherwise (a pipe, a log): one line per DAG, printed each time it changes.
-    /// Fan-out children show up indented under their parent. Exits 1 if any DAG did not
+    /// Otherwise (a pipe, a log): a line per agent (`✓ Restart alpha: set-wanted ✓ →
+    /// reconcile ✓`), printed each time that agent's part changes. Fan-out children
+    /// show up under their parent (`↳`). Exits 1 if any DAG did not
     /// end done, naming the failed nodes and their errors.
     #[command(mut_arg("all", |a| a.help("Start every agent, Offline ones too (their spec.wanted becomes Up)")))]
     #[command(after_help = "Examples:
