@@ -214,7 +214,11 @@ impl Fleet {
             store: store.clone(),
             nodes: Api::new(&store),
             commands: Api::new(&store),
-            providers: Providers::new(process.clone(), config.key_sources.clone()),
+            providers: Providers::listening(
+                process.clone(),
+                config.key_sources.clone(),
+                net.bound_addrs().iter().all(|a| a.ip().is_loopback()),
+            ),
             process,
             net,
             members,

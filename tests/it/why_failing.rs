@@ -233,3 +233,19 @@ async fn a_job_names_every_failed_node_and_hive_jobs_filters_by_agent_and_phase(
     let err = fails(d.hive(&["jobs", "--phase", "Broken"]));
     assert!(err.contains("not a Job phase"), "{err}");
 }
+
+/// The built-in `docker` Provider of a daemon whose fleet endpoint listens on loopback
+/// only says why it is not Ready (issue 32: it said Ready, and every Provision failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_docker_provider_on_a_loopback_fleet_endpoint_says_why_it_is_not_ready() {
+    let d = Daemon::start_with(&["--provider", "docker"]);
+    let api = d.client();
+    let docker = eventually("the docker Provider checked", || async {
+        let p = api.get("/apis/hive.dev/v1/providers/docker").await.body;
+        p["status"]["state"].is_string().then_some(p)
+    })
+    .await;
+    assert_eq!(docker["status"]["state"], "ConfigurationError", "{docker}");
+    let message = docker["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("loopback only") && message.contains("--fleet-listen"), "{message}");
+}
