@@ -197,6 +197,7 @@ impl<K: Object, C: Client<K>> Controller<K, C> {
                 match item {
                     Ok(event) => writer.apply(&event).into_iter().for_each(|name| queue.add(name)),
                     Err(e) if e.is_expired() => tracing::debug!(kind = K::KIND, "{e}; relisting"),
+                    Err(e) if e.is_shutting_down() => tracing::debug!(kind = K::KIND, "{e}"),
                     Err(e) => tracing::warn!(kind = K::KIND, "{e}; retrying"),
                 }
             }

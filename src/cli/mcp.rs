@@ -60,6 +60,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::host::output::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false)
         .try_init();
     let client = ctx.client()?;

@@ -192,8 +192,12 @@ impl CrashWatch {
                 },
                 Some(tick) = self.inbox.recv() => self.tick(tick).await,
             };
-            if let Err(err) = result {
-                tracing::warn!(error = %err, "crash-watch could not record an agent change");
+            match result {
+                Ok(()) => {}
+                Err(err) if err.is_shut_down() => {
+                    tracing::debug!(error = %err, "crash-watch: the daemon is stopping")
+                }
+                Err(err) => tracing::warn!(error = %err, "crash-watch could not record an agent change"),
             }
         }
     }

@@ -234,6 +234,59 @@ async fn a_job_names_every_failed_node_and_hive_jobs_filters_by_agent_and_phase(
     assert!(err.contains("not a Job phase"), "{err}");
 }
 
+/// Noise (issue 32): limits that cannot be enforced are said once per agent and cause —
+/// one `LimitsNotEnforced` Event (count 1) and one warning — not at every start; and a
+/// graceful stop logs no "store is shut down" warnings from the parts still winding down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_not_enforced_is_said_once_and_a_stop_is_quiet() {
+    let mut d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(
+        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("calm", &repo, "Up")).await.code,
+        201
+    );
+    crate::agents::wait_power(&api, "calm", "Running").await;
+    let agent = agent_of(&api, "calm").await;
+    let enforced = agent["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "LimitsEnforced" && c["status"] == "True");
+    if enforced {
+        eprintln!("skipped the limits half: this host enforces agent limits (cgroup v2 delegated)");
+    } else {
+        for _ in 0..2 {
+            ok(d.hive(&["restart", "calm"]));
+        }
+        let selector = "fieldSelector=involvedObject.name=calm,reason=LimitsNotEnforced";
+        let events = api.get(&format!("/api/v1/events?{selector}")).await.body;
+        let items = events["items"].as_array().unwrap();
+        let counts: Vec<u64> = items.iter().map(|e| e["count"].as_u64().unwrap_or(1)).collect();
+        assert_eq!(counts, [1], "one LimitsNotEnforced Event, once: {events}");
+        let said =
+            d.log().lines().filter(|l| l.contains("starting without enforced limits agent=calm")).count();
+        assert_eq!(said, 1, "{}", d.log());
+    }
+    // A local fleet node: its worker logs into the daemon's (redirected) stderr, and it
+    // ends with the daemon.
+    let command = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "quiet"},
+                         "spec": {"provision": {"provider": "process", "count": 1}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/fleetcommands", &command).await.code, 201);
+    eventually("node-1 Running", || async {
+        let n = api.get("/apis/hive.dev/v1/nodes/node-1").await.body;
+        (n["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+    d.stop();
+    let log = d.log();
+    let noisy: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") && l.contains("shut down")).collect();
+    assert!(noisy.is_empty(), "warnings at shutdown:\n{}", noisy.join("\n"));
+    // No colour in a log that is not a terminal, the fleet worker's lines included.
+    assert!(log.contains("fleet worker"), "the worker logged nothing here:\n{log}");
+    assert!(!log.contains('\x1b'), "escape codes in a redirected log:\n{log}");
+}
+
 /// The built-in `docker` Provider of a daemon whose fleet endpoint listens on loopback
 /// only says why it is not Ready (issue 32: it said Ready, and every Provision failed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
