@@ -521,6 +521,7 @@ mod tests {
                 json!(7),
                 json!("vastai"),
                 json!("Running"),
+                json!("ae58ff8833…"),
                 json!("ae58ff8833241ac82d6ff7611046ed67b5072d142c588d0063e942d9a75502b6"),
                 json!("203.0.113.7:4433"),
                 json!("2x RTX 4090"),

@@ -560,6 +560,7 @@ mod tests {
         GET    /apis/hive.dev/v1/providers/{name}/status      read
         PUT    /apis/hive.dev/v1/providers/{name}/status      admin
         PATCH  /apis/hive.dev/v1/providers/{name}/status      admin
+        GET    /hive/v1/agents/usage                          read
         GET    /hive/v1/approvals/{name}/diff                 read
         GET    /hive/v1/audit                                 read
         GET    /hive/v1/fleet/nodes/{name}/telemetry          read

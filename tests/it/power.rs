@@ -33,6 +33,11 @@ fn last_line(out: &str) -> &str {
     out.lines().last().unwrap_or_default()
 }
 
+/// The last progress line of `agent` (`✓ Stop alpha: …`).
+fn last_line_of<'a>(out: &'a str, agent: &str) -> &'a str {
+    out.lines().rev().find(|l| l.split_whitespace().nth(2) == Some(&format!("{agent}:"))).unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_verbs_block_with_progress_and_exit_codes() {
     let d = Daemon::start_with(&["--agent-controller=true"]);
@@ -45,21 +50,24 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     wait_power(&api, "alpha", "Running").await;
     wait_power(&api, "beta", "Running").await;
 
-    // One Job stops both agents gracefully; the last line is the finished DAG.
+    // One Job stops both agents gracefully; each agent's last line is its finished part
+    // (a line per agent change on a pipe: never both joined into one line).
     let out = ok(d.hive(&["stop", "alpha", "beta", "--reason", "power test"]));
     check_plain(&out);
-    let last = last_line(&out);
-    assert!(last.starts_with("✓ Stop alpha: set-wanted ✓"), "{out}");
-    assert!(last.contains(" | beta: set-wanted ✓") && last.ends_with("reconcile ✓"), "{out}");
-    assert!(!last.contains('⟳') && !last.contains('·'), "{out}");
+    assert!(!out.contains(" | "), "{out}");
+    for agent in ["alpha", "beta"] {
+        let last = last_line_of(&out, agent);
+        assert!(last.starts_with(&format!("✓ Stop {agent}: set-wanted ✓")), "{out}");
+        assert!(last.ends_with("reconcile ✓") && !last.contains('⟳') && !last.contains('·'), "{out}");
+    }
     wait_power(&api, "alpha", "Stopped").await;
     assert_eq!(api.get("/apis/hive.dev/v1/agents/beta").await.body["spec"]["wanted"], "Offline");
 
     // --all lists the agents first.
     let out = ok(d.hive(&["start", "--all"]));
     check_plain(&out);
-    assert!(last_line(&out).starts_with("✓ Start alpha: "), "{out}");
-    assert!(last_line(&out).contains(" | beta: "), "{out}");
+    assert!(last_line_of(&out, "alpha").starts_with("✓ Start alpha: "), "{out}");
+    assert!(last_line_of(&out, "beta").starts_with("✓ Start beta: "), "{out}");
     wait_power(&api, "alpha", "Running").await;
 
     let out = ok(d.hive(&["restart", "alpha"]));
@@ -115,7 +123,7 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     // and agents run in sessions of their own).
     let out = ok(d.hive(&["kill", "--all"]));
     check_plain(&out);
-    assert!(last_line(&out).starts_with("✓ Kill alpha: set-wanted ✓"), "{out}");
+    assert!(last_line_of(&out, "alpha").starts_with("✓ Kill alpha: set-wanted ✓"), "{out}");
     wait_power(&api, "alpha", "Stopped").await;
 }
 
