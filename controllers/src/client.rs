@@ -110,9 +110,20 @@ pub trait Client<K: Object>: Send + Sync + 'static {
         &self,
         resource_version: &str,
     ) -> impl Future<Output = Result<BoxStream<'static, Result<WatchEvent<K>, ClientError>>, ClientError>> + Send;
+
+    /// Whether the server behind the client is shutting down: a reconcile that fails
+    /// then is the process ending, not news (logged quietly). False unless the client
+    /// can tell.
+    fn is_shutting_down(&self) -> bool {
+        false
+    }
 }
 
 impl<K: Object, C: Client<K>> Client<K> for Arc<C> {
+    fn is_shutting_down(&self) -> bool {
+        (**self).is_shutting_down()
+    }
+
     fn list(&self) -> impl Future<Output = Result<ObjectList<K>, ClientError>> + Send {
         (**self).list()
     }

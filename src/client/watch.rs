@@ -15,6 +15,10 @@ fn typed<K: Resource>(object: &Obj) -> Result<K, ClientError> {
 }
 
 impl<K: Resource> Client<K> for Api<K> {
+    fn is_shutting_down(&self) -> bool {
+        self.store.is_shut_down()
+    }
+
     async fn list(&self) -> Result<ObjectList<K>, ClientError> {
         let (revision, objects) = self.store.list(K::PLURAL);
         let items = objects.iter().map(typed::<K>).collect::<Result<_, _>>()?;

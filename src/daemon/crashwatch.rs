@@ -466,6 +466,10 @@ impl CrashWatch {
 
     async fn event(&self, agent: &Agent, type_: EventType, reason: &str, message: &str) {
         if let Err(err) = self.recorder.record(agent, type_, reason, message).await {
+            if err.is_shut_down() {
+                tracing::debug!(error = %err, reason, "event not recorded: the daemon is stopping");
+                return;
+            }
             tracing::warn!(error = %err, reason, "event not recorded");
         }
     }
