@@ -21,6 +21,7 @@ pub mod fleet_command;
 pub mod job;
 pub mod node;
 pub mod provider;
+pub mod usage;
 
 pub use admit::{
     admit, admit_apply_configuration, admit_body, AdmitError, Admitted, Duplicates, FieldValidation,

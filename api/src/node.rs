@@ -320,7 +320,12 @@ impl Resource for Node {
             },
             Column::new("Provider", "The Provider running the node, spec.provider."),
             Column::new("Phase", "Where the node is in its life, status.phase."),
-            Column::new("Endpoint", "The worker's iroh endpoint id, status.endpointId."),
+            Column::new(
+                "Endpoint",
+                "The worker's iroh endpoint id, status.endpointId, in iroh's short form (its first 10 \
+                 characters); the whole id with -o wide.",
+            ),
+            Column::wide("Endpoint ID", "The worker's whole iroh endpoint id, status.endpointId."),
             Column::wide("Addresses", "Addresses the worker advertises, status.addresses."),
             Column::wide("GPUs", "GPUs of the node, status.gpus."),
             Column::wide("Command", "The FleetCommand that created the node, spec.command."),
@@ -332,6 +337,7 @@ impl Resource for Node {
             self.spec.logical_id.into(),
             self.spec.provider.clone().into(),
             self.status.phase.map_or("", NodePhase::as_str).into(),
+            short_endpoint(self.status.endpoint_id.as_deref().unwrap_or_default()).into(),
             self.status.endpoint_id.clone().unwrap_or_default().into(),
             self.status.addresses.join(",").into(),
             gpu_summary(&self.status.gpus).into(),
@@ -345,6 +351,17 @@ impl Node {
     pub fn validate_update(&self, old: &Node, errors: &mut Errors) {
         validation::immutable(errors, "spec", &self.spec, &old.spec);
     }
+}
+
+/// The characters of an endpoint id the default table shows, as iroh's `fmt_short`.
+const SHORT_ENDPOINT: usize = 10;
+
+/// `ae58ff8833…`: an endpoint id (64 hex characters) in its short form; a short one as it is.
+fn short_endpoint(id: &str) -> String {
+    if id.chars().count() <= SHORT_ENDPOINT {
+        return id.to_string();
+    }
+    id.chars().take(SHORT_ENDPOINT).chain(['…']).collect()
 }
 
 /// `2x RTX 4090, 1x A100`: GPUs counted per model, in order of first appearance.
@@ -397,6 +414,21 @@ mod tests {
         let mut value = valid();
         merge(&mut value, patch);
         error_fields::<Node>(&value)
+    }
+
+    /// Regression (issue 32): the default table's Endpoint column held all 64 hex
+    /// characters; it is short now, the whole id in the wide column beside it.
+    #[test]
+    fn the_endpoint_is_short_in_the_default_columns_and_whole_in_wide() {
+        let (node, _) = decode::<Node>(&valid()).unwrap();
+        let columns = Node::columns();
+        let cells = node.cells();
+        let at = |name: &str| columns.iter().position(|c| c.name == name).unwrap();
+        assert_eq!(cells[at("Endpoint")], json!("ae58ff8833…"));
+        assert_eq!(columns[at("Endpoint")].priority, 0);
+        assert_eq!(cells[at("Endpoint ID")], json!(valid()["status"]["endpointId"]));
+        assert_eq!(columns[at("Endpoint ID")].priority, 1);
+        assert_eq!(short_endpoint(""), "");
     }
 
     #[test]
@@ -489,6 +521,7 @@ mod tests {
                 json!(7),
                 json!("vastai"),
                 json!("Running"),
+                json!("ae58ff8833…"),
                 json!("ae58ff8833241ac82d6ff7611046ed67b5072d142c588d0063e942d9a75502b6"),
                 json!("203.0.113.7:4433"),
                 json!("2x RTX 4090"),

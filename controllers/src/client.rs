@@ -49,6 +49,10 @@ pub enum ClientError {
     /// The server answered with a failure `Status` other than 410.
     #[error("api error {} ({}): {}", .0.code, .0.reason, .0.message)]
     Api(Box<Status>),
+    /// The server is shutting down (its store stopped taking requests): nothing more will
+    /// come, and retrying is only waiting for the process to end.
+    #[error("the server is shutting down: {0}")]
+    ShuttingDown(String),
     /// The request did not complete: the connection failed or broke, or the answer could
     /// not be decoded.
     #[error("transport error: {message}")]
@@ -70,6 +74,12 @@ impl ClientError {
     /// True for [`ClientError::Expired`]: the watch cannot resume and a relist is needed.
     pub fn is_expired(&self) -> bool {
         matches!(self, ClientError::Expired(_))
+    }
+
+    /// True for [`ClientError::ShuttingDown`]: routine at a daemon's stop, not worth a
+    /// warning.
+    pub fn is_shutting_down(&self) -> bool {
+        matches!(self, ClientError::ShuttingDown(_))
     }
 }
 
@@ -100,9 +110,20 @@ pub trait Client<K: Object>: Send + Sync + 'static {
         &self,
         resource_version: &str,
     ) -> impl Future<Output = Result<BoxStream<'static, Result<WatchEvent<K>, ClientError>>, ClientError>> + Send;
+
+    /// Whether the server behind the client is shutting down: a reconcile that fails
+    /// then is the process ending, not news (logged quietly). False unless the client
+    /// can tell.
+    fn is_shutting_down(&self) -> bool {
+        false
+    }
 }
 
 impl<K: Object, C: Client<K>> Client<K> for Arc<C> {
+    fn is_shutting_down(&self) -> bool {
+        (**self).is_shutting_down()
+    }
+
     fn list(&self) -> impl Future<Output = Result<ObjectList<K>, ClientError>> + Send {
         (**self).list()
     }

@@ -190,13 +190,15 @@ impl<K: Object, C: Client<K>> Controller<K, C> {
     {
         let Controller { client, config, mut writer, queue, observer } = self;
         let store = writer.store();
+        let client = Arc::new(client);
 
         let feed = async {
-            let mut events = pin!(watcher(client, config.watcher));
+            let mut events = pin!(watcher(client.clone(), config.watcher));
             while let Some(item) = events.next().await {
                 match item {
                     Ok(event) => writer.apply(&event).into_iter().for_each(|name| queue.add(name)),
                     Err(e) if e.is_expired() => tracing::debug!(kind = K::KIND, "{e}; relisting"),
+                    Err(e) if e.is_shutting_down() => tracing::debug!(kind = K::KIND, "{e}"),
                     Err(e) => tracing::warn!(kind = K::KIND, "{e}; retrying"),
                 }
             }
@@ -218,6 +220,10 @@ impl<K: Object, C: Client<K>> Controller<K, C> {
                 let started = std::time::Instant::now();
                 let (action, failed) = match tokio::spawn(reconcile(target.clone(), ctx.clone())).await {
                     Ok(Ok(action)) => (action, false),
+                    Ok(Err(e)) if client.is_shutting_down() => {
+                        tracing::debug!(kind = K::KIND, %name, "reconcile failed while shutting down: {e}");
+                        (error_policy(&target, &e, &ctx), true)
+                    }
                     Ok(Err(e)) => {
                         tracing::warn!(kind = K::KIND, %name, "reconcile failed: {e}");
                         (error_policy(&target, &e, &ctx), true)

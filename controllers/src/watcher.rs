@@ -64,6 +64,13 @@ impl Error {
             Error::List(e) | Error::Watch(e) | Error::Stream(e) => e.is_expired(),
         }
     }
+
+    /// True when the server is shutting down: the process ends next.
+    pub fn is_shutting_down(&self) -> bool {
+        match self {
+            Error::List(e) | Error::Watch(e) | Error::Stream(e) => e.is_shutting_down(),
+        }
+    }
 }
 
 /// An endless stream of `K`'s events: an [`Event::Restarted`] first, then changes, with

@@ -1,8 +1,9 @@
-//! The progress board a power verb draws on a terminal: one line per agent of every DAG
+//! The progress board a power verb draws: on a terminal, one line per agent of every DAG
 //! in the Job tree (its state glyph, the template, the agent, the time it has taken, and
 //! its node chain), each cut to the terminal's width so the block never wraps and can be
-//! redrawn in place; and the summary printed when the tree is done
-//! (`5/6 done, 1 failed: researcher`). Pure: Jobs and a clock reading in, lines out.
+//! redrawn in place, and the summary printed when the tree is done
+//! (`5/6 done, 1 failed: researcher`); for a pipe, the same line per agent without the
+//! time or the cut ([`plain`]). Pure: Jobs and a clock reading in, lines out.
 
 use chrono::{DateTime, Utc};
 use hive_api::job::JobPhase;
@@ -98,6 +99,25 @@ pub fn lines(root: &str, jobs: &[Job], now: DateTime<Utc>, width: usize) -> Vec<
                 row.chain,
             );
             terminal::ellipsize(&text, width.saturating_sub(1).max(1))
+        })
+        .collect()
+}
+
+/// The lines for a pipe or a file: one per agent of every DAG in the tree,
+/// `✓ Restart alpha: set-wanted ✓ → reconcile ✓` (fan-out children after `↳ `), never
+/// cut and without the ticking elapsed time, so [`super::progress::Screen`] prints a
+/// line only when that agent's part changed: a CI log gets one short line per change
+/// instead of every agent joined into one line per update.
+pub fn plain(root: &str, jobs: &[Job], now: DateTime<Utc>) -> Vec<String> {
+    rows(root, jobs, now)
+        .into_iter()
+        .map(|row| {
+            let child = if row.depth == 0 { "" } else { "↳ " };
+            let glyph = progress::phase_glyph(Some(row.phase));
+            match &row.agent {
+                Some(agent) => format!("{child}{glyph} {} {agent}: {}", row.template, row.chain),
+                None => format!("{child}{glyph} {} {}", row.template, row.chain),
+            }
         })
         .collect()
 }
@@ -239,6 +259,29 @@ mod tests {
                 summary("restart-6a", &[job], now())
             ));
         }
+        insta::assert_snapshot!(out);
+    }
+
+    /// Regression (issue 32): without a terminal, each update joined every agent into
+    /// one line (over 1,000 characters for eight agents).
+    #[test]
+    fn without_a_terminal_each_agent_has_a_line_of_its_own() {
+        let mut out = String::new();
+        for (title, job) in [("running", running()), ("finished, one failed", finished())] {
+            let lines = plain("restart-6a", std::slice::from_ref(&job), now());
+            assert_eq!(lines.len(), AGENTS.len(), "one line per agent: {lines:#?}");
+            for (line, agent) in lines.iter().zip(AGENTS) {
+                assert!(line.contains(&format!(" Restart {agent}: ")), "{line}");
+                assert!(!line.contains(" | "), "{line}");
+            }
+            out.push_str(&format!("# {title}\n{}\n", lines.join("\n")));
+        }
+        // A Screen for a pipe prints only the agents whose part changed.
+        let mut screen = progress::Screen::new(false);
+        let first = screen.update(&plain("restart-6a", &[running()], now()));
+        assert_eq!(first.lines().count(), AGENTS.len());
+        let next = screen.update(&plain("restart-6a", &[finished()], now()));
+        out.push_str(&format!("# printed after the first frame\n{next}"));
         insta::assert_snapshot!(out);
     }
 

@@ -605,6 +605,32 @@ mod tests {
         insta::assert_snapshot!(render(&object, Related { events: Some(&[]), agents: None }, now()));
     }
 
+    /// A Restart whose two agents failed (issue 32): describe shows the message naming
+    /// both failed nodes, and each node's state and error.
+    #[test]
+    fn describe_a_failed_job_names_every_failed_node() {
+        let node = |agent: &str, kind: &str, dep: Option<&str>| {
+            let mut n = json!({"id": format!("{agent}/{kind}"), "kind": "Reconcile", "agent": agent});
+            if let Some(dep) = dep {
+                n["deps"] = json!([{"node": format!("{agent}/{dep}")}]);
+            }
+            n
+        };
+        let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "restart-2f"},
+            "spec": {"template": "Restart", "agents": ["crashy", "nolaunch"], "nodes": [
+                node("crashy", "set-wanted", None), node("crashy", "reconcile", Some("set-wanted")),
+                node("nolaunch", "set-wanted", None), node("nolaunch", "reconcile", Some("set-wanted"))]},
+            "status": {"phase": "Failed", "finishedAt": "2026-11-29T14:59:00Z",
+                "message": "2 nodes failed: crashy/reconcile: died within its start grace (exit code 3); \
+                            nolaunch/reconcile: start failed: ./no-such-program: not found",
+                "nodes": [
+                    {"id": "crashy/set-wanted", "state": "Done"},
+                    {"id": "crashy/reconcile", "state": "Failed", "error": "died within its start grace (exit code 3)"},
+                    {"id": "nolaunch/set-wanted", "state": "Done"},
+                    {"id": "nolaunch/reconcile", "state": "Failed", "error": "start failed: ./no-such-program: not found"}]}});
+        insta::assert_snapshot!(render(&job, Related { events: Some(&[]), agents: None }, now()));
+    }
+
     /// A Job with `spec.ttlSecondsAfterFinished` says when the daemon deletes it: the time
     /// once it finished (and how far off), the rule before.
     #[test]

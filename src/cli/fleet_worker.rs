@@ -71,9 +71,12 @@ pub struct Args {
 pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: the daemon redirects a local worker's stderr into a log
+    // file, which escape codes would litter (issue 32).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::host::output::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false)
         .try_init();
     anyhow::ensure!(args.telemetry_interval_ms > 0, "--telemetry-interval-ms must be positive");

@@ -1,7 +1,8 @@
-//! `hive jobs [-w]`: the queue and the history as one table, like the dashboard's queue
-//! card — queued and running Jobs first in submit order, then finished ones, newest
-//! first — with nodes done of total and the running node's step. `-w` then prints a
-//! row each time a Job changes.
+//! `hive jobs [--agent A] [--phase P] [-w]`: the queue and the history as one table,
+//! like the dashboard's queue card — queued and running Jobs first in submit order, then
+//! finished ones, newest first — with nodes done of total and the running node's step;
+//! only the Jobs that touch agent A and are in phase P when asked. `-w` then prints a
+//! row each time a Job (that matches) changes.
 
 use std::time::Duration;
 
@@ -19,9 +20,19 @@ const JOBS: &str = "/apis/hive.dev/v1/jobs";
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:
   hive jobs
+  hive jobs --agent hello --phase Failed   # what failed on hello
   hive jobs -w          # then one row per change
   hive get jobs -o yaml # the full objects")]
 pub struct Args {
+    /// Only the Jobs with a node acting on this agent.
+    #[arg(long, value_name = "AGENT")]
+    pub agent: Option<String>,
+
+    /// Only the Jobs in this phase: Queued, Running, Done, Failed, Cancelled or
+    /// Interrupted (any case).
+    #[arg(long, value_name = "PHASE", value_parser = parse_phase)]
+    pub phase: Option<JobPhase>,
+
     /// After the table, print a row each time a Job changes.
     #[arg(short, long)]
     pub watch: bool,
@@ -29,6 +40,47 @@ pub struct Args {
     /// Leave out the header line.
     #[arg(long)]
     pub no_headers: bool,
+}
+
+/// Every phase `--phase` takes.
+const PHASES: [JobPhase; 6] = [
+    JobPhase::Queued,
+    JobPhase::Running,
+    JobPhase::Done,
+    JobPhase::Failed,
+    JobPhase::Cancelled,
+    JobPhase::Interrupted,
+];
+
+fn parse_phase(text: &str) -> Result<JobPhase, String> {
+    PHASES.into_iter().find(|p| p.as_str().eq_ignore_ascii_case(text.trim())).ok_or_else(|| {
+        let names: Vec<&str> = PHASES.iter().map(|p| p.as_str()).collect();
+        format!("{text:?} is not a Job phase: one of {}", names.join(", "))
+    })
+}
+
+/// Which Jobs `hive jobs` shows.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// Only those with a node acting on this agent (or naming it in `spec.agents`).
+    pub agent: Option<String>,
+    /// Only those in this phase, as the CLI reads it ([`progress::phase`]).
+    pub phase: Option<JobPhase>,
+}
+
+impl Filter {
+    /// Whether `job` is shown.
+    pub fn matches(&self, job: &Job) -> bool {
+        let agent_ok = self.agent.as_deref().is_none_or(|agent| {
+            job.spec.agents.iter().any(|a| a == agent)
+                || job.spec.nodes.iter().any(|n| n.agent.as_deref() == Some(agent))
+        });
+        agent_ok && self.phase.is_none_or(|phase| progress::phase(job) == phase)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.agent.is_none() && self.phase.is_none()
+    }
 }
 
 /// The column headers.
@@ -105,13 +157,15 @@ async fn list(client: &client::Client) -> Result<JobList> {
 /// Runs `hive jobs`.
 pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let client = ctx.client()?;
+    let filter = Filter { agent: args.agent.clone(), phase: args.phase };
     let mut widths = Vec::new();
     let mut headers = !args.no_headers;
     loop {
         let mut jobs = list(&client).await?;
+        jobs.items.retain(|j| filter.matches(j));
         sort(&mut jobs.items);
         if jobs.items.is_empty() && !args.watch {
-            output::eprint_line("No jobs found.");
+            output::eprint_line(if filter.is_empty() { "No jobs found." } else { "No jobs match." });
             return Ok(());
         }
         output::print(&render(&jobs.items, crate::host::now(), headers, &mut widths))?;
@@ -138,6 +192,10 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
                     "ADDED" | "MODIFIED" => {
                         let job: Job =
                             serde_json::from_value(event.object).context("malformed Job in watch")?;
+                        // A Job that left the filter (a phase moved on) prints nothing more.
+                        if !filter.matches(&job) {
+                            continue;
+                        }
                         output::print(&render(
                             std::slice::from_ref(&job),
                             crate::host::now(),
@@ -214,5 +272,17 @@ mod tests {
         ];
         sort(&mut jobs);
         insta::assert_snapshot!(render(&jobs, now, true, &mut Vec::new()));
+
+        // --agent and --phase: the Jobs that touch the agent, in the phase.
+        let shown = |filter: Filter| -> Vec<String> {
+            jobs.iter().filter(|j| filter.matches(j)).map(|j| j.metadata.name.clone()).collect()
+        };
+        let agent = |a: &str| Some(a.to_string());
+        assert_eq!(shown(Filter { agent: agent("b"), phase: None }), ["rebuild-b", "restart-ab"]);
+        assert_eq!(shown(Filter { agent: agent("a"), phase: Some(JobPhase::Failed) }), ["kill-a"]);
+        assert_eq!(shown(Filter { agent: None, phase: Some(JobPhase::Queued) }), ["restart-ab"]);
+        assert!(shown(Filter { agent: agent("nobody"), phase: None }).is_empty());
+        assert_eq!(parse_phase("failed"), Ok(JobPhase::Failed));
+        assert!(parse_phase("Broken").unwrap_err().contains("one of Queued, Running, Done, Failed"));
     }
 }

@@ -60,6 +60,7 @@ pub async fn exec(args: Args, ctx: &Context) -> Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(crate::host::output::Stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .log_internal_errors(false)
         .try_init();
     let client = ctx.client()?;
@@ -383,6 +384,16 @@ impl Server {
             Err(e) => return Err(e),
         };
         let target = approval_target(&caller, args.agent.as_deref())?;
+        // The server takes an approval for an agent that does not exist (a Spawn's target
+        // is new); one for a config change could never deploy: refused here, named.
+        if let Err(e) = self.client.get(&format!("{AGENTS}/{}", encode(&target))).await {
+            if client::is_not_found(&e) {
+                anyhow::bail!(
+                    "there is no agent named {target:?}: an approval asks to change an existing agent's config"
+                );
+            }
+            return Err(e);
+        }
         let random = uuid::Uuid::new_v4().simple().to_string();
         let name = approval_name(&target, args.kind, &random[..6]);
         let created = self.client.post(APPROVALS, &approval_body(&name, &target, args)).await?;

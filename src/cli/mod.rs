@@ -38,6 +38,7 @@ pub mod schemas;
 pub mod serve;
 pub mod terminal;
 pub mod token;
+pub mod top;
 pub mod version;
 pub mod wait;
 
@@ -98,8 +99,9 @@ pub enum Command {
     /// state glyph (· queued, ⟳ running, ✓ done, ✗ failed, ⊘ cancelled, ! interrupted),
     /// the template, the time it took and its node chain with the running node's step,
     /// each cut to the width; then a summary (`5/6 done, 1 failed: researcher`).
-    /// Otherwise (a pipe, a log): one line per DAG, printed each time it changes.
-    /// Fan-out children show up indented under their parent. Exits 1 if any DAG did not
+    /// Otherwise (a pipe, a log): a line per agent (`✓ Restart alpha: set-wanted ✓ →
+    /// reconcile ✓`), printed each time that agent's part changes. Fan-out children
+    /// show up under their parent (`↳`). Exits 1 if any DAG did not
     /// end done, naming the failed nodes and their errors.
     #[command(mut_arg("all", |a| a.help("Start every agent, Offline ones too (their spec.wanted becomes Up)")))]
     #[command(after_help = "Examples:
@@ -150,6 +152,12 @@ pub enum Command {
     Jobs(jobs::Args),
     /// Cancel a Job that has not started yet.
     Cancel(cancel::Args),
+    /// Show CPU and memory of agents and fleet nodes, as kubectl top.
+    ///
+    /// An agent's CPU (percent of one core over a one-second window) and resident
+    /// memory are its process tree's on the daemon's host; a node's come from its
+    /// worker's telemetry.
+    Top(top::Args),
     /// Approve a pending Approval, then follow it until it is deployed.
     ///
     /// The decision (and who made it, and when) is recorded once; the Approval
@@ -233,6 +241,7 @@ pub async fn main() -> ExitCode {
         Command::Kill(args) => return power::exec(JobTemplate::Kill, args, &ctx).await,
         Command::Jobs(args) => jobs::exec(args, &ctx).await,
         Command::Cancel(args) => cancel::exec(args, &ctx).await,
+        Command::Top(args) => top::exec(args, &ctx).await,
         Command::Approve(args) => approve::approve(args, &ctx).await,
         Command::Deny(args) => approve::deny(args, &ctx).await,
         Command::Audit(args) => audit::exec(args, &ctx).await,

@@ -1,6 +1,6 @@
 //! `hive start|stop|restart|rebuild|kill AGENT… | --all`: one Job through the submit
 //! layer (`POST /apis/hive.dev/v1/jobs`), then its progress (on a terminal a line per
-//! agent and a summary, otherwise a line per DAG) until every DAG
+//! agent and a summary, otherwise a line per agent change) until every DAG
 //! of the tree (fan-out children included) is terminal. Exit 0 when all are done, 1
 //! when any failed, was cancelled or was interrupted.
 //!
@@ -142,7 +142,7 @@ fn in_all(template: JobTemplate, agent: &Agent) -> bool {
 /// terminal; returns the last Jobs read. `first` is the Job as created, shown at once.
 ///
 /// On a terminal: [`board`]'s one line per agent, redrawn in place, then its summary;
-/// otherwise [`progress::frame`]'s line per DAG, printed again when it changed.
+/// otherwise [`board::plain`]'s line per agent, printed when that agent's part changed.
 async fn follow(client: &Client, name: &str, first: Job, tty: bool) -> Result<Vec<Job>> {
     let mut screen = progress::Screen::new(tty);
     let width = terminal::width().unwrap_or(80);
@@ -150,7 +150,7 @@ async fn follow(client: &Client, name: &str, first: Job, tty: bool) -> Result<Ve
     let mut unreachable_since: Option<tokio::time::Instant> = None;
     loop {
         let now = crate::host::now();
-        let lines = if tty { board::lines(name, &jobs, now, width) } else { progress::frame(name, &jobs) };
+        let lines = if tty { board::lines(name, &jobs, now, width) } else { board::plain(name, &jobs, now) };
         output::print_screen(&screen.update(&lines))?;
         let tree = progress::tree(name, &jobs);
         if !tree.is_empty() && tree.iter().all(|(_, j)| progress::is_terminal(j)) {

@@ -1,8 +1,9 @@
-//! Progress of submitted Jobs as one line per DAG: the roll-up glyph, the template,
-//! each agent's node chain with the running node's step label, and fan-out children
-//! indented under their parent. Pure (Jobs in, text out); [`Screen`] turns successive
-//! frames into terminal output, in place on a TTY and as plain changed lines otherwise;
-//! on a TTY the lines are [`super::board`]'s, one per agent.
+//! Progress of submitted Jobs: a DAG's line (the roll-up glyph, the template, each
+//! agent's node chain with the running node's step label, fan-out children indented
+//! under their parent; MCP's view), the chains and groups the board builds on, and the
+//! failures. Pure (Jobs in, text out); [`Screen`] turns successive frames into terminal
+//! output, in place on a TTY and as plain changed lines otherwise; the power verbs'
+//! lines are [`super::board`]'s, one per agent, on a TTY or not.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -219,8 +220,8 @@ pub fn failures(root: &str, jobs: &[Job]) -> Vec<String> {
 /// Turns successive frames into terminal output. On a TTY, the whole block is redrawn
 /// in place (cursor up, clear each line); the caller cuts each line to the terminal's
 /// width ([`super::board::lines`]), so every line is one row and the cursor arithmetic
-/// holds. Otherwise a DAG's line is printed again only when it changed, so logs and
-/// pipes get one line per change.
+/// holds. Otherwise a line the previous frame did not have is printed, so logs and
+/// pipes get one line per agent change ([`super::board::plain`]).
 #[derive(Debug, Default)]
 pub struct Screen {
     tty: bool,
@@ -257,8 +258,11 @@ impl Screen {
                 out.push_str("\x1b[J");
             }
         } else {
-            for (i, line) in lines.iter().enumerate() {
-                if self.previous.get(i) != Some(line) {
+            // A line is printed when the previous frame did not have it: a line stands
+            // for one agent's part, so this is one line per change, wherever a new line
+            // (a fan-out child) lands in the frame.
+            for line in lines {
+                if !self.previous.contains(line) {
                     out.push_str(&super::terminal::escape_controls(line.trim_start()));
                     out.push('\n');
                 }

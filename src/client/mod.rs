@@ -74,6 +74,12 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. } | Error::Store(store::Error::NotFound { .. }))
     }
+
+    /// True when the store is shut down: the daemon is stopping, and a part still winding
+    /// down (crash-watch seeing its agents stop, say) has nothing to warn about.
+    pub fn is_shut_down(&self) -> bool {
+        matches!(self, Error::Store(store::Error::Closed))
+    }
 }
 
 /// A typed client result.

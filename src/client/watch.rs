@@ -15,6 +15,10 @@ fn typed<K: Resource>(object: &Obj) -> Result<K, ClientError> {
 }
 
 impl<K: Resource> Client<K> for Api<K> {
+    fn is_shutting_down(&self) -> bool {
+        self.store.is_shut_down()
+    }
+
     async fn list(&self) -> Result<ObjectList<K>, ClientError> {
         let (revision, objects) = self.store.list(K::PLURAL);
         let items = objects.iter().map(typed::<K>).collect::<Result<_, _>>()?;
@@ -32,7 +36,7 @@ impl<K: Resource> Client<K> for Api<K> {
             store::Error::Expired { requested, oldest } => {
                 ClientError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
-            other => ClientError::transport(other.to_string()),
+            other => client_error(other),
         })?;
         Ok(watch
             .map(|event| match event {
@@ -45,8 +49,17 @@ impl<K: Resource> Client<K> for Api<K> {
                 Err(store::Error::WatchOverflow) => {
                     Ok(WatchEvent::Error(ClientError::Expired("the watch fell behind".into())))
                 }
-                Err(other) => Err(ClientError::transport(other.to_string())),
+                Err(other) => Err(client_error(other)),
             })
             .boxed())
+    }
+}
+
+/// A store error as the controller runtime reads it: a store that is shut down is the
+/// daemon stopping, said as such (logged quietly), anything else a transport error.
+fn client_error(err: store::Error) -> ClientError {
+    match err {
+        store::Error::Closed => ClientError::ShuttingDown(err.to_string()),
+        other => ClientError::transport(other.to_string()),
     }
 }

@@ -85,7 +85,11 @@ pub fn spawn(engine: Arc<Engine>) {
     let ctx = Arc::new(Context { engine, jobs, reconciles: Mutex::new(HashMap::new()) });
     tokio::spawn(controller.run(
         reconcile,
-        |target: &Target<Agent>, err: &Error, _ctx: &Context| {
+        |target: &Target<Agent>, err: &Error, ctx: &Context| {
+            if ctx.engine.store.is_shut_down() {
+                tracing::debug!(agent = target.name(), error = %err, "agent reconcile failed: the daemon is stopping");
+                return Action::backoff();
+            }
             tracing::warn!(agent = target.name(), error = %err, "agent reconcile failed; backing off");
             Action::backoff()
         },

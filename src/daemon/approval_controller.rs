@@ -49,7 +49,11 @@ pub fn spawn(engine: Arc<Engine>) {
     tokio::spawn(wake_on_jobs(ctx.clone(), controller.queue()));
     tokio::spawn(controller.run(
         reconcile,
-        |target: &Target<Approval>, err: &Error, _ctx: &Context| {
+        |target: &Target<Approval>, err: &Error, ctx: &Context| {
+            if ctx.engine.store.is_shut_down() {
+                tracing::debug!(approval = target.name(), error = %err, "approval reconcile failed: the daemon is stopping");
+                return Action::backoff();
+            }
             tracing::warn!(approval = target.name(), error = %err, "approval reconcile failed; backing off");
             Action::backoff()
         },

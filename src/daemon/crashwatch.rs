@@ -192,8 +192,12 @@ impl CrashWatch {
                 },
                 Some(tick) = self.inbox.recv() => self.tick(tick).await,
             };
-            if let Err(err) = result {
-                tracing::warn!(error = %err, "crash-watch could not record an agent change");
+            match result {
+                Ok(()) => {}
+                Err(err) if err.is_shut_down() => {
+                    tracing::debug!(error = %err, "crash-watch: the daemon is stopping")
+                }
+                Err(err) => tracing::warn!(error = %err, "crash-watch could not record an agent change"),
             }
         }
     }
@@ -462,6 +466,10 @@ impl CrashWatch {
 
     async fn event(&self, agent: &Agent, type_: EventType, reason: &str, message: &str) {
         if let Err(err) = self.recorder.record(agent, type_, reason, message).await {
+            if err.is_shut_down() {
+                tracing::debug!(error = %err, reason, "event not recorded: the daemon is stopping");
+                return;
+            }
             tracing::warn!(error = %err, reason, "event not recorded");
         }
     }

@@ -9,18 +9,19 @@ use super::html::Markup;
 use super::Viewer;
 
 /// The navigation entries, in order: (path, label).
-const NAV: [(&str, &str); 7] = [
+const NAV: [(&str, &str); 8] = [
     ("/", "Overview"),
     ("/agents", "Agents"),
     ("/jobs", "Jobs"),
     ("/approvals", "Approvals"),
+    ("/events", "Events"),
     ("/fleet", "Fleet"),
     ("/provision", "Provision"),
     ("/status", "Status"),
 ];
 
 /// Our scripts, in the order they run.
-const SCRIPTS: [&str; 11] = [
+const SCRIPTS: [&str; 12] = [
     "/assets/app.js",
     "/assets/logs.js",
     "/assets/charts.js",
@@ -29,6 +30,7 @@ const SCRIPTS: [&str; 11] = [
     "/assets/events.js",
     "/assets/detail.js",
     "/assets/pages.js",
+    "/assets/dag.js",
     "/assets/fleet.js",
     "/assets/jobs_filter.js",
     "/assets/metrics.js",

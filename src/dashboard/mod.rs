@@ -38,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .route("/jobs/{name}", get(pages::job::page))
         .route("/nodes/{name}", get(pages::node::page))
         .route("/approvals", get(pages::approvals::page))
+        .route("/events", get(pages::events::page))
         .route("/fleet", get(pages::fleet::page))
         .route("/provision", get(pages::provision::page))
         .route("/status", get(pages::status::page))
@@ -122,7 +123,7 @@ const JS: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 
 /// Every embedded asset: (file name, body, content type).
-const ASSETS: [(&str, &str, &str); 14] = [
+const ASSETS: [(&str, &str, &str); 15] = [
     ("app.js", include_str!("assets/app.js"), JS),
     ("logs.js", include_str!("assets/logs.js"), JS),
     ("charts.js", include_str!("assets/charts.js"), JS),
@@ -131,6 +132,7 @@ const ASSETS: [(&str, &str, &str); 14] = [
     ("events.js", include_str!("assets/events.js"), JS),
     ("detail.js", include_str!("assets/detail.js"), JS),
     ("pages.js", include_str!("assets/pages.js"), JS),
+    ("dag.js", include_str!("assets/dag.js"), JS),
     ("fleet.js", include_str!("assets/fleet.js"), JS),
     ("jobs_filter.js", include_str!("assets/jobs_filter.js"), JS),
     ("metrics.js", include_str!("assets/metrics.js"), JS),

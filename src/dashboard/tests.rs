@@ -512,3 +512,32 @@ async fn a_bearer_watch_ends_when_its_token_is_revoked() {
     assert!(ends_within(watch, 60).await.is_some(), "the revoked token's watch kept its connection");
     assert!(ends_within(kept, 120).await.is_none(), "a valid token's watch ended");
 }
+
+/// `/events` is the Events page (issue 32): before it, the path fell through to the
+/// API's fallback and a browser got a raw JSON `Status`.
+#[tokio::test]
+async fn events_is_a_page_with_its_filter() {
+    let f = fixture();
+    let (cookie, _) = sign_in(&f, &f.viewer).await;
+    let page = send(&f.app, get("/events?type=Warning&object=agent/a1", Some(&cookie))).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert!(
+        page.headers[header::CONTENT_TYPE].to_str().unwrap().starts_with("text/html"),
+        "{:?}",
+        page.headers
+    );
+    for id in [
+        "events-filter-kind",
+        "events-filter-object",
+        "events-filter-type",
+        "events-filter-reason",
+        "events-filter-since",
+        "events-list",
+    ] {
+        assert!(page.body.contains(&format!("id=\"{id}\"")), "no #{id} in {}", page.body);
+    }
+    assert!(page.body.contains("href=\"/events\" aria-current=\"page\""), "{}", page.body);
+    // Without a session it is a page too: a redirect to sign in, never JSON.
+    let anonymous = send(&f.app, get("/events", None)).await;
+    assert_eq!(anonymous.status, StatusCode::SEE_OTHER);
+}

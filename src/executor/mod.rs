@@ -90,6 +90,9 @@ impl RuntimeExecutor {
             ..Default::default()
         };
         let name = agent.metadata.name.as_str();
+        // Said once per agent and cause: not again while its condition already says so.
+        let already = hive_api::meta::find_condition(&agent.status.conditions, &condition.type_)
+            .is_some_and(|c| c.status == condition.status && c.message == condition.message);
         let now = Time(self.store.now());
         let result = self.agents.patch_status(name, |status| {
             set_condition(&mut status.conditions, condition.clone(), now);
@@ -97,7 +100,7 @@ impl RuntimeExecutor {
         if let Err(err) = result.await {
             tracing::warn!(agent = name, error = %err, "LimitsEnforced condition not written");
         }
-        if !limits.enforced {
+        if !limits.enforced && !already {
             let message = format!("limits not enforced: {}", limits.message);
             let _ = self
                 .recorder

@@ -165,7 +165,11 @@ pub(super) fn spawn(fleet: &Arc<Fleet>) {
     let ctx = Arc::new(Context { fleet: fleet.clone(), cache: controller.store() });
     fleet.spawn(controller.run(
         reconcile,
-        |target: &Target<FleetCommand>, err: &Error, _: &Context| {
+        |target: &Target<FleetCommand>, err: &Error, ctx: &Context| {
+            if ctx.fleet.store.is_shut_down() {
+                tracing::debug!(command = target.name(), error = %err, "fleet: could not take the command: the daemon is stopping");
+                return Action::backoff();
+            }
             tracing::warn!(command = target.name(), error = %err, "fleet: could not take the command; backing off");
             Action::backoff()
         },

@@ -214,7 +214,11 @@ impl Fleet {
             store: store.clone(),
             nodes: Api::new(&store),
             commands: Api::new(&store),
-            providers: Providers::new(process.clone(), config.key_sources.clone()),
+            providers: Providers::listening(
+                process.clone(),
+                config.key_sources.clone(),
+                net.bound_addrs().iter().all(|a| a.ip().is_loopback()),
+            ),
             process,
             net,
             members,
@@ -426,6 +430,10 @@ impl Fleet {
                 Some(command)
             }
             Err(err) if err.is_not_found() => retained::patch_status(&self.store, name, change).await,
+            Err(err) if err.is_shut_down() => {
+                tracing::debug!(name, %err, "fleet status write: the daemon is stopping");
+                None
+            }
             Err(err) => {
                 tracing::warn!(name, %err, "fleet status write failed");
                 None
@@ -561,6 +569,10 @@ fn landed<K>(result: client::Result<Patched<K>>, name: &str) -> Option<K> {
         Ok(patched) => Some(patched.into_inner()),
         Err(err) if err.is_not_found() => {
             tracing::warn!(name, %err, "fleet status write did not land");
+            None
+        }
+        Err(err) if err.is_shut_down() => {
+            tracing::debug!(name, %err, "fleet status write: the daemon is stopping");
             None
         }
         Err(err) => {

@@ -96,7 +96,11 @@ pub async fn run(
     controller
         .run(
             reconcile,
-            |target: &Target<Provider>, err: &Error, _: &Context| {
+            |target: &Target<Provider>, err: &Error, ctx: &Context| {
+                if ctx.store.is_shut_down() {
+                    tracing::debug!(provider = target.name(), %err, "provider check failed: the daemon is stopping");
+                    return Action::backoff();
+                }
                 tracing::warn!(provider = target.name(), %err, "provider check failed; backing off");
                 Action::backoff()
             },

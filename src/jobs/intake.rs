@@ -263,7 +263,11 @@ pub fn spawn(
     let ctx = Arc::new(Intake { store, live, scheduler, run });
     tokio::spawn(controller.run(
         reconcile,
-        |target: &Target<Job>, err: &Error, _: &Intake| {
+        |target: &Target<Job>, err: &Error, ctx: &Intake| {
+            if ctx.store.is_shut_down() {
+                tracing::debug!(job = target.name(), error = %err, "could not take the Job: the daemon is stopping");
+                return Action::backoff();
+            }
             tracing::warn!(job = target.name(), error = %err, "could not take the Job; backing off");
             Action::backoff()
         },

@@ -114,8 +114,11 @@ impl Mirror {
                     self.jobs.delete(&name).await.map(drop)
                 }
             };
-            if let Err(err) = result {
-                tracing::warn!(error = %err, "the Jobs mirror could not write an update");
+            match result {
+                Ok(()) => {}
+                // The daemon is stopping: the next start marks unfinished Jobs interrupted.
+                Err(err) if err.is_shut_down() => tracing::debug!(error = %err, "the Jobs mirror stops"),
+                Err(err) => tracing::warn!(error = %err, "the Jobs mirror could not write an update"),
             }
         }
     }
@@ -141,6 +144,9 @@ impl Mirror {
                 pending.written(&snapshot, Instant::now(), bytes);
             }
             Err(err) if err.is_not_found() => pending.forget(&snapshot.name),
+            Err(err) if err.is_shut_down() => {
+                tracing::debug!(error = %err, job = %snapshot.name, "the Jobs mirror stops");
+            }
             Err(err) => {
                 tracing::warn!(error = %err, job = %snapshot.name, "the Jobs mirror could not write a status");
                 pending.failed(snapshot, Instant::now());

@@ -15,6 +15,7 @@ pub mod intake;
 pub mod mirror;
 pub mod post;
 pub mod service;
+pub mod usage;
 
 pub use engine::*;
 pub use post::{Posted, PostedJob};

@@ -8,8 +8,11 @@
 //! exists, conflict, bad request) without HTTP, which the server maps onto its `Status`
 //! once.
 
+use std::time::Duration;
+
 use futures_util::future::BoxFuture;
 use hive_api::agent::Agent;
+use hive_api::usage::AgentUsageList;
 
 use super::engine::Engine;
 pub use super::error::{Error, Result};
@@ -48,6 +51,9 @@ pub trait JobService: Send + Sync {
     /// The deploy audit trail: the meta repo's log, newest first, at most `limit`
     /// entries, only `agent`'s when given.
     fn audit(&self, agent: Option<String>, limit: usize) -> BoxFuture<'_, Result<Vec<AuditEntry>>>;
+
+    /// What each of `agents` uses now (`hive top`), measured over `window`.
+    fn agent_usage(&self, agents: Vec<Agent>, window: Duration) -> BoxFuture<'_, Result<AgentUsageList>>;
 }
 
 impl JobService for Engine {
@@ -114,5 +120,9 @@ impl JobService for Engine {
                 .await
                 .map_err(|e| Error::Internal(anyhow::Error::new(e)))
         })
+    }
+
+    fn agent_usage(&self, agents: Vec<Agent>, window: Duration) -> BoxFuture<'_, Result<AgentUsageList>> {
+        Box::pin(super::usage::measure(self.runtime.as_ref(), agents, window))
     }
 }

@@ -21,6 +21,7 @@
 pub mod nixos;
 pub mod placed;
 pub mod process;
+pub mod usage;
 
 use std::fmt;
 use std::path::PathBuf;

@@ -13,6 +13,8 @@ use hive_api::job::{
 };
 use hive_api::{JobSpec, Time};
 
+mod failures;
+
 use super::executor::{actions, Actions};
 use super::log::NodeLog;
 use super::snapshot::JobSnapshot;
@@ -38,6 +40,8 @@ fn slot(state: JobNodeState) -> usize {
 
 /// The error of a node cancelled because its Job ran past its deadline.
 const DEADLINE_CANCEL: &str = "cancelled: the Job ran past its deadline";
+/// The error of a running build the engine stopped because its Job ran past its deadline.
+pub(super) const DEADLINE_STOP: &str = "stopped: the Job ran past its deadline";
 
 /// One node's live state.
 #[derive(Debug)]
@@ -104,7 +108,10 @@ pub(super) struct Dag {
     submitted_at: Time,
     started_at: Option<Time>,
     finished_at: Option<Time>,
+    /// Why the Job ended other than by a node's failure (its deadline, a cancel).
     message: Option<String>,
+    /// The nodes that failed, in the order they did: the message names each.
+    failed: Vec<u32>,
     pub(super) children: Vec<String>,
     /// Per agent, the lease-taking nodes still queued: the leases this DAG may yet take.
     pending_lease: HashMap<String, u32>,
@@ -178,6 +185,7 @@ impl Dag {
             started_at: None,
             finished_at: None,
             message: None,
+            failed: Vec::new(),
             children: Vec::new(),
             pending_lease,
             held: Vec::new(),
@@ -298,9 +306,7 @@ impl Dag {
                 JobNodeState::Done
             }
             Ending::Failed(error) => {
-                if self.message.is_none() {
-                    self.message = Some(format!("node {} failed: {error}", self.spec.nodes[i as usize].id));
-                }
+                self.failed.push(i);
                 self.nodes[i as usize].error = Some(error);
                 JobNodeState::Failed
             }
@@ -485,6 +491,25 @@ impl Dag {
         self.dirty = true;
     }
 
+    /// The Job's message: why it ended (its deadline, a cancel), then every failed node
+    /// with its error ([`failures::message`]); `None` while neither happened.
+    pub(super) fn message(&self) -> Option<String> {
+        let failed: Vec<(&str, &str)> = self
+            .failed
+            .iter()
+            .map(|&i| {
+                let error = self.nodes[i as usize].error.as_deref().unwrap_or_default();
+                (self.spec.nodes[i as usize].id.as_str(), error)
+            })
+            // A build the deadline stopped: the deadline already says why.
+            .filter(|(_, error)| *error != DEADLINE_STOP)
+            .collect();
+        match (self.message.as_deref(), failures::message(&failed)) {
+            (Some(why), Some(failures)) => Some(format!("{why}; {failures}")),
+            (why, failures) => failures.or(why.map(str::to_string)),
+        }
+    }
+
     fn node_status(&self, i: usize) -> JobNodeStatus {
         let node = &self.nodes[i];
         let id = &self.spec.nodes[i].id;
@@ -510,7 +535,7 @@ impl Dag {
             submitted_at: Some(self.submitted_at),
             started_at: self.started_at,
             finished_at: self.finished_at,
-            message: self.message.clone(),
+            message: self.message(),
             reason: self.deadline_exceeded.then(|| REASON_DEADLINE_EXCEEDED.to_string()),
             children: self.children.clone(),
             nodes,
@@ -591,7 +616,30 @@ mod tests {
         d.finish(1, Ending::Done(None), now(), &mut ready);
         assert!(d.is_terminal());
         assert_eq!(d.phase(), JobPhase::Failed);
-        assert_eq!(d.message.as_deref(), Some("node swap failed: boom"));
+        assert_eq!(d.message().as_deref(), Some("node swap failed: boom"));
+    }
+
+    /// Regression (issue 32): the message named the first failed node only, so a
+    /// Restart whose two agents failed read as if one had.
+    #[test]
+    fn the_message_names_every_failed_node() {
+        use JobNodeKind::*;
+        let mut d = dag(vec![
+            JobNode::new("a/reconcile", Reconcile, Some("a")),
+            JobNode::new("b/reconcile", Reconcile, Some("b")),
+            JobNode::new("c/reconcile", Reconcile, Some("c")),
+        ]);
+        let mut ready = Vec::new();
+        for i in 0..3 {
+            d.start(i, now(), NodeLog::new(16));
+        }
+        d.finish(1, Ending::Failed("exit code 3".into()), now(), &mut ready);
+        assert_eq!(d.message().as_deref(), Some("node b/reconcile failed: exit code 3"));
+        d.finish(0, Ending::Done(None), now(), &mut ready);
+        d.finish(2, Ending::Failed("no such program".into()), now(), &mut ready);
+        let want = "2 nodes failed: b/reconcile: exit code 3; c/reconcile: no such program";
+        assert_eq!(d.message().as_deref(), Some(want));
+        assert_eq!(d.snapshot().message.as_deref(), Some(want));
     }
 
     #[test]

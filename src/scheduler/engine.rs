@@ -229,7 +229,7 @@ impl<E: Executor, S: JobSink> Engine<E, S> {
                 continue;
             };
             run.abort.abort();
-            let error = NodeError::Failed("stopped: the Job ran past its deadline".into());
+            let error = NodeError::Failed(super::dag::DEADLINE_STOP.into());
             self.finished(seq, i, Err(error), Vec::new(), now);
         }
         self.touch(seq);

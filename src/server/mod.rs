@@ -32,6 +32,7 @@ pub mod table;
 pub mod telemetry;
 pub mod tls;
 pub mod tokens;
+pub mod usage;
 pub mod watch;
 
 #[cfg(test)]
@@ -257,6 +258,7 @@ pub fn api_routes() -> ApiRouter {
         .merge(tokens::router())
         .merge(audit::router())
         .merge(approval_diff::router())
+        .merge(usage::router())
         .merge(fleet::router())
         .merge(metrics::router())
 }
@@ -614,6 +616,7 @@ mod tests {
         GET    /apis/hive.dev/v1/providers/{name}/status      read
         PUT    /apis/hive.dev/v1/providers/{name}/status      admin
         PATCH  /apis/hive.dev/v1/providers/{name}/status      admin
+        GET    /hive/v1/agents/usage                          read
         GET    /hive/v1/approvals/{name}/diff                 read
         GET    /hive/v1/audit                                 read
         GET    /hive/v1/fleet/nodes/{name}/telemetry          read

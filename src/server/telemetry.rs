@@ -4,7 +4,7 @@
 //! then the recent frames, oldest first, then live frames as they are pulled
 //! (`{"type":"frame","channel":…,"at":…,"value":…}`). With `follow=false` the stream
 //! ends after the recent frames, as it does for a node that is over (killed, stopped,
-//! failed). A live stream ends when the node stops being followed; a follower that falls behind gets `{"type":"lagged","missed":N}`
+//! failed); a node that is over and of which no frame is held is a 409 saying so. A live stream ends when the node stops being followed; a follower that falls behind gets `{"type":"lagged","missed":N}`
 //! and carries on.
 
 use axum::body::Body;
@@ -53,6 +53,18 @@ pub(super) async fn stream(
     let over = !crate::fleet::is_live(&node);
     let crate::fleet::service::Telemetry { snapshot, live } =
         fleet.telemetry(name.clone(), query.follow.unwrap_or(true) && !over).await;
+    // Over, and nothing held from when it ran: say so, rather than an empty 200 that reads
+    // as a node with nothing to report (issue 32).
+    if over && snapshot.recent.is_empty() {
+        let phase = node.status.phase.map_or("over", hive_api::node::NodePhase::as_str);
+        return Err(ApiError::Conflict {
+            plural: "nodes".into(),
+            name: name.clone(),
+            message: format!(
+                "node {name:?} is {phase}: its worker is gone and no telemetry of it is held;                  nothing to stream"
+            ),
+        });
+    }
     let mut head =
         vec![line(&json!({"type": "descriptors", "node": name, "channels": snapshot.descriptors}))];
     let last = snapshot.recent.last().map(|f| f.at);

@@ -317,6 +317,17 @@ impl Store {
         }
     }
 
+    /// Whether [`Store::shutdown`] began: writes are refused with `Error::Closed` from then
+    /// on, so a part still winding down can tell the daemon's stop from a failure.
+    pub fn is_shut_down(&self) -> bool {
+        match &self.inner.writer {
+            Writer::Embedded { requests, .. } => {
+                requests.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+            }
+            Writer::Etcd(backend) => backend.is_shut_down(),
+        }
+    }
+
     /// Stops accepting writes, waits until every queued write is committed and the
     /// database is closed, and ends all watches. Other clones see `Error::Closed`.
     pub async fn shutdown(&self) {

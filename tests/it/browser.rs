@@ -343,3 +343,72 @@ async fn why_an_agent_fails_shows_in_a_browser() {
         d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
     );
 }
+
+/// The Events page and a Job's graph in a real browser at desktop and phone width
+/// (tests/browser/events_dag.py): `crashy` crash-loops (Warning Events), `hello` and
+/// `second` run, and a Rebuild of both (two lanes, an AfterAny edge each) is Done.
+/// Screenshots go to the target dir's `browser-artifacts/events-dag`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_and_job_graphs_show_in_a_browser() {
+    if std::env::var("HIVE_BROWSER_TESTS").as_deref() != Ok("1") {
+        eprintln!(
+            "skipped: set HIVE_BROWSER_TESTS=1 to run the browser suite (needs chromium and playwright)"
+        );
+        return;
+    }
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    let mut crashy = crate::agents::agent("crashy", &repo, "Up");
+    crashy["spec"]["runtime"]["process"]["command"] =
+        json!(["sh", "-c", "echo 'panic: no config' >&2; exit 3"]);
+    let agents =
+        [crashy, crate::agents::agent("hello", &repo, "Up"), crate::agents::agent("second", &repo, "Up")];
+    for agent in agents {
+        let created = api.post("/apis/hive.dev/v1/agents", &agent).await;
+        assert_eq!(created.code, 201, "{}", created.body);
+    }
+    wait_power(&api, "hello", "Running").await;
+    wait_power(&api, "second", "Running").await;
+    crate::harness::eventually("crashy crash-looping", || async {
+        let crashy = api.get("/apis/hive.dev/v1/agents/crashy").await.body;
+        (crashy["status"]["phase"] == "CrashLoopBackOff").then_some(())
+    })
+    .await;
+    let out = ok(d.hive(&["rebuild", "hello", "second"]));
+    let job = out
+        .lines()
+        .find_map(|l| l.strip_prefix("job.hive.dev/")?.strip_suffix(" submitted"))
+        .unwrap_or_else(|| panic!("no Job named in {out}"))
+        .to_string();
+
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let artifacts = std::path::Path::new(&target).join("browser-artifacts").join("events-dag");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/events_dag.py");
+    let out = tokio::task::spawn_blocking({
+        let (url, artifacts, admin) = (d.url.clone(), artifacts.clone(), d.token.clone());
+        move || {
+            Command::new("python3")
+                .arg(script)
+                .env("HIVE_URL", url)
+                .env("HIVE_OPERATOR_TOKEN", &admin)
+                .env("HIVE_VIEWER_TOKEN", &admin)
+                .env("HIVE_ADMIN_TOKEN", &admin)
+                .env("HIVE_JOB", job)
+                .env("HIVE_ARTIFACTS", &artifacts)
+                .output()
+                .expect("python3 runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "browser suite failed (screenshots in {}):\n{stdout}\n{stderr}\n--- daemon log tail ---\n{}",
+        artifacts.display(),
+        d.log().lines().rev().take(60).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+    );
+}

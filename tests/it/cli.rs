@@ -47,6 +47,11 @@ fn normalize_token(token: &str) -> String {
     if is_endpoint {
         return format!("{:<64}", "<endpoint>");
     }
+    // The same in its short form (`ae58ff8833…`), as the default table shows it.
+    let short = token.strip_suffix('…').filter(|h| h.len() == 10 && h.chars().all(|c| c.is_ascii_hexdigit()));
+    if short.is_some() {
+        return format!("{:<11}", "<endpoint>");
+    }
     // A short commit id, e.g. the hello agent's applied rev (this repository's HEAD).
     let is_commit =
         token.len() == 12 && token.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase());

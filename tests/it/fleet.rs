@@ -158,10 +158,14 @@ async fn provision_then_kill_keeps_the_record() {
     all_gone(&[victim]).await;
     assert!(alive(pid_of(&nodes[0])) && alive(pid_of(&nodes[2])), "the other workers keep running");
     assert_eq!(list(&api, NODES).await.len(), 3, "the killed node's record is kept");
-    // A killed node's telemetry is over: its stream ends instead of following nothing.
+    // A killed node's telemetry is over: a kill drops what was held of it, and the
+    // answer says so (issue 32: it was a 200 with nothing in it), at once.
     let over =
         tokio::time::timeout(Duration::from_secs(10), api.get("/hive/v1/fleet/nodes/node-2/telemetry")).await;
-    assert_eq!(over.expect("the stream of a killed node ends").code, 200);
+    let over = over.expect("a killed node's telemetry answers");
+    assert_eq!(over.code, 409, "{:?}", over.body);
+    let message = over.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("\"node-2\" is Killed"), "{message}");
     // Re-sending the kill returns the stored record and changes nothing.
     let again = api.post(COMMANDS, &kill("kill-2", "node-2")).await;
     assert_eq!(again.code, 200, "{:?}", again.body);

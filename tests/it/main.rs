@@ -56,5 +56,6 @@ mod pty;
 mod quotas;
 mod readme;
 mod stream_limits;
+mod top;
 mod vastai;
 mod why_failing;

@@ -333,6 +333,16 @@ async fn mcp_operator_requests_an_approval_for_a_named_agent() {
         .await;
     assert!(message.contains("pullRequest"), "{message}");
 
+    // Regression (issue 32): an unknown target was accepted silently, as a pending
+    // approval nothing could ever deploy.
+    let message = mcp
+        .call_err(
+            "request_approval",
+            json!({"kind": "ApplyCommit", "commit": "abc123", "summary": "x", "agent": "ghost"}),
+        )
+        .await;
+    assert!(message.contains("ghost") && message.contains("no agent"), "{message}");
+
     let (summary, listed) = mcp.call_ok("list_approvals", json!({"pending_only": true})).await;
     assert_eq!(listed["approvals"].as_array().unwrap().len(), 1, "{listed}");
     assert!(summary.starts_with("1 pending approval(s)"), "{summary}");

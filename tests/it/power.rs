@@ -33,6 +33,11 @@ fn last_line(out: &str) -> &str {
     out.lines().last().unwrap_or_default()
 }
 
+/// The last progress line of `agent` (`✓ Stop alpha: …`).
+fn last_line_of<'a>(out: &'a str, agent: &str) -> &'a str {
+    out.lines().rev().find(|l| l.split_whitespace().nth(2) == Some(&format!("{agent}:"))).unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn power_verbs_block_with_progress_and_exit_codes() {
     let d = Daemon::start_with(&["--agent-controller=true"]);
@@ -45,21 +50,24 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     wait_power(&api, "alpha", "Running").await;
     wait_power(&api, "beta", "Running").await;
 
-    // One Job stops both agents gracefully; the last line is the finished DAG.
+    // One Job stops both agents gracefully; each agent's last line is its finished part
+    // (a line per agent change on a pipe: never both joined into one line).
     let out = ok(d.hive(&["stop", "alpha", "beta", "--reason", "power test"]));
     check_plain(&out);
-    let last = last_line(&out);
-    assert!(last.starts_with("✓ Stop alpha: set-wanted ✓"), "{out}");
-    assert!(last.contains(" | beta: set-wanted ✓") && last.ends_with("reconcile ✓"), "{out}");
-    assert!(!last.contains('⟳') && !last.contains('·'), "{out}");
+    assert!(!out.contains(" | "), "{out}");
+    for agent in ["alpha", "beta"] {
+        let last = last_line_of(&out, agent);
+        assert!(last.starts_with(&format!("✓ Stop {agent}: set-wanted ✓")), "{out}");
+        assert!(last.ends_with("reconcile ✓") && !last.contains('⟳') && !last.contains('·'), "{out}");
+    }
     wait_power(&api, "alpha", "Stopped").await;
     assert_eq!(api.get("/apis/hive.dev/v1/agents/beta").await.body["spec"]["wanted"], "Offline");
 
     // --all lists the agents first.
     let out = ok(d.hive(&["start", "--all"]));
     check_plain(&out);
-    assert!(last_line(&out).starts_with("✓ Start alpha: "), "{out}");
-    assert!(last_line(&out).contains(" | beta: "), "{out}");
+    assert!(last_line_of(&out, "alpha").starts_with("✓ Start alpha: "), "{out}");
+    assert!(last_line_of(&out, "beta").starts_with("✓ Start beta: "), "{out}");
     wait_power(&api, "alpha", "Running").await;
 
     let out = ok(d.hive(&["restart", "alpha"]));
@@ -115,7 +123,7 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
     // and agents run in sessions of their own).
     let out = ok(d.hive(&["kill", "--all"]));
     check_plain(&out);
-    assert!(last_line(&out).starts_with("✓ Kill alpha: set-wanted ✓"), "{out}");
+    assert!(last_line_of(&out, "alpha").starts_with("✓ Kill alpha: set-wanted ✓"), "{out}");
     wait_power(&api, "alpha", "Stopped").await;
 }
 
@@ -123,6 +131,7 @@ async fn power_verbs_block_with_progress_and_exit_codes() {
 /// six agents, one of which fails, leaves what a user should see: the Job's name, one
 /// line per agent (its glyph, the template, the agent, the time it took, its chain), each
 /// within the width, none drawn over another, and the summary naming the failed agent.
+/// Without a terminal, the same verb prints a line per agent change (issue 32).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_terminal_each_agent_has_its_line_and_the_summary_names_the_failure() {
     const AGENTS: [&str; 6] =
@@ -185,6 +194,30 @@ async fn on_a_terminal_each_agent_has_its_line_and_the_summary_names_the_failure
     let long = board.iter().find(|l| l.contains("scheduler-with-a-long-name")).unwrap();
     assert!(long.ends_with('…'), "a line too long for the terminal is cut, marked: {context}");
     assert_eq!(shown[AGENTS.len() + 1], "5/6 done, 1 failed: researcher", "{context}");
+
+    // Without a terminal (a pipe, as in CI) the same verb prints one line per agent
+    // change: each line names one agent; it joined every agent into one line before.
+    let piped = d.hive(&[&["rebuild"][..], &AGENTS[..]].concat());
+    let stdout = String::from_utf8_lossy(&piped.stdout).into_owned();
+    let context = format!("stdout:\n{stdout}\nstderr: {}", String::from_utf8_lossy(&piped.stderr));
+    assert_eq!(piped.status.code(), Some(1), "{context}");
+    check_plain(&stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("job.hive.dev/"), "{context}");
+    let agent_of = |line: &str| -> Vec<&str> {
+        AGENTS.iter().copied().filter(|a| line.split_whitespace().nth(2) == Some(&format!("{a}:"))).collect()
+    };
+    for line in &lines[1..] {
+        assert_eq!(agent_of(line).len(), 1, "{line:?} is not one agent's line: {context}");
+        assert!(line.chars().count() < 200, "{line:?}: {context}");
+        assert!(!line.contains(" | "), "{line:?}: {context}");
+    }
+    for name in AGENTS {
+        let last = lines[1..].iter().rev().find(|l| agent_of(l) == [name]);
+        let last = last.unwrap_or_else(|| panic!("no line for {name}: {context}"));
+        let glyph = if name == "researcher" { "✗" } else { "✓" };
+        assert!(last.starts_with(&format!("{glyph} Rebuild {name}: prebuild ")), "{last:?}: {context}");
+    }
 }
 
 // Regression (issue 26, item 7): `hive restart --all` listed every agent, so an agent

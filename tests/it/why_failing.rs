@@ -152,3 +152,153 @@ async fn offline_on_purpose_running_and_a_failed_build_each_have_their_word() {
     let err = fails(d.hive(&["wait", "agent/broken", "--for=condition=Ready", "--timeout=60s"]));
     assert!(err.contains("BuildFailed"), "{err}");
 }
+
+/// A Job whose nodes failed on two agents names both in its message (it named the first
+/// only), and `hive jobs --agent A --phase P` lists just the Jobs that touch A in phase P.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_names_every_failed_node_and_hive_jobs_filters_by_agent_and_phase() {
+    let d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    for name in ["nolaunch-a", "nolaunch-b"] {
+        let mut agent = crate::agents::agent(name, &repo, "Up");
+        agent["spec"]["runtime"]["process"]["command"] = json!(["./no-such-program"]);
+        assert_eq!(api.post("/apis/hive.dev/v1/agents", &agent).await.code, 201);
+    }
+    assert_eq!(
+        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("fine", &repo, "Up")).await.code,
+        201
+    );
+    eventually("both StartFailed, fine Running", || async {
+        let a = agent_of(&api, "nolaunch-a").await["status"]["phase"] == "StartFailed";
+        let b = agent_of(&api, "nolaunch-b").await["status"]["phase"] == "StartFailed";
+        let fine = agent_of(&api, "fine").await["status"]["phase"] == "Running";
+        (a && b && fine).then_some(())
+    })
+    .await;
+    let restart = d.hive(&["restart", "nolaunch-a", "nolaunch-b"]);
+    assert_eq!(restart.status.code(), Some(1), "{}", String::from_utf8_lossy(&restart.stderr));
+    let out = String::from_utf8_lossy(&restart.stdout).into_owned();
+    let name = out
+        .lines()
+        .find_map(|l| l.strip_prefix("job.hive.dev/")?.strip_suffix(" submitted"))
+        .unwrap_or_else(|| panic!("no Job named in {out}"))
+        .to_string();
+    let job = crate::agents::wait_terminal(&api, &name).await;
+    assert_eq!(job["status"]["phase"], "Failed", "{}", job["status"]);
+    let failed: Vec<String> = job["status"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["state"] == "Failed")
+        .map(|n| n["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(failed.len(), 2, "{}", job["status"]);
+    let message = job["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.starts_with("2 nodes failed: "), "{message}");
+    for id in &failed {
+        assert!(message.contains(&format!("{id}: ")), "{id} is not named: {message}");
+    }
+    let described = ok(d.hive(&["describe", "job", &name]));
+    for id in &failed {
+        assert!(described.contains(id.as_str()), "{described}");
+    }
+
+    // hive jobs --agent --phase: only the Jobs touching nolaunch-a, only the Failed ones.
+    let names = |table: &str| -> Vec<String> {
+        table.lines().skip(1).filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect()
+    };
+    let all = ok(d.hive(&["jobs"]));
+    let mine = names(&ok(d.hive(&["jobs", "--agent", "nolaunch-a", "--phase", "failed"])));
+    assert!(mine.contains(&name), "{mine:?}\n{all}");
+    let jobs = api.get("/apis/hive.dev/v1/jobs").await.body;
+    let want: Vec<String> = jobs["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"]["phase"] == "Failed")
+        .filter(|j| j["spec"]["nodes"].as_array().unwrap().iter().any(|n| n["agent"] == "nolaunch-a"))
+        .map(|j| j["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let (mut got, mut want) = (mine.clone(), want);
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "{all}");
+    assert!(names(&all).len() > mine.len(), "the filter left out fine's Jobs: {all}");
+    let done = names(&ok(d.hive(&["jobs", "--agent", "fine", "--phase", "Done"])));
+    assert!(!done.is_empty() && !done.contains(&name), "{done:?}\n{all}");
+    let none = d.hive(&["jobs", "--agent", "nobody"]);
+    assert!(none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("No jobs match."));
+    let err = fails(d.hive(&["jobs", "--phase", "Broken"]));
+    assert!(err.contains("not a Job phase"), "{err}");
+}
+
+/// Noise (issue 32): limits that cannot be enforced are said once per agent and cause —
+/// one `LimitsNotEnforced` Event (count 1) and one warning — not at every start; and a
+/// graceful stop logs no "store is shut down" warnings from the parts still winding down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_not_enforced_is_said_once_and_a_stop_is_quiet() {
+    let mut d = Daemon::start_with(&["--agent-controller=true"]);
+    let repo = config_repo(&d.dir);
+    let api = d.client();
+    assert_eq!(
+        api.post("/apis/hive.dev/v1/agents", &crate::agents::agent("calm", &repo, "Up")).await.code,
+        201
+    );
+    crate::agents::wait_power(&api, "calm", "Running").await;
+    let agent = agent_of(&api, "calm").await;
+    let enforced = agent["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["type"] == "LimitsEnforced" && c["status"] == "True");
+    if enforced {
+        eprintln!("skipped the limits half: this host enforces agent limits (cgroup v2 delegated)");
+    } else {
+        for _ in 0..2 {
+            ok(d.hive(&["restart", "calm"]));
+        }
+        let selector = "fieldSelector=involvedObject.name=calm,reason=LimitsNotEnforced";
+        let events = api.get(&format!("/api/v1/events?{selector}")).await.body;
+        let items = events["items"].as_array().unwrap();
+        let counts: Vec<u64> = items.iter().map(|e| e["count"].as_u64().unwrap_or(1)).collect();
+        assert_eq!(counts, [1], "one LimitsNotEnforced Event, once: {events}");
+        let said =
+            d.log().lines().filter(|l| l.contains("starting without enforced limits agent=calm")).count();
+        assert_eq!(said, 1, "{}", d.log());
+    }
+    // A local fleet node: its worker logs into the daemon's (redirected) stderr, and it
+    // ends with the daemon.
+    let command = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "quiet"},
+                         "spec": {"provision": {"provider": "process", "count": 1}}});
+    assert_eq!(api.post("/apis/hive.dev/v1/fleetcommands", &command).await.code, 201);
+    eventually("node-1 Running", || async {
+        let n = api.get("/apis/hive.dev/v1/nodes/node-1").await.body;
+        (n["status"]["phase"] == "Running").then_some(())
+    })
+    .await;
+    d.stop();
+    let log = d.log();
+    let noisy: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") && l.contains("shut down")).collect();
+    assert!(noisy.is_empty(), "warnings at shutdown:\n{}", noisy.join("\n"));
+    // No colour in a log that is not a terminal, the fleet worker's lines included.
+    assert!(log.contains("fleet worker"), "the worker logged nothing here:\n{log}");
+    assert!(!log.contains('\x1b'), "escape codes in a redirected log:\n{log}");
+}
+
+/// The built-in `docker` Provider of a daemon whose fleet endpoint listens on loopback
+/// only says why it is not Ready (issue 32: it said Ready, and every Provision failed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_docker_provider_on_a_loopback_fleet_endpoint_says_why_it_is_not_ready() {
+    let d = Daemon::start_with(&["--provider", "docker"]);
+    let api = d.client();
+    let docker = eventually("the docker Provider checked", || async {
+        let p = api.get("/apis/hive.dev/v1/providers/docker").await.body;
+        p["status"]["state"].is_string().then_some(p)
+    })
+    .await;
+    assert_eq!(docker["status"]["state"], "ConfigurationError", "{docker}");
+    let message = docker["status"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("loopback only") && message.contains("--fleet-listen"), "{message}");
+}

@@ -68,6 +68,8 @@ const hive = (() => {
     if (Number.isNaN(then)) return '';
     let s = Math.max(0, Math.round((Date.now() - then) / 1000));
     if (s < 60) return s + 's ago';
+    // Seconds too under ten minutes, as kubectl's ages: a fresh Job's times visibly tick.
+    if (s < 600) return Math.floor(s / 60) + 'm ' + (s % 60) + 's ago';
     if (s < 3600) return Math.floor(s / 60) + 'm ago';
     if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm ago';
     return Math.floor(s / 86400) + 'd ago';
@@ -77,9 +79,13 @@ const hive = (() => {
     const exact = new Date(iso);
     return h('time', { datetime: iso, title: exact.toLocaleString() + ' (' + iso + ')', 'data-rel': '' }, ageText(iso));
   }
+  // Every relative time ticks, each second (only the texts that changed are written).
   setInterval(() => {
-    for (const t of document.querySelectorAll('time[data-rel]')) t.textContent = ageText(t.getAttribute('datetime'));
-  }, 15000);
+    for (const t of document.querySelectorAll('time[data-rel]')) {
+      const text = ageText(t.getAttribute('datetime'));
+      if (t.textContent !== text) t.textContent = text;
+    }
+  }, 1000);
 
   // ---- API ----------------------------------------------------------------------
   class ApiError extends Error {

@@ -1,6 +1,6 @@
 // hive dashboard: the pages of one object beyond what pages.js draws. The agent page's
 // Jobs, Events, spec as YAML, Kill and Delete (pages.js's agent() calls these); the node
-// page; the Job page; and the not-found state of each, for an object the API says does
+// page; the Job page (its card, its graph from dag.js, its log pane); and the not-found state of each, for an object the API says does
 // not exist (or no longer does): no controls, no "Loading…" left behind.
 'use strict';
 
@@ -207,10 +207,21 @@
   // ---- a Job --------------------------------------------------------------------
   function job() {
     const name = $('#job').dataset.job;
+    const pane = hive.jobLogPane();
+    const pick = (job, node) => pane.pick(job, node);
+    let graph = null;
     collection('jobs', (items) => {
       const j = items.get(name);
-      if (!j) return missing('#job-card', 'Job', name, ['/jobs', '← All Jobs']);
-      fill('#job-card', hive.jobCard(j));
+      if (!j) {
+        if (graph) graph.hiveStop();
+        graph = null;
+        return missing('#job-card', 'Job', name, ['/jobs', '← All Jobs']);
+      }
+      fill('#job-card', hive.jobCard(j, pick, false));
+      if (graph) graph.hiveStop();
+      graph = hive.jobDag(j, pick);
+      fill('#job-dag', h('div', { class: 'dag-scroll' }, graph));
+      pane.update(items);
     }, 'fieldSelector=' + encodeURIComponent('metadata.name=' + name));
     hive.eventsTable('#job-events', { kind: 'Job', name }, 50);
   }

@@ -47,26 +47,45 @@
 
   // ---- Job cards (Jobs page and the agent page) -----------------------------------
   const NODE_GLYPH = { Queued: '○', Running: '▶', Done: '✓', Failed: '✖', Cancelled: '⊘' };
-  function nodeChain(job, onPick) {
+  // A node's label: its id without the `<agent>/` prefix its lane already says.
+  const nodeLabel = (n) => (n.agent && n.id.startsWith(n.agent + '/') ? n.id.slice(n.agent.length + 1) : n.id);
+  // A Job's nodes per agent, in node order; the agent-less ones (a MetaLock) first.
+  function lanes(job) {
     const status = new Map(((job.status && job.status.nodes) || []).map((n) => [n.id, n]));
     const specNodes = (job.spec.nodes && job.spec.nodes.length ? job.spec.nodes : [...status.values()]);
-    return h('ol', { class: 'chain' }, specNodes.map((n, i) => {
-      const st = status.get(n.id) || { state: 'Queued' };
-      const state = st.state || 'Queued';
-      const chip = h('li', { class: 'node n-' + state.toLowerCase(), title: [n.kind, state, st.error].filter(Boolean).join(' · '), 'data-node': n.id },
-        i > 0 ? h('span', { class: 'arrow', 'aria-hidden': 'true' }, '→') : null,
-        h('span', { class: 'glyph' }, NODE_GLYPH[state] || '?'), ' ', h('span', { class: 'nid' }, n.id),
-        h('span', { class: 'nstate' }, ' ' + state),
-        state === 'Running' && st.step ? h('span', { class: 'step' }, ' · ' + st.step) : null,
-        // Tries above the first: the node retried (spec.nodes[].retry).
-        (st.attempt || 0) > 1 ? h('span', { class: 'attempt', title: 'attempt (status.nodes[].attempt)' }, ' · attempt ' + st.attempt) : null,
-        st.retryAt ? h('span', { class: 'attempt muted' }, ' · retries at ', time(st.retryAt)) : null,
-        st.error ? h('span', { class: 'nerr' }, ' — ' + st.error) : null);
-      if (onPick) chip.addEventListener('click', () => onPick(job.metadata.name, n.id));
-      return chip;
-    }));
+    const groups = new Map();
+    for (const n of specNodes) {
+      const key = n.agent || '';
+      if (!groups.has(key)) groups.set(key, []);
+      groups.get(key).push(n);
+    }
+    return [...groups.entries()].sort(([a], [b]) => (a === '' ? -1 : b === '' ? 1 : 0));
   }
-  function jobCard(job, onPick) {
+  // One chain per agent, so one agent's last node never reads as the next one's
+  // dependency; /jobs/NAME draws the whole graph.
+  function nodeChain(job, onPick) {
+    const status = new Map(((job.status && job.status.nodes) || []).map((n) => [n.id, n]));
+    return h('div', { class: 'chains' }, lanes(job).map(([agent, nodes]) => h('ol', { class: 'chain', 'data-lane': agent },
+      agent ? h('li', { class: 'lane-agent' }, agent) : null,
+      nodes.map((n, i) => {
+        const st = status.get(n.id) || { state: 'Queued' };
+        const state = st.state || 'Queued';
+        const chip = h('li', { class: 'node n-' + state.toLowerCase(), title: [n.id, n.kind, state, st.error].filter(Boolean).join(' · '), 'data-node': n.id },
+          i > 0 ? h('span', { class: 'arrow', 'aria-hidden': 'true' }, '→') : null,
+          h('span', { class: 'glyph' }, NODE_GLYPH[state] || '?'), ' ', h('span', { class: 'nid' }, nodeLabel(n)),
+          h('span', { class: 'nstate' }, ' ' + state),
+          state === 'Running' && st.step ? h('span', { class: 'step' }, ' · ' + st.step) : null,
+          // Tries above the first: the node retried (spec.nodes[].retry).
+          (st.attempt || 0) > 1 ? h('span', { class: 'attempt', title: 'attempt (status.nodes[].attempt)' }, ' · attempt ' + st.attempt) : null,
+          st.retryAt ? h('span', { class: 'attempt muted' }, ' · retries at ', time(st.retryAt)) : null,
+          st.error ? h('span', { class: 'nerr' }, ' — ' + st.error) : null);
+        if (onPick) chip.addEventListener('click', () => onPick(job.metadata.name, n.id));
+        return chip;
+      }))));
+  }
+  // A Job's card; `withChain` false leaves out the node chains (the Job's page draws
+  // its graph beside it).
+  function jobCard(job, onPick, withChain = true) {
     const s = job.status || {};
     const phase = s.phase || 'Queued';
     const nodes = s.nodes || [];
@@ -74,13 +93,13 @@
     const card = h('article', { class: 'card job p-' + phase.toLowerCase(), id: 'job-' + job.metadata.name, 'data-job': job.metadata.name, 'data-phase': phase },
       h('header', {},
         pill(phase, phase === 'Running' ? 'run' : undefined), ' ',
-        h('b', { class: 'jname' }, job.metadata.name), ' ',
+        h('a', { href: '/jobs/' + encodeURIComponent(job.metadata.name), class: 'jlink', title: 'The Job\'s page: its graph and log' }, h('b', { class: 'jname' }, job.metadata.name)), ' ',
         h('span', { class: 'tag' }, job.spec.template || 'Custom'),
         (job.spec.agents || []).length ? h('span', { class: 'agents' }, ' ', job.spec.agents.map((a, i) => [i ? ', ' : '', agentLink(a)])) : null,
         h('span', { class: 'muted small' }, ' via ' + (job.spec.source || 'Api')),
         cancellable ? h('button', { type: 'button', class: 'small danger', 'data-cancel': job.metadata.name, onclick: (e) => cancelJob(e, job.metadata.name) }, 'Cancel') : null),
       job.spec.reason ? h('p', { class: 'reason' }, '“' + job.spec.reason + '”') : null,
-      nodeChain(job, onPick),
+      withChain ? nodeChain(job, onPick) : null,
       h('p', { class: 'meta small' },
         'submitted ', time(s.submittedAt || job.metadata.creationTimestamp),
         s.startedAt ? [' · started ', time(s.startedAt)] : null,
@@ -261,13 +280,16 @@
   }
 
   // ---- Jobs -----------------------------------------------------------------------
-  function jobs() {
+  // The log pane (#job-log, its title and hint) of the Jobs page and of one Job's page.
+  // A node with a build log (logRef) streams it; a node without one (signal, drain,
+  // stop, start…) shows its agent's own output instead, which is what changed. It
+  // follows the running node of the newest running Job (else the last node that ran)
+  // until a node is clicked (`pick`), which pins it.
+  function jobLogPane() {
     let followed = null;
     let pinned = false;
     let stop = null;
     let all = new Map();
-    // A node with a build log (logRef) streams it; a node without one (signal, drain,
-    // stop, start…) shows its agent's own output instead, which is what changed.
     const follow = (job, node, live) => {
       const key = job + '\u0000' + node;
       if (followed === key) return;
@@ -292,17 +314,42 @@
         agentOutput();
       }
     };
-    const pick = (job, node) => {
-      pinned = true;
-      followed = null;
-      follow(job, node, true);
+    return {
+      pick(job, node) {
+        pinned = true;
+        followed = null;
+        follow(job, node, true);
+      },
+      // The Jobs as the watch has them now.
+      update(items) {
+        all = items;
+        if (pinned) return;
+        // Follow the running node of the newest running Job; else the last node that ran.
+        const newest = [...items.values()].sort((a, b) => created(b) - created(a));
+        for (const j of newest) {
+          const n = ((j.status && j.status.nodes) || []).find((x) => x.state === 'Running');
+          if (n) return follow(j.metadata.name, n.id, true);
+        }
+        if (followed) return;
+        for (const j of newest) {
+          // The node that ran last (ties: the later in the chain), preferring build logs.
+          const ran = ((j.status && j.status.nodes) || []).map((x, i) => [x, i]).filter(([x]) => x.startedAt);
+          const rank = ([x, i]) => [x.logRef ? 1 : 0, Date.parse(x.finishedAt || x.startedAt) || 0, i];
+          ran.sort((a, b) => { const [p, q] = [rank(a), rank(b)]; return q[0] - p[0] || q[1] - p[1] || q[2] - p[2]; });
+          if (ran.length) return follow(j.metadata.name, ran[0][0].id, !ran[0][0].logRef);
+        }
+      },
     };
+  }
+
+  function jobs() {
+    const pane = jobLogPane();
+    const pick = (job, node) => pane.pick(job, node);
     const stamp = new Map();
     const byNewest = (a, b) => (stamp.get(b) || 0) - (stamp.get(a) || 0) || (a < b ? -1 : 1);
     const active = keyed($('#jobs-active'), (j) => jobCard(j, pick), byNewest);
     const history = keyed($('#jobs-history'), (j) => jobCard(j, pick), byNewest);
     collection('jobs', (items, changed, reset) => {
-      all = items;
       for (const [k, j] of items) stamp.set(k, created(j));
       const live = new Map();
       const done = new Map();
@@ -312,21 +359,7 @@
       for (const k of [...stamp.keys()]) if (!items.has(k)) stamp.delete(k); // DELETED ones
       $('#jobs-active-empty').hidden = live.size > 0;
       $('#jobs-history-empty').hidden = done.size > 0;
-      if (pinned) return;
-      // Follow the running node of the newest running Job; else the last node that ran.
-      const newest = [...items.values()].sort((a, b) => created(b) - created(a));
-      for (const j of newest) {
-        const n = ((j.status && j.status.nodes) || []).find((x) => x.state === 'Running');
-        if (n) return follow(j.metadata.name, n.id, true);
-      }
-      if (followed) return;
-      for (const j of newest) {
-        // The node that ran last (ties: the later in the chain), preferring build logs.
-        const ran = ((j.status && j.status.nodes) || []).map((x, i) => [x, i]).filter(([x]) => x.startedAt);
-        const rank = ([x, i]) => [x.logRef ? 1 : 0, Date.parse(x.finishedAt || x.startedAt) || 0, i];
-        ran.sort((a, b) => { const [p, q] = [rank(a), rank(b)]; return q[0] - p[0] || q[1] - p[1] || q[2] - p[2]; });
-        if (ran.length) return follow(j.metadata.name, ran[0][0].id, !ran[0][0].logRef);
-      }
+      pane.update(items);
     });
     if (location.hash) setTimeout(() => { const el = document.getElementById(decodeURIComponent(location.hash.slice(1))); if (el) el.scrollIntoView(); }, 500);
   }
@@ -410,6 +443,10 @@
 
   const pages = { overview, agents, agent, jobs, approvals };
   hive.jobCard = jobCard;
+  hive.jobLogPane = jobLogPane;
+  hive.jobLanes = lanes;
+  hive.nodeLabel = nodeLabel;
+  hive.NODE_GLYPH = NODE_GLYPH;
   hive.agentState = agentState;
   const page = pages[document.body.dataset.page];
   if (page) page();

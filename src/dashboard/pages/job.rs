@@ -1,5 +1,7 @@
-//! `/jobs/{name}`: one Job — its card (roll-up, node chain, times, cancel) live, and
-//! its Events; a 404 page when the API has no such Job.
+//! `/jobs/{name}`: one Job — its card (roll-up, times, message, cancel) and its DAG (one
+//! lane per agent, every edge as the spec has it, AfterAny edges marked) live, the log
+//! pane of the node that runs (or one clicked), and its Events; a 404 page when the API
+//! has no such Job.
 
 use axum::extract::Path;
 use axum::response::Response;
@@ -17,6 +19,30 @@ pub async fn page(viewer: Viewer, Path(name): Path<String>) -> Response {
     layout::page(&viewer, "job", "/jobs", &title, |m| {
         m.open("div", &[("id", "job"), ("data-job", &name)]);
         m.open("div", &[("id", "job-card")]).elem("p", &[("class", "muted")], "Loading…").close("div");
+        m.open("div", &[("class", "jobs-layout")]);
+        m.open("section", &[("class", "card jobs-main")]);
+        m.elem("h2", &[], "Graph");
+        m.elem(
+            "p",
+            &[("class", "muted small")],
+            "One lane per agent; arrows are the Job's edges, dashed ones AfterAny (run whatever the \
+             dependency's outcome). Click a node for its log.",
+        );
+        m.open("div", &[("id", "job-dag")]).elem("p", &[("class", "muted")], "Loading…").close("div");
+        m.close("section");
+        m.open("aside", &[("class", "log-panel card")]);
+        m.open("h2", &[])
+            .text("Log ")
+            .elem("span", &[("id", "job-log-title"), ("class", "muted small")], "")
+            .close("h2");
+        m.elem(
+            "p",
+            &[("id", "job-log-hint"), ("class", "muted")],
+            "Follows the running node; click a node to pin it.",
+        );
+        m.elem("pre", &[("id", "job-log"), ("class", "log")], "");
+        m.close("aside");
+        m.close("div");
         section(m, "Events", "job-events", "card");
         m.close("div");
     })

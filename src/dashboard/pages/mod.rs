@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod events;
 pub mod fleet;
 pub mod job;
 pub mod jobs;

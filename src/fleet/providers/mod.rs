@@ -189,6 +189,9 @@ pub struct Providers {
     local: Arc<dyn Provider>,
     /// Where Providers may take a key from on this host (`hive serve`'s flags).
     sources: KeySources,
+    /// Whether the fleet endpoint listens on loopback only: then no container can reach
+    /// it, and a `docker` Provider is not Ready, saying why.
+    loopback_only: bool,
 }
 
 fn readiness(state: ProviderState, message: impl Into<String>) -> Readiness {
@@ -199,12 +202,23 @@ impl Providers {
     /// An empty registry whose `process` providers run workers through `process` and
     /// whose Vast.ai providers read keys only from `sources`.
     pub fn new(process: Arc<ProcessProvider>, sources: KeySources) -> Arc<Providers> {
+        Providers::listening(process, sources, false)
+    }
+
+    /// [`Providers::new`] for a fleet endpoint bound to loopback addresses only when
+    /// `loopback_only`: `docker` Providers are then a configuration error.
+    pub fn listening(
+        process: Arc<ProcessProvider>,
+        sources: KeySources,
+        loopback_only: bool,
+    ) -> Arc<Providers> {
         Arc::new(Providers {
             entries: Mutex::default(),
             keys: Mutex::default(),
             checking: tokio::sync::Mutex::const_new(()),
             local: Arc::new(LocalWorkers(process)),
             sources,
+            loopback_only,
         })
     }
 
@@ -317,6 +331,11 @@ impl Providers {
                     Some(Err(why)) => Err(readiness(ProviderState::ConfigurationError, why)),
                     Some(Ok(key)) => VastFleet::connect(&settings, key),
                 }
+            }
+            // Whatever the engine says, no container could reach this daemon: not Ready,
+            // in the words a create would fail with.
+            ProviderType::Docker if self.loopback_only => {
+                Err(readiness(ProviderState::ConfigurationError, Error::LoopbackOnly.to_string()))
             }
             ProviderType::Docker => {
                 DockerFleet::connect(&provider.spec.docker.clone().unwrap_or_default()).await

@@ -92,6 +92,9 @@ struct Inner {
     appended: Mutex<HashMap<String, watch::Sender<()>>>,
     /// Whether limits can be enforced, decided on first need (see [`limits::detect`]).
     cgroups: OnceLock<Cgroups>,
+    /// Per agent, why its limits were last said not to be enforced: a start says it
+    /// again only when the reason changed (issue 32: it was every start, a crash loop's too).
+    unenforced_said: Mutex<HashMap<String, String>>,
 }
 
 /// What the runtime knows of one agent's process.
@@ -115,6 +118,7 @@ impl ProcessRuntime {
                 events,
                 appended: Mutex::new(HashMap::new()),
                 cgroups: OnceLock::new(),
+                unenforced_said: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -336,7 +340,13 @@ impl ProcessRuntime {
         // its limits (boot reconcile, crash restart) is capped all the same.
         let (limits, cgroup_procs) = self.apply_limits(agent, dir)?;
         if !limits.enforced {
-            tracing::warn!(agent = %dir.agent, reason = %limits.message, "starting without enforced limits");
+            let mut said = self.inner.unenforced_said.lock().unwrap_or_else(|e| e.into_inner());
+            if said.get(&dir.agent) != Some(&limits.message) {
+                tracing::warn!(agent = %dir.agent, reason = %limits.message, "starting without enforced limits");
+                said.insert(dir.agent.clone(), limits.message.clone());
+            } else {
+                tracing::debug!(agent = %dir.agent, "starting without enforced limits, as before");
+            }
         }
         let mut env = settings.env.clone();
         env.insert("HIVE_LIMITS".into(), dir.path.join("limits.json").to_string_lossy().into_owned());

@@ -306,6 +306,11 @@ impl Backend {
     }
 
     /// Stops the feed and ends every watch.
+    /// Whether [`Backend::shutdown`] began.
+    pub(super) fn is_shut_down(&self) -> bool {
+        *self.stop.borrow()
+    }
+
     pub(super) async fn shutdown(&self) {
         let _ = self.stop.send(true);
         let task = self.feed.lock().unwrap_or_else(PoisonError::into_inner).take();
