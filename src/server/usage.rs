@@ -37,9 +37,7 @@ async fn usage(State(state): State<AppState>, uri: Uri) -> ApiResult<Json<AgentU
     let query = axum::extract::Query::<UsageQuery>::try_from_uri(&uri)
         .map(|q| q.0)
         .map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))?;
-    let jobs = state.jobs.as_ref().ok_or_else(|| {
-        ApiError::BadRequest("this server runs no engine, so it runs no agents to measure".into())
-    })?;
+    let jobs = state.job_service("this server runs no engine, so it runs no agents to measure")?;
     let window = match query.window_ms {
         None => WINDOW,
         Some(ms @ 100..=MAX_WINDOW_MS) => Duration::from_millis(ms),
