@@ -423,14 +423,20 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
     let live = daemon.memory()?;
     rows.push(Row::new("daemon memory, idle after start", idle.to_string(), None, ""));
     let db_path = work.path().join("state").join(super::serve::DB_FILE);
-    let db_bytes =
-        std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?.len();
+    // redb grows its file by doubling it (as a sparse file) up to 4 GiB: the length says
+    // what it reserved, the blocks what the disk holds.
+    let db = std::fs::metadata(&db_path).with_context(|| format!("reading {}", db_path.display()))?;
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
     rows.push(cold_start::memory_row(
         format!("daemon memory, {} objects, live", fmt_count(listed.items as u64)),
         &live,
         &idle,
         &listed,
-        format!("; database file {:.0} MiB", db_bytes as f64 / (1024.0 * 1024.0)),
+        format!(
+            "; database file {:.0} MiB long, {:.0} MiB on disk",
+            mib(db.len()),
+            mib(std::os::unix::fs::MetadataExt::blocks(&db) * 512)
+        ),
     ));
     let listed = listed.items;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability};
 
 use super::error::{Error, Result};
-use super::tables::REVISIONS;
+use super::tables::CHUNKS;
 use super::wal::{self, Wal, RECORD_HEAD};
 
 /// Bytes in each row written: about one stored Agent (JSON with `managedFields`).
@@ -73,8 +73,8 @@ fn commits(db: &Database, n: usize) -> Result<Vec<Duration>> {
         let mut txn = db.begin_write().map_err(Error::db)?;
         txn.set_durability(Durability::Immediate);
         {
-            let mut revisions = txn.open_table(REVISIONS).map_err(Error::db)?;
-            revisions.insert(i as u64, value.as_slice()).map_err(Error::db)?;
+            let mut chunks = txn.open_table(CHUNKS).map_err(Error::db)?;
+            chunks.insert(i as u64, value.as_slice()).map_err(Error::db)?;
         }
         txn.commit().map_err(Error::db)?;
         latencies.push(started.elapsed());

@@ -7,16 +7,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, DatabaseError, Durability, ReadableTable};
+use redb::{Database, DatabaseError, Durability};
 
+use super::chunk::Chunks;
 use super::entry::Entry;
 use super::error::{Error, Result};
-use super::record::Record;
-use super::state::{LogEntry, State};
-use super::tables::{v1, META, META_COMPACTED, META_REVISION, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
+use super::state::State;
+use super::tables::{v1, CHUNKS, META, META_COMPACTED, META_REVISION, META_SCHEMA, SCHEMA_VERSION};
 use super::wal::{self, Wal};
-use super::watch::{EventType, StoreEvent};
-use super::Obj;
 
 /// Opens the database at `path`, creating it when there is no file, applies what its
 /// write-ahead log holds beyond it, loads it, and starts the log over under new
@@ -49,7 +47,11 @@ pub(super) fn open(path: &Path, wal_bytes: u64) -> Result<(Database, Wal, State)
             "state database brought up to date from its write-ahead log"
         );
     }
-    let state = load(&db, path)?;
+    if schema(&db, path)? != SCHEMA_VERSION {
+        return Err(Error::corrupt(path, "the file was not upgraded to this build's schema"));
+    }
+    let (revision, compacted) = counters(&db, path)?;
+    let state = super::load::load(&db, path, revision, compacted)?;
     let wal = Wal::start(path, recovered.generation + 1, wal_bytes)?;
     Ok((db, wal, state))
 }
@@ -115,7 +117,7 @@ fn create(path: &Path, floor: u64) -> Result<()> {
     let mut txn = db.begin_write().map_err(Error::db)?;
     txn.set_durability(Durability::Immediate);
     {
-        txn.open_table(REVISIONS).map_err(Error::db)?;
+        txn.open_table(CHUNKS).map_err(Error::db)?;
         let mut meta = txn.open_table(META).map_err(Error::db)?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
         meta.insert(META_REVISION, floor).map_err(Error::db)?;
@@ -144,96 +146,6 @@ fn schema(db: &Database, path: &Path) -> Result<u64> {
         )),
         None => Err(Error::corrupt(path, "no schema version: not a hive state database")),
     }
-}
-
-/// Reads everything into memory, checking that the file is this build's schema and
-/// holds exactly the retained log `compacted + 1 ..= revision` and, below it, only rows
-/// that are still an object's current one. The objects are what the rows leave, as
-/// etcd rebuilds its key index from its revisions.
-fn load(db: &Database, path: &Path) -> Result<State> {
-    let corrupt = |e: redb::Error| Error::corrupt(path, e);
-    if schema(db, path)? != SCHEMA_VERSION {
-        return Err(Error::corrupt(path, "the file was not upgraded to this build's schema"));
-    }
-    let (revision, compacted) = counters(db, path)?;
-    let mut state = State::new(revision, compacted);
-    let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
-
-    let revisions = read.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
-    let mut expected = compacted + 1;
-    for entry in revisions.iter().map_err(|e| corrupt(e.into()))? {
-        let (at, row) = entry.map_err(|e| corrupt(e.into()))?;
-        let at = at.value();
-        let bad = |why: String| Error::corrupt(path, format!("revision {at}: {why}"));
-        let record = Record::decode(row.value()).map_err(bad)?;
-        let (object, name) = Obj::load(record.object, at).map_err(|e| bad(e.to_string()))?;
-        if name.is_empty() {
-            return Err(bad("the object has no name".into()));
-        }
-        if at > revision {
-            return Err(bad(format!("past the store's revision {revision}")));
-        }
-        if at > compacted {
-            if at != expected {
-                return Err(Error::corrupt(
-                    path,
-                    format!("event log has revision {at}, expected {expected}"),
-                ));
-            }
-            expected += 1;
-        } else if record.type_ == EventType::Deleted {
-            return Err(bad(format!("a deletion below the retained log (after {compacted})")));
-        }
-        let previous = state.get(record.kind, &name);
-        if let Some(previous) = &previous {
-            // A row below the log is kept only while it is its object's current one.
-            if previous.revision() <= compacted {
-                return Err(Error::corrupt(
-                    path,
-                    format!(
-                        "revision {} of {}/{name} is below the retained log (after {compacted}) but revision {at} replaced it",
-                        previous.revision(),
-                        record.kind
-                    ),
-                ));
-            }
-            if let Some(index) = state.log_index(previous.revision()) {
-                state.log[index].current = false;
-            }
-        }
-        match (record.type_, &previous) {
-            (EventType::Added, Some(previous)) => {
-                return Err(bad(format!(
-                    "{}/{name} added while it is at revision {}",
-                    record.kind,
-                    previous.revision()
-                )))
-            }
-            (EventType::Deleted, _) => state.remove_object(record.kind, &name),
-            _ => state.load_object(record.kind, &name, object.clone()),
-        }
-        if at <= compacted {
-            continue;
-        }
-        let event = StoreEvent {
-            revision: at,
-            kind: state.intern(record.kind),
-            type_: record.type_,
-            cost: super::watch::event_cost(object.len()),
-            object,
-            previous: previous.filter(|_| record.type_ != EventType::Added),
-            encoded: Default::default(),
-        };
-        let current = record.type_ != EventType::Deleted;
-        state.push_log(LogEntry { event, time_ms: record.time_ms, current });
-    }
-    if expected != revision + 1 {
-        return Err(Error::corrupt(
-            path,
-            format!("event log ends at revision {}, but the store is at {revision}", expected - 1),
-        ));
-    }
-    Ok(state)
 }
 
 /// Free space a file system needs before a store whose writes failed takes writes on it
@@ -303,15 +215,18 @@ pub(super) fn write_entries(db: &Database, entries: &[Entry<'_>]) -> Result<Opti
     let mut txn = db.begin_write().map_err(shared)?;
     txn.set_durability(Durability::Immediate);
     {
-        let mut revisions = txn.open_table(REVISIONS).map_err(shared)?;
+        let mut table = txn.open_table(CHUNKS).map_err(shared)?;
+        let mut chunks = Chunks::new(&mut table);
         for entry in entries {
             for (revision, row) in entry.rows() {
-                revisions.insert(revision, row).map_err(shared)?;
+                chunks.append(revision, row).map_err(shared)?;
             }
             for revision in entry.garbage() {
-                revisions.remove(revision).map_err(shared)?;
+                chunks.remove(revision).map_err(shared)?;
             }
         }
+        chunks.flush().map_err(shared)?;
+        drop(chunks);
         let mut meta = txn.open_table(META).map_err(shared)?;
         meta.insert(META_REVISION, last.last).map_err(shared)?;
         meta.insert(META_COMPACTED, last.compacted).map_err(shared)?;

@@ -14,12 +14,14 @@
 
 pub mod bench;
 mod checkpoint;
+mod chunk;
 mod commit;
 mod config;
 mod disk;
 mod entry;
 mod error;
 pub mod etcd;
+mod load;
 mod mutation;
 mod object;
 mod record;

@@ -1,16 +1,19 @@
 //! Upgrading a file of an earlier schema to this build's, in one durable transaction
 //! when the store opens it: a crash during the upgrade leaves the old file as it was.
+//! Versions 1 to 3 all end with [`into_chunks`], version 1 after its tables were
+//! rewritten as version 3's.
 
 use std::borrow::Cow;
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableTable};
+use redb::{Database, Durability, ReadableTable, WriteTransaction};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::chunk::Chunks;
 use super::error::{Error, Result};
 use super::record::Record;
-use super::tables::{v1, META, META_SCHEMA, REVISIONS, SCHEMA_VERSION};
+use super::tables::{v1, v3, CHUNKS, META, META_SCHEMA, SCHEMA_VERSION};
 use super::watch::EventType;
 
 /// One version-1 event, borrowed from its row.
@@ -39,29 +42,49 @@ struct VersionOnly<'a> {
 }
 
 /// Brings a file of schema `version` to this build's, in place: version 1's tables are
-/// rewritten ([`from_v1`]); version 2 has this build's tables, but nothing told a reader
-/// about the write-ahead log, so an older build must not open the file once its newest
-/// writes may be in the log alone (it would lose them): the version says so.
+/// rewritten ([`from_v1`]); versions 2 and 3 have one row per revision, packed into
+/// chunks ([`from_v3`]). Version 2 had no write-ahead log: an older build must not open
+/// the file once its newest writes may be in the log alone (it would lose them), and
+/// the version this writes says so.
 pub(super) fn to_current(db: &Database, path: &Path, version: u64) -> Result<()> {
     match version {
         SCHEMA_VERSION => Ok(()),
         v1::SCHEMA_VERSION => from_v1(db, path),
-        _ => set_schema(db, path),
+        _ => from_v3(db, path, version),
     }
 }
 
-/// Marks a file of schema 2 as this build's: its tables are the same.
-fn set_schema(db: &Database, path: &Path) -> Result<()> {
+/// Packs the rows of a file of schema 2 or 3 into chunks.
+fn from_v3(db: &Database, path: &Path, version: u64) -> Result<()> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
     txn.set_durability(Durability::Immediate);
+    let moved = into_chunks(&txn, path)?;
+    txn.commit().map_err(|e| corrupt(e.into()))?;
+    tracing::info!(path = %path.display(), revisions = moved, "state database upgraded from schema {version} to {SCHEMA_VERSION}");
+    Ok(())
+}
+
+/// Moves every row of version 3's `revisions` into `CHUNKS`, in order, drops that table
+/// and marks the file as this build's; the number of revisions moved.
+fn into_chunks(txn: &WriteTransaction, path: &Path) -> Result<u64> {
+    let corrupt = |e: redb::Error| Error::corrupt(path, e);
+    let mut moved = 0;
     {
+        let revisions = txn.open_table(v3::REVISIONS).map_err(|e| corrupt(e.into()))?;
+        let mut table = txn.open_table(CHUNKS).map_err(|e| corrupt(e.into()))?;
+        let mut chunks = Chunks::new(&mut table);
+        for row in revisions.iter().map_err(|e| corrupt(e.into()))? {
+            let (revision, row) = row.map_err(|e| corrupt(e.into()))?;
+            chunks.append(revision.value(), row.value()).map_err(|e| corrupt(e.into()))?;
+            moved += 1;
+        }
+        chunks.flush().map_err(|e| corrupt(e.into()))?;
         let mut meta = txn.open_table(META).map_err(|e| corrupt(e.into()))?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(|e| corrupt(e.into()))?;
     }
-    txn.commit().map_err(|e| corrupt(e.into()))?;
-    tracing::info!(path = %path.display(), "state database marked as schema {SCHEMA_VERSION} (it has a write-ahead log now)");
-    Ok(())
+    txn.delete_table(v3::REVISIONS).map_err(|e| corrupt(e.into()))?;
+    Ok(moved)
 }
 
 /// Version 1 kept each object in `objects` and a second copy in every retained event in
@@ -75,7 +98,7 @@ fn from_v1(db: &Database, path: &Path) -> Result<()> {
     {
         let events = txn.open_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
         let objects = txn.open_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
-        let mut revisions = txn.open_table(REVISIONS).map_err(|e| corrupt(e.into()))?;
+        let mut revisions = txn.open_table(v3::REVISIONS).map_err(|e| corrupt(e.into()))?;
         for entry in events.iter().map_err(|e| corrupt(e.into()))? {
             let (revision, row) = entry.map_err(|e| corrupt(e.into()))?;
             let revision = revision.value();
@@ -116,11 +139,10 @@ fn from_v1(db: &Database, path: &Path) -> Result<()> {
             }
             objects_moved += 1;
         }
-        let mut meta = txn.open_table(META).map_err(|e| corrupt(e.into()))?;
-        meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(|e| corrupt(e.into()))?;
     }
     txn.delete_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
     txn.delete_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
+    into_chunks(&txn, path)?;
     txn.commit().map_err(|e| corrupt(e.into()))?;
     tracing::info!(
         path = %path.display(),

@@ -45,6 +45,11 @@ struct Args {
     #[arg(long, default_value_t = 1000)]
     watch_in_flight: usize,
 
+    /// gRPC connections the watches of a load are spread over, each watch a stream on one
+    /// (as informers in several processes; at most one per watch).
+    #[arg(long, default_value_t = 16)]
+    watch_clients: usize,
+
     /// Bytes in each value (the comparison used 512).
     #[arg(long, default_value_t = 512)]
     value_bytes: usize,
@@ -77,23 +82,19 @@ async fn main() -> Result<()> {
             puts::level(&args.endpoint, clients, args.duration, args.value_bytes, args.etcd_pid).await?,
         );
     }
+    let settings = watch::Settings {
+        duration: args.watch_duration,
+        in_flight: args.watch_in_flight,
+        value_bytes: args.value_bytes,
+        clients: args.watch_clients,
+        pid: args.etcd_pid,
+    };
     for (index, load) in args.watch_loads.iter().enumerate() {
         eprintln!(
             "hive-bench-etcd: watch: {} watchers at {}/s for {:?}",
             load.watchers, load.rate, args.watch_duration
         );
-        rows.extend(
-            watch::load(
-                &args.endpoint,
-                index,
-                *load,
-                args.watch_duration,
-                args.watch_in_flight,
-                args.value_bytes,
-                args.etcd_pid,
-            )
-            .await?,
-        );
+        rows.extend(watch::load(&args.endpoint, index, *load, &settings).await?);
     }
     print!("{}", table::render_text(&rows));
     if args.markdown {

@@ -1,8 +1,16 @@
-//! Watch delivery, as `hive bench` measures it: for one load, `watchers` watches (each on
-//! its own connection) on a key prefix from the current revision, while an open-loop
-//! writer puts `rate` new keys a second, each put in its own task on a fixed schedule
-//! (at most `in_flight` at once). A value starts with its send time; every watcher
-//! records receive − send, and which acknowledged puts it never received.
+//! Watch delivery, as `hive bench` measures it: for one load, `watchers` watches on a key
+//! prefix from the current revision, while an open-loop writer puts `rate` new keys a
+//! second, each put in its own task on a fixed schedule (at most `in_flight` at once). A
+//! value starts with its send time; every watcher records receive − send, and which
+//! acknowledged puts it never received.
+//!
+//! The watches are spread over a pool of `clients` gRPC connections, each watch its own
+//! stream on one of them, as informers in several processes watch one etcd (kube-apiserver
+//! itself multiplexes all of its watches over a few connections). One connection per watch
+//! made etcd hold 1,000 HTTP/2 connections and the generator 1,000 tonic channels, which
+//! measured the generator's and the kernel's connection cost, not etcd's fan-out. Each
+//! event is decoded as little as the bench needs: the key's number and the value's stamp
+//! read as ASCII digits in place, the latency worked out after the run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -41,15 +49,38 @@ impl Load {
     }
 }
 
-fn wall_ns() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// One write seen by one watcher.
+/// One write seen by one watcher: which put, when it was sent and when it arrived (Unix ns).
 struct Delivery {
     seq: usize,
-    latency: Duration,
-    received_ns: u128,
+    sent_ns: u64,
+    received_ns: u64,
+}
+
+impl Delivery {
+    fn latency(&self) -> Duration {
+        Duration::from_nanos(self.received_ns.saturating_sub(self.sent_ns))
+    }
+}
+
+/// The number `digits` spell, read as ASCII digits in place (no UTF-8 check, no string):
+/// `None` when a byte is not a digit, there are none, or it overflows.
+fn digits(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d))
+    })
 }
 
 /// What one watcher received, and how its stream ended if it ended early.
@@ -60,7 +91,7 @@ struct Saw {
 }
 
 /// The value of put `seq`: its send time, then padding to `bytes`.
-fn value(sent_ns: u128, bytes: usize) -> Vec<u8> {
+fn value(sent_ns: u64, bytes: usize) -> Vec<u8> {
     let mut v = format!("{sent_ns:0STAMP_DIGITS$}").into_bytes();
     v.resize(bytes.max(STAMP_DIGITS), b'x');
     v
@@ -112,36 +143,35 @@ async fn read(
         }
         for event in response.events() {
             let Some(kv) = event.kv() else { continue };
-            let seq = kv
-                .key()
-                .strip_prefix(prefix.as_bytes())
-                .and_then(|k| std::str::from_utf8(k).ok()?.parse::<usize>().ok());
-            let sent = kv
-                .value()
-                .get(..STAMP_DIGITS)
-                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u128>().ok());
+            let seq = kv.key().strip_prefix(prefix.as_bytes()).and_then(digits);
+            let sent = kv.value().get(..STAMP_DIGITS).and_then(digits);
             let (Some(seq), Some(sent_ns)) = (seq, sent) else { continue };
+            let Ok(seq) = usize::try_from(seq) else { continue };
             if seen.get(seq) == Some(&false) {
                 seen[seq] = true;
                 distinct += 1;
             }
-            let latency = Duration::from_nanos(received_ns.saturating_sub(sent_ns) as u64);
-            saw.deliveries.push(Delivery { seq, latency, received_ns });
+            saw.deliveries.push(Delivery { seq, sent_ns, received_ns });
         }
     }
     saw
 }
 
+/// How one load is run: the writer's pace and values, the watchers' connections.
+pub struct Settings {
+    pub duration: Duration,
+    /// Most puts in flight at once.
+    pub in_flight: usize,
+    pub value_bytes: usize,
+    /// gRPC connections the watches are spread over (at most one per watch).
+    pub clients: usize,
+    /// etcd's pid, for the CPU column.
+    pub pid: Option<u32>,
+}
+
 /// Measures one load (number `index`); its three rows.
-pub async fn load(
-    endpoint: &str,
-    index: usize,
-    load: Load,
-    duration: Duration,
-    in_flight: usize,
-    value_bytes: usize,
-    pid: Option<u32>,
-) -> Result<Vec<Row>> {
+pub async fn load(endpoint: &str, index: usize, load: Load, settings: &Settings) -> Result<Vec<Row>> {
+    let Settings { duration, in_flight, value_bytes, pid, .. } = *settings;
     let planned = ((f64::from(load.rate) * duration.as_secs_f64()).round() as usize).max(1);
     let prefix = format!("/bench/watch/{index}/");
     let mut writer = Client::connect([endpoint], None).await.context("connecting to etcd")?;
@@ -152,20 +182,25 @@ pub async fn load(
     let head = writer.get("/bench/none", None).await.context("reading the revision")?;
     let revision = head.header().context("a get answer has no header")?.revision() + 1;
 
-    // Each watcher its own client, so its own connection (as each hive watcher has its own).
+    // A pool of clients (connections); watch i is a stream on client i mod the pool.
+    let pool_size = settings.clients.clamp(1, load.watchers);
     let opening = Arc::new(Semaphore::new(OPENING_AT_ONCE));
     let mut connecting = JoinSet::new();
-    for _ in 0..load.watchers {
+    for _ in 0..pool_size {
         let (opening, endpoint) = (opening.clone(), endpoint.to_string());
         connecting.spawn(async move {
             let _permit = opening.acquire().await?;
             Client::connect([endpoint], None).await.context("connecting a watcher to etcd")
         });
     }
+    let mut pool = Vec::with_capacity(pool_size);
+    while let Some(connected) = connecting.join_next().await {
+        pool.push(connected.context("connecting panicked")??);
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut readers = JoinSet::new();
-    while let Some(connected) = connecting.join_next().await {
-        let etcd = connected.context("connecting panicked")??;
+    for i in 0..load.watchers {
+        let etcd = pool[i % pool_size].clone();
         readers.spawn(read(etcd, prefix.clone(), revision, planned, stopped.clone()));
     }
     // A watch is open once its first answer (created) is back; with a start revision
@@ -239,14 +274,14 @@ pub async fn load(
     // Losses, ends, latencies and the fan-out (receive − first receipt of the same put).
     let (mut lost, mut losing, mut canceled, mut broke) = (0, 0, 0, 0);
     let (mut first_canceled, mut first_broke) = (None, None);
-    let mut first_receipt = vec![u128::MAX; planned];
+    let mut first_receipt = vec![u64::MAX; planned];
     let mut delivery_latencies = Vec::new();
     for saw in &saws {
         let mut got = vec![false; planned];
         for d in &saw.deliveries {
             got[d.seq] = true;
             first_receipt[d.seq] = first_receipt[d.seq].min(d.received_ns);
-            delivery_latencies.push(d.latency);
+            delivery_latencies.push(d.latency());
         }
         let missing = acked.iter().zip(&got).filter(|(a, g)| **a && !**g).count();
         lost += missing;
@@ -263,7 +298,7 @@ pub async fn load(
     let fan_out: Vec<Duration> = saws
         .iter()
         .flat_map(|saw| saw.deliveries.iter())
-        .map(|d| Duration::from_nanos(d.received_ns.saturating_sub(first_receipt[d.seq]) as u64))
+        .map(|d| Duration::from_nanos(d.received_ns.saturating_sub(first_receipt[d.seq])))
         .collect();
 
     let expected = acknowledged * load.watchers;
@@ -283,7 +318,11 @@ pub async fn load(
     if broke > 0 {
         result += &format!("; {broke} streams broke, first: {}", first_broke.unwrap_or_default());
     }
-    let what = format!("{} watchers × {}/s", fmt_count(load.watchers as u64), fmt_count(load.rate.into()));
+    let what = format!(
+        "{} watchers × {}/s ({pool_size} conn.)",
+        fmt_count(load.watchers as u64),
+        fmt_count(load.rate.into())
+    );
     let mut writer_result = format!(
         "{}/s sent of {}/s asked ({} in {:.1}s); {} acknowledged",
         fmt_count((planned as f64 / sending.as_secs_f64().max(1e-9)).round() as u64),
@@ -329,7 +368,11 @@ mod tests {
     fn values_start_with_their_send_time_and_loads_parse() {
         let v = value(42, 512);
         assert_eq!(v.len(), 512);
-        assert_eq!(std::str::from_utf8(&v[..STAMP_DIGITS]).unwrap().parse::<u128>().unwrap(), 42);
+        assert_eq!(digits(&v[..STAMP_DIGITS]), Some(42));
+        assert_eq!(digits(b"0123"), Some(123));
+        assert_eq!(digits(b""), None);
+        assert_eq!(digits(b"12x"), None);
+        assert_eq!(digits(b"99999999999999999999"), None, "overflow is not a stamp");
         assert_eq!(Load::parse("1000x10"), Ok(Load { watchers: 1000, rate: 10 }));
         assert!(Load::parse("0x10").is_err());
         assert!(Load::parse("10").is_err());

@@ -465,4 +465,58 @@ async fn a_schema_1_file_is_upgraded_and_keeps_objects_revision_and_events() {
     let read = db.begin_read().unwrap();
     assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), SCHEMA_VERSION);
     assert!(read.open_table(v1::OBJECTS).is_err(), "the old tables are gone");
+    assert!(read.open_table(super::super::tables::v3::REVISIONS).is_err(), "and so is the one of version 3");
+}
+
+/// A file of schema version 3 (one row per revision) opens as it was, its rows packed
+/// into chunks in place; the file that results is smaller for many small objects.
+#[tokio::test]
+async fn a_schema_3_file_is_upgraded_into_chunks_and_keeps_everything() {
+    use super::super::record::Record;
+    use super::super::tables::{v3, CHUNKS, META_COMPACTED, META_REVISION, SCHEMA_VERSION};
+    use super::super::watch::EventType;
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str, rv: u64| {
+        let mut object = agent(name, "Up");
+        object["metadata"]["resourceVersion"] = rv.to_string().into();
+        object
+    };
+    // 100 objects created at 1..=100, then a7 changed at 101; retained: 51..=101.
+    let mut live: Vec<_> = (1..=100).map(|i| at(&format!("a{i}"), i)).collect();
+    live[6] = at("a7", 101);
+    {
+        let db = Database::create(db_path(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(META_SCHEMA, 3).unwrap();
+            meta.insert(META_REVISION, 101).unwrap();
+            meta.insert(META_COMPACTED, 50).unwrap();
+            let mut revisions = txn.open_table(v3::REVISIONS).unwrap();
+            for object in &live {
+                let revision =
+                    object["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+                let type_ = if revision == 101 { EventType::Modified } else { EventType::Added };
+                let json = serde_json::to_vec(object).unwrap();
+                let record = Record { type_, time_ms: 1, kind: "agents", object: &json };
+                revisions.insert(revision, record.encode().as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    live.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
+    for round in 0..2 {
+        let store = open(dir.path());
+        let listed: Vec<_> = store.list("agents").1.iter().map(|o| o.value()).collect();
+        assert_eq!(listed, live, "round {round}");
+        assert_eq!((store.revision(), store.stats().events), (101, 51));
+        store.shutdown().await;
+    }
+    let db = Database::open(db_path(dir.path())).unwrap();
+    let read = db.begin_read().unwrap();
+    assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), SCHEMA_VERSION);
+    assert!(read.open_table(v3::REVISIONS).is_err(), "the old table is gone");
+    use redb::ReadableTableMetadata;
+    let chunks = read.open_table(CHUNKS).unwrap().len().unwrap();
+    assert!(chunks < 40, "100 small revisions in {chunks} chunks");
 }
