@@ -30,18 +30,7 @@ pub async fn page(viewer: Viewer, Path(name): Path<String>) -> Response {
         );
         m.open("div", &[("id", "job-dag")]).elem("p", &[("class", "muted")], "Loading…").close("div");
         m.close("section");
-        m.open("aside", &[("class", "log-panel card")]);
-        m.open("h2", &[])
-            .text("Log ")
-            .elem("span", &[("id", "job-log-title"), ("class", "muted small")], "")
-            .close("h2");
-        m.elem(
-            "p",
-            &[("id", "job-log-hint"), ("class", "muted")],
-            "Follows the running node; click a node to pin it.",
-        );
-        m.elem("pre", &[("id", "job-log"), ("class", "log")], "");
-        m.close("aside");
+        super::log_panel(m, "Log ");
         m.close("div");
         section(m, "Events", "job-events", "card");
         m.close("div");

@@ -30,18 +30,7 @@ pub async fn page(viewer: Viewer) -> Response {
         m.open("nav", &[("id", "jobs-pages"), ("class", "pager"), ("aria-label", "History pages")])
             .close("nav");
         m.close("div");
-        m.open("aside", &[("class", "log-panel card")]);
-        m.open("h2", &[])
-            .text("Build log ")
-            .elem("span", &[("id", "job-log-title"), ("class", "muted small")], "")
-            .close("h2");
-        m.elem(
-            "p",
-            &[("id", "job-log-hint"), ("class", "muted")],
-            "Follows the running node; click a node to pin it.",
-        );
-        m.elem("pre", &[("id", "job-log"), ("class", "log")], "");
-        m.close("aside");
+        super::log_panel(m, "Build log ");
         m.close("div");
     })
 }

@@ -32,6 +32,23 @@ pub(crate) fn section(m: &mut Markup, title: &str, id: &'static str, class: &'st
     m.close("section");
 }
 
+/// The log pane beside a Job's nodes (`assets` fill `#job-log` with the followed or
+/// pinned node's log), titled `title`.
+pub(crate) fn log_panel(m: &mut Markup, title: &str) {
+    m.open("aside", &[("class", "log-panel card")]);
+    m.open("h2", &[])
+        .text(title)
+        .elem("span", &[("id", "job-log-title"), ("class", "muted small")], "")
+        .close("h2");
+    m.elem(
+        "p",
+        &[("id", "job-log-hint"), ("class", "muted")],
+        "Follows the running node; click a node to pin it.",
+    );
+    m.elem("pre", &[("id", "job-log"), ("class", "log")], "");
+    m.close("aside");
+}
+
 /// `name` as one path segment of an API URL: percent-encoded, so a name that is not a
 /// DNS label (a hand-typed URL) asks for that name and nothing else.
 pub(crate) fn segment(name: &str) -> String {
