@@ -655,6 +655,22 @@ mod tests {
     }
 
     #[test]
+    fn an_advertised_url_is_https_host_port_and_needs_a_store() {
+        let store = ["--store", "etcd://127.0.0.1:2379"];
+        let with = |url: &str| Serve::try_parse_from(["serve", store[0], store[1], "--advertise-url", url]);
+        assert_eq!(
+            with("https://hive-a:7443/").unwrap().args.advertise_url.as_deref(),
+            Some("https://hive-a:7443")
+        );
+        for bad in ["http://hive-a:7443", "hive-a:7443", "https://", "https://hive-a:7443/api"] {
+            let err = with(bad).err().unwrap_or_else(|| panic!("{bad} was taken")).to_string();
+            assert!(err.contains("--advertise-url") && err.contains("https://HOST:PORT"), "{bad}: {err}");
+        }
+        let alone = Serve::try_parse_from(["serve", "--advertise-url", "https://hive-a:7443"]);
+        assert!(alone.is_err(), "--advertise-url without --store is refused");
+    }
+
+    #[test]
     fn the_checkpoint_interval_is_more_than_zero_and_at_most_a_minute() {
         assert!(checked(&[]).is_ok(), "the defaults pass");
         assert!(checked(&["--checkpoint-interval", "100ms"]).is_ok());
