@@ -170,6 +170,13 @@ impl Params {
     /// that stays silent or a list older than what was asked for.
     pub async fn reached_revision(&self, store: &crate::store::Store) -> ApiResult<Option<u64>> {
         let requested = self.revision()?;
+        let most_recent = matches!(self.resource_version.as_deref(), None | Some(""));
+        if most_recent && self.continue_.as_deref().is_none_or(str::is_empty) {
+            // No resourceVersion: "the most recent", as of when the request came, so it
+            // holds what another replica acknowledged just before (a continued list
+            // stays at its first page's revision).
+            store.sync().await?;
+        }
         if let Some(requested) = requested {
             if requested > store.revision() && !store.wait_for_revision(requested, FUTURE_REVISION_WAIT).await
             {

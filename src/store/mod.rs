@@ -191,6 +191,17 @@ impl Store {
         }
     }
 
+    /// Waits until the cache holds every write acknowledged before this call began,
+    /// through whichever replica: then a list or a watch served from it is as recent as
+    /// a read of the durable copy. The embedded store's cache is that copy's; on etcd see
+    /// `Backend::sync`.
+    pub async fn sync(&self) -> Result<()> {
+        match &self.inner.writer {
+            Writer::Etcd(backend) => backend.sync().await,
+            Writer::Embedded { .. } => Ok(()),
+        }
+    }
+
     /// Every object of `kind`, sorted by name, and the revision they are current at.
     pub fn list(&self, kind: &str) -> (u64, Vec<Obj>) {
         let state = self.inner.shared.read();

@@ -312,3 +312,244 @@ async fn a_leader_paused_past_its_lease_is_replaced_and_exits_when_it_resumes() 
     let listed = follower.client().get("/apis/hive.dev/v1/agents/while-paused").await;
     assert_eq!(listed.code, 200, "the new leader's write stands");
 }
+
+/// The keys of the linearizability history: Events, which nothing in hive writes but
+/// their clients.
+const KEYS: usize = 4;
+
+/// Reads, writes and compare-and-swaps of the `message` of `KEYS` Events.
+struct Messages;
+
+#[derive(Clone, Debug)]
+enum Call {
+    Get(usize),
+    List,
+    Patch(usize, String),
+    /// A PUT carrying the resourceVersion of a read that returned the first message.
+    Swap(usize, String, String),
+}
+
+#[derive(Clone, Debug)]
+enum Answer {
+    Message(String),
+    All(Vec<Option<String>>),
+    Written,
+    Conflict,
+}
+
+impl crate::linearizable::Model for Messages {
+    type State = Vec<String>;
+    type Input = Call;
+    type Output = Answer;
+
+    fn step(state: &Vec<String>, call: &Call, answer: Option<&Answer>) -> Vec<Vec<String>> {
+        let set = |key: usize, message: &str| {
+            let mut next = state.clone();
+            next[key] = message.to_string();
+            next
+        };
+        match (call, answer) {
+            (Call::Get(key), Some(Answer::Message(m))) if *m == state[*key] => vec![state.clone()],
+            (Call::List, Some(Answer::All(all)))
+                if all.iter().zip(state).all(|(a, s)| a.as_ref() == Some(s)) =>
+            {
+                vec![state.clone()]
+            }
+            (Call::Patch(key, message), Some(Answer::Written) | None) => vec![set(*key, message)],
+            // Every message is written once, so the message read names the version.
+            (Call::Swap(key, from, to), Some(Answer::Written)) if state[*key] == *from => vec![set(*key, to)],
+            (Call::Swap(key, from, _), Some(Answer::Conflict)) if state[*key] != *from => vec![state.clone()],
+            (Call::Swap(key, from, to), None) if state[*key] == *from => vec![set(*key, to), state.clone()],
+            (Call::Swap(..), None) => vec![state.clone()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// One client's operations through random replicas until `stop`: `(call time, return
+/// time or None, call, answer)`. A read that failed is left out (it changed nothing); a
+/// write that failed after it was sent has no return (it may have happened).
+async fn client_history(
+    client: u64,
+    replicas: Vec<(String, String)>,
+    start: Instant,
+    done: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicBool>,
+) -> Vec<crate::linearizable::Op<Call, Answer>> {
+    use crate::linearizable::Op;
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let now = || start.elapsed().as_nanos() as u64;
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64 ^ (client + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let mut random = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut history = Vec::new();
+    let mut written = 0;
+    while !stop.load(Ordering::Relaxed) && history.len() < 250 {
+        let (base, token) = &replicas[random(replicas.len() as u64) as usize];
+        let key = random(KEYS as u64) as usize;
+        let path = format!("{base}/api/v1/namespaces/default/events/lin-{key}");
+        let roll = random(100);
+        let call = now();
+        if roll < 55 {
+            // A read; now and then followed by a swap from what it read.
+            let Ok(reply) = http.get(&path).bearer_auth(token).send().await else { continue };
+            if reply.status() != 200 {
+                continue;
+            }
+            let Ok(event) = reply.json::<Value>().await else { continue };
+            let ret = now();
+            let Some(message) = event["message"].as_str().map(str::to_string) else { continue };
+            history.push(Op {
+                call,
+                ret: Some(ret),
+                input: Call::Get(key),
+                output: Some(Answer::Message(message.clone())),
+            });
+            if roll < 25 {
+                written += 1;
+                let to = format!("c{client}-{written}");
+                let mut replaced = event.clone();
+                replaced["message"] = json!(to);
+                let call = now();
+                let sent = http.put(&path).bearer_auth(token).json(&replaced).send().await;
+                let answer = match sent {
+                    Err(e) if e.is_connect() => continue,
+                    Ok(reply) if reply.status().as_u16() == 200 => Some(Answer::Written),
+                    Ok(reply) if reply.status().as_u16() == 409 => Some(Answer::Conflict),
+                    _ => None,
+                };
+                let ret = answer.as_ref().map(|_| now());
+                history.push(Op { call, ret, input: Call::Swap(key, message, to), output: answer });
+            }
+        } else if roll < 75 {
+            let url = format!("{base}/api/v1/namespaces/default/events?labelSelector=lin%3Dyes");
+            let Ok(reply) = http.get(&url).bearer_auth(token).send().await else { continue };
+            if reply.status() != 200 {
+                continue;
+            }
+            let Ok(list) = reply.json::<Value>().await else { continue };
+            let ret = now();
+            let Some(items) = list["items"].as_array() else { continue };
+            let mut all = vec![None; KEYS];
+            for item in items {
+                let name = item["metadata"]["name"].as_str().unwrap_or_default();
+                if let Some(key) = name.strip_prefix("lin-").and_then(|k| k.parse::<usize>().ok()) {
+                    all[key] = item["message"].as_str().map(str::to_string);
+                }
+            }
+            history.push(Op { call, ret: Some(ret), input: Call::List, output: Some(Answer::All(all)) });
+        } else {
+            written += 1;
+            let to = format!("c{client}-{written}");
+            let sent = http
+                .patch(&path)
+                .bearer_auth(token)
+                .header("content-type", "application/merge-patch+json")
+                .body(json!({"message": to}).to_string())
+                .send()
+                .await;
+            let answer = match sent {
+                Err(e) if e.is_connect() => continue,
+                Ok(reply) if reply.status().as_u16() == 200 => Some(Answer::Written),
+                _ => None,
+            };
+            let ret = answer.as_ref().map(|_| now());
+            history.push(Op { call, ret, input: Call::Patch(key, to), output: answer });
+        }
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+    history
+}
+
+/// Reads, writes and compare-and-swaps through every replica while the leader is
+/// killed form a linearizable history: no read, list included, misses a write
+/// acknowledged before it began, whichever replica took either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_writes_and_swaps_through_every_replica_across_a_failover_are_linearizable() {
+    use crate::linearizable::{check, Verdict};
+    let cluster = LocalCluster::start(3).unwrap();
+    let store = cluster.url();
+    let mut leader = replica(&store);
+    leading(&leader).await;
+    let followers = [replica(&store), replica(&store)];
+    for follower in &followers {
+        following(follower).await;
+    }
+    let api = followers[0].client();
+    for key in 0..KEYS {
+        let event = json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": format!("lin-{key}"), "labels": {"lin": "yes"}},
+            "involvedObject": {"apiVersion": "hive.dev/v1", "kind": "Agent", "name": "nobody"},
+            "reason": "Linearizable", "message": "initial", "type": "Normal", "count": 1,
+            "source": {"component": "hive-test"}
+        });
+        let created = api.post("/api/v1/namespaces/default/events", &event).await;
+        assert_eq!(created.code, 201, "{:?}", created.body);
+    }
+
+    let replicas: Vec<(String, String)> = [&leader, &followers[0], &followers[1]]
+        .iter()
+        .map(|d| (d.url.clone(), d.client().token().to_string()))
+        .collect();
+    let start = Instant::now();
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..6)
+        .map(|c| tokio::spawn(client_history(c, replicas.clone(), start, done.clone(), stop.clone())))
+        .collect();
+    // The leader dies a third of the way in; the rest runs through the failover.
+    eventually("a third of the history", || {
+        std::future::ready((done.load(Ordering::Relaxed) >= 500).then_some(()))
+    })
+    .await;
+    leader.kill9();
+    let history_deadline = Instant::now() + Duration::from_secs(60);
+    while clients.iter().any(|c| !c.is_finished()) && Instant::now() < history_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut history = Vec::new();
+    for client in clients {
+        history.extend(client.await.unwrap());
+    }
+    let lists = history.iter().filter(|op| matches!(op.input, Call::List)).count();
+    let unknown = history.iter().filter(|op| op.ret.is_none()).count();
+    eprintln!("linearizability: {} operations ({lists} lists, {unknown} without an answer)", history.len());
+    assert!(history.len() >= 1000, "too short a history: {}", history.len());
+
+    match check::<Messages>(vec!["initial".to_string(); KEYS], &history, 5_000_000) {
+        Verdict::Linearizable => {}
+        Verdict::Violation { longest } => {
+            let placed: BTreeSet<usize> = longest.iter().copied().collect();
+            let first_call = history
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !placed.contains(i))
+                .map(|(_, op)| op.call)
+                .min()
+                .unwrap_or(0);
+            let stuck: Vec<_> = history
+                .iter()
+                .filter(|op| op.call + 50_000_000 >= first_call && op.call <= first_call + 50_000_000)
+                .collect();
+            panic!(
+                "not linearizable: {} of {} operations placed; the last placed {:?}; operations around the first unplaced:\n{stuck:#?}",
+                longest.len(),
+                history.len(),
+                longest.last().map(|&i| &history[i]),
+            );
+        }
+        Verdict::TooLong => {
+            panic!("the linearizability search ran out of its budget on {} operations", history.len())
+        }
+    }
+}

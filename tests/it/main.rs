@@ -45,6 +45,7 @@ mod intake;
 mod job_features;
 mod jobs;
 mod kubectl;
+mod linearizable;
 mod manifests;
 mod mcp;
 mod metrics;

@@ -449,3 +449,25 @@ async fn a_read_through_another_replica_right_after_a_write_sees_it() {
         store.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_list_holds_every_write_acknowledged_before_it_whatever_else_etcd_holds() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let stores = [replica(&cluster, 0, "/sy/", |_| {}).await, replica(&cluster, 0, "/sy/", |_| {}).await];
+    let elsewhere = replica(&cluster, 0, "/elsewhere/", |_| {}).await;
+    for i in 0..100 {
+        let name = format!("a{i}");
+        stores[0].commit(create(&name), false).await.unwrap();
+        stores[1].sync().await.unwrap();
+        let (_, listed) = stores[1].list("agents");
+        assert_eq!(listed.len(), i + 1, "list {i} through the other replica missed an acknowledged write");
+        // Revisions this replica's feed never sees (another prefix's writes): the sync
+        // cannot wait for them, and must not fail.
+        elsewhere.commit(create(&name), false).await.unwrap();
+        stores[1].sync().await.expect("a sync past revisions of keys outside the prefix");
+    }
+    for store in stores {
+        store.shutdown().await;
+    }
+    elsewhere.shutdown().await;
+}
