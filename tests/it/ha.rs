@@ -195,7 +195,19 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_while_clients_write_through_the_other_replicas() {
-    let cluster = LocalCluster::start(3).unwrap();
+    failover_under_writes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_while_etcds_leader_dies_with_it() {
+    failover_under_writes(true).await;
+}
+
+/// 16 clients write through two followers while the leader is killed (and with it,
+/// when `etcd_too`, the etcd member that leads etcd's cluster): a follower leads and
+/// runs Jobs, every acknowledged write is on both, and no Job is left unfinished.
+async fn failover_under_writes(etcd_too: bool) {
+    let mut cluster = LocalCluster::start(3).unwrap();
     let store = cluster.url();
     let mut leader = replica(&store);
     let first_epoch = leading(&leader).await;
@@ -235,7 +247,11 @@ async fn a_killed_leader_is_replaced_while_clients_write_through_the_other_repli
         }));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let etcd_leader = if etcd_too { Some(cluster.leader().expect("etcd has a leader")) } else { None };
     leader.kill9();
+    if let Some(member) = etcd_leader {
+        cluster.kill(member);
+    }
     let killed = Instant::now();
 
     // A follower is elected, and runs a Job posted through either of them.
@@ -252,9 +268,13 @@ async fn a_killed_leader_is_replaced_while_clients_write_through_the_other_repli
     assert_eq!(posted.code, 201, "{:?}", posted.body);
     done(&followers[0], "after-failover").await;
     eprintln!(
-        "failover: a replica led {elected:?} after the leader was killed; ran a Job after {:?}",
+        "failover (etcd's leader killed too: {etcd_too}): a replica led {elected:?} after the leader was \
+         killed; ran a Job after {:?}",
         killed.elapsed()
     );
+    if let Some(member) = etcd_leader {
+        assert_ne!(cluster.leader(), Some(member), "etcd elected another member");
+    }
 
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged = BTreeSet::new();
@@ -469,13 +489,13 @@ async fn client_history(
     history
 }
 
-/// Reads, writes and compare-and-swaps through every replica while the leader is
-/// killed form a linearizable history: no read, list included, misses a write
+/// Reads, writes and compare-and-swaps through every replica while hive's leader, then
+/// etcd's, is killed form a linearizable history: no read, list included, misses a write
 /// acknowledged before it began, whichever replica took either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_writes_and_swaps_through_every_replica_across_a_failover_are_linearizable() {
     use crate::linearizable::{check, Verdict};
-    let cluster = LocalCluster::start(3).unwrap();
+    let mut cluster = LocalCluster::start(3).unwrap();
     let store = cluster.url();
     let mut leader = replica(&store);
     leading(&leader).await;
@@ -506,12 +526,17 @@ async fn reads_writes_and_swaps_through_every_replica_across_a_failover_are_line
     let clients: Vec<_> = (0..6)
         .map(|c| tokio::spawn(client_history(c, replicas.clone(), start, done.clone(), stop.clone())))
         .collect();
-    // The leader dies a third of the way in; the rest runs through the failover.
+    // hive's leader dies a third of the way in, etcd's two thirds of the way in.
     eventually("a third of the history", || {
         std::future::ready((done.load(Ordering::Relaxed) >= 500).then_some(()))
     })
     .await;
     leader.kill9();
+    eventually("two thirds of the history", || {
+        std::future::ready((done.load(Ordering::Relaxed) >= 1000).then_some(()))
+    })
+    .await;
+    cluster.kill(cluster.leader().expect("etcd has a leader"));
     let history_deadline = Instant::now() + Duration::from_secs(60);
     while clients.iter().any(|c| !c.is_finished()) && Instant::now() < history_deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;

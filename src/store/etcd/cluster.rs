@@ -149,27 +149,29 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// The index of the member that leads the cluster now, as the running members say.
+    pub fn leader(&self) -> Option<usize> {
+        let ids: Vec<Option<(String, String)>> = self
+            .members
+            .iter()
+            .map(|member| {
+                member.child.as_ref()?;
+                let status: serde_json::Value =
+                    serde_json::from_str(&post(&member.endpoint(), "/v3/maintenance/status", "{}")?).ok()?;
+                let own = status["header"]["member_id"].as_str()?.to_string();
+                let leader = status["leader"].as_str()?.to_string();
+                Some((own, leader))
+            })
+            .collect();
+        let leader = ids.iter().flatten().map(|(_, leader)| leader).next()?;
+        ids.iter().position(|id| id.as_ref().is_some_and(|(own, _)| own == leader))
+    }
+
     /// Waits until every running member answers a read.
     fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + within;
         for member in self.members.iter().filter(|m| m.child.is_some()) {
-            loop {
-                let answered = std::net::TcpStream::connect(member.endpoint()).and_then(|mut stream| {
-                    use std::io::{Read, Write};
-                    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-                    let body = r#"{"key":"AA=="}"#;
-                    write!(
-                        stream,
-                        "POST /v3/kv/range HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                        body.len()
-                    )?;
-                    let mut answer = String::new();
-                    stream.read_to_string(&mut answer)?;
-                    Ok(answer.starts_with("HTTP/1.1 200"))
-                });
-                if answered.unwrap_or(false) {
-                    break;
-                }
+            while post(&member.endpoint(), "/v3/kv/range", r#"{"key":"AA=="}"#).is_none() {
                 if Instant::now() > deadline {
                     anyhow::bail!("etcd member {} did not start within {within:?}", member.name);
                 }
@@ -178,6 +180,23 @@ impl LocalCluster {
         }
         Ok(())
     }
+}
+
+/// The body of a 200 answer to a POST of `body` to `path` on the member at `endpoint`.
+fn post(endpoint: &str, path: &str, body: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(endpoint).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
 }
 
 impl Drop for LocalCluster {
