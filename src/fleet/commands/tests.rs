@@ -1,0 +1,152 @@
+//! The command record's tests (`commands.rs`): replays, races between recordings, reused ids.
+
+use serde_json::Value;
+
+use super::*;
+use crate::store::StoreConfig;
+
+use serde_json::json;
+
+fn command(value: Value) -> FleetCommand {
+    serde_json::from_value(value).unwrap()
+}
+
+fn provision(id: &str, count: u32) -> FleetCommand {
+    command(json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
+           "spec": {"provision": {"provider": "process", "count": count}}, "status": {}}))
+}
+
+fn ids(store: &Store) -> Vec<u64> {
+    store.list("nodes").1.iter().filter_map(|n| n.value()["spec"]["logicalId"].as_u64()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_replays_record_one_command_and_its_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    let tasks: Vec<_> = (0..50)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { record(&store, provision("c1", 3), false).await.unwrap() })
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for task in tasks {
+        codes.push(task.await.unwrap());
+    }
+    assert_eq!(codes.iter().filter(|c| matches!(c, Recorded::Created(_))).count(), 1);
+    assert_eq!(store.list("fleetcommands").1.len(), 1);
+    let mut got = ids(&store);
+    got.sort();
+    assert_eq!(got, [1, 2, 3]);
+    let command = store.get("fleetcommands", "c1").unwrap();
+    assert_eq!(command.value()["status"]["phase"], "Pending");
+    assert_eq!(command.value()["status"]["nodes"], json!(["node-1", "node-2", "node-3"]));
+    let node = store.get("nodes", "node-2").unwrap();
+    assert_eq!(
+        (node.value()["spec"]["command"].as_str(), node.value()["status"]["phase"].as_str()),
+        (Some("c1"), Some("Pending"))
+    );
+}
+
+/// No lock orders recordings (a process-wide one did until issue 29): concurrent
+/// POSTs and intakes of different ids each land, on distinct logical ids, by planning
+/// again after a lost race.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_recordings_of_different_ids_all_land_on_distinct_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    let commands = Api::<FleetCommand>::new(&store);
+    let mut applied = Vec::new();
+    for i in 0..8 {
+        applied.push(commands.create(&provision(&format!("applied-{i}"), 2)).await.unwrap());
+    }
+    let posts = (0..8).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            matches!(
+                record(&store, provision(&format!("posted-{i}"), 2), false).await.unwrap(),
+                Recorded::Created(_)
+            )
+        })
+    });
+    let intakes = applied.into_iter().map(|seen| {
+        let store = store.clone();
+        tokio::spawn(
+            async move { matches!(intake(&store, &seen, "process").await.unwrap(), Intake::Recorded(_)) },
+        )
+    });
+    let tasks: Vec<_> = posts.chain(intakes).collect();
+    for task in tasks {
+        assert!(task.await.unwrap(), "every command recorded");
+    }
+    let mut got = ids(&store);
+    got.sort();
+    assert_eq!(got, (1..=32).collect::<Vec<u64>>(), "two nodes each, no id twice");
+}
+
+#[tokio::test]
+async fn a_different_body_replays_the_original_and_ids_are_never_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    record(&store, provision("a", 2), false).await.unwrap();
+    let before = store.revision();
+    let Recorded::Replayed(replay) = record(&store, provision("a", 1), false).await.unwrap() else {
+        panic!("a used id is replayed")
+    };
+    assert_eq!(replay.command.spec.provision.as_ref().map(|p| p.count), Some(2), "the original");
+    assert!(replay.warning().unwrap().contains("\"a\" was already used with a different body"));
+    assert_eq!(store.revision(), before, "nothing written");
+    let delete = Mutation::Delete { kind: "nodes", name: "node-2".into(), uid: None, resource_version: None };
+    store.commit(delete, false).await.unwrap();
+    record(&store, provision("b", 1), false).await.unwrap();
+    assert!(store.get("nodes", "node-3").is_some(), "the deleted node's id is not reused");
+    let err = record(
+        &store,
+        {
+            let mut c = provision("c", 1);
+            c.spec.provision.as_mut().unwrap().provider = "nope".into();
+            c
+        },
+        false,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("spec.provision.provider"), "{err}");
+    let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
+                      "spec": {"kill": {"node": "node-1"}}, "status": {}});
+    record(&store, command(kill), false).await.unwrap();
+    assert_eq!(store.get("nodes", "node-1").unwrap().value()["metadata"]["annotations"][KILLED_BY], "k");
+}
+
+#[tokio::test]
+async fn a_deleted_id_comes_back_as_its_original_record_and_records_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    record(&store, provision("a", 1), false).await.unwrap();
+    let delete =
+        Mutation::Delete { kind: "fleetcommands", name: "a".into(), uid: None, resource_version: None };
+    store.commit(delete.clone(), false).await.unwrap();
+    let Recorded::Replayed(replay) = record(&store, provision("a", 3), false).await.unwrap() else {
+        panic!("a deleted id is replayed")
+    };
+    assert!(replay.restored && replay.differs);
+    assert_eq!(replay.command.status.nodes, ["node-1"]);
+    assert_eq!(ids(&store), [1], "nothing recorded");
+    // Stored by another path (apply) after the delete: the intake restores the original.
+    store.commit(delete, false).await.unwrap();
+    let applied = Api::<FleetCommand>::new(&store).create(&provision("a", 2)).await.unwrap();
+    let Intake::Restored(back) = intake(&store, &applied, "process").await.unwrap() else {
+        panic!("the intake restores a used id")
+    };
+    assert_eq!(back.spec.provision.as_ref().map(|p| p.count), Some(1));
+    assert_eq!(ids(&store), [1]);
+    // A new id stored by apply is recorded by the intake, once.
+    let fresh = Api::<FleetCommand>::new(&store).create(&provision("b", 2)).await.unwrap();
+    assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Recorded(_)));
+    assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Skipped));
+    let mut got = ids(&store);
+    got.sort();
+    assert_eq!(got, [1, 2, 3]);
+}
