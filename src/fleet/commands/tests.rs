@@ -1,5 +1,7 @@
 //! The command record's tests (`commands.rs`): replays, races between recordings, reused ids.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 use super::*;
@@ -149,4 +151,87 @@ async fn a_deleted_id_comes_back_as_its_original_record_and_records_nothing() {
     let mut got = ids(&store);
     got.sort();
     assert_eq!(got, [1, 2, 3]);
+}
+
+/// A store on a fresh one-member etcd cluster (kept alive by the returned cluster).
+async fn on_etcd(prefix: &str) -> (crate::store::etcd::cluster::LocalCluster, Store) {
+    let cluster = crate::store::etcd::cluster::LocalCluster::start(1).unwrap();
+    let etcd = crate::store::etcd::EtcdConfig { endpoints: cluster.endpoints(), prefix: prefix.into() };
+    let store = Store::open_etcd(StoreConfig::new("/nonexistent/not-used-on-etcd"), &etcd).await.unwrap();
+    (cluster, store)
+}
+
+/// Every node of command `id`, by name, with its logical id.
+fn nodes_of(store: &Store, id: &str) -> BTreeMap<String, u64> {
+    let (_, nodes) = Api::<Node>::new(store).list();
+    nodes
+        .iter()
+        .filter(|n| {
+            n.metadata.labels.get(hive_api::names::FLEET_COMMAND_LABEL).map(String::as_str) == Some(id)
+        })
+        .map(|n| (n.metadata.name.clone(), n.spec.logical_id))
+        .collect()
+}
+
+/// The nodes `command` names are exactly the stored nodes of its id, on distinct logical
+/// ids `first..first + count`.
+fn assert_complete(store: &Store, command: &FleetCommand, first: u64, count: u64) {
+    let id = &command.metadata.name;
+    let stored = nodes_of(store, id);
+    let named: Vec<String> = (first..first + count).map(node_name).collect();
+    assert_eq!(command.status.nodes, named, "{id}: status.nodes lists every node");
+    assert_eq!(
+        stored.keys().cloned().collect::<std::collections::BTreeSet<_>>(),
+        named.iter().cloned().collect()
+    );
+    let mut ids: Vec<u64> = stored.values().copied().collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (first..first + count).collect::<Vec<_>>(), "{id}: distinct logical ids");
+}
+
+/// Issue 30 ("txn limits"): a Provision of the most nodes a command may ask for is
+/// recorded on etcd, whose transactions take at most 128 operations and 1.5 MiB, by POST
+/// and by the intake alike; so is one whose nodes are too large together for one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provision_of_the_most_nodes_a_command_may_ask_for_is_recorded_on_etcd() {
+    let (_cluster, store) = on_etcd("/provision-max/").await;
+    let max = hive_api::fleet_command::MAX_COUNT;
+    let Recorded::Created(posted) = record(&store, provision("posted", max), false).await.unwrap() else {
+        panic!("a new id is created")
+    };
+    assert_complete(&store, &posted, 1, max.into());
+    let applied = Api::<FleetCommand>::new(&store).create(&provision("applied", max)).await.unwrap();
+    let Intake::Recorded(taken) = intake(&store, &applied, "process").await.unwrap() else {
+        panic!("an applied command is recorded")
+    };
+    assert_complete(&store, &taken, u64::from(max) + 1, max.into());
+    // 40 nodes of 60 KiB each: 2.4 MB, over etcd's 1.5 MiB a request.
+    let mut fat = provision("fat", 40);
+    fat.spec.provision.as_mut().unwrap().bootstrap = Some("x".repeat(60 * 1024));
+    let Recorded::Created(fat) = record(&store, fat, false).await.unwrap() else { panic!("created") };
+    assert_complete(&store, &fat, 2 * u64::from(max) + 1, 40);
+    assert_eq!(next_logical_id(&store).0, 2 * u64::from(max) + 41, "the counter is above them all");
+}
+
+/// A recording that stopped after its first transaction (a crash, a failover, etcd gone):
+/// the command is Pending and names nodes that were never written. Claiming it for
+/// execution writes them first, so no provider is called for a node without a record.
+#[tokio::test]
+async fn a_claim_completes_the_node_intents_a_crash_left_unwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    let Recorded::Created(recorded) = record(&store, provision("c", 300), false).await.unwrap() else {
+        panic!("created")
+    };
+    // What the first of several transactions leaves: the command, its claim, the counter
+    // and the first nodes; the rest were never written.
+    for name in &recorded.status.nodes[100..] {
+        let delete =
+            Mutation::Delete { kind: "nodes", name: name.clone(), uid: None, resource_version: None };
+        store.commit(delete, false).await.unwrap();
+    }
+    assert_eq!(nodes_of(&store, "c").len(), 100);
+    let claim = super::super::intake::claim(&store, "run-1", "c").await.unwrap();
+    assert!(matches!(claim, super::super::intake::Claim::Won(_)), "{claim:?}");
+    assert_complete(&store, &recorded, 1, 300);
 }
