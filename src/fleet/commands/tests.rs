@@ -235,3 +235,90 @@ async fn a_claim_completes_the_node_intents_a_crash_left_unwritten() {
     assert!(matches!(claim, super::super::intake::Claim::Won(_)), "{claim:?}");
     assert_complete(&store, &recorded, 1, 300);
 }
+
+/// The crash, on etcd: only a recording's first transaction landed (written here as
+/// `record` writes it, and nothing after). The claim, through another replica, writes
+/// the other 876 intents before the command can run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_claim_completes_a_recording_cut_off_after_its_first_transaction() {
+    let (cluster, recorder) = on_etcd("/provision-cut/").await;
+    let planned = plan(&recorder, provision("cut", 1000)).unwrap();
+    let commands = Api::<FleetCommand>::new(&recorder);
+    let mut lead = vec![commands.create_mutation(&planned.record).unwrap(), retained::claim(&planned.record)];
+    lead.extend(planned.writes);
+    let first = intents::first_group(&recorder, lead, planned.nodes);
+    assert_eq!(first.len(), crate::store::etcd::GROUP_LIMIT.writes, "the first transaction is full");
+    recorder.commit_all(first, false).await.unwrap();
+    assert_eq!(nodes_of(&recorder, "cut").len(), 124, "command, id record, counter and 124 nodes");
+    assert_eq!(next_logical_id(&recorder).0, 1001, "the counter is advanced over every node");
+    let etcd =
+        crate::store::etcd::EtcdConfig { endpoints: cluster.endpoints(), prefix: "/provision-cut/".into() };
+    let leader = Store::open_etcd(StoreConfig::new("/nonexistent/not-used-on-etcd"), &etcd).await.unwrap();
+    let claim = super::super::intake::claim(&leader, "run-1", "cut").await.unwrap();
+    assert!(matches!(claim, super::super::intake::Claim::Won(_)), "{claim:?}");
+    assert_complete(&leader, &planned.record, 1, 1000);
+}
+
+/// The claimer (the leader) may see a command as soon as its first transaction lands,
+/// while the recorder (another replica) still writes the other groups: both write the
+/// same intents, each tolerating the other's, and the command runs with all its nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_a_claim_racing_the_later_groups_of_a_recording_completes_them_once() {
+    let (cluster, recorder) = on_etcd("/provision-race/").await;
+    let etcd =
+        crate::store::etcd::EtcdConfig { endpoints: cluster.endpoints(), prefix: "/provision-race/".into() };
+    let leader = Store::open_etcd(StoreConfig::new("/nonexistent/not-used-on-etcd"), &etcd).await.unwrap();
+    let recording = {
+        let recorder = recorder.clone();
+        tokio::spawn(async move { record(&recorder, provision("race", 1000), false).await.unwrap() })
+    };
+    let claimed = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            match super::super::intake::claim(&leader, "run-1", "race").await.unwrap() {
+                super::super::intake::Claim::Won(won) => break won,
+                // Not recorded yet.
+                super::super::intake::Claim::Lost => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("claimed in time");
+    // Everything the claim saw was written before it answered.
+    assert_complete(&leader, claimed.command(), 1, 1000);
+    let Recorded::Created(recorded) = recording.await.unwrap() else { panic!("created") };
+    assert!(recorder.wait_for_revision(leader.revision(), std::time::Duration::from_secs(10)).await);
+    assert_complete(&recorder, &recorded, 1, 1000);
+}
+
+/// A node of another command at a name the record gives is reported, never overwritten:
+/// the command is Failed, naming the field and the node, and never claimed.
+#[tokio::test]
+async fn a_node_of_another_command_at_a_recorded_name_fails_the_command_and_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
+    record(&store, provision("c", 5), false).await.unwrap();
+    let delete = Mutation::Delete { kind: "nodes", name: "node-5".into(), uid: None, resource_version: None };
+    store.commit(delete, false).await.unwrap();
+    let mut other = Api::<Node>::new(&store).get_existing("node-4").unwrap();
+    other.metadata = hive_api::ObjectMeta { name: "node-5".into(), ..Default::default() };
+    other.metadata.labels.insert(hive_api::names::FLEET_COMMAND_LABEL.into(), "other".into());
+    other.spec.command = Some("other".into());
+    Api::<Node>::new(&store).create(&other).await.unwrap();
+    let claim = super::super::intake::claim(&store, "run-1", "c").await.unwrap();
+    let super::super::intake::Claim::Refused(refused) = claim else { panic!("{claim:?}") };
+    assert_eq!(refused.status.phase, Some(FleetCommandPhase::Failed));
+    let error = refused.status.error.unwrap_or_default();
+    assert!(
+        error.contains("status.nodes[4]")
+            && error.contains("\"node-5\"")
+            && error.contains("command \"other\""),
+        "{error}"
+    );
+    assert_eq!(nodes_of(&store, "other").len(), 1, "the other command's node is kept");
+    assert_eq!(retained::get(&store, "c").unwrap().status.phase, Some(FleetCommandPhase::Failed));
+    let again = super::super::intake::claim(&store, "run-1", "c").await.unwrap();
+    assert!(matches!(again, super::super::intake::Claim::Lost), "{again:?}");
+}
