@@ -138,17 +138,6 @@ pub fn first_group(store: &Store, lead: Vec<Mutation>, intents: Vec<Mutation>) -
     group
 }
 
-/// The node of `name` as the store holds it now: from the cache, or, when `fresh`, a
-/// quorum read (a create found it taken while another replica's write had not reached
-/// this cache yet).
-async fn stored(store: &Store, name: &str, fresh: bool) -> Result<Option<Node>, Error> {
-    if !fresh {
-        return Ok(Api::<Node>::new(store).get(name)?);
-    }
-    let object = store.get_consistent(Node::PLURAL, name).await?;
-    Ok(object.map(|o| client::decode::<Node>(&o)).transpose()?)
-}
-
 /// Writes every node intent `command`'s record names that is not stored yet, in groups
 /// of at most what the store takes in one transaction, and returns how many it wrote.
 /// Safe to run any number of times, concurrently, here or on another replica (see the
@@ -156,7 +145,6 @@ async fn stored(store: &Store, name: &str, fresh: bool) -> Result<Option<Node>, 
 /// left to the next call: a command runs only once this returned `Ok`.
 pub async fn complete(store: &Store, command: &FleetCommand) -> Result<usize, Error> {
     let id = &command.metadata.name;
-    let intents = nodes(command, Time(store.now()))?;
     let nodes = Api::<Node>::new(store);
     let taken = |index: usize, node: &Node| Error::Taken {
         command: id.clone(),
@@ -166,18 +154,26 @@ pub async fn complete(store: &Store, command: &FleetCommand) -> Result<usize, Er
     };
     let ours = |node: &Node| node.metadata.labels.get(FLEET_COMMAND_LABEL) == Some(id);
     // Index in `status.nodes` → the intent still to write.
-    let mut missing: BTreeMap<usize, Node> = BTreeMap::new();
-    for (index, intent) in intents.into_iter().enumerate() {
-        match stored(store, &intent.metadata.name, false).await? {
-            Some(node) if ours(&node) => {}
-            Some(node) => return Err(taken(index, &node)),
-            None => {
-                missing.insert(index, intent);
+    let mut missing: BTreeMap<usize, Node> =
+        self::nodes(command, Time(store.now()))?.into_iter().enumerate().collect();
+    let mut written = 0;
+    loop {
+        // What the cache shows stored now: every group another writer of this record
+        // landed meanwhile, not only the node a failed create named.
+        let mut stored_now = Vec::new();
+        for (index, intent) in &missing {
+            match nodes.get(&intent.metadata.name)? {
+                Some(node) if ours(&node) => stored_now.push(*index),
+                Some(node) => return Err(taken(*index, &node)),
+                None => {}
             }
         }
-    }
-    let mut written = 0;
-    while !missing.is_empty() {
+        for index in stored_now {
+            missing.remove(&index);
+        }
+        if missing.is_empty() {
+            break;
+        }
         let limit = store.group_limit();
         let mut group = Vec::new();
         let mut bytes = 0;
@@ -200,21 +196,23 @@ pub async fn complete(store: &Store, command: &FleetCommand) -> Result<usize, Er
                 }
             }
             // Another writer of this record (a retry, another replica) was faster with
-            // one of them, or another command took its name: the next group is planned
-            // without it, or the command cannot run.
+            // this group, or another command took one of its names. A quorum read of the
+            // name tells which (this replica's cache may not show it yet).
             Err(store::Error::AlreadyExists { name, .. }) => {
                 let Some(index) = indexes.into_iter().find(|i| missing[i].metadata.name == name) else {
                     return Err(store::Error::AlreadyExists { kind: Node::PLURAL.into(), name }.into());
                 };
-                match stored(store, &name, true).await? {
-                    Some(node) if ours(&node) => {}
+                let object = store.get_consistent(Node::PLURAL, &name).await?;
+                match object.map(|o| client::decode::<Node>(&o)).transpose()? {
+                    Some(node) if ours(&node) => {
+                        missing.remove(&index);
+                    }
                     Some(node) => return Err(taken(index, &node)),
                     // Created and deleted since: the caller tries again.
                     None => {
                         return Err(store::Error::AlreadyExists { kind: Node::PLURAL.into(), name }.into())
                     }
                 }
-                missing.remove(&index);
             }
             Err(err) => return Err(err.into()),
         }
