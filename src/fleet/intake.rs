@@ -149,7 +149,6 @@ pub(super) async fn claim(store: &Store, run: &str, name: &str) -> Result<Claim,
 /// node and the field), so it never runs: a compare-and-swap on the version read, as a
 /// claim is. `Claim::Lost` when another writer was faster.
 async fn refuse(store: &Store, command: FleetCommand, why: &intents::Error) -> Result<Claim, Error> {
-    let name = command.metadata.name.clone();
     let mut failed = command;
     failed.status.phase = Some(FleetCommandPhase::Failed);
     failed.status.error = Some(format!("not run: {why}"));
@@ -158,7 +157,6 @@ async fn refuse(store: &Store, command: FleetCommand, why: &intents::Error) -> R
         Ok(outcome) => {
             let refused: FleetCommand = client::decode(outcome.object())?;
             retained::keep(store, &refused).await;
-            tracing::warn!(command = name, error = %why, "fleet command not run: its node intents cannot be written");
             Ok(Claim::Refused(Box::new(refused)))
         }
         Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => Ok(Claim::Lost),
@@ -236,7 +234,10 @@ async fn reconcile(target: Target<FleetCommand>, ctx: Arc<Context>) -> Result<Ac
                 tracing::info!(command = name, run = fleet.run_id, "fleet command claimed");
                 fleet.execute(claimed);
             }
-            Claim::Lost | Claim::Refused(_) => {}
+            Claim::Lost => {}
+            Claim::Refused(refused) => {
+                tracing::warn!(command = name, error = ?refused.status.error, "fleet command not run: its node intents cannot be written")
+            }
             Claim::Unrecorded => {
                 tracing::warn!(command = name, "a Pending fleet command that was never recorded is not run")
             }

@@ -112,7 +112,7 @@ pub fn nodes(command: &FleetCommand, now: Time) -> Result<Vec<Node>, Error> {
             },
         );
         node.metadata.labels = BTreeMap::from([(FLEET_COMMAND_LABEL.to_string(), id.clone())]);
-        node.status.set_phase(NodePhase::Pending, now.clone());
+        node.status.set_phase(NodePhase::Pending, now);
         nodes.push(node);
     }
     Ok(nodes)
