@@ -90,15 +90,10 @@ impl EtcdConfig {
 /// Writes one group may take at most: etcd's default `--max-txn-ops` is 128.
 pub const MAX_TXN_OPS: usize = 128;
 
-/// The bytes of objects one transaction may carry: etcd's default `--max-request-bytes`
-/// is 1.5 MiB, and a request carries more than its objects (each key three times: the
-/// compare, the put and the failure's get; what the store stamps into each object).
-pub const MAX_GROUP_BYTES: usize = 1024 * 1024;
-
-/// What one [`Store::commit_all`](super::Store::commit_all) on etcd may hold: one write
-/// fewer than [`MAX_TXN_OPS`], whose last compare (and failure get) a leader's fence
-/// takes, and [`MAX_GROUP_BYTES`].
-pub const GROUP_LIMIT: GroupLimit = GroupLimit { writes: MAX_TXN_OPS - 1, bytes: MAX_GROUP_BYTES };
+/// What one `Store::commit_all` on etcd may hold: one write fewer than [`MAX_TXN_OPS`]
+/// (a leader's fence takes a compare and a failure get), and 1 MiB of objects under
+/// etcd's default `--max-request-bytes` of 1.5 MiB (keys and stamps take the rest).
+pub const GROUP_LIMIT: GroupLimit = GroupLimit { writes: MAX_TXN_OPS - 1, bytes: 1024 * 1024 };
 
 /// How long a write keeps being planned again while other writers keep changing what
 /// it read (kube-apiserver's update loops until its request's deadline, too).
