@@ -1,7 +1,16 @@
 //! The idempotent command record: every FleetCommand, whatever created it, is recorded
-//! here once per id: the command, the Node intents it causes, the logical-id counter and
-//! the id's retained record ([`super::retained`]) in one durable store transaction,
-//! before any provider call. The object name is the caller's command id.
+//! here once per id, before any provider call. Its first durable store transaction holds
+//! the command (Pending, `status.nodes` naming every node it touches), the id's retained
+//! record ([`super::retained`]), the logical-id counter advanced over all those nodes, a
+//! Kill's mark on its node, and as many of a Provision's Node intents as the store takes
+//! in one transaction: all of them on the embedded store; on etcd, up to its request
+//! limits (`--max-txn-ops`, the request size), so a Provision of the most nodes a command
+//! may ask for (1,000) needs several. The other intents are written after it, in groups
+//! ([`super::intents`]), before the recording answers. If a later group fails (etcd
+//! down, the daemon killed) the command is still recorded: the answer is the recorded
+//! command all the same, and the claim that must precede any run of it
+//! (`super::intake`) writes the missing intents first. The object name is the caller's
+//! command id.
 //!
 //! - [`record`] is `POST /apis/hive.dev/v1/fleetcommands` (its HTTP half is
 //!   `server/fleet.rs`): a new id is recorded and created together (201).
@@ -21,15 +30,16 @@
 //! Node logical ids come from a high-water mark kept in an internal store object
 //! ([`COUNTER_KIND`]/[`COUNTER_NAME`], not served by the API, so no client can delete
 //! it), advanced in the same transaction as the nodes it numbers: an id is never
-//! reused, even after the highest node is deleted and the daemon restarts.
+//! reused, even after the highest node is deleted and the daemon restarts. The counter is
+//! advanced over every node of a Provision in its first transaction, so a recording cut
+//! off between groups has still taken all of its ids.
 
-use std::collections::BTreeMap;
-
-use super::retained;
+pub use super::intents::node_name;
+use super::{intents, retained};
 use crate::client::{self, Api};
 use crate::store::{self, Mutation, Store, Subresource};
 use hive_api::fleet_command::{FleetCommand, FleetCommandPhase, FleetCommandStatus};
-use hive_api::node::{Node, NodePhase, NodeSpec};
+use hive_api::node::Node;
 use hive_api::provider::{Provider, ProviderType};
 use hive_api::resource::Object as _;
 use hive_api::validation::{Errors, Reason, ValidationError};
@@ -109,11 +119,6 @@ impl Counter {
             ..Default::default()
         }
     }
-}
-
-/// The name of the node with logical id `id`.
-pub fn node_name(id: u64) -> String {
-    format!("node-{id}")
 }
 
 /// Why a command was not recorded. Nothing was written.
@@ -199,9 +204,15 @@ pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Resu
         if let Some(original) = retained::get(store, &id) {
             return restore(store, original, &command, dry_run).await;
         }
-        let (recorded, intents) = plan(store, command.clone())?;
-        let mut mutations = vec![commands.create_mutation(&recorded)?, retained::claim(&recorded)];
-        mutations.extend(intents);
+        let planned = plan(store, command.clone())?;
+        let mut lead = vec![commands.create_mutation(&planned.record)?, retained::claim(&planned.record)];
+        lead.extend(planned.writes);
+        let mutations = if dry_run {
+            // Computed in memory: no transaction, so no limit.
+            lead.into_iter().chain(planned.nodes).collect()
+        } else {
+            intents::first_group(store, lead, planned.nodes)
+        };
         match store.commit_all(mutations, dry_run).await {
             // The command is the first of the writes.
             Ok(outcomes) => {
@@ -210,6 +221,7 @@ pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Resu
                 if !dry_run {
                     // The retained copy gains what the store stamped (uid, creation time).
                     retained::keep(store, &created).await;
+                    complete(store, &created).await;
                 }
                 return Ok(Recorded::Created(created));
             }
@@ -221,6 +233,21 @@ pub async fn record(store: &Store, command: FleetCommand, dry_run: bool) -> Resu
         }
     }
     Err(contended(&id))
+}
+
+/// Writes the node intents of a just recorded command that did not fit in its first
+/// transaction ([`intents::complete`]), before the recording answers. A failure here
+/// (etcd down, a node of another command at one of the names) is logged and not the
+/// caller's: the command is recorded, and its claim completes (or fails) it before it
+/// runs.
+async fn complete(store: &Store, recorded: &FleetCommand) {
+    if let Err(err) = intents::complete(store, recorded).await {
+        tracing::warn!(
+            command = recorded.metadata.name,
+            %err,
+            "fleet command recorded, but not all its node intents yet: its claim writes the rest before it runs"
+        );
+    }
 }
 
 /// The answer after [`RETRIES`] lost races in a row.
@@ -341,7 +368,7 @@ async fn intake_once(store: &Store, id: &str, default_provider: &str) -> Result<
     if let Some(provision) = command.spec.provision.as_mut().filter(|p| p.provider.is_empty()) {
         provision.provider = default_provider.to_string();
     }
-    let (recorded, intents) = match plan(store, command.clone()) {
+    let Plan { record: recorded, writes, nodes } = match plan(store, command.clone()) {
         Ok(planned) => planned,
         Err(RecordError::Invalid { errors, .. }) => {
             let why = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
@@ -388,11 +415,12 @@ async fn intake_once(store: &Store, id: &str, default_provider: &str) -> Result<
         });
     }
     mutations.push(retained::claim(&recorded));
-    mutations.extend(intents);
-    match store.commit_all(mutations, false).await {
+    mutations.extend(writes);
+    match store.commit_all(intents::first_group(store, mutations, nodes), false).await {
         Ok(_) => {
             let stored = commands.get_existing(&id)?;
             retained::keep(store, &stored).await;
+            complete(store, &stored).await;
             tracing::info!(command = id, action = stored.action(), "fleet command recorded at intake");
             Ok(Some(Intake::Recorded(stored)))
         }
@@ -440,16 +468,26 @@ pub fn next_logical_id(store: &Store) -> (u64, Counter) {
     (high_water.max(max_node) + 1, counter)
 }
 
-/// What recording `command` writes: the command as recorded (Pending, naming the nodes
-/// it touches), and the writes of its intents: for a Provision the high-water mark and
-/// every node's intent; for a Kill, the mark on the target node. Each is admitted as
-/// the API admits it.
-fn plan(store: &Store, command: FleetCommand) -> Result<(FleetCommand, Vec<Mutation>), RecordError> {
+/// What recording a command writes ([`plan`]).
+struct Plan {
+    /// The command as recorded: Pending, naming every node it touches.
+    record: FleetCommand,
+    /// The writes that land with the command, in its first transaction: for a Provision
+    /// the high-water mark advanced over all its nodes, for a Kill the mark on the node.
+    writes: Vec<Mutation>,
+    /// A Provision's node intents ([`intents::nodes`]), as many in the first transaction
+    /// as fit, the rest after it ([`intents::complete`]).
+    nodes: Vec<Mutation>,
+}
+
+/// What recording `command` writes (see [`Plan`]). Each write is admitted as the API
+/// admits it.
+fn plan(store: &Store, command: FleetCommand) -> Result<Plan, RecordError> {
     let nodes = Api::<Node>::new(store);
     let id = command.metadata.name.clone();
     let mut record = command.clone();
     record.metadata.resource_version = None;
-    let mut mutations = Vec::new();
+    let mut writes = Vec::new();
     let mut touched = Vec::new();
     if let Some(provision) = &command.spec.provision {
         let Some(type_) = provider_type(store, &provision.provider) else {
@@ -468,28 +506,8 @@ fn plan(store: &Store, command: FleetCommand) -> Result<(FleetCommand, Vec<Mutat
         let (first, mut counter) = next_logical_id(store);
         let last = first + u64::from(provision.count) - 1;
         counter.high_water = Some(last);
-        mutations.push(counter.mutation());
-        for (i, logical_id) in (first..=last).enumerate() {
-            let name = node_name(logical_id);
-            let mut node = Node::new(
-                name.clone(),
-                NodeSpec {
-                    logical_id,
-                    provider: provision.provider.clone(),
-                    command: Some(id.clone()),
-                    offer_id: provision.selected_offer_ids.get(i).copied(),
-                    image: provision.image.clone(),
-                    bootstrap: provision.bootstrap.clone(),
-                    labels: provision.labels.clone(),
-                    build_slots: provision.build_slots,
-                },
-            );
-            node.metadata.labels =
-                BTreeMap::from([(hive_api::names::FLEET_COMMAND_LABEL.to_string(), id.clone())]);
-            node.status.set_phase(NodePhase::Pending, hive_api::meta::Time(store.now()));
-            mutations.push(nodes.create_mutation(&node)?);
-            touched.push(name);
-        }
+        writes.push(counter.mutation());
+        touched.extend((first..=last).map(node_name));
     }
     if let Some(kill) = &command.spec.kill {
         let Some(node) = nodes.get(&kill.node)? else {
@@ -505,165 +523,17 @@ fn plan(store: &Store, command: FleetCommand) -> Result<(FleetCommand, Vec<Mutat
         // No resourceVersion precondition: status writes racing this one must not fail
         // the command (a Main update keeps the stored status).
         marked.metadata.resource_version = None;
-        mutations.push(nodes.replace_mutation(&marked, &node)?);
+        writes.push(nodes.replace_mutation(&marked, &node)?);
         touched.push(kill.node.clone());
     }
     record.status =
         FleetCommandStatus { phase: Some(FleetCommandPhase::Pending), nodes: touched, ..Default::default() };
-    Ok((record, mutations))
+    // Names made by `node_name` just above: a failure here would be a bug of this file.
+    let intents = intents::nodes(&record, hive_api::meta::Time(store.now()))
+        .map_err(|err| invalid(&id, "status.nodes", Reason::Invalid, err.to_string()))?;
+    let nodes = intents.iter().map(|node| nodes.create_mutation(node)).collect::<Result<_, _>>()?;
+    Ok(Plan { record, writes, nodes })
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::Value;
-
-    use super::*;
-    use crate::store::StoreConfig;
-
-    use serde_json::json;
-
-    fn command(value: Value) -> FleetCommand {
-        serde_json::from_value(value).unwrap()
-    }
-
-    fn provision(id: &str, count: u32) -> FleetCommand {
-        command(json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
-               "spec": {"provision": {"provider": "process", "count": count}}, "status": {}}))
-    }
-
-    fn ids(store: &Store) -> Vec<u64> {
-        store.list("nodes").1.iter().filter_map(|n| n.value()["spec"]["logicalId"].as_u64()).collect()
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_replays_record_one_command_and_its_nodes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        let tasks: Vec<_> = (0..50)
-            .map(|_| {
-                let store = store.clone();
-                tokio::spawn(async move { record(&store, provision("c1", 3), false).await.unwrap() })
-            })
-            .collect();
-        let mut codes = Vec::new();
-        for task in tasks {
-            codes.push(task.await.unwrap());
-        }
-        assert_eq!(codes.iter().filter(|c| matches!(c, Recorded::Created(_))).count(), 1);
-        assert_eq!(store.list("fleetcommands").1.len(), 1);
-        let mut got = ids(&store);
-        got.sort();
-        assert_eq!(got, [1, 2, 3]);
-        let command = store.get("fleetcommands", "c1").unwrap();
-        assert_eq!(command.value()["status"]["phase"], "Pending");
-        assert_eq!(command.value()["status"]["nodes"], json!(["node-1", "node-2", "node-3"]));
-        let node = store.get("nodes", "node-2").unwrap();
-        assert_eq!(
-            (node.value()["spec"]["command"].as_str(), node.value()["status"]["phase"].as_str()),
-            (Some("c1"), Some("Pending"))
-        );
-    }
-
-    /// No lock orders recordings (a process-wide one did until issue 29): concurrent
-    /// POSTs and intakes of different ids each land, on distinct logical ids, by planning
-    /// again after a lost race.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn concurrent_recordings_of_different_ids_all_land_on_distinct_nodes() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        let commands = Api::<FleetCommand>::new(&store);
-        let mut applied = Vec::new();
-        for i in 0..8 {
-            applied.push(commands.create(&provision(&format!("applied-{i}"), 2)).await.unwrap());
-        }
-        let posts = (0..8).map(|i| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                matches!(
-                    record(&store, provision(&format!("posted-{i}"), 2), false).await.unwrap(),
-                    Recorded::Created(_)
-                )
-            })
-        });
-        let intakes = applied.into_iter().map(|seen| {
-            let store = store.clone();
-            tokio::spawn(async move {
-                matches!(intake(&store, &seen, "process").await.unwrap(), Intake::Recorded(_))
-            })
-        });
-        let tasks: Vec<_> = posts.chain(intakes).collect();
-        for task in tasks {
-            assert!(task.await.unwrap(), "every command recorded");
-        }
-        let mut got = ids(&store);
-        got.sort();
-        assert_eq!(got, (1..=32).collect::<Vec<u64>>(), "two nodes each, no id twice");
-    }
-
-    #[tokio::test]
-    async fn a_different_body_replays_the_original_and_ids_are_never_reused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        record(&store, provision("a", 2), false).await.unwrap();
-        let before = store.revision();
-        let Recorded::Replayed(replay) = record(&store, provision("a", 1), false).await.unwrap() else {
-            panic!("a used id is replayed")
-        };
-        assert_eq!(replay.command.spec.provision.as_ref().map(|p| p.count), Some(2), "the original");
-        assert!(replay.warning().unwrap().contains("\"a\" was already used with a different body"));
-        assert_eq!(store.revision(), before, "nothing written");
-        let delete =
-            Mutation::Delete { kind: "nodes", name: "node-2".into(), uid: None, resource_version: None };
-        store.commit(delete, false).await.unwrap();
-        record(&store, provision("b", 1), false).await.unwrap();
-        assert!(store.get("nodes", "node-3").is_some(), "the deleted node's id is not reused");
-        let err = record(
-            &store,
-            {
-                let mut c = provision("c", 1);
-                c.spec.provision.as_mut().unwrap().provider = "nope".into();
-                c
-            },
-            false,
-        )
-        .await
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("spec.provision.provider"), "{err}");
-        let kill = json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": "k"},
-                          "spec": {"kill": {"node": "node-1"}}, "status": {}});
-        record(&store, command(kill), false).await.unwrap();
-        assert_eq!(store.get("nodes", "node-1").unwrap().value()["metadata"]["annotations"][KILLED_BY], "k");
-    }
-
-    #[tokio::test]
-    async fn a_deleted_id_comes_back_as_its_original_record_and_records_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
-        record(&store, provision("a", 1), false).await.unwrap();
-        let delete =
-            Mutation::Delete { kind: "fleetcommands", name: "a".into(), uid: None, resource_version: None };
-        store.commit(delete.clone(), false).await.unwrap();
-        let Recorded::Replayed(replay) = record(&store, provision("a", 3), false).await.unwrap() else {
-            panic!("a deleted id is replayed")
-        };
-        assert!(replay.restored && replay.differs);
-        assert_eq!(replay.command.status.nodes, ["node-1"]);
-        assert_eq!(ids(&store), [1], "nothing recorded");
-        // Stored by another path (apply) after the delete: the intake restores the original.
-        store.commit(delete, false).await.unwrap();
-        let applied = Api::<FleetCommand>::new(&store).create(&provision("a", 2)).await.unwrap();
-        let Intake::Restored(back) = intake(&store, &applied, "process").await.unwrap() else {
-            panic!("the intake restores a used id")
-        };
-        assert_eq!(back.spec.provision.as_ref().map(|p| p.count), Some(1));
-        assert_eq!(ids(&store), [1]);
-        // A new id stored by apply is recorded by the intake, once.
-        let fresh = Api::<FleetCommand>::new(&store).create(&provision("b", 2)).await.unwrap();
-        assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Recorded(_)));
-        assert!(matches!(intake(&store, &fresh, "process").await.unwrap(), Intake::Skipped));
-        let mut got = ids(&store);
-        got.sort();
-        assert_eq!(got, [1, 2, 3]);
-    }
-}
+mod tests;

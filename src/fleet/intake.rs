@@ -4,11 +4,15 @@
 //!
 //! 1. **Record.** A command with an empty status (stored by `hive apply`, `kubectl
 //!    apply`, server-side apply) is recorded by [`commands::intake`]: Pending, its Node
-//!    intents, the counter and its retained record in one transaction. POST records its
-//!    command itself ([`commands::record`]); either way the command is Pending next.
-//! 2. **Claim.** A recorded Pending command is claimed for execution by [`claim`]: one
-//!    status write, conditional on the version read, moves it to `Running` and names this
-//!    daemon run in `status.claim`. Of any number of claimers (two reconciles, two daemons
+//!    intents, the counter and its retained record (the intents in more than one
+//!    transaction when they do not fit one, see `intents.rs`). POST records its command
+//!    itself ([`commands::record`]); either way the command is Pending next.
+//! 2. **Claim.** A recorded Pending command is claimed for execution by [`claim`]. It
+//!    first writes any Node intent the record names that is not stored yet (a recording
+//!    cut off between its transactions; a node of another command at one of the names
+//!    makes the command Failed instead, naming it), so no provider is called for a node
+//!    without a record. Then one status write, conditional on the version read, moves it
+//!    to `Running` and names this daemon run in `status.claim`. Of any number of claimers (two reconciles, two daemons
 //!    sharing a store) exactly one wins; the others find it Running and leave it. Only
 //!    the winner runs it (`Fleet::execute`, which takes the [`Claimed`] command), so a
 //!    command's provider work runs once per id.
@@ -37,7 +41,7 @@ use hive_controllers::reflector::Store as Cache;
 use hive_controllers::{Action, Config, Controller, Target};
 
 use super::commands::{self, Intake as Recording, RecordError};
-use super::{retained, Fleet};
+use super::{intents, retained, Fleet};
 use crate::client::{self, Api};
 use crate::store::{self, Store};
 
@@ -61,6 +65,9 @@ pub enum Error {
     /// The store failed the claim's transaction.
     #[error(transparent)]
     Store(#[from] store::Error),
+    /// Writing the node intents a claimed command's record names failed (for now).
+    #[error(transparent)]
+    Intents(#[from] intents::Error),
     /// Every claim lost a race with another writer of the command's status.
     #[error("fleetcommands.hive.dev {0:?} kept changing: {RETRIES} claims in a row lost a race")]
     Contended(String),
@@ -89,6 +96,9 @@ pub(super) enum Claim {
     /// Pending, but never recorded (no retained record: its status was written by hand):
     /// never run.
     Unrecorded,
+    /// Recorded, but a node its record names belongs to another command: made Failed,
+    /// naming the node, and never run.
+    Refused(Box<FleetCommand>),
 }
 
 /// Claims command `name` for daemon run `run`, exactly once across every claimer (see
@@ -105,6 +115,13 @@ pub(super) async fn claim(store: &Store, run: &str, name: &str) -> Result<Claim,
         }
         if retained::get(store, name).is_none() {
             return Ok(Claim::Unrecorded);
+        }
+        // Every node the record names exists before the command can run: a recording
+        // cut off after its first transaction is completed here.
+        match intents::complete(store, &command).await {
+            Ok(_) => {}
+            Err(err) if err.is_permanent() => return refuse(store, command, &err).await,
+            Err(err) => return Err(err.into()),
         }
         let now = Time(store.now());
         let mut claimed = command;
@@ -126,6 +143,25 @@ pub(super) async fn claim(store: &Store, run: &str, name: &str) -> Result<Claim,
         }
     }
     Err(Error::Contended(name.to_string()))
+}
+
+/// Fails Pending `command`, whose node intents cannot all be written (`why` names the
+/// node and the field), so it never runs: a compare-and-swap on the version read, as a
+/// claim is. `Claim::Lost` when another writer was faster.
+async fn refuse(store: &Store, command: FleetCommand, why: &intents::Error) -> Result<Claim, Error> {
+    let mut failed = command;
+    failed.status.phase = Some(FleetCommandPhase::Failed);
+    failed.status.error = Some(format!("not run: {why}"));
+    failed.status.finished_at = Some(Time(store.now()));
+    match store.commit(Api::<FleetCommand>::new(store).status_mutation(&failed)?, false).await {
+        Ok(outcome) => {
+            let refused: FleetCommand = client::decode(outcome.object())?;
+            retained::keep(store, &refused).await;
+            Ok(Claim::Refused(Box::new(refused)))
+        }
+        Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => Ok(Claim::Lost),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// Whether `command`'s nodes are this run's to follow, not recovery's to adopt: it is not
@@ -199,6 +235,9 @@ async fn reconcile(target: Target<FleetCommand>, ctx: Arc<Context>) -> Result<Ac
                 fleet.execute(claimed);
             }
             Claim::Lost => {}
+            Claim::Refused(refused) => {
+                tracing::warn!(command = name, error = ?refused.status.error, "fleet command not run: its node intents cannot be written")
+            }
             Claim::Unrecorded => {
                 tracing::warn!(command = name, "a Pending fleet command that was never recorded is not run")
             }
@@ -264,6 +303,7 @@ mod tests {
                 match claimer.await.unwrap().unwrap() {
                     Claim::Won(claimed) => winners.push((i, claimed)),
                     Claim::Lost => {}
+                    Claim::Refused(refused) => panic!("round {round}: refused: {refused:?}"),
                     Claim::Unrecorded => panic!("round {round}: a recorded command is recorded"),
                 }
             }

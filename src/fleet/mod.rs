@@ -5,9 +5,12 @@
 //! - `identity.rs`: the daemon's durable iroh secret key in the state directory.
 //! - `commands.rs`: the one record of a command, whatever created it — `POST
 //!   fleetcommands`, or the intake below for `hive apply`, `kubectl apply`, server-side
-//!   apply: the command and the Node intents it causes are recorded in one store
-//!   transaction before any provider call; a used command id answers its original record
-//!   and never runs again.
+//!   apply: the command and the Node intents it causes are recorded before any provider
+//!   call; a used command id answers its original record and never runs again.
+//! - `intents.rs`: a Provision's Node intents, derived from its record and written in
+//!   groups the store takes in one transaction (etcd's limits): the part that did not fit
+//!   the recording's first transaction, by the recording and again by the claim, so a
+//!   command runs only once every node it names exists.
 //! - `retained.rs`: the retained record of every command id, written as it is recorded:
 //!   the tombstone a deleted command leaves, so its id is never reused.
 //! - `providers/`: what creates and destroys nodes (`process`, `docker`, `vastai`) and
@@ -37,6 +40,7 @@ pub mod error;
 mod exec;
 pub mod identity;
 mod intake;
+mod intents;
 mod members;
 pub mod net;
 pub mod providers;

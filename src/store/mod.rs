@@ -42,7 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use config::{Clock, StoreConfig};
 pub use error::{Error, Result};
-pub use mutation::{Mutation, Outcome, Subresource};
+pub use mutation::{GroupLimit, Mutation, Outcome, Subresource};
 pub use object::Obj;
 pub use watch::{Encoded, EventType, StoreEvent, Watch};
 
@@ -172,6 +172,17 @@ impl Store {
         let (reply, answer) = oneshot::channel();
         requests.send(Request { mutations, reply }).await.map_err(|_| Error::Closed)?;
         answer.await.map_err(|_| Error::Closed)?
+    }
+
+    /// How much one [`Store::commit_all`] may hold: `None` on the embedded store, which
+    /// takes a transaction of any size; etcd's request limits on etcd
+    /// ([`etcd::GROUP_LIMIT`]). A writer of more than fits splits its writes into groups
+    /// and says what holds them together between groups (see `fleet::intents`).
+    pub fn group_limit(&self) -> Option<GroupLimit> {
+        match &self.inner.writer {
+            Writer::Etcd(_) => Some(etcd::GROUP_LIMIT),
+            Writer::Embedded { .. } => None,
+        }
     }
 
     /// The current object `name` of `kind` (its JSON, as committed).

@@ -64,6 +64,17 @@ impl Mutation {
         }
     }
 
+    /// About how many bytes the write sends to the store: its object's JSON (a delete's
+    /// name). What [`GroupLimit::bytes`] counts.
+    pub fn size(&self) -> usize {
+        match self {
+            Mutation::Create { object, .. } | Mutation::Update { object, .. } => {
+                serde_json::to_vec(object).map_or(0, |json| json.len())
+            }
+            Mutation::Delete { name, .. } => name.len(),
+        }
+    }
+
     /// The object name this mutation writes.
     pub(super) fn name(&self) -> Result<String> {
         match self {
@@ -119,6 +130,24 @@ impl Outcome {
             | Outcome::Deleting(o)
             | Outcome::Deleted(o) => o,
         }
+    }
+}
+
+/// How much one transaction ([`super::Store::commit_all`]) may hold, on a store that
+/// bounds it (etcd: `--max-txn-ops` and `--max-request-bytes`). A write over it is
+/// refused whole (`Error::TooLarge`); a writer of more splits it into groups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupLimit {
+    /// The most mutations one transaction may hold.
+    pub writes: usize,
+    /// The most bytes ([`Mutation::size`], summed) one transaction may hold.
+    pub bytes: usize,
+}
+
+impl GroupLimit {
+    /// Whether one transaction takes `writes` mutations of `bytes` bytes in all.
+    pub fn admits(&self, writes: usize, bytes: usize) -> bool {
+        writes <= self.writes && bytes <= self.bytes
     }
 }
 

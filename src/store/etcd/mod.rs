@@ -40,7 +40,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::{Error, Result};
-use super::mutation::{metadata_mut, plan, Change, Mutation, Outcome};
+use super::mutation::{metadata_mut, plan, Change, GroupLimit, Mutation, Outcome};
 use super::shared::Shared;
 use super::watch::EventType;
 use super::Obj;
@@ -89,6 +89,11 @@ impl EtcdConfig {
 
 /// Writes one group may take at most: etcd's default `--max-txn-ops` is 128.
 pub const MAX_TXN_OPS: usize = 128;
+
+/// What one `Store::commit_all` on etcd may hold: one write fewer than [`MAX_TXN_OPS`]
+/// (a leader's fence takes a compare and a failure get), and 1 MiB of objects under
+/// etcd's default `--max-request-bytes` of 1.5 MiB (keys and stamps take the rest).
+pub const GROUP_LIMIT: GroupLimit = GroupLimit { writes: MAX_TXN_OPS - 1, bytes: 1024 * 1024 };
 
 /// How long a write keeps being planned again while other writers keep changing what
 /// it read (kube-apiserver's update loops until its request's deadline, too).
