@@ -42,7 +42,11 @@ async fn trail(daemon: &Daemon) -> Option<Vec<(String, String, Vec<String>)>> {
 /// Creates agent `name` (Offline: built, locked in the meta flake, left stopped) through
 /// `daemon`, and waits until the trail read through it has the commit that added it;
 /// returns the trail.
-async fn add_agent(daemon: &Daemon, repo: &std::path::Path, name: &str) -> Vec<(String, String, Vec<String>)> {
+async fn add_agent(
+    daemon: &Daemon,
+    repo: &std::path::Path,
+    name: &str,
+) -> Vec<(String, String, Vec<String>)> {
     let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": name},
         "spec": {"wanted": "Offline", "config": {"repo": repo.display().to_string(), "rev": "v1"},
                  "runtime": {"type": "process", "gracefulStopSeconds": 5, "process": {"command": ["sh", "run.sh"]}}}});
