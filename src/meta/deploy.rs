@@ -156,7 +156,9 @@ impl Meta {
             };
             if let Some(journal) = state.journal.as_mut() {
                 // Refused: `record` undid the commit and its tag; the lock is as before.
-                if let Err(error) = journal.record(git, before.as_deref(), &sha, &[tag.clone()]).await {
+                if let Err(error) =
+                    journal.record(git, before.as_deref(), &sha, std::slice::from_ref(&tag)).await
+                {
                     state.pending = None;
                     return Err(error);
                 }
