@@ -10,6 +10,9 @@ pub mod approval_controller;
 mod boot;
 pub mod crashwatch;
 mod leader;
+mod meta_journal;
+#[cfg(test)]
+mod meta_journal_tests;
 mod shared;
 
 pub use crate::jobs::engine::{DEFAULT_HIVE_REV, DEFAULT_HIVE_URL};
@@ -386,6 +389,10 @@ async fn start_leading(
             metrics: metrics.scheduler.clone(),
             controllers: metrics.controllers.clone(),
             remotes: Some(fleet.agent_nodes(state_dir.join("fleet").join("ship"))),
+            // Replicas on etcd share the meta repo's history through its journal there.
+            meta_journal: store.etcd().map(|backend| {
+                Arc::new(meta_journal::EtcdJournal::new(backend.clone())) as Arc<dyn crate::meta::Journal>
+            }),
             nixos: config.nixos_containers.then(|| {
                 let mut nixos = crate::runtime::nixos::NixosConfig::new(state_dir.join("meta"));
                 nixos.default_cpu_quota = config.agent_cpu_quota.clone();

@@ -67,6 +67,7 @@ async fn test_deploy(dir: &std::path::Path) -> Deploy {
             dir: dir.join("meta"),
             hive_url: "github:hive-dev/hive".into(),
             hive_rev: "test".into(),
+            journal: None,
         })
         .await
         .unwrap(),

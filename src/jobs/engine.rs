@@ -61,6 +61,8 @@ pub struct EngineConfig {
     pub controllers: Arc<crate::metrics::ControllerMetrics>,
     /// The runtimes of fleet nodes, for agents placed on them (`spec.placement`).
     pub remotes: Option<Arc<dyn crate::runtime::placed::Remotes>>,
+    /// Where the meta repo's commits are recorded beyond this host (replicas on etcd).
+    pub meta_journal: Option<Arc<dyn crate::meta::Journal>>,
 }
 
 impl Default for EngineConfig {
@@ -76,6 +78,7 @@ impl Default for EngineConfig {
             metrics: crate::metrics::SchedulerMetrics::default(),
             controllers: Arc::default(),
             remotes: None,
+            meta_journal: None,
         }
     }
 }
@@ -154,14 +157,17 @@ impl Engine {
             dir: state_dir.join("meta"),
             hive_url: config.hive_url.clone(),
             hive_rev: config.hive_rev.clone(),
+            journal: config.meta_journal.clone(),
         })
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
+        .map_err(|e| match e {
+            // Not this host's repo: etcd, or what the journal there holds.
+            crate::meta::Error::Journal { .. } => anyhow::anyhow!("{e}"),
+            e => anyhow::anyhow!(
                 "{e}\nhive puts back only what a power cut can tear (empty files, the objects of a last, \
                  unacknowledged step); this is not that, so the meta repo was left as it is: repair it or \
                  move it aside."
-            )
+            ),
         })?;
         if !meta.repairs().is_empty() {
             record_meta_repairs(&store, meta.dir(), meta.repairs()).await;

@@ -1,7 +1,8 @@
 //! The two-phase deploy: prepare writes an agent's new lock entry without committing,
 //! so a build can use it; finalize commits it with the deploy message and tags it
 //! `deploy/<agent>/<n>`; abort puts the previous bytes back. A failed deploy leaves no
-//! orphan commit: finalize undoes its own commit when the tag cannot be made.
+//! orphan commit: finalize undoes its own commit when the tag cannot be made, or when
+//! the journal does not record the two.
 
 use std::fmt;
 use std::path::Path;
@@ -153,6 +154,15 @@ impl Meta {
                     return Err(error);
                 }
             };
+            if let Some(journal) = state.journal.as_mut() {
+                // Refused: `record` undid the commit and its tag; the lock is as before.
+                if let Err(error) =
+                    journal.record(git, before.as_deref(), &sha, std::slice::from_ref(&tag)).await
+                {
+                    state.pending = None;
+                    return Err(error);
+                }
+            }
             state.lock = lock;
             state.pending = None;
             Ok(Deployed { commit: CommitId(sha), tag })

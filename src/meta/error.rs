@@ -123,6 +123,14 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// The meta repo's journal (its history beyond this host, on etcd) could not be read
+    /// or applied, or refused or failed a record (the commit it did not record was
+    /// undone).
+    #[error("the meta repo's journal: {reason}")]
+    Journal {
+        /// What went wrong, with the journal's own words.
+        reason: String,
+    },
     /// The task running the operation panicked or was cancelled by the runtime.
     #[error("meta repo operation did not finish: {reason}")]
     Interrupted {

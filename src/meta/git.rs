@@ -41,12 +41,25 @@ const DURABILITY: [&str; 8] = [
     "maintenance.autoDetach=false",
 ];
 
-/// Commands not followed by [`sync_repo`]: those that never write in the repository,
+/// Commands not followed by [`sync_repo`]: those that never write in the repository
+/// (`bundle create` writes a file of the journal's that is read and removed at once),
 /// and `status` and `add`, which write only the index and are always followed, within
 /// the same operation and before it answers, by a command that is synced (`commit`, or
 /// `reset` when the commit failed): one sync per operation instead of three.
-const NOT_SYNCED: [&str; 9] =
-    ["rev-parse", "log", "cat-file", "for-each-ref", "ls-tree", "rev-list", "show", "status", "add"];
+const NOT_SYNCED: [&str; 12] = [
+    "rev-parse",
+    "log",
+    "cat-file",
+    "for-each-ref",
+    "ls-tree",
+    "rev-list",
+    "show",
+    "status",
+    "add",
+    "bundle",
+    "diff-tree",
+    "merge-base",
+];
 
 /// The meta repo's work tree, as git sees it.
 #[derive(Debug, Clone)]

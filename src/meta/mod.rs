@@ -8,7 +8,10 @@
 //! - every commit and every "did anything change" check is limited to the operation's
 //!   own paths, so nobody else's staged content is ever swept into a commit;
 //! - a mutation needs a [`Gate`], the deploy-window guard, so no commit can land inside
-//!   a two-phase deploy's uncommitted window (prepare → finalize or abort).
+//!   a two-phase deploy's uncommitted window (prepare → finalize or abort);
+//! - with a [`Journal`] (replicas on etcd), every commit is recorded in it before the
+//!   operation answers, and opening the repo first brings it to the journal's head, so
+//!   every leader works on one history (`journal.rs`).
 
 pub mod applied;
 mod audit;
@@ -16,6 +19,9 @@ mod deploy;
 mod error;
 mod files;
 mod git;
+mod journal;
+#[cfg(test)]
+mod journal_tests;
 mod lock;
 #[cfg(test)]
 mod power_cut_tests;
@@ -36,10 +42,12 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use audit::AuditEntry;
 pub use deploy::{Deployed, PreparedDeploy};
 pub use error::{Error, Result};
+pub use journal::{Journal, JournalEntry, JournalHead};
 pub use repair::Repairs;
 
 use files::{commit_files, FileWrite, Message, Op};
 use git::Git;
+use journal::Journaled;
 use lock::{agent_input, Lock, Node, Source, HIVE};
 
 /// The file that pins every input.
@@ -63,6 +71,9 @@ pub struct MetaConfig {
     /// The hive input's rev in the very first lock (later ones come from
     /// `lock_update_hive`).
     pub hive_rev: String,
+    /// Where every commit is recorded beyond this host (replicas on etcd); `None` for a
+    /// daemon on its own.
+    pub journal: Option<Arc<dyn Journal>>,
 }
 
 /// A commit of the meta repo, by full sha.
@@ -164,6 +175,8 @@ struct State {
     lock: Lock,
     /// The prepared, not yet finalized or aborted, deploy.
     pending: Option<deploy::Pending>,
+    /// The journal every commit is recorded in, when there is one.
+    journal: Option<Journaled>,
 }
 
 impl State {
@@ -182,7 +195,9 @@ impl Meta {
     /// commit of `flake.nix` and a `flake.lock` holding only the hive input) when the
     /// directory holds no repo. Opening an existing repo never commits; a broken one
     /// (a `flake.lock` hive could not have written) is an error naming the file. A
-    /// deploy window a crash left open is closed by restoring the committed files.
+    /// deploy window a crash left open is closed by restoring the committed files. With
+    /// a journal, the repo is first brought to the journal's head (or seeds it), and the
+    /// `meta: init` commit of a new repo is recorded.
     pub async fn open(config: MetaConfig) -> Result<Meta> {
         let hive_source = Source::parse(&config.hive_url)?;
         let dir = config.dir.clone();
@@ -201,13 +216,20 @@ impl Meta {
         if !dir.join(".git").exists() {
             git.run(&["init", "--quiet", "--initial-branch=main"]).await?;
         }
+        let mut journal = match config.journal {
+            Some(journal) => Some(Journaled::restore(journal, &git).await?),
+            None => None,
+        };
         let lock = match git.head().await? {
             // A new repo, or one a crash left before its first commit.
             None => {
                 validate_rev(HIVE, &config.hive_rev)?;
                 let lock = Lock::new(Node { source: hive_source.clone(), rev: config.hive_rev.clone() });
                 let files = lock_files(&lock);
-                commit_files(&git, &dir, files, Message::new(Op::Init, "meta: init", [])).await?;
+                let init = commit_files(&git, &dir, files, Message::new(Op::Init, "meta: init", [])).await?;
+                if let (Some(journal), Some(init)) = (journal.as_mut(), init) {
+                    journal.record(&git, None, &init.0, &[]).await?;
+                }
                 lock
             }
             Some(_) => {
@@ -228,7 +250,7 @@ impl Meta {
                 read_lock(&dir).await?
             }
         };
-        let state = State { lock, pending: None };
+        let state = State { lock, pending: None, journal };
         let inner = Inner {
             dir,
             git,
@@ -301,8 +323,7 @@ impl Meta {
                 files.extend(permission_paths(name).into_iter().map(|path| FileWrite { path, bytes: None }));
             }
             let (subject, agents) = sync_summary(&state.lock, &next, &gone);
-            let commit =
-                commit_files(&inner.git, &inner.dir, files, Message::new(Op::Sync, subject, agents)).await?;
+            let commit = inner.commit(&mut state, files, Message::new(Op::Sync, subject, agents)).await?;
             state.lock = next;
             Ok(commit)
         })
@@ -328,7 +349,7 @@ impl Meta {
             *node = Node { source, rev: rev.clone() };
             let subject = format!("meta: relock {agent} at {}", short(&rev));
             let message = Message::new(Op::Relock, subject, [agent.clone()]);
-            let commit = commit_files(&inner.git, &inner.dir, lock_files(&next), message).await?;
+            let commit = inner.commit(&mut state, lock_files(&next), message).await?;
             state.lock = next;
             Ok(commit)
         })
@@ -375,7 +396,7 @@ impl Meta {
             let subject = format!("meta: lock update {}", changed.join(", "));
             let message = Message::new(Op::LockUpdate, subject, concerned(&next, &changed));
             let files = files_for(&state.lock, &next);
-            let commit = commit_files(&inner.git, &inner.dir, files, message).await?;
+            let commit = inner.commit(&mut state, files, message).await?;
             state.lock = next;
             Ok(LockBump { commit, changed })
         })
@@ -400,7 +421,7 @@ impl Meta {
             let subject = format!("meta: bump hive to {}", short(&rev));
             let message = Message::new(Op::HiveBump, subject, concerned(&next, &[HIVE.to_string()]));
             let files = files_for(&state.lock, &next);
-            let commit = commit_files(&inner.git, &inner.dir, files, message).await?;
+            let commit = inner.commit(&mut state, files, message).await?;
             state.lock = next;
             Ok(commit)
         })
@@ -429,13 +450,7 @@ impl Meta {
                 FileWrite { path: capabilities_path, bytes: Some(capabilities) },
             ];
             let subject = format!("meta: permissions of {agent}");
-            commit_files(
-                &inner.git,
-                &inner.dir,
-                files,
-                Message::new(Op::Permissions, subject, [agent.clone()]),
-            )
-            .await
+            inner.commit(&mut state, files, Message::new(Op::Permissions, subject, [agent.clone()])).await
         })
         .await
     }

@@ -12,6 +12,7 @@ fn config(dir: &Path) -> MetaConfig {
         dir: dir.join(".hive/meta"),
         hive_url: "github:hive-dev/hive".into(),
         hive_rev: "hive-1".into(),
+        journal: None,
     }
 }
 

@@ -9,7 +9,12 @@ use std::time::Duration;
 use super::*;
 
 fn config(dir: &Path) -> MetaConfig {
-    MetaConfig { dir: dir.join("meta"), hive_url: "github:hive-dev/hive".into(), hive_rev: "hive-1".into() }
+    MetaConfig {
+        dir: dir.join("meta"),
+        hive_url: "github:hive-dev/hive".into(),
+        hive_rev: "hive-1".into(),
+        journal: None,
+    }
 }
 
 /// A full-length fake sha.

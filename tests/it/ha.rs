@@ -19,7 +19,7 @@ fn replica(store: &str) -> Daemon {
 }
 
 /// The epoch `daemon` leads under, once its banner says it leads.
-async fn leading(daemon: &Daemon) -> u64 {
+pub(crate) async fn leading(daemon: &Daemon) -> u64 {
     eventually("the replica to lead", || {
         let lines = daemon.stdout_lines();
         let epoch = lines
@@ -32,7 +32,7 @@ async fn leading(daemon: &Daemon) -> u64 {
 }
 
 /// Waits until `daemon` says another replica leads.
-async fn following(daemon: &Daemon) {
+pub(crate) async fn following(daemon: &Daemon) {
     eventually("the replica to follow a leader", || {
         std::future::ready(
             daemon.stdout_lines().iter().any(|l| l.starts_with("hive: following")).then_some(()),

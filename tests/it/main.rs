@@ -39,6 +39,7 @@ mod fleet_vastai;
 mod generated;
 mod go_clients;
 mod ha;
+mod ha_meta;
 mod harness;
 mod http2;
 mod intake;

@@ -290,6 +290,12 @@ impl Backend {
         *self.fence.lock().unwrap_or_else(PoisonError::into_inner) = fence;
     }
 
+    /// The fence this store's writes carry now (the leader's), for a write beside the
+    /// store's own (the meta repo's journal).
+    pub fn fence(&self) -> Option<lease::Fence> {
+        self.fence.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// Drops etcd's history up to the revision this replica's event log has dropped (by
     /// `retention_events`, `retention_age`, `retention_bytes`), so etcd keeps what hive
     /// serves watches from and no more. The leader calls it now and then (see

@@ -1,0 +1,238 @@
+//! The journal's guarantees against an in-memory journal and real git repositories: a
+//! commit the journal refuses is undone and its operation fails; opening a repo with no
+//! or an older history brings it to the journal's head with the same shas; commits the
+//! journal never recorded leave the branch; two repos cannot both extend one head; an
+//! empty journal is seeded with the local history. (The etcd journal's own guards are
+//! tested in `daemon::meta_journal_tests`.)
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex as StdMutex;
+
+use futures_util::future::BoxFuture;
+
+use super::tests::{agent, git, rev};
+use super::*;
+
+/// A journal in memory; `refuse` makes every record fail, as a deposed leader's does.
+#[derive(Debug, Default)]
+struct Memory {
+    entries: StdMutex<Vec<JournalEntry>>,
+    refuse: AtomicBool,
+}
+
+impl Memory {
+    fn head_now(&self) -> Option<JournalHead> {
+        let entries = self.entries.lock().unwrap();
+        entries.last().map(|e| JournalHead {
+            sequence: e.sequence,
+            commit: e.commit.clone(),
+            version: e.sequence,
+        })
+    }
+}
+
+impl Journal for Memory {
+    fn head(&self) -> BoxFuture<'_, Result<Option<JournalHead>>> {
+        Box::pin(std::future::ready(Ok(self.head_now())))
+    }
+
+    fn entries(&self, sequence: u64) -> BoxFuture<'_, Result<Vec<JournalEntry>>> {
+        let entries = self.entries.lock().unwrap()[..sequence as usize].to_vec();
+        Box::pin(std::future::ready(Ok(entries)))
+    }
+
+    fn record(&self, after: Option<JournalHead>, entry: JournalEntry) -> BoxFuture<'_, Result<JournalHead>> {
+        let answer = if self.refuse.load(Ordering::SeqCst) {
+            Err(Error::Journal { reason: "refused by the test".into() })
+        } else if after != self.head_now() {
+            Err(Error::Journal { reason: "its head moved".into() })
+        } else {
+            let head = JournalHead {
+                sequence: entry.sequence,
+                commit: entry.commit.clone(),
+                version: entry.sequence,
+            };
+            self.entries.lock().unwrap().push(entry);
+            Ok(head)
+        };
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+fn config(dir: &Path, journal: &Arc<Memory>) -> MetaConfig {
+    MetaConfig {
+        dir: dir.join("meta"),
+        hive_url: "github:hive-dev/hive".into(),
+        hive_rev: "hive-1".into(),
+        journal: Some(journal.clone() as Arc<dyn Journal>),
+    }
+}
+
+async fn open(dir: &Path, journal: &Arc<Memory>) -> Meta {
+    Meta::open(config(dir, journal)).await.unwrap()
+}
+
+/// The history as the audit trail shows it: (sha, subject, tags), newest first.
+async fn history(meta: &Meta) -> Vec<(String, String, Vec<String>)> {
+    let log = meta.log(None, 1000).await.unwrap();
+    log.into_iter().map(|e| (e.commit, e.subject, e.tags)).collect()
+}
+
+/// What a repo holds that the trail does not show: HEAD, the lock file, the status.
+fn snapshot(meta: &Meta) -> (String, Vec<u8>, String) {
+    let dir = meta.dir();
+    (
+        git(dir, &["rev-parse", "HEAD"]),
+        std::fs::read(dir.join("flake.lock")).unwrap(),
+        git(dir, &["status", "--porcelain", "--untracked-files=all"]),
+    )
+}
+
+async fn deploy(meta: &Meta, name: &str, at: String) -> Deployed {
+    let gate = meta.gate().await;
+    let prepared = meta.prepare_deploy(&gate, name, &at).await.unwrap();
+    meta.finalize_deploy(&gate, prepared, &format!("deploy {name}")).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_commit_the_journal_refuses_is_undone_and_its_operation_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = Arc::new(Memory::default());
+    let meta = open(tmp.path(), &journal).await;
+    let gate = meta.gate().await;
+    meta.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
+    assert_eq!(journal.head_now().map(|h| (h.sequence, h.commit)), Some((2, meta.head().await.unwrap().0)));
+    let (before, trail) = (snapshot(&meta), history(&meta).await);
+
+    journal.refuse.store(true, Ordering::SeqCst);
+    let refused = meta.relock(&gate, "a", "/srv/agents/a", &rev(2)).await;
+    assert!(matches!(refused, Err(Error::Journal { .. })), "{refused:?}");
+    let refused = meta.write_permissions(&gate, "a", &["web".into()], &[]).await;
+    assert!(matches!(refused, Err(Error::Journal { .. })), "{refused:?}");
+    assert!(!meta.dir().join("agents/a").exists(), "the permission files went with their commit");
+    drop(gate);
+    let gate = meta.gate().await;
+    let prepared = meta.prepare_deploy(&gate, "a", &rev(3)).await.unwrap();
+    let refused = meta.finalize_deploy(&gate, prepared, "deploy a").await;
+    assert!(matches!(refused, Err(Error::Journal { .. })), "{refused:?}");
+    assert_eq!(git(meta.dir(), &["tag", "--list"]), "", "the deploy tag went with its commit");
+    assert_eq!(snapshot(&meta), before, "the branch, the files and the index are as before");
+    assert_eq!(history(&meta).await, trail);
+    assert_eq!(meta.locked("a").await.map(|l| l.rev), Some(rev(1)));
+    assert_eq!(journal.head_now().map(|h| h.sequence), Some(2));
+
+    // Recording again: the same operations go through, each recorded.
+    journal.refuse.store(false, Ordering::SeqCst);
+    meta.relock(&gate, "a", "/srv/agents/a", &rev(2)).await.unwrap();
+    drop(gate);
+    let deployed = deploy(&meta, "a", rev(3)).await;
+    assert_eq!(deployed.tag, "deploy/a/1");
+    assert_eq!(journal.head_now().map(|h| (h.sequence, h.commit)), Some((4, deployed.commit.0)));
+}
+
+#[tokio::test]
+async fn a_first_commit_the_journal_refuses_leaves_no_repo_history_and_the_next_open_makes_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let journal = Arc::new(Memory::default());
+    journal.refuse.store(true, Ordering::SeqCst);
+    let refused = Meta::open(config(tmp.path(), &journal)).await;
+    assert!(matches!(refused, Err(Error::Journal { .. })), "{refused:?}");
+    let dir = tmp.path().join("meta");
+    assert!(!dir.join("flake.lock").exists() && !dir.join("flake.nix").exists());
+    assert!(!dir.join(".git").exists(), "no commit is left: the repo is as a first start finds it");
+
+    journal.refuse.store(false, Ordering::SeqCst);
+    let meta = open(tmp.path(), &journal).await;
+    let trail = history(&meta).await;
+    assert_eq!(trail.len(), 1);
+    assert_eq!(journal.head_now().map(|h| h.commit), Some(trail[0].0.clone()));
+}
+
+#[tokio::test]
+async fn opening_a_repo_with_no_or_an_older_history_brings_it_to_the_head_with_the_same_shas() {
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = Arc::new(Memory::default());
+    let leader = open(first.path(), &journal).await;
+    let gate = leader.gate().await;
+    leader.sync_agents(&gate, &[agent("a", Some(rev(1))), agent("b", Some(rev(1)))]).await.unwrap();
+    leader.write_permissions(&gate, "a", &["web".into()], &["net".into()]).await.unwrap();
+    drop(gate);
+    deploy(&leader, "a", rev(2)).await;
+
+    // A host that never held the repo.
+    let other = open(second.path(), &journal).await;
+    assert_eq!(history(&other).await, history(&leader).await);
+    assert_eq!(snapshot(&other), snapshot(&leader));
+    assert_eq!(other.locked("a").await, leader.locked("a").await);
+    assert!(other.permissions_match("a", &["web".into()], &["net".into()]).await);
+    drop(other);
+
+    // The same host later, behind by a few commits.
+    let gate = leader.gate().await;
+    leader.relock(&gate, "b", "/srv/agents/b", &rev(3)).await.unwrap();
+    drop(gate);
+    deploy(&leader, "b", rev(4)).await;
+    let other = open(second.path(), &journal).await;
+    assert_eq!(history(&other).await, history(&leader).await);
+    assert_eq!(snapshot(&other), snapshot(&leader));
+    assert_eq!(other.locked("b").await.map(|l| l.rev), Some(rev(4)));
+
+    // No fork: the repo that is behind the journal now cannot extend it.
+    let gate = other.gate().await;
+    other.relock(&gate, "b", "/srv/agents/b", &rev(5)).await.unwrap();
+    let trail = history(&other).await;
+    let gate = leader.gate().await;
+    let stale = leader.relock(&gate, "a", "/srv/agents/a", &rev(6)).await;
+    assert!(matches!(stale, Err(Error::Journal { .. })), "{stale:?}");
+    assert_eq!(journal.head_now().map(|h| h.commit), Some(trail[0].0.clone()));
+}
+
+#[tokio::test]
+async fn commits_and_tags_the_journal_never_recorded_leave_the_branch_and_are_kept_aside() {
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = Arc::new(Memory::default());
+    let leader = open(first.path(), &journal).await;
+    let gate = leader.gate().await;
+    leader.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
+    drop(gate);
+    deploy(&leader, "a", rev(2)).await;
+    drop(open(second.path(), &journal).await);
+
+    // A leadership on the second host that committed and died before recording: the
+    // same repo opened without the journal stands for it.
+    let unjournaled =
+        Meta::open(MetaConfig { journal: None, ..config(second.path(), &journal) }).await.unwrap();
+    let lost = deploy(&unjournaled, "a", rev(9)).await;
+    assert_eq!(lost.tag, "deploy/a/2");
+    drop(unjournaled);
+
+    let other = open(second.path(), &journal).await;
+    assert_eq!(history(&other).await, history(&leader).await);
+    let dir = other.dir();
+    let kept = format!("refs/hive/unrecorded/{}", lost.commit.0);
+    assert_eq!(git(dir, &["rev-parse", &kept]).trim(), lost.commit.0);
+    assert_eq!(git(dir, &["tag", "--list"]).trim(), "deploy/a/1");
+    git(dir, &["rev-parse", "--verify", "refs/hive/unrecorded/tags/deploy/a/2"]);
+    // The next deploy's number follows the journal's.
+    assert_eq!(deploy(&other, "a", rev(3)).await.tag, "deploy/a/2");
+}
+
+#[tokio::test]
+async fn an_empty_journal_is_seeded_with_the_local_history() {
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = Arc::new(Memory::default());
+    let alone = Meta::open(MetaConfig { journal: None, ..config(first.path(), &journal) }).await.unwrap();
+    let gate = alone.gate().await;
+    alone.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
+    drop(gate);
+    deploy(&alone, "a", rev(2)).await;
+    let trail = history(&alone).await;
+    drop(alone);
+
+    let seeded = open(first.path(), &journal).await;
+    assert_eq!(history(&seeded).await, trail, "seeding changes nothing locally");
+    assert_eq!(journal.head_now().map(|h| (h.sequence, h.commit)), Some((1, trail[0].0.clone())));
+    let other = open(second.path(), &journal).await;
+    assert_eq!(history(&other).await, trail, "the tags come along");
+}
