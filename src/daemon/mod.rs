@@ -207,7 +207,8 @@ pub async fn run(
             limits: config.limits,
         },
     )
-    .with_metrics(metrics.clone());
+    .with_metrics(metrics.clone())
+    .with_key_sources(config.fleet.key_sources.clone());
     let leading: Arc<std::sync::OnceLock<Leading>> = Arc::default();
     let campaign = match store.etcd() {
         None => {

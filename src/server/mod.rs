@@ -103,6 +103,9 @@ pub struct Shared {
     pub jobs: Arc<std::sync::OnceLock<Arc<dyn JobService>>>,
     /// The fleet (providers, offers, telemetry), once this process runs it.
     pub fleet: Arc<std::sync::OnceLock<Arc<dyn FleetService>>>,
+    /// Where Providers may take a Vast.ai key from, as this server's flags say, when set
+    /// (a replica admits Providers by them whether or not it runs the fleet).
+    pub key_sources: Option<Arc<crate::fleet::providers::keys::KeySources>>,
     /// This replica among others on one store on etcd; `None` for a daemon on its own.
     pub replication: Option<Arc<forward::Replication>>,
     /// The API audit log, when `hive serve` writes one.
@@ -135,6 +138,7 @@ impl AppState {
             openapi_hash: Arc::from(hash),
             jobs: Arc::default(),
             fleet: Arc::default(),
+            key_sources: None,
             replication: None,
             audit: None,
             metrics,
@@ -175,6 +179,13 @@ impl AppState {
         self
     }
 
+    /// The same state admitting Providers by `sources` (the `hive serve` flags), also
+    /// before or without a running fleet.
+    pub fn with_key_sources(mut self, sources: crate::fleet::providers::keys::KeySources) -> AppState {
+        self.building().key_sources = Some(Arc::new(sources));
+        self
+    }
+
     /// The same state for a replica among others on one store.
     pub fn with_replication(mut self, replication: forward::Replication) -> AppState {
         self.building().replication = Some(Arc::new(replication));
@@ -211,10 +222,15 @@ impl AppState {
         }
     }
 
-    /// Where Providers may take a Vast.ai key from on this host: the fleet's flags, and
-    /// nothing when this server runs no fleet.
+    /// Where Providers may take a Vast.ai key from on this host: the server's flags
+    /// (those the fleet runs by, on every replica, leading or not), else the running
+    /// fleet's, else nothing.
     pub fn key_sources(&self) -> &crate::fleet::providers::keys::KeySources {
-        self.fleet.get().map_or(&crate::fleet::providers::keys::NONE, |f| f.key_sources())
+        match (&self.key_sources, self.fleet.get()) {
+            (Some(sources), _) => sources,
+            (None, Some(fleet)) => fleet.key_sources(),
+            (None, None) => &crate::fleet::providers::keys::NONE,
+        }
     }
 
     /// What admission looks up for a write: the stored agents, the key sources.

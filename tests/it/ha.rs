@@ -578,3 +578,37 @@ async fn reads_writes_and_swaps_through_every_replica_across_a_failover_are_line
         }
     }
 }
+
+/// A Provider is admitted by the key sources the operator allowed, through whichever
+/// replica it is written (a follower, which runs no fleet, admitted nothing before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_admits_a_providers_key_sources_by_the_flags_as_the_leader_does() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = cluster.url();
+    let keys = tempfile::tempdir().unwrap();
+    std::fs::write(keys.path().join("vast.key"), "allowed-key").unwrap();
+    let dir = keys.path().display().to_string();
+    let base = "http://127.0.0.1:9/api/v0";
+    let args = ["--store", &store, "--provider-key-dir", &dir, "--provider-base-url", base];
+    let leader = Daemon::start_with(&args);
+    leading(&leader).await;
+    let follower = Daemon::start_with(&args);
+    following(&follower).await;
+    let provider = |name: &str, file: &str| {
+        json!({"apiVersion": "hive.dev/v1", "kind": "Provider", "metadata": {"name": name},
+               "spec": {"type": "vastai", "vastai": {"apiKeyFile": file, "baseUrl": base}}})
+    };
+    for (daemon, name) in [(&follower, "through-follower"), (&leader, "through-leader")] {
+        let api = daemon.client();
+        let allowed = api.post("/apis/hive.dev/v1/providers", &provider(name, "vast.key")).await;
+        assert_eq!(allowed.code, 201, "{name}: {:?}", allowed.body);
+        let refused =
+            api.post("/apis/hive.dev/v1/providers", &provider(&format!("{name}-x"), "/etc/hostname")).await;
+        assert_eq!(refused.code, 422, "{name}: {:?}", refused.body);
+        assert!(
+            refused.body["message"].as_str().unwrap_or_default().contains("spec.vastai.apiKeyFile"),
+            "{:?}",
+            refused.body
+        );
+    }
+}
