@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::server::forward::Leader;
-use crate::store::etcd::lease::{Election, ElectionConfig, Fence, Leadership};
+use crate::store::etcd::lease::{ElectionConfig, Fence, Leadership};
 use crate::store::etcd::Backend;
 use crate::store::Store;
 
@@ -56,11 +56,7 @@ impl Campaign {
         let backend = store.etcd().expect("leadership is for a store on etcd").clone();
         let holder = Holder { name, url, pid: std::process::id() };
         let identity = serde_json::to_string(&holder).expect("a holder serializes");
-        let election = Election::new(
-            backend.gateway().clone(),
-            backend.internal_key("leader"),
-            ElectionConfig::new(identity),
-        );
+        let election = backend.election(ElectionConfig::new(identity));
         let state = election.subscribe();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move { election.run(stopped).await });

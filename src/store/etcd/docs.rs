@@ -41,7 +41,7 @@ impl Docs {
         }
     }
 
-    fn follow(&self, key: &[u8]) -> tokio::sync::watch::Sender<Option<Version>> {
+    pub(super) fn follow(&self, key: &[u8]) -> tokio::sync::watch::Sender<Option<Version>> {
         let mut followed = self.followed.lock().unwrap_or_else(PoisonError::into_inner);
         followed.entry(key.to_vec()).or_insert_with(|| tokio::sync::watch::channel(None).0).clone()
     }

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::docs::Docs;
 use super::gateway::{Compare, Gateway, GatewayError, KeyValue, Op};
 
 /// The proof of leadership a write carries: the leader key and the revision it was
@@ -81,12 +82,45 @@ pub struct Election {
     key: Vec<u8>,
     config: ElectionConfig,
     state: tokio::sync::watch::Sender<Leadership>,
+    /// The store's feed, which hears the leader key's delete when a lease ends: a
+    /// follower campaigns then, not at its next poll.
+    docs: Option<Arc<Docs>>,
 }
 
 impl Election {
     pub fn new(gateway: Arc<Gateway>, key: Vec<u8>, config: ElectionConfig) -> Election {
         let (state, _) = tokio::sync::watch::channel(Leadership::Follower(None));
-        Election { gateway, key, config, state }
+        Election { gateway, key, config, state, docs: None }
+    }
+
+    /// The same election, woken by the store's feed (see [`super::Backend::election`]).
+    pub(super) fn woken_by(mut self, docs: Arc<Docs>) -> Election {
+        self.docs = Some(docs);
+        self
+    }
+
+    /// Waits a quarter TTL while `holder` leads, or less: until the store's feed says
+    /// the leader key is gone.
+    async fn pause(&self, holder: Option<&KeyValue>) {
+        let Some(docs) = &self.docs else {
+            tokio::time::sleep(self.config.ttl / 4).await;
+            return;
+        };
+        // Followed first, so the feed keeps what it is told of the holder from now on.
+        let followed = docs.follow(&self.key);
+        if let Some(kv) = holder {
+            docs.saw(&self.key, Some(&kv.value), kv.mod_revision);
+        }
+        let mut changes = followed.subscribe();
+        let gone = async {
+            while changes.changed().await.is_ok() {
+                if changes.borrow_and_update().is_none() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        let _ = tokio::time::timeout(self.config.ttl / 4, gone).await;
     }
 
     /// Follows leadership changes.
@@ -131,13 +165,13 @@ impl Election {
     }
 
     /// One try: a fresh lease, then the leader key if it is free. `None` when someone
-    /// else leads (after waiting a quarter TTL, so the loop polls at that pace).
+    /// else leads (after waiting a quarter TTL, or until its key is deleted).
     async fn campaign(&self) -> Result<Option<(i64, Fence, Instant)>, GatewayError> {
         // A read first: a lease is taken only when the key looks free.
         let current = self.gateway.range(&self.key, &[], 1, 0).await?;
         if let Some(kv) = current.kvs.first() {
             self.follow(Some(String::from_utf8_lossy(&kv.value).into_owned()));
-            tokio::time::sleep(self.config.ttl / 4).await;
+            self.pause(Some(kv)).await;
             return Ok(None);
         }
         let sent = Instant::now();
@@ -162,10 +196,9 @@ impl Election {
             return Ok(Some((lease, Fence { key: self.key.clone(), epoch: answer.revision }, sent)));
         }
         let _ = self.gateway.revoke(lease).await;
-        let holder =
-            answer.gets.first().cloned().flatten().map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
-        self.follow(holder);
-        tokio::time::sleep(self.config.ttl / 4).await;
+        let holder = answer.gets.first().cloned().flatten();
+        self.follow(holder.as_ref().map(|kv| String::from_utf8_lossy(&kv.value).into_owned()));
+        self.pause(holder.as_ref()).await;
         Ok(None)
     }
 

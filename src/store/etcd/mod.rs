@@ -25,6 +25,7 @@
 //! resolved by reading it back before it is answered.
 
 pub mod cluster;
+mod consistent;
 pub mod docs;
 mod feed;
 pub mod gateway;
@@ -123,18 +124,7 @@ pub struct Backend {
     docs: Arc<docs::Docs>,
     /// The writes of `<prefix>_sync` that bring the cache up to now (see
     /// [`Backend::sync`]).
-    sentinel: Sentinel,
-}
-
-/// Sentinel writes, one at a time, each shared by every caller that arrived before it
-/// was sent.
-#[derive(Default)]
-struct Sentinel {
-    /// How many sentinel writes were sent.
-    sent: std::sync::atomic::AtomicU64,
-    /// The number and revision of the last one etcd acknowledged; held while one is
-    /// in flight.
-    last: tokio::sync::Mutex<(u64, u64)>,
+    sentinel: consistent::Sentinel,
 }
 
 /// How objects map to keys.
@@ -262,7 +252,7 @@ impl Backend {
             fence: Mutex::new(None),
             compacted: Mutex::new(0),
             docs,
-            sentinel: Sentinel::default(),
+            sentinel: consistent::Sentinel::default(),
         };
         Ok((Arc::new(backend), shared))
     }
@@ -270,6 +260,13 @@ impl Backend {
     /// The gateway, for leader election beside the store.
     pub fn gateway(&self) -> &Arc<Gateway> {
         &self.gateway
+    }
+
+    /// An election for `<prefix>_leader` whose followers campaign as soon as this
+    /// store's feed sees the key deleted (a lease ended, a leader resigned).
+    pub fn election(&self, config: lease::ElectionConfig) -> lease::Election {
+        lease::Election::new(self.gateway.clone(), self.keys.internal("leader"), config)
+            .woken_by(self.docs.clone())
     }
 
     /// The key of hive's own `name` under the prefix.
@@ -324,48 +321,6 @@ impl Backend {
         decode(&kv.value, kv.mod_revision).map(Some).map_err(|e| Error::Unavailable {
             message: format!("etcd holds {kind}/{name} as something that is not JSON: {e}"),
         })
-    }
-
-    /// Waits until this replica's cache holds every write etcd acknowledged before the
-    /// call began, through whichever replica: what a list or watch "at the most recent
-    /// revision" needs to be linearizable (kube-apiserver's consistent reads from cache).
-    ///
-    /// One quorum read gives etcd's current revision; a cache at it or past it is
-    /// current. A cache behind it may only be waiting for the feed, or the revisions
-    /// after it may belong to keys outside the prefix, which the feed never sees: a
-    /// write of `<prefix>_sync` then gives a revision the feed will bring, and the cache
-    /// is current once it has applied it. Concurrent callers share one such write.
-    pub(super) async fn sync(&self) -> Result<()> {
-        let (now, _) = self.read_back(Vec::new()).await?;
-        if self.shared.read().revision >= now {
-            return Ok(());
-        }
-        let revision = self.sentinel().await?;
-        if self.catch_up(revision).await {
-            Ok(())
-        } else {
-            Err(Error::Unavailable {
-                message: format!(
-                    "this replica's cache has not reached etcd's revision {revision} after {APPLY_WAIT:?}; retry"
-                ),
-            })
-        }
-    }
-
-    /// The revision of a write of `<prefix>_sync` sent after this call began.
-    async fn sentinel(&self) -> Result<u64> {
-        use std::sync::atomic::Ordering;
-        let arrived = self.sentinel.sent.load(Ordering::SeqCst);
-        let mut last = self.sentinel.last.lock().await;
-        // One sent after this caller arrived covers it.
-        if last.0 > arrived {
-            return Ok(last.1);
-        }
-        let number = self.sentinel.sent.fetch_add(1, Ordering::SeqCst) + 1;
-        let put = Op::Put { key: self.keys.internal("sync"), value: Vec::new(), lease: 0 };
-        let answer = self.gateway.txn(&[], &[put], &[]).await.map_err(|e| unavailable(&e))?;
-        *last = (number, answer.revision);
-        Ok(answer.revision)
     }
 
     /// Why the store cannot follow etcd right now, if it cannot.

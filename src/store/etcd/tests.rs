@@ -471,3 +471,37 @@ async fn a_synced_list_holds_every_write_acknowledged_before_it_whatever_else_et
     }
     elsewhere.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_campaigns_when_its_feed_sees_the_leader_key_go_not_at_its_next_poll() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let (a, b) = (replica(&cluster, 0, "/wake/", |_| {}).await, replica(&cluster, 0, "/wake/", |_| {}).await);
+    // A follower polls every quarter TTL: ten minutes here, longer than this test waits.
+    let config = |who: &str| ElectionConfig {
+        ttl: Duration::from_secs(2400),
+        renew_deadline: Duration::from_secs(60),
+        identity: who.into(),
+    };
+    let first = a.etcd().unwrap().election(config("a"));
+    let mut first_state = first.subscribe();
+    let (stop_first, stopped_first) = tokio::sync::watch::channel(false);
+    let first_task = tokio::spawn(async move { first.run(stopped_first).await });
+    let fence = elected(&mut first_state).await;
+
+    let second = b.etcd().unwrap().election(config("b"));
+    let mut second_state = second.subscribe();
+    let (_stop_second, stopped_second) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move { second.run(stopped_second).await });
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        second_state.wait_for(|s| *s == Leadership::Follower(Some("a".into()))),
+    )
+    .await
+    .expect("the second follows the first")
+    .unwrap();
+    // The first resigns (its key is deleted): the second's feed hears it and campaigns.
+    stop_first.send(true).unwrap();
+    first_task.await.unwrap();
+    let second_fence = elected(&mut second_state).await;
+    assert!(second_fence.epoch > fence.epoch);
+}
