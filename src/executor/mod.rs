@@ -174,6 +174,9 @@ impl Executor for RuntimeExecutor {
         if node.attempt > 1 {
             self.record_retry(&node).await;
         }
+        if self.store.etcd().is_some() {
+            self.record_start(&node).await?;
+        }
         let result = self.execute(node).await;
         // Lifecycle outcomes become Events on the agent, as kubectl describe shows them.
         if let Some(stored) = agent.as_deref().and_then(|a| self.agents.get(a).ok().flatten()) {
@@ -217,6 +220,24 @@ impl RuntimeExecutor {
         if let Err(err) = self.recorder.record(&job, warning, "Retrying", &message).await {
             tracing::warn!(error = %err, "retry event not recorded");
         }
+    }
+
+    /// Among replicas, a node's start is recorded before it acts: a `NodeStarted` Event
+    /// on its Job naming the node and the attempt, written under the leader's fence. A
+    /// replica that no longer leads cannot write it, so it starts nothing; and the Events
+    /// show each (Job, node, attempt) started at most once across leaders (a second
+    /// start would count 2).
+    async fn record_start(&self, node: &NodeRun) -> Result<(), NodeError> {
+        let job = Api::<hive_api::Job>::new(&self.store)
+            .get(&node.job)
+            .map_err(|err| failed(format!("not started: reading its Job: {err}")))?
+            .ok_or_else(|| failed("not started: its Job is gone"))?;
+        let message = format!("node {} attempt {} started", node.id(), node.attempt);
+        let normal = crate::client::events::EventType::Normal;
+        self.recorder
+            .record(&job, normal, "NodeStarted", &message)
+            .await
+            .map_err(|err| failed(format!("not started: its start could not be recorded: {err}")))
     }
 
     /// Runs the node's action: one function each. The action was parsed when the

@@ -246,6 +246,29 @@ async fn failover_under_writes(etcd_too: bool) {
             acknowledged
         }));
     }
+    // Jobs posted through the followers all along: running when the leader dies, or
+    // taken by the next one.
+    let posted_jobs = {
+        let apis = [followers[0].client(), followers[1].client()];
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut posted = Vec::new();
+            let mut k = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let name = format!("during-{k}");
+                let url = format!("{}/apis/hive.dev/v1/jobs", apis[k % 2].base);
+                let job = set_wanted(&name, "a");
+                let sent =
+                    apis[k % 2].http.post(&url).bearer_auth(apis[k % 2].token()).json(&job).send().await;
+                if sent.is_ok_and(|r| r.status() == 201) {
+                    posted.push(name);
+                }
+                k += 1;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+            }
+            posted
+        })
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
     let etcd_leader = if etcd_too { Some(cluster.leader().expect("etcd has a leader")) } else { None };
     leader.kill9();
@@ -295,11 +318,44 @@ async fn failover_under_writes(etcd_too: bool) {
         assert!(lost.is_empty(), "acknowledged writes missing after the failover: {lost:?}");
     }
     // No Job is left unfinished by the failover.
-    let jobs = followers[0].client().get("/apis/hive.dev/v1/jobs").await;
-    for job in jobs.body["items"].as_array().unwrap() {
-        let phase = job["status"]["phase"].as_str().unwrap_or_default();
-        assert!(matches!(phase, "Done" | "Failed" | "Cancelled" | "Interrupted"), "{job}");
+    let posted_jobs = posted_jobs.await.unwrap();
+    assert!(!posted_jobs.is_empty());
+    let api = followers[0].client();
+    let jobs = eventually("every Job to finish", || {
+        let api = &api;
+        async move {
+            let jobs =
+                api.get("/apis/hive.dev/v1/jobs").await.body["items"].as_array().cloned().unwrap_or_default();
+            jobs.iter()
+                .all(|job| {
+                    matches!(
+                        job["status"]["phase"].as_str().unwrap_or_default(),
+                        "Done" | "Failed" | "Cancelled" | "Interrupted"
+                    )
+                })
+                .then_some(jobs)
+        }
+    })
+    .await;
+    // Each (Job, node, attempt) was started at most once, across both leaders (a second
+    // start folds into its Event's count); every Job that is Done was started.
+    let events = api.get("/api/v1/events").await.body["items"].as_array().cloned().unwrap_or_default();
+    let starts: Vec<&Value> = events.iter().filter(|e| e["reason"] == "NodeStarted").collect();
+    for start in &starts {
+        assert_eq!(start["count"], 1, "a node started more than once: {start}");
     }
+    for job in &jobs {
+        let name = job["metadata"]["name"].as_str().unwrap();
+        let started = starts.iter().filter(|e| e["involvedObject"]["name"] == name).count();
+        if job["status"]["phase"] == "Done" {
+            assert!(started >= 1, "Job {name} is Done and its node never started");
+        }
+    }
+    eprintln!(
+        "failover: {} Jobs posted around it, {} nodes started, none twice",
+        posted_jobs.len(),
+        starts.len()
+    );
 }
 
 /// Sends `signal` (`-STOP`, `-CONT`) to `pid`.
