@@ -208,6 +208,9 @@ pub async fn run(
         },
     )
     .with_metrics(metrics.clone());
+    if let Some(backend) = store.etcd() {
+        state = state.with_sessions(shared::sessions(backend));
+    }
     let leading: Arc<std::sync::OnceLock<Leading>> = Arc::default();
     let campaign = match store.etcd() {
         None => {
