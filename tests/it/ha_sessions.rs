@@ -5,8 +5,8 @@
 use hive::store::etcd::cluster::LocalCluster;
 use serde_json::json;
 
+use crate::ha::{following, leading, offline, replica, set_wanted};
 use crate::harness::{eventually, Daemon};
-use crate::ha::{following, leading, replica};
 
 /// A browser that trusts the replicas' shared CA and does not follow redirects (so a
 /// page that wants a sign-in answers 303 to `/login`).
@@ -22,7 +22,8 @@ fn browser(ca_pem: &[u8]) -> reqwest::Client {
 
 /// Signs in on `daemon` with `token`; the `hive_session=…` cookie.
 async fn sign_in(browser: &reqwest::Client, daemon: &Daemon, token: &str) -> String {
-    let signed_in = browser.post(format!("{}/login", daemon.url)).form(&[("token", token)]).send().await.unwrap();
+    let signed_in =
+        browser.post(format!("{}/login", daemon.url)).form(&[("token", token)]).send().await.unwrap();
     assert_eq!(signed_in.status(), 303, "{}", signed_in.text().await.unwrap());
     signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string()
 }
@@ -65,8 +66,7 @@ async fn a_session_signed_in_on_one_replica_works_and_ends_on_every_replica() {
     let b = replica(&store);
     following(&b).await;
     let browser = browser(&a.ca_pem);
-    let minted =
-        a.client().post("/hive/v1/tokens", &json!({"name": "browser", "role": "operator"})).await;
+    let minted = a.client().post("/hive/v1/tokens", &json!({"name": "browser", "role": "operator"})).await;
     assert_eq!(minted.code, 201, "{:?}", minted.body);
     let token = minted.body["token"].as_str().unwrap().to_string();
 
@@ -85,25 +85,20 @@ async fn a_session_signed_in_on_one_replica_works_and_ends_on_every_replica() {
     assert_eq!(api_read(&browser, &b, &cookie).await, 200);
     // A mutation B serves itself, and one it forwards to the leader (A), both with the
     // cookie and the page's CSRF token.
-    let agent = json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": "a"},
-                       "spec": {"wanted": "Offline"}});
     let created = browser
         .post(format!("{}/apis/hive.dev/v1/agents", b.url))
         .header("cookie", &cookie)
         .header("x-csrf-token", &csrf)
-        .json(&agent)
+        .json(&offline("a"))
         .send()
         .await
         .unwrap();
     assert_eq!(created.status(), 201, "{}", created.text().await.unwrap());
-    let job = json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": "from-b"},
-           "spec": {"template": "Reconcile", "nodes": [
-               {"id": "offline", "kind": "SetWanted", "agent": "a", "params": {"wanted": "Offline"}}]}});
     let posted = browser
         .post(format!("{}/apis/hive.dev/v1/jobs", b.url))
         .header("cookie", &cookie)
         .header("x-csrf-token", &csrf)
-        .json(&job)
+        .json(&set_wanted("from-b", "a"))
         .send()
         .await
         .unwrap();
@@ -112,8 +107,7 @@ async fn a_session_signed_in_on_one_replica_works_and_ends_on_every_replica() {
     let refused = browser
         .post(format!("{}/apis/hive.dev/v1/agents", b.url))
         .header("cookie", &cookie)
-        .json(&json!({"apiVersion": "hive.dev/v1", "kind": "Agent", "metadata": {"name": "b"},
-                      "spec": {"wanted": "Offline"}}))
+        .json(&offline("b"))
         .send()
         .await
         .unwrap();
