@@ -336,6 +336,13 @@ impl TokenStore {
         tokens.by_hash.get(&hash).cloned()
     }
 
+    /// Finds the principal of the token whose SHA-256 is `sha256` (hex), as a session
+    /// keeps it (see [`token_sha256`]); `None` for an unknown or revoked token.
+    pub fn authenticate_sha256(&self, sha256: &str) -> Option<Principal> {
+        let hash = unhex(sha256)?;
+        self.read().by_hash.get(&hash).cloned()
+    }
+
     /// Every token's name, role and creation time, sorted by name.
     pub fn list(&self) -> Vec<TokenInfo> {
         self.read()
@@ -489,6 +496,12 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Tokens> {
         tokens.insert(record, hash);
     }
     Ok(tokens)
+}
+
+/// The SHA-256 of `token` in hex: what the token store keeps instead of the token, and
+/// what [`TokenStore::authenticate_sha256`] takes.
+pub fn token_sha256(token: &str) -> String {
+    hex(&sha256(token))
 }
 
 fn sha256(token: &str) -> Hash {

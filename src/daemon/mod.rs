@@ -209,6 +209,9 @@ pub async fn run(
     )
     .with_metrics(metrics.clone())
     .with_key_sources(config.fleet.key_sources.clone());
+    if let Some(backend) = store.etcd() {
+        state = state.with_sessions(shared::sessions(backend));
+    }
     let leading: Arc<std::sync::OnceLock<Leading>> = Arc::default();
     let campaign = match store.etcd() {
         None => {

@@ -1,5 +1,6 @@
 //! What replicas on one store on etcd share besides the objects: the token file (a token
-//! made or revoked through any replica counts on every one), the TLS CA (every
+//! made or revoked through any replica counts on every one), the dashboard's sessions (a
+//! browser signed in on one replica is signed in on every one), the TLS CA (every
 //! replica's serving certificate is issued by it, so one kubeconfig trusts them all and
 //! replicas trust each other when a request is forwarded to the leader) and the fleet
 //! identity (workers rejoin whichever replica leads; containers carry its label, so a
@@ -9,12 +10,15 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use crate::auth::sessions::{Pending, Sessions, SharedSessions};
 use crate::auth::{SharedTokens, Swapped, TokenStore};
 use crate::store::etcd::docs::{Doc, Moved};
+use crate::store::etcd::gateway::{Gateway, GatewayError, Op};
 use crate::store::etcd::Backend;
 
 /// The token store every replica shares, seeded from `state_dir`'s own when etcd holds
@@ -65,6 +69,67 @@ impl SharedTokens for EtcdTokens {
             Ok(Err(Moved(now))) => Ok(Err(now.map(|v| (v.value, v.revision)))),
             Err(e) => Err(std::io::Error::other(e.to_string())),
         }
+    }
+}
+
+/// The dashboard's sessions every replica shares: one key `<prefix>_sessions/<SHA-256 of
+/// the session id, hex>` each, on a lease of the session's TTL, so etcd drops it when it
+/// expires. Each replica caches the sessions it signed in or read, and drops one from its
+/// cache when the feed hears its key deleted (signed out anywhere, or expired).
+pub fn sessions(backend: &crate::store::etcd::Backend) -> Sessions {
+    let prefix = backend.internal_key("sessions/");
+    let sessions = Sessions::shared(Arc::new(EtcdSessions { gateway: backend.gateway().clone(), prefix }));
+    let hearing = sessions.clone();
+    backend.follow_internal(
+        "sessions/",
+        Box::new(move |key, value| {
+            if let (None, Ok(key)) = (value, std::str::from_utf8(key)) {
+                hearing.ended_elsewhere(key);
+            }
+        }),
+    );
+    sessions
+}
+
+/// The shared sessions on etcd (see [`sessions`]).
+struct EtcdSessions {
+    gateway: Arc<Gateway>,
+    /// `<prefix>_sessions/`.
+    prefix: Vec<u8>,
+}
+
+impl EtcdSessions {
+    fn key(&self, key: &str) -> Vec<u8> {
+        [self.prefix.as_slice(), key.as_bytes()].concat()
+    }
+}
+
+fn io_error(e: GatewayError) -> std::io::Error {
+    std::io::Error::other(e.to_string())
+}
+
+impl SharedSessions for EtcdSessions {
+    fn put(&self, key: String, record: Vec<u8>, ttl: Duration) -> Pending<'_, ()> {
+        Box::pin(async move {
+            let (lease, _) = self.gateway.grant(ttl.as_secs()).await.map_err(io_error)?;
+            let put = [Op::Put { key: self.key(&key), value: record, lease }];
+            self.gateway.txn(&[], &put, &[]).await.map_err(io_error).map(drop)
+        })
+    }
+
+    fn get(&self, key: String) -> Pending<'_, Option<Vec<u8>>> {
+        // etcd's range is linearizable unless asked otherwise: a quorum read.
+        Box::pin(async move {
+            let page = self.gateway.range(&self.key(&key), &[], 1, 0).await.map_err(io_error)?;
+            Ok(page.kvs.into_iter().next().map(|kv| kv.value))
+        })
+    }
+
+    fn delete(&self, key: String) -> Pending<'_, ()> {
+        Box::pin(async move {
+            let delete = [Op::Delete { key: self.key(&key) }];
+            self.gateway.txn(&[], &delete, &[]).await.map_err(io_error).map(drop)
+        })
     }
 }
 

@@ -106,7 +106,7 @@ impl axum::extract::FromRequestParts<AppState> for Viewer {
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
         let sessions = parts.extensions.get::<Sessions>().ok_or_else(|| Redirect::to("/login"))?;
-        let Some(session) = sessions.current(&state.tokens, &parts.headers) else {
+        let Some(session) = sessions.current(&state.tokens, &parts.headers).await else {
             return Err(Redirect::to("/login"));
         };
         let ask = Asker {

@@ -92,19 +92,10 @@ pub async fn layer(State(state): State<AppState>, request: Request, next: Next) 
     }
     let method = request.method().clone();
     let uri = request.uri().clone();
-    let mut headers = request.headers().clone();
-    // A dashboard session lives in this replica's memory: the leader gets its token
-    // instead (the CSRF check was made here, by authentication).
-    if !headers.contains_key(header::AUTHORIZATION) {
-        let sessions = request.extensions().get::<crate::auth::sessions::Sessions>();
-        if let Some(token) = sessions.and_then(|s| s.bearer(&state.tokens, &headers)) {
-            headers.remove(header::COOKIE);
-            headers.remove(crate::auth::sessions::CSRF_HEADER);
-            if let Ok(value) = header::HeaderValue::from_str(&format!("Bearer {token}")) {
-                headers.insert(header::AUTHORIZATION, value);
-            }
-        }
-    }
+    let headers = request.headers().clone();
+    // A dashboard session's cookie and CSRF header go to the leader unchanged: the
+    // replicas share the sessions, so the leader checks them as this replica did.
+
     // Kept, so that the request can be sent on if the route says it belongs on the
     // leader: at most what a handler would read of it.
     let (request, body) = if has_body(&method) {

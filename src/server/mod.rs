@@ -114,6 +114,8 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The requests held now, against `config.limits`.
     pub held: Arc<streams::Held>,
+    /// The dashboard's sign-in sessions: this process's own, or shared by its replicas.
+    pub sessions: crate::auth::sessions::Sessions,
 }
 
 impl std::ops::Deref for AppState {
@@ -143,7 +145,14 @@ impl AppState {
             audit: None,
             metrics,
             held,
+            sessions: crate::auth::sessions::Sessions::default(),
         }))
+    }
+
+    /// The same state with `sessions` (shared by the replicas on one etcd).
+    pub fn with_sessions(mut self, sessions: crate::auth::sessions::Sessions) -> AppState {
+        self.building().sessions = sessions;
+        self
     }
 
     /// The fields to change while building the state (copied if already shared).
@@ -337,7 +346,7 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .merge(authenticated)
         .merge(pages)
         .layer(axum::Extension(local))
-        .layer(axum::Extension(crate::auth::sessions::Sessions::default()))
+        .layer(axum::Extension(state.sessions.clone()))
         .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(body::drain_unread))
         .layer(middleware::from_fn(log_request))
@@ -388,21 +397,21 @@ async fn authenticated(state: &AppState, mut request: Request, next: Next) -> (O
     // roles, same errors); a mutation by cookie must also carry the page's CSRF token.
     let sessions = request.extensions().get::<crate::auth::sessions::Sessions>().cloned();
     let mut by_cookie = None;
-    let principal = match bearer {
-        Some(bearer) => state.tokens.authenticate(bearer),
-        None => match sessions
-            .as_ref()
-            .map(|sessions| sessions.authenticate(&state.tokens, request.method(), request.headers()))
-        {
-            Some(crate::auth::sessions::CookieAuth::Allowed { principal, session }) => {
-                by_cookie = Some(session);
-                Some(principal)
+    let principal = match (bearer, &sessions) {
+        (Some(bearer), _) => state.tokens.authenticate(bearer),
+        (None, None) => None,
+        (None, Some(sessions)) => {
+            match sessions.authenticate(&state.tokens, request.method(), request.headers()).await {
+                crate::auth::sessions::CookieAuth::Allowed { principal, session } => {
+                    by_cookie = Some(session);
+                    Some(principal)
+                }
+                crate::auth::sessions::CookieAuth::CsrfRefused(why) => {
+                    return (None, ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response());
+                }
+                crate::auth::sessions::CookieAuth::None => None,
             }
-            Some(crate::auth::sessions::CookieAuth::CsrfRefused(why)) => {
-                return (None, ApiError::Forbidden(format!("CSRF token refused: {why}")).into_response());
-            }
-            Some(crate::auth::sessions::CookieAuth::None) | None => None,
-        },
+        }
     };
     let Some(principal) = principal else {
         return (None, ApiError::Unauthorized.into_response());

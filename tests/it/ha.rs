@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use crate::harness::{agent, eventually, Daemon};
 
 /// Starts a replica on `store` (it serves at once, leading or not).
-fn replica(store: &str) -> Daemon {
+pub(crate) fn replica(store: &str) -> Daemon {
     Daemon::start_with(&["--store", store])
 }
 
@@ -42,14 +42,14 @@ pub(crate) async fn following(daemon: &Daemon) {
 }
 
 /// An Offline agent no Job starts anything for.
-fn offline(name: &str) -> Value {
+pub(crate) fn offline(name: &str) -> Value {
     let mut agent = agent(name);
     agent["spec"]["wanted"] = json!("Offline");
     agent
 }
 
 /// A Job of one SetWanted node on `agent`: it is Done as soon as a scheduler runs it.
-fn set_wanted(name: &str, agent: &str) -> Value {
+pub(crate) fn set_wanted(name: &str, agent: &str) -> Value {
     json!({"apiVersion": "hive.dev/v1", "kind": "Job", "metadata": {"name": name},
            "spec": {"template": "Reconcile", "nodes": [
                {"id": "offline", "kind": "SetWanted", "agent": agent, "params": {"wanted": "Offline"}}]}})
@@ -135,8 +135,8 @@ async fn every_replica_serves_and_what_only_the_leader_runs_is_forwarded_to_it()
     let log = followers[1].client().get("/apis/hive.dev/v1/jobs/through-follower/log?node=offline").await;
     assert_eq!(log.code, 200, "{:?}", log.body);
 
-    // A dashboard session lives on the replica it signed in on; what it asks of the
-    // leader is forwarded with the session's token.
+    // A dashboard session is shared by the replicas; what it asks of the leader is
+    // forwarded with its cookie and CSRF header.
     let browser = reqwest::Client::builder()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)

@@ -40,6 +40,7 @@ mod generated;
 mod go_clients;
 mod ha;
 mod ha_meta;
+mod ha_sessions;
 mod harness;
 mod http2;
 mod intake;

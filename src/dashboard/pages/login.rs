@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
 
 use super::form_field;
-use crate::auth::sessions::{clear_cookie, cookie, set_cookie, COOKIE};
+use crate::auth::sessions::{clear_cookie, cookie, set_cookie, SignInError, COOKIE};
 use crate::dashboard::html::Markup;
 use crate::dashboard::layout::{head, html_response};
 use crate::dashboard::Sessions;
@@ -73,7 +73,7 @@ pub async fn form(
     Extension(sessions): Extension<Sessions>,
     headers: HeaderMap,
 ) -> Response {
-    if sessions.current(&state.tokens, &headers).is_some() {
+    if sessions.current(&state.tokens, &headers).await.is_some() {
         return Redirect::to("/").into_response();
     }
     html_response(render(None))
@@ -97,11 +97,13 @@ pub async fn submit(
     let token = form_field(&body, "token").unwrap_or_default();
     if state.tokens.authenticate(token.trim()).is_some() {
         if let Some(old) = cookie(&headers, COOKIE) {
-            sessions.sign_out(old);
+            if let Err(e) = sessions.sign_out(old).await {
+                tracing::warn!(error = %e, "cannot end the session this browser had before signing in again");
+            }
         }
     }
-    match sessions.sign_in(&state.tokens, &token) {
-        Some((id, principal)) => {
+    match sessions.sign_in(&state.tokens, &token).await {
+        Ok((id, principal)) => {
             tracing::info!(token_name = &*principal.name, role = %principal.role, "dashboard sign-in");
             let mut response = Redirect::to("/").into_response();
             if let Ok(value) = HeaderValue::from_str(&set_cookie(&id)) {
@@ -109,9 +111,15 @@ pub async fn submit(
             }
             response
         }
-        None => {
+        Err(SignInError::Unknown) => {
             let mut response = html_response(render(Some("That token is not valid (unknown or revoked).")));
             *response.status_mut() = StatusCode::UNAUTHORIZED;
+            response
+        }
+        Err(e @ SignInError::Unavailable(_)) => {
+            tracing::warn!(error = %e, cause = ?std::error::Error::source(&e), "dashboard sign-in failed");
+            let mut response = html_response(render(Some("Signing in failed for now; try again.")));
+            *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
             response
         }
     }
@@ -128,12 +136,16 @@ pub async fn sign_out(
     body: Bytes,
 ) -> Response {
     let csrf = form_field(&body, "csrf").unwrap_or_default();
-    let live = sessions.current(&state.tokens, &headers).is_some();
-    if !same_origin(&headers, &uri) || (live && !sessions.csrf_matches(&state.tokens, &headers, &csrf)) {
+    let live = sessions.current(&state.tokens, &headers).await.is_some();
+    if !same_origin(&headers, &uri) || (live && !sessions.csrf_matches(&state.tokens, &headers, &csrf).await)
+    {
         return (StatusCode::FORBIDDEN, "sign-out refused: missing or invalid CSRF token").into_response();
     }
     if let Some(id) = cookie(&headers, COOKIE) {
-        sessions.sign_out(id);
+        if let Err(e) = sessions.sign_out(id).await {
+            tracing::warn!(error = %e, "dashboard sign-out failed");
+            return (StatusCode::SERVICE_UNAVAILABLE, "sign-out failed for now; try again").into_response();
+        }
     }
     let mut response = Redirect::to("/login").into_response();
     if let Ok(value) = HeaderValue::from_str(&clear_cookie()) {

@@ -25,10 +25,16 @@ pub struct Version {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Moved(pub Option<Version>);
 
+/// What hears every change of hive's own keys under a prefix: the rest of the key and
+/// the new value (`None`: deleted). Called from the feed: it must be quick.
+pub type Hearing = Box<dyn Fn(&[u8], Option<&[u8]>) + Send + Sync>;
+
 /// The documents this replica follows, by key: the feed tells each of every change.
 #[derive(Default)]
 pub(super) struct Docs {
     followed: Mutex<HashMap<Vec<u8>, tokio::sync::watch::Sender<Option<Version>>>>,
+    /// Followers of every key under a prefix (not one document: the dashboard's sessions).
+    prefixes: Mutex<Vec<(Vec<u8>, Hearing)>>,
 }
 
 impl Docs {
@@ -39,6 +45,17 @@ impl Docs {
         if let Some(sender) = followed.get(key) {
             publish(sender, value.map(|value| Version { value: value.to_vec(), revision }), revision);
         }
+        let prefixes = self.prefixes.lock().unwrap_or_else(PoisonError::into_inner);
+        for (prefix, hear) in prefixes.iter() {
+            if let Some(rest) = key.strip_prefix(prefix.as_slice()) {
+                hear(rest, value);
+            }
+        }
+    }
+
+    /// Has `hear` told of every later change of a key under `prefix`.
+    pub(super) fn follow_prefix(&self, prefix: Vec<u8>, hear: Hearing) {
+        self.prefixes.lock().unwrap_or_else(PoisonError::into_inner).push((prefix, hear));
     }
 
     pub(super) fn follow(&self, key: &[u8]) -> tokio::sync::watch::Sender<Option<Version>> {

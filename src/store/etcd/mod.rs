@@ -281,6 +281,12 @@ impl Backend {
             .map_err(|e| unavailable(&e))
     }
 
+    /// Has `hear` told of every later change of a key under `<prefix>_<name>` (the rest of
+    /// the key, and the value; `None`: deleted), from any replica, as the feed sees it.
+    pub fn follow_internal(&self, name: &str, hear: docs::Hearing) {
+        self.docs.follow_prefix(self.keys.internal(name), hear);
+    }
+
     /// Makes every later write of this store carry `fence` (the leader's): a write
     /// after the leadership is gone fails with `Error::NotLeader`.
     pub fn set_fence(&self, fence: Option<lease::Fence>) {
