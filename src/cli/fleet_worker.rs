@@ -82,7 +82,7 @@ pub async fn exec(args: Args, _ctx: &Context) -> anyhow::Result<()> {
     anyhow::ensure!(args.telemetry_interval_ms > 0, "--telemetry-interval-ms must be positive");
 
     let mut config = WorkerConfig::new(&args.node, args.logical_id, args.control);
-    config.net = NetConfig { bind: args.bind, relay: args.relay, advertise: None };
+    config.net = NetConfig { bind: args.bind, relay: args.relay, advertise: Vec::new() };
     config.telemetry_interval = Duration::from_millis(args.telemetry_interval_ms);
     config.join_token = args.join_token.clone().map(crate::fleet::net::control::JoinToken);
     config.state_dir = Some(args.state_dir.clone());

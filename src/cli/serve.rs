@@ -168,10 +168,12 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7946", env = "HIVE_FLEET_LISTEN")]
     pub fleet_listen: SocketAddr,
 
-    /// The address Vast.ai workers dial the daemon at (a public IP and port that reach
-    /// --fleet-listen), when it is not the bound one.
-    #[arg(long, value_name = "ADDR")]
-    pub fleet_advertise: Option<SocketAddr>,
+    /// The addresses Vast.ai workers dial the daemon at (a public IP and port that reach
+    /// --fleet-listen), when it is not the bound one. Among replicas (--store), list
+    /// every replica's, comma-separated: a worker redials them all after a failover and
+    /// reaches whichever replica leads.
+    #[arg(long, value_name = "ADDR[,ADDR...]", value_delimiter = ',')]
+    pub fleet_advertise: Vec<SocketAddr>,
 
     /// How long one attempt to pull a joined node's telemetry may wait for its first
     /// descriptors (`1s` up to `10m`). A node that has not described its channels by
@@ -393,9 +395,8 @@ pub async fn exec(mut args: Args, _ctx: &Context) -> anyhow::Result<()> {
             net: crate::fleet::net::NetConfig {
                 bind: args.fleet_listen,
                 relay: args.fleet_relay,
-                advertise: args.fleet_advertise,
+                advertise: args.fleet_advertise.clone(),
             },
-            advertise: args.fleet_advertise,
             telemetry_wait: args.fleet_telemetry_wait,
             join_timeout: args.fleet_join_timeout,
             docker_image: args.docker_image.clone(),
@@ -668,6 +669,20 @@ mod tests {
         }
         let alone = Serve::try_parse_from(["serve", "--advertise-url", "https://hive-a:7443"]);
         assert!(alone.is_err(), "--advertise-url without --store is refused");
+    }
+
+    #[test]
+    fn fleet_advertise_takes_every_replicas_address() {
+        let serve =
+            |flags: &[&str]| Serve::try_parse_from(std::iter::once("serve").chain(flags.iter().copied()));
+        assert!(serve(&[]).unwrap().args.fleet_advertise.is_empty());
+        let one = serve(&["--fleet-advertise", "203.0.113.7:7946"]).unwrap().args.fleet_advertise;
+        assert_eq!(one, vec!["203.0.113.7:7946".parse::<SocketAddr>().unwrap()]);
+        let three = serve(&["--fleet-advertise", "10.0.0.1:7946,10.0.0.2:7946,[2001:db8::3]:7946"]).unwrap();
+        assert_eq!(three.args.fleet_advertise.len(), 3);
+        assert_eq!(three.args.fleet_advertise[2], "[2001:db8::3]:7946".parse::<SocketAddr>().unwrap());
+        let err = serve(&["--fleet-advertise", "10.0.0.1:7946,host-b"]).err().unwrap().to_string();
+        assert!(err.contains("--fleet-advertise") && err.contains("host-b"), "{err}");
     }
 
     #[test]

@@ -138,7 +138,7 @@ async fn create(fleet: &Fleet, node: &Node, provider: &dyn Provider) -> Result<s
         net: &fleet.net,
         fleet_label: &fleet.fleet_label,
         run_id: &fleet.run_id,
-        advertise: fleet.config.advertise,
+        advertise: &fleet.config.net.advertise,
         docker_network: &fleet.config.docker_network,
     };
     provider.create(&launch).await

@@ -51,7 +51,6 @@ pub mod service;
 pub mod status;
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -117,9 +116,6 @@ pub struct FleetConfig {
     pub default_provider: ProviderChoice,
     /// The daemon's iroh endpoint.
     pub net: net::NetConfig,
-    /// The address workers on other hosts (Vast.ai) dial the daemon at, when it differs
-    /// from the bound one (a public address, a port forward).
-    pub advertise: Option<SocketAddr>,
     /// How long one attempt to pull a joined node's telemetry waits for its first
     /// descriptors before it is retried (`--fleet-telemetry-wait`).
     pub telemetry_wait: Duration,

@@ -190,8 +190,8 @@ pub enum MemberEvent {
 pub(crate) struct ControlService {
     pub(crate) endpoint: Endpoint,
     pub(crate) generation: u64,
-    /// The address workers are told to dial, when not the bound one.
-    pub(crate) advertise: Option<SocketAddr>,
+    /// The addresses workers are told to dial, when not the bound one.
+    pub(crate) advertise: Vec<SocketAddr>,
     pub(crate) members: Arc<dyn Members>,
     pub(crate) events: broadcast::Sender<MemberEvent>,
     /// node → the connection that most recently welcomed it, so an old connection
@@ -217,9 +217,9 @@ impl ControlService {
         }
     }
 
-    /// Where a welcomed worker redials: the advertised address, then the bound ones.
+    /// Where a welcomed worker redials: the advertised addresses, then the bound ones.
     pub(crate) fn control_addresses(&self) -> Vec<SocketAddr> {
-        let mut addresses: Vec<SocketAddr> = self.advertise.into_iter().collect();
+        let mut addresses = self.advertise.clone();
         for bound in self.endpoint.bound_sockets() {
             if !addresses.contains(&bound) {
                 addresses.push(bound);

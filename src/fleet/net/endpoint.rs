@@ -8,9 +8,12 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context as _;
-use iroh::endpoint::{presets, PortmapperConfig};
+use iroh::endpoint::{
+    presets, AfterHandshakeOutcome, Connection, EndpointHooks, PortmapperConfig, WeakConnectionHandle,
+};
 use iroh::{Endpoint, EndpointAddr, EndpointId, NetReportConfig, RelayMode, SecretKey};
 
 /// Whether an endpoint uses relays and discovery.
@@ -31,16 +34,16 @@ pub struct NetConfig {
     pub bind: SocketAddr,
     /// Relays and discovery.
     pub relay: RelayChoice,
-    /// The address workers are told to dial the daemon at, when not the bound one (a
-    /// public address, a port forward): the daemon's Welcome names it first. Workers'
-    /// endpoints leave it `None`.
-    pub advertise: Option<SocketAddr>,
+    /// The addresses workers are told to dial the daemon at, when not the bound one (a
+    /// public address, a port forward; among replicas, every replica's): the daemon's
+    /// Welcome names them first. Workers' endpoints leave it empty.
+    pub advertise: Vec<SocketAddr>,
 }
 
 impl NetConfig {
     /// Direct addresses only, bound to `bind`.
     pub fn direct(bind: SocketAddr) -> NetConfig {
-        NetConfig { bind, relay: RelayChoice::Disabled, advertise: None }
+        NetConfig { bind, relay: RelayChoice::Disabled, advertise: Vec::new() }
     }
 
     /// Direct addresses only, on 127.0.0.1 with a free port (tests).
@@ -51,7 +54,28 @@ impl NetConfig {
 
 /// Binds an endpoint with `secret`, accepting `alpns` (a `Router` may replace them).
 pub async fn bind(secret: SecretKey, config: &NetConfig, alpns: Vec<Vec<u8>>) -> anyhow::Result<Endpoint> {
-    let builder = match config.relay {
+    bind_with(secret, config, alpns, None).await
+}
+
+/// [`bind`], with every connection the endpoint makes or accepts kept (weakly) in the
+/// returned [`Tracked`].
+pub async fn bind_tracked(
+    secret: SecretKey,
+    config: &NetConfig,
+    alpns: Vec<Vec<u8>>,
+) -> anyhow::Result<(Endpoint, Tracked)> {
+    let tracked = Tracked::default();
+    let endpoint = bind_with(secret, config, alpns, Some(tracked.clone())).await?;
+    Ok((endpoint, tracked))
+}
+
+async fn bind_with(
+    secret: SecretKey,
+    config: &NetConfig,
+    alpns: Vec<Vec<u8>>,
+    tracked: Option<Tracked>,
+) -> anyhow::Result<Endpoint> {
+    let mut builder = match config.relay {
         RelayChoice::Disabled => Endpoint::builder(presets::Minimal)
             .relay_mode(RelayMode::Disabled)
             .clear_address_lookup()
@@ -59,6 +83,9 @@ pub async fn bind(secret: SecretKey, config: &NetConfig, alpns: Vec<Vec<u8>>) ->
             .net_report_config(NetReportConfig::minimal()),
         RelayChoice::N0 => Endpoint::builder(presets::N0),
     };
+    if let Some(tracked) = tracked {
+        builder = builder.hooks(tracked);
+    }
     let endpoint = builder
         .clear_ip_transports()
         .bind_addr(config.bind)
@@ -69,6 +96,58 @@ pub async fn bind(secret: SecretKey, config: &NetConfig, alpns: Vec<Vec<u8>>) ->
         .await
         .with_context(|| format!("binding the fleet endpoint on {}", config.bind))?;
     Ok(endpoint)
+}
+
+/// The live connections of an endpoint with each remote, as weak handles (they keep
+/// nothing open).
+///
+/// A worker closes every connection it still holds with its daemon when the daemon stops
+/// answering. iroh sends a new connection's handshake only along the path it selected
+/// for that remote while it holds any connection with it, and keeps that selection when
+/// the connections on it end. So after a daemon dies without closing anything (SIGKILL,
+/// a lost host), the dead daemon's half-open connections — and a connection the next
+/// daemon, with the same identity at another address, opened meanwhile — would keep
+/// every redial going to the dead address. With none left, iroh tries every address
+/// the worker knows.
+#[derive(Clone, Debug, Default)]
+pub struct Tracked(Arc<Mutex<Vec<(EndpointId, WeakConnectionHandle)>>>);
+
+impl Tracked {
+    fn connections(&self) -> std::sync::MutexGuard<'_, Vec<(EndpointId, WeakConnectionHandle)>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Closes every live connection with `remote`; how many there were.
+    pub fn close_all(&self, remote: EndpointId, reason: &str) -> usize {
+        let mut closed = 0;
+        self.connections().retain(|(id, handle)| {
+            let Some(conn) = handle.upgrade() else { return false };
+            if *id != remote {
+                return true;
+            }
+            conn.close(0u32.into(), reason.as_bytes());
+            closed += 1;
+            false
+        });
+        closed
+    }
+
+    /// How many connections with `remote` are live.
+    pub fn live(&self, remote: EndpointId) -> usize {
+        self.connections().iter().filter(|(id, handle)| *id == remote && handle.upgrade().is_some()).count()
+    }
+}
+
+impl EndpointHooks for Tracked {
+    fn after_handshake<'a>(
+        &'a self,
+        conn: &'a Connection,
+    ) -> impl std::future::Future<Output = AfterHandshakeOutcome> + Send + 'a {
+        let mut connections = self.connections();
+        connections.retain(|(_, handle)| handle.upgrade().is_some());
+        connections.push((conn.remote_id(), conn.weak_handle()));
+        std::future::ready(AfterHandshakeOutcome::accept())
+    }
 }
 
 /// Where a worker finds the daemon: its endpoint id and the addresses to dial, written

@@ -121,7 +121,7 @@ impl FleetNet {
         let service = control::ControlService {
             endpoint: endpoint.clone(),
             generation,
-            advertise: config.advertise,
+            advertise: config.advertise.clone(),
             members,
             events: events.clone(),
             current: Arc::default(),
@@ -169,11 +169,20 @@ impl FleetNet {
     /// endpoint is bound to an unspecified IP (0.0.0.0), `advertise_ip` is the IP at which
     /// the node reaches the daemon (without it such sockets are left out).
     pub fn control_target(&self, advertise_ip: Option<IpAddr>) -> String {
-        ControlTarget {
-            endpoint_id: self.endpoint_id(),
-            addresses: ControlTarget::advertised(&self.bound_addrs(), advertise_ip),
+        self.control_target_for(ControlTarget::advertised(&self.bound_addrs(), advertise_ip))
+    }
+
+    /// The worker's `HIVE_CONTROL` naming `advertised` (the addresses workers on other
+    /// hosts dial, every replica's among replicas), or the bound ones when it is empty.
+    pub fn control_target_at(&self, advertised: &[SocketAddr]) -> String {
+        match advertised {
+            [] => self.control_target(None),
+            addresses => self.control_target_for(addresses.to_vec()),
         }
-        .to_string()
+    }
+
+    fn control_target_for(&self, addresses: Vec<SocketAddr>) -> String {
+        ControlTarget { endpoint_id: self.endpoint_id(), addresses }.to_string()
     }
 
     /// The telemetry pulled from the nodes.

@@ -288,6 +288,28 @@ async fn a_refused_rejoin_is_retried_and_never_rebinds() {
 }
 
 #[tokio::test]
+async fn a_tracked_endpoint_closes_every_connection_with_a_remote_at_once() {
+    let (sink, _seen) = Sink::new(Mode::Admit);
+    let net = daemon(0, 1, sink).await;
+    let (client, tracked) =
+        endpoint::bind_tracked(iroh::SecretKey::generate(), &NetConfig::loopback(), vec![]).await.unwrap();
+    let target: ControlTarget = net.control_target(None).parse().unwrap();
+    let first = within("dial", client.connect(target.endpoint_addr(), CONTROL_ALPN)).await.unwrap();
+    let second = within("dial", client.connect(target.endpoint_addr(), CONTROL_ALPN)).await.unwrap();
+    assert_eq!(tracked.live(net.endpoint_id()), 2);
+    assert_eq!(tracked.live(client.id()), 0, "none with another remote");
+
+    assert_eq!(tracked.close_all(net.endpoint_id(), "redialling"), 2);
+    for conn in [&first, &second] {
+        within("closed", conn.closed()).await;
+        assert!(conn.close_reason().is_some());
+    }
+    assert_eq!(tracked.live(net.endpoint_id()), 0);
+    assert_eq!(tracked.close_all(net.endpoint_id(), "again"), 0);
+    net.shutdown().await;
+}
+
+#[tokio::test]
 async fn resolve_names_the_current_binding_only() {
     let (sink, _seen) = Sink::new(Mode::Admit);
     let net = daemon(0, 17, sink).await;

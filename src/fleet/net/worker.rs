@@ -105,7 +105,7 @@ impl Worker {
     pub async fn start(config: WorkerConfig) -> anyhow::Result<Worker> {
         let started_at = crate::host::now();
         let alpns = vec![TELEMETRY_ALPN.to_vec(), crate::fleet::remote::RUNTIME_ALPN.to_vec()];
-        let endpoint = endpoint::bind(SecretKey::generate(), &config.net, alpns)
+        let (endpoint, tracked) = endpoint::bind_tracked(SecretKey::generate(), &config.net, alpns)
             .await
             .context("starting the fleet worker endpoint")?;
         let advertised = advertised_addresses(&endpoint.bound_sockets(), &config.control)?;
@@ -128,7 +128,8 @@ impl Worker {
             "fleet worker endpoint started"
         );
         let (status_tx, status) = watch::channel(WorkerStatus::default());
-        let control = tokio::spawn(control_loop(endpoint, config, advertised.clone(), started_at, status_tx));
+        let control =
+            tokio::spawn(control_loop(endpoint, tracked, config, advertised.clone(), started_at, status_tx));
         Ok(Worker { router, agents, control, status, advertised })
     }
 
@@ -265,6 +266,7 @@ impl Stream {
 /// Joins (or rejoins), then keeps the connection checked until it fails.
 async fn control_loop(
     endpoint: Endpoint,
+    tracked: endpoint::Tracked,
     config: WorkerConfig,
     advertised: Vec<SocketAddr>,
     started_at: chrono::DateTime<chrono::Utc>,
@@ -287,6 +289,19 @@ async fn control_loop(
                 tracing::warn!(node, %err, retry_in = ?delay, "fleet worker: control connection ended")
             }
             Ok(()) => {}
+        }
+        // Whatever is still open with the daemon's identity (its telemetry pull and
+        // agent runtime connections, a dead daemon's half-open ones) is closed before
+        // the redial, so the redial tries every address the worker knows (see
+        // `endpoint::Tracked`): the daemon may be another replica, elsewhere.
+        let closed =
+            tracked.close_all(target.endpoint_id, "the worker lost its control connection; redialling");
+        if closed > 0 {
+            tracing::info!(
+                node,
+                closed,
+                "fleet worker: closed the daemon's other connections before redialling"
+            );
         }
         if was_welcomed {
             delay = config.backoff.min;

@@ -103,8 +103,9 @@ pub struct Launch<'a> {
     pub fleet_label: &'a str,
     /// This run's id, which containers carry.
     pub run_id: &'a str,
-    /// The address workers on other hosts dial, when not the bound one.
-    pub advertise: Option<SocketAddr>,
+    /// The addresses workers on other hosts dial, when not the bound one (every
+    /// replica's, among replicas).
+    pub advertise: &'a [SocketAddr],
     /// The Docker network of nodes whose Provider names none.
     pub docker_network: &'a str,
 }

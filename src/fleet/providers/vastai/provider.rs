@@ -63,10 +63,7 @@ impl Provider for VastFleet {
             let Some(offer) = node.spec.offer_id else {
                 return Err(Error::NoOffer);
             };
-            let control = match launch.advertise {
-                Some(addr) => format!("{}@{addr}", launch.net.endpoint_id()),
-                None => launch.net.control_target(None),
-            };
+            let control = launch.net.control_target_at(launch.advertise);
             // hive:<fleet>:<command>:<node>: the fleet label keeps two daemons sharing one
             // Vast.ai account out of each other's recovery.
             let scoped =
