@@ -59,24 +59,40 @@ fn docker_cli(args: &[&str]) -> std::process::Output {
 
 /// The node image for the test's `hive` binary, built unless it exists:
 /// `hive-node:test-agents-<sha256 of the binary, 16 hex>`, the root filesystem of
-/// [`assemble_rootfs`] loaded by `docker import` from a tar on stdin. The tag names the
-/// binary's content, so parallel test processes share one image; a [`BuildLock`] keeps
-/// them from building it twice at once. Blocking; panics on any failure.
+/// [`assemble_rootfs`] loaded by [`imported_image`]. The tag names the binary's content,
+/// so parallel test processes share one image. Blocking; panics on any failure.
 pub fn node_image() -> String {
     let binary = std::fs::read(hive_bin()).expect("reading the hive binary");
-    let digest = ring::digest::digest(&ring::digest::SHA256, &binary);
-    let hex: String = digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let tag = format!("hive-node:test-agents-{hex}");
-    let exists = || docker_cli(&["image", "inspect", "--format", "{{.Id}}", &tag]).status.success();
+    let tag = format!("hive-node:test-agents-{}", content_hash(&binary));
+    imported_image(&tag, "hive fleet node image for tests", |rootfs| {
+        assemble_rootfs(Path::new(hive_bin()), rootfs)
+    })
+}
+
+/// The first 16 hex digits of the SHA-256 of `bytes`: an image tag that names what the
+/// image holds.
+pub(crate) fn content_hash(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest.as_ref()[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The image `tag`, built unless it exists: `fill` assembles its root filesystem in an
+/// empty directory, which `docker import` loads from a tar on stdin, with
+/// `PATH=/usr/local/bin:/usr/bin:/bin`. A [`BuildLock`] named after the tag keeps
+/// parallel test processes from building it twice at once. Blocking; panics on any
+/// failure.
+pub(crate) fn imported_image(tag: &str, message: &str, fill: impl FnOnce(&Path)) -> String {
+    let exists = || docker_cli(&["image", "inspect", "--format", "{{.Id}}", tag]).status.success();
     if exists() {
-        return tag;
+        return tag.to_string();
     }
-    let Some(_lock) = BuildLock::acquire(&format!("hive-node-image-{hex}.lock"), exists) else {
-        return tag; // another process built it meanwhile
+    let lock = format!("{}.lock", tag.replace([':', '/'], "-"));
+    let Some(_lock) = BuildLock::acquire(&lock, exists) else {
+        return tag.to_string(); // another process built it meanwhile
     };
     let temp = tempfile::tempdir().expect("tempdir");
     let rootfs = temp.path().join("rootfs");
-    assemble_rootfs(Path::new(hive_bin()), &rootfs);
+    fill(&rootfs);
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(&rootfs)
@@ -85,17 +101,15 @@ pub fn node_image() -> String {
         .spawn()
         .expect("running tar");
     let import = Command::new("docker")
-        .args(["import", "--message", "hive fleet node image for tests", "--change"])
-        .arg(format!("ENV PATH={}:/usr/bin:/bin", Path::new(NODE_HIVE).parent().unwrap().display()))
-        .args(["-", &tag])
+        .args(["import", "--message", message, "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin", "-", tag])
         .stdin(tar.stdout.take().expect("tar stdout"))
         .output()
         .expect("running docker import");
     let tar_status = tar.wait().expect("waiting for tar");
-    assert!(tar_status.success(), "tar of the node rootfs failed: {tar_status}");
+    assert!(tar_status.success(), "tar of the rootfs of {tag} failed: {tar_status}");
     assert!(import.status.success(), "docker import {tag}: {}", text(&import.stderr));
-    eprintln!("fleet_docker: built {tag}");
-    tag
+    eprintln!("docker: built {tag}");
+    tag.to_string()
 }
 
 /// A lock directory in the temp dir (creating a directory is atomic), removed on drop,
@@ -186,7 +200,7 @@ fn which(tool: &str) -> std::path::PathBuf {
 /// Copies the executable `from` to `to` (inside `root`), with the shared libraries
 /// `ldd` resolves for it at their own paths under `root`. ldd fails for a static binary,
 /// which needs nothing.
-fn install(from: &Path, to: &Path, root: &Path) {
+pub(crate) fn install(from: &Path, to: &Path, root: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(to.parent().unwrap()).expect("creating the rootfs");
     if !to.exists() {

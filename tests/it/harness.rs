@@ -222,14 +222,7 @@ impl Daemon {
 
     /// An HTTP client trusting the daemon's CA, sending `token` (if any).
     pub fn client_with(&self, token: Option<&str>) -> Api {
-        let cert = reqwest::Certificate::from_pem(&self.ca_pem).expect("ca pem");
-        let http = reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(cert)
-            .build()
-            .expect("client");
-        Api { http, base: self.url.clone(), token: token.map(str::to_string) }
+        Api::trusting(&self.ca_pem, &self.url, token)
     }
 
     /// An admin client.
@@ -356,6 +349,19 @@ pub struct Reply {
 }
 
 impl Api {
+    /// A client of the API at `base` (`https://HOST:PORT`) that trusts only the CA
+    /// `ca_pem` and sends `token` (if any).
+    pub fn trusting(ca_pem: &[u8], base: &str, token: Option<&str>) -> Api {
+        let cert = reqwest::Certificate::from_pem(ca_pem).expect("ca pem");
+        let http = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(cert)
+            .build()
+            .expect("client");
+        Api { http, base: base.to_string(), token: token.map(str::to_string) }
+    }
+
     /// Sends a request; `body` is sent as-is with `content_type`.
     pub async fn send(&self, method: &str, path: &str, content_type: &str, body: Option<String>) -> Reply {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");

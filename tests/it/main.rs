@@ -39,6 +39,7 @@ mod fleet_vastai;
 mod generated;
 mod go_clients;
 mod ha;
+mod ha_docker;
 mod ha_fleet;
 mod ha_meta;
 mod ha_sessions;
