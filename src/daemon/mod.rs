@@ -468,16 +468,27 @@ fn write_kubeconfig(path: &Path, url: &str, ca_pem: Option<&str>, tokens: &Token
         None => match tokens.ensure_admin()? {
             Some(token) => token,
             None => {
-                // The process id too: replicas sharing one token file may mint theirs in
-                // the same second.
-                let name =
-                    format!("admin-{}-{}", crate::host::now().format("%Y%m%d%H%M%S"), std::process::id());
+                let name = minted_admin_name()?;
                 tracing::warn!(kubeconfig = %path.display(), name, "kubeconfig missing or its token unknown: minting a new admin token");
                 tokens.create(&name, crate::auth::Role::Admin)?
             }
         },
     };
     crate::auth::kubeconfig::write(path, url, ca_pem, &token)
+}
+
+/// The name of an admin token minted for a kubeconfig: the time and a random suffix.
+/// Replicas sharing one token store may mint theirs in the same second, with the same
+/// process id (each the first process of its container under `--init`): a name made of
+/// the time and the pid collided, and the replica that lost exited at start.
+fn minted_admin_name() -> anyhow::Result<String> {
+    use ring::rand::{SecureRandom as _, SystemRandom};
+    let mut bytes = [0u8; 4];
+    SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| anyhow::anyhow!("the system random number generator failed"))?;
+    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("admin-{}-{suffix}", crate::host::now().format("%Y%m%d%H%M%S")))
 }
 
 /// Deletes expired events every few minutes (and once at start).
@@ -495,4 +506,17 @@ fn spawn_event_expiry(store: Store, ttl: Duration) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn admin_tokens_minted_in_the_same_second_by_the_same_pid_get_different_names() {
+        let names: std::collections::BTreeSet<String> =
+            (0..50).map(|_| super::minted_admin_name().unwrap()).collect();
+        assert_eq!(names.len(), 50, "{names:?}");
+        for name in &names {
+            hive_api::validation::dns1123_label(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
 }

@@ -937,7 +937,7 @@ struct DockerCleanup {
 impl Drop for DockerCleanup {
     fn drop(&mut self) {
         if let Some(id) = &self.container {
-            let _ = Command::new(&self.docker).args(["rm", "-f", id]).output();
+            let _ = Command::new(&self.docker).args(["rm", "-f", "-v", id]).output();
         }
         let _ = Command::new(&self.docker).args(["rmi", "-f", &self.image]).output();
     }
