@@ -119,10 +119,11 @@ pub enum ApiError {
     /// The store cannot take writes for now (it is recovering from a failed write).
     #[error("{0}")]
     Unavailable(String),
-    /// This replica does not lead, and the request needs what only the leader runs (the
-    /// scheduler, the fleet): the forwarding layer sends it to the leader, or answers
-    /// 503 with this message while no replica leads.
-    #[error("this replica does not lead and no leader is known right now: {0} runs on the leader only; try again shortly")]
+    /// The request needs what only the leader runs (the scheduler, the fleet), and no
+    /// replica runs it right now: the forwarding layer sends it to the leader, or answers
+    /// 503 with this message while no replica leads, or while the one just elected starts
+    /// what the leader runs (a fraction of a second).
+    #[error("no replica runs {0} right now (a leader is being elected, or the one just elected is starting it): {0} runs on the leader only; try again shortly")]
     OnLeader(&'static str),
     /// The caller, or everyone together, holds as many requests of this kind as a limit
     /// allows (`streams.rs`); the message names the limit and its flag.
