@@ -11,6 +11,14 @@
 # `etcd` (Debian: etcd-server) and, to build the generator, `protoc` with the well-known types (protobuf-compiler, libprotobuf-dev).
 # ETCD_DIR sets the parent of the data directory (its disk is the one fsynced; default:
 # the system's temporary directory), like `hive bench --dir`.
+#
+# Hive on etcd against raw etcd, on the same etcd in the same run (issue 30's measure):
+#   HIVE_BIN=target/release/hive bench/etcd/run.sh --creates --no-watches --markdown
+# first runs `$HIVE_BIN bench --phases creates` with the daemon on this etcd (`hive serve
+# --store etcd://…/hive-bench`; HIVE_BENCH_ARGS adds flags, e.g. "--clients 1,16,64
+# --duration 5s"), then sizes the value of one object hive stored there, and runs the
+# generator's puts with values of that size (--creates: each put the create transaction
+# hive sends) after it, so both sides write the same bytes to the same etcd.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
@@ -70,4 +78,18 @@ for _ in $(seq 300); do
 done
 echo "run.sh: etcd $(etcd --version | head -1 | awk '{print $3}') pid $etcd_pid at $endpoint, data in $dir" >&2
 
-"$generator" --endpoint "$endpoint" --etcd-pid "$etcd_pid" "$@"
+size=()
+if [ -n "${HIVE_BIN:-}" ]; then
+  [ -x "$HIVE_BIN" ] || { echo "run.sh: HIVE_BIN=$HIVE_BIN is not an executable" >&2; exit 1; }
+  # shellcheck disable=SC2086 # HIVE_BENCH_ARGS is a list of flags
+  "$HIVE_BIN" bench --phases creates ${HIVE_BENCH_ARGS:-} \
+    --serve-arg=--store --serve-arg="etcd://127.0.0.1:$client_port/hive-bench"
+  # The bytes of one Agent as hive stored it: the generator's values are made as large.
+  bytes=$(ETCDCTL_API=3 etcdctl --endpoints "$endpoint" get /hive-bench/ --prefix --limit 50 --print-value-only \
+    | grep '"kind":"Agent"' | head -n 1 | tr -d '\n' | wc -c)
+  [ "$bytes" -gt 0 ] || { echo "run.sh: found no Agent hive stored under /hive-bench/" >&2; exit 1; }
+  echo "run.sh: hive stored each Agent in $bytes bytes; the generator's values are as large" >&2
+  size=(--value-bytes "$bytes")
+fi
+
+"$generator" --endpoint "$endpoint" --etcd-pid "$etcd_pid" "${size[@]}" "$@"

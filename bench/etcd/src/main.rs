@@ -54,6 +54,15 @@ struct Args {
     #[arg(long, default_value_t = 512)]
     value_bytes: usize,
 
+    /// Each put as the transaction hive's store on etcd sends for a create (put if the
+    /// key's mod revision is 0, else read it back), for hive-on-etcd against raw etcd.
+    #[arg(long)]
+    creates: bool,
+
+    /// Only the put levels, no watch loads.
+    #[arg(long)]
+    no_watches: bool,
+
     /// Print the rows as Markdown too.
     #[arg(long)]
     markdown: bool,
@@ -79,7 +88,8 @@ async fn main() -> Result<()> {
     for &clients in &args.clients {
         eprintln!("hive-bench-etcd: puts c={clients} for {:?}", args.duration);
         rows.push(
-            puts::level(&args.endpoint, clients, args.duration, args.value_bytes, args.etcd_pid).await?,
+            puts::level(&args.endpoint, clients, args.duration, args.value_bytes, args.creates, args.etcd_pid)
+                .await?,
         );
     }
     let settings = watch::Settings {
@@ -89,7 +99,8 @@ async fn main() -> Result<()> {
         clients: args.watch_clients,
         pid: args.etcd_pid,
     };
-    for (index, load) in args.watch_loads.iter().enumerate() {
+    let loads = if args.no_watches { &[][..] } else { &args.watch_loads[..] };
+    for (index, load) in loads.iter().enumerate() {
         eprintln!(
             "hive-bench-etcd: watch: {} watchers at {}/s for {:?}",
             load.watchers, load.rate, args.watch_duration

@@ -1,11 +1,15 @@
 //! Durable puts: N clients, each on its own connection (its own `Client`), put new keys
 //! with `value_bytes` values for a while. etcd answers a put after the raft entry holding
 //! it is in its fsynced WAL: the same durability as hive's `201 Created`.
+//!
+//! With `creates`, each put is the transaction hive's store on etcd sends for a create
+//! (`src/store/etcd`): put the key if its mod revision is 0 (it does not exist yet),
+//! otherwise read it back.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use etcd_client::Client;
+use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
@@ -14,6 +18,7 @@ use crate::table::{fmt_count, CpuMeter, Row};
 /// What one level did.
 pub struct PutRun {
     pub clients: usize,
+    pub creates: bool,
     pub acked: usize,
     pub failed: usize,
     pub first_failure: Option<String>,
@@ -34,7 +39,8 @@ impl PutRun {
             result +=
                 &format!("; {} failed, first: {}", self.failed, self.first_failure.as_deref().unwrap_or("?"));
         }
-        Row::new(format!("etcd durable puts, {} client(s)", self.clients), result, Some(&self.latencies))
+        let what = if self.creates { "creates (txn)" } else { "puts" };
+        Row::new(format!("etcd durable {what}, {} client(s)", self.clients), result, Some(&self.latencies))
     }
 }
 
@@ -45,6 +51,7 @@ pub async fn level(
     clients: usize,
     duration: Duration,
     value_bytes: usize,
+    creates: bool,
     pid: Option<u32>,
 ) -> Result<Row> {
     let barrier = std::sync::Arc::new(Barrier::new(clients + 1));
@@ -60,6 +67,7 @@ pub async fn level(
             let started = Instant::now();
             let mut run = PutRun {
                 clients: 1,
+                creates,
                 acked: 0,
                 failed: 0,
                 first_failure: None,
@@ -70,9 +78,25 @@ pub async fn level(
                 if started.elapsed() >= duration {
                     break;
                 }
+                let key = format!("/bench/put/c{clients}/{client}/{seq}");
                 let sent = Instant::now();
-                match etcd.put(format!("/bench/put/c{clients}/{client}/{seq}"), value.clone(), None).await {
-                    Ok(_) => {
+                let answer = if creates {
+                    let txn = Txn::new()
+                        .when([Compare::mod_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([TxnOp::put(key.clone(), value.clone(), None)])
+                        .or_else([TxnOp::get(key, None)]);
+                    etcd.txn(txn).await.and_then(|t| {
+                        if t.succeeded() {
+                            Ok(())
+                        } else {
+                            Err(etcd_client::Error::InvalidArgs("the key existed".into()))
+                        }
+                    })
+                } else {
+                    etcd.put(key, value.clone(), None).await.map(|_| ())
+                };
+                match answer {
+                    Ok(()) => {
                         run.latencies.push(sent.elapsed());
                         run.acked += 1;
                     }
@@ -90,6 +114,7 @@ pub async fn level(
     let started = Instant::now();
     let mut total = PutRun {
         clients,
+        creates,
         acked: 0,
         failed: 0,
         first_failure: None,
