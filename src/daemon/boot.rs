@@ -41,8 +41,15 @@ impl Sweep {
 fn installed_agents(engine: &Engine) -> Vec<Agent> {
     let agents = engine.agents();
     let marked = engine.deploy.markers.names();
-    let candidates =
-        agents.names().into_iter().filter(|name| engine.runtime.installed(name) || marked.contains(&**name));
+    // What this host's runtime installed, listed once when it can list: asking it per
+    // stored Agent (a read of the Agent for its placement and a `statx` each) was most
+    // of a start at 1,000,000 Agents (docs/benchmarks.md, issue 34).
+    let listed = engine.runtime.installed_here();
+    let installed = |name: &str| match &listed {
+        Some(names) => names.contains(name),
+        None => engine.runtime.installed(name),
+    };
+    let candidates = agents.names().into_iter().filter(|name| installed(name) || marked.contains(&**name));
     candidates
         .filter_map(|name| match agents.get(&name) {
             Ok(agent) => agent,
@@ -51,7 +58,7 @@ fn installed_agents(engine: &Engine) -> Vec<Agent> {
                 None
             }
         })
-        .filter(|agent| agent.spec.node().is_some() || engine.runtime.installed(&agent.metadata.name))
+        .filter(|agent| agent.spec.node().is_some() || installed(&agent.metadata.name))
         .collect()
 }
 

@@ -123,6 +123,14 @@ pub trait Runtime: Send + Sync {
     /// link; a container's `/etc/nixos-containers/<c>.conf`, which `create` writes).
     fn installed(&self, agent: &str) -> bool;
 
+    /// Every agent with an installed generation on this host, from one listing (the
+    /// boot sweep asks once instead of [`Runtime::installed`] per stored Agent, which at
+    /// a million of them was most of the start); `None` when the runtime can only be
+    /// asked agent by agent.
+    fn installed_here(&self) -> Option<std::collections::BTreeSet<String>> {
+        None
+    }
+
     /// Whether the agent runs, as this runtime observes it now: no IO, so the submit
     /// layer and the controllers can ask on every decision.
     fn running_now(&self, agent: &str) -> bool;

@@ -149,6 +149,12 @@ impl Runtime for Placed {
         self.named(agent).is_ok_and(|rt| rt.installed(agent))
     }
 
+    /// This host's: a node's agents are installed on the node, which answers for them
+    /// once its worker rejoins (the boot sweep takes a placed agent whatever this says).
+    fn installed_here(&self) -> Option<std::collections::BTreeSet<String>> {
+        self.local.installed_here()
+    }
+
     fn running_now(&self, agent: &str) -> bool {
         self.named(agent).is_ok_and(|rt| rt.running_now(agent))
     }

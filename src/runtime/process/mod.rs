@@ -700,6 +700,25 @@ impl Runtime for ProcessRuntime {
         self.agent_dir(agent).join("current").exists()
     }
 
+    fn installed_here(&self) -> Option<std::collections::BTreeSet<String>> {
+        // One readdir of the agents' root, and a look at `current` in each directory
+        // there: as many as agents ever created here, not as many as are stored.
+        let entries = match std::fs::read_dir(&self.inner.config.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(Default::default()),
+            Err(e) => {
+                tracing::warn!(root = %self.inner.config.root.display(), error = %e, "cannot list the agents' directories; asking agent by agent");
+                return None;
+            }
+        };
+        let names = entries
+            .flatten()
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter(|name| self.installed(name))
+            .collect();
+        Some(names)
+    }
+
     fn running_now(&self, agent: &str) -> bool {
         // What `snapshot` would say of this one agent (Running exactly when its slot
         // holds a process), without reading the agents' directories: the daemon's exit

@@ -616,8 +616,14 @@ async fn the_driver_works_as_a_trait_object() {
         // installed and stopped (its directory exists), running, stopped again.
         let snapshot_says = || world.runtime.snapshot().iter().any(|o| o.agent == "alpha" && o.running());
         assert!(!rt.running_now("alpha") && !snapshot_says());
+        assert_eq!(rt.installed_here(), Some(Default::default()), "nothing installed yet");
         let generation = rt.create(&agent, &log).await.unwrap();
         assert!(!rt.running_now("alpha") && !snapshot_says());
+        // Listed once created, as `installed` says of it; a directory without a
+        // `current` link is not an installed agent.
+        std::fs::create_dir_all(world.runtime.agent_dir("half")).unwrap();
+        assert_eq!(rt.installed_here(), Some(["alpha".to_string()].into()));
+        assert!(rt.installed("alpha") && !rt.installed("half"));
         let pid = rt.start(&agent).await.unwrap().pid;
         let observed = rt.observed(&agent).await.unwrap();
         assert!(observed.running());
