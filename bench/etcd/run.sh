@@ -8,7 +8,7 @@
 #   bench/etcd/run.sh --markdown            # also the rows as Markdown
 #
 # Every argument goes to the load generator (`run.sh --help` lists them). Needs
-# `etcd` (Debian: etcd-server) and, to build the generator, `protoc` with the well-known types (protobuf-compiler, libprotobuf-dev).
+# `etcd` (Debian: etcd-server), python3 (to ask etcd's JSON gateway whether it is up) and, to build the generator, `protoc` with the well-known types (protobuf-compiler, libprotobuf-dev).
 # ETCD_DIR sets the parent of the data directory (its disk is the one fsynced; default:
 # the system's temporary directory), like `hive bench --dir`.
 #
@@ -22,7 +22,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-for tool in etcd protoc cargo; do
+for tool in etcd protoc cargo python3; do
   if ! command -v "$tool" >/dev/null; then
     echo "run.sh: $tool is missing (apt-get install etcd-server protobuf-compiler libprotobuf-dev; cargo from rustup)" >&2
     exit 1
@@ -70,7 +70,9 @@ etcd --name bench --data-dir "$dir/data" \
 etcd_pid=$!
 
 for _ in $(seq 300); do
-  if ETCDCTL_API=3 etcdctl --endpoints "$endpoint" endpoint health >/dev/null 2>&1; then break; fi
+  # etcd's JSON gateway (etcdctl is another package, etcd-client).
+  if python3 -c 'import json, sys, urllib.request
+sys.exit(0 if json.load(urllib.request.urlopen(sys.argv[1] + "/health", timeout=1)).get("health") == "true" else 1)' "$endpoint" 2>/dev/null; then break; fi
   if ! kill -0 "$etcd_pid" 2>/dev/null; then
     echo "run.sh: etcd exited; its log:" >&2; cat "$dir/etcd.log" >&2; exit 1
   fi
@@ -85,8 +87,12 @@ if [ -n "${HIVE_BIN:-}" ]; then
   "$HIVE_BIN" bench --phases creates ${HIVE_BENCH_ARGS:-} \
     --serve-arg=--store --serve-arg="etcd://127.0.0.1:$client_port/hive-bench"
   # The bytes of one Agent as hive stored it: the generator's values are made as large.
-  bytes=$(ETCDCTL_API=3 etcdctl --endpoints "$endpoint" get /hive-bench/ --prefix --limit 50 --print-value-only \
-    | grep '"kind":"Agent"' | head -n 1 | tr -d '\n' | wc -c)
+  bytes=$(python3 -c 'import base64, json, sys, urllib.request
+b64 = lambda b: base64.b64encode(b).decode()
+body = json.dumps({"key": b64(b"/hive-bench/"), "range_end": b64(b"/hive-bench0"), "limit": 200}).encode()
+kvs = json.load(urllib.request.urlopen(sys.argv[1] + "/v3/kv/range", body, timeout=10)).get("kvs", [])
+values = [base64.b64decode(kv["value"]) for kv in kvs]
+print(next((len(v) for v in values if b"\"kind\":\"Agent\"" in v), 0))' "$endpoint")
   [ "$bytes" -gt 0 ] || { echo "run.sh: found no Agent hive stored under /hive-bench/" >&2; exit 1; }
   echo "run.sh: hive stored each Agent in $bytes bytes; the generator's values are as large" >&2
   size=(--value-bytes "$bytes")

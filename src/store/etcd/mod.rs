@@ -29,6 +29,7 @@ mod consistent;
 pub mod docs;
 mod feed;
 pub mod gateway;
+mod group;
 pub mod lease;
 
 #[cfg(test)]
@@ -41,7 +42,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::{Error, Result};
-use super::mutation::{metadata_mut, plan, Change, GroupLimit, Mutation, Outcome};
+use super::mutation::{metadata_mut, Change, GroupLimit, Mutation, Outcome};
 use super::shared::Shared;
 use super::watch::EventType;
 use super::Obj;
@@ -125,6 +126,8 @@ pub struct Backend {
     /// The writes of `<prefix>_sync` that bring the cache up to now (see
     /// [`Backend::sync`]).
     sentinel: consistent::Sentinel,
+    /// Writes waiting to share a transaction (see [`group`]).
+    grouper: group::Grouper,
 }
 
 /// How objects map to keys.
@@ -253,6 +256,7 @@ impl Backend {
             compacted: Mutex::new(0),
             docs,
             sentinel: consistent::Sentinel::default(),
+            grouper: group::Grouper::default(),
         };
         Ok((Arc::new(backend), shared))
     }
@@ -349,8 +353,9 @@ impl Backend {
         self.shared.write().close();
     }
 
-    /// Commits `mutations` as one etcd transaction (see the module doc).
-    pub(super) async fn commit(&self, mutations: Vec<Mutation>) -> Result<Vec<Outcome>> {
+    /// Commits `mutations` as one etcd transaction of their own (see the module doc):
+    /// plans them again when a guard fails, and reads back an unknown outcome.
+    async fn commit_alone(&self, mutations: Vec<Mutation>) -> Result<Vec<Outcome>> {
         let fence = self.fence.lock().unwrap_or_else(PoisonError::into_inner).clone();
         // Values a failed guard read back, newer than the cache until it catches up:
         // the next attempt plans on them at once instead of waiting for the feed.
@@ -369,7 +374,7 @@ impl Backend {
                 let jitter = uuid::Uuid::new_v4().as_u64_pair().0 % spread;
                 tokio::time::sleep(Duration::from_micros(jitter)).await;
             }
-            let (planned, reads) = {
+            let (reads, planned) = {
                 let state = self.shared.read();
                 if state.closed {
                     return Err(Error::Closed);
@@ -380,19 +385,18 @@ impl Backend {
                     Some(object) if use_fresh => object.clone(),
                     _ => state.get(kind, name),
                 };
-                let mut reads: Vec<(Vec<u8>, u64)> = Vec::with_capacity(mutations.len());
-                for mutation in &mutations {
-                    let Ok(name) = mutation.name() else { continue };
-                    let key = self.keys.object(mutation.kind(), &name);
-                    if !reads.iter().any(|(k, _)| *k == key) {
-                        let revision = lookup(mutation.kind(), &name).map_or(0, |o| o.revision());
-                        reads.push((key, revision));
-                    }
-                }
-                (plan(&lookup, mutations.clone(), state.revision + 1, now), reads)
+                self.prepare(&lookup, mutations.clone(), state.revision + 1, now)
             };
-            let applied = match planned {
-                Ok(applied) => applied,
+            let (outcomes, ops) = match planned {
+                Ok(planned) if !planned.ops.is_empty() => (planned.outcomes, planned.ops),
+                // Nothing to write: an unchanged update, true only if the cache was
+                // current for these keys.
+                Ok(planned) => {
+                    if self.confirm(&reads).await? {
+                        return Ok(planned.outcomes);
+                    }
+                    continue;
+                }
                 Err(error) => {
                     // Found in the cache: true only if the cache was current for these keys.
                     if self.confirm(&reads).await? {
@@ -401,36 +405,11 @@ impl Backend {
                     continue;
                 }
             };
-            let mut outcomes = Vec::with_capacity(applied.len());
-            let mut finals: Vec<Change> = Vec::new();
-            for one in applied {
-                if let Some(change) = one.change {
-                    finals.retain(|c| !(c.kind == change.kind && c.name == change.name));
-                    finals.push(change);
-                }
-                outcomes.push(one.outcome);
-            }
-            if finals.is_empty() {
-                if self.confirm(&reads).await? {
-                    return Ok(outcomes);
-                }
-                continue;
-            }
             let mut compares: Vec<Compare> =
                 reads.iter().map(|(key, revision)| Compare::ModRevision(key.clone(), *revision)).collect();
             if let Some(fence) = &fence {
                 compares.push(fence.compare());
             }
-            let ops: Vec<Op> = finals
-                .iter()
-                .map(|change| {
-                    let key = self.keys.object(change.kind, &change.name);
-                    match change.type_ {
-                        EventType::Deleted => Op::Delete { key },
-                        _ => Op::Put { key, value: encode(&change.object), lease: 0 },
-                    }
-                })
-                .collect();
             if compares.len() > MAX_TXN_OPS || ops.len() > MAX_TXN_OPS {
                 return Err(Error::TooLarge {
                     message: format!(

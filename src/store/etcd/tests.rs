@@ -505,3 +505,76 @@ async fn a_follower_campaigns_when_its_feed_sees_the_leader_key_go_not_at_its_ne
     let second_fence = elected(&mut second_state).await;
     assert!(second_fence.epoch > fence.epoch);
 }
+
+/// Writes that arrive together through one replica share etcd transactions (a group
+/// commit): each is answered as it would be alone — every create of a new name is
+/// durable at the revision it was answered with, the second create of a name is
+/// AlreadyExists, an update at a stale resourceVersion is a Conflict, and one that
+/// another replica's stale cache planned wrong is sorted out alone — and every replica's
+/// watch sees every acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_arrive_together_share_a_transaction_and_each_is_answered_as_alone() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let stores =
+        [replica(&cluster, 0, "/group/", |_| {}).await, replica(&cluster, 0, "/group/", |_| {}).await];
+    let (a, b) = (&stores[0], &stores[1]);
+    let old = a.commit(create("old"), false).await.unwrap().into_object();
+    let mut newer = old.value();
+    newer["spec"]["n"] = json!(1);
+    b.commit(Mutation::Update { kind: "agents", object: newer, subresource: Subresource::Main }, false)
+        .await
+        .unwrap();
+    let mut watch = b.watch("agents", b.revision()).unwrap();
+
+    let mut writes = tokio::task::JoinSet::new();
+    for i in 0..96 {
+        let store = a.clone();
+        writes.spawn(async move { (format!("n{i}"), store.commit(create(&format!("n{i}")), false).await) });
+    }
+    for _ in 0..2 {
+        let store = a.clone();
+        writes.spawn(async move { ("dup".to_string(), store.commit(create("dup"), false).await) });
+    }
+    let mut stale = old.value();
+    stale["spec"]["n"] = json!(9);
+    let store = a.clone();
+    writes.spawn(async move {
+        let update = Mutation::Update { kind: "agents", object: stale, subresource: Subresource::Main };
+        ("old".to_string(), store.commit(update, false).await)
+    });
+    let (mut revisions, mut dups, mut created) = (std::collections::BTreeSet::new(), Vec::new(), Vec::new());
+    while let Some(joined) = writes.join_next().await {
+        let (name, result) = joined.unwrap();
+        match (name.as_str(), result) {
+            ("dup", result) => dups.push(result),
+            ("old", result) => assert!(matches!(result, Err(Error::Conflict { .. })), "{result:?}"),
+            (_, Ok(Outcome::Created(object))) => {
+                revisions.insert(object.revision());
+                created.push((name, object.revision()));
+            }
+            (_, other) => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!(dups.iter().filter(|r| matches!(r, Ok(Outcome::Created(_)))).count(), 1, "{dups:?}");
+    assert_eq!(dups.iter().filter(|r| matches!(r, Err(Error::AlreadyExists { .. }))).count(), 1, "{dups:?}");
+    assert!(revisions.len() < created.len(), "96 creates in {} transactions: none shared", revisions.len());
+    for (name, revision) in &created {
+        // Durable at the revision answered, as another replica reads it from etcd.
+        let stored = b.get_consistent("agents", name).await.unwrap().expect("a created object");
+        assert_eq!(stored.revision(), *revision, "{name}");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 97 {
+        let event = next_event(&mut watch).await;
+        if event.object.name() == "old" {
+            continue; // the update at the watch's first revision, again
+        }
+        assert_eq!(event.type_, EventType::Added, "{}", event.object.name());
+        seen.insert(event.object.name());
+    }
+    assert!(created.iter().all(|(name, _)| seen.contains(name)) && seen.contains("dup"));
+    assert_eq!(b.get_consistent("agents", "old").await.unwrap().unwrap().value()["spec"]["n"], json!(1));
+    for store in stores {
+        store.shutdown().await;
+    }
+}
