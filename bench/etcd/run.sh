@@ -12,6 +12,9 @@
 # ETCD_DIR sets the parent of the data directory (its disk is the one fsynced; default:
 # the system's temporary directory), like `hive bench --dir`.
 #
+# etcd's restart with a million keys as large as hive's Agents (issue 34's side by side):
+#   ETCD_RESTART=1 bench/etcd/run.sh --fill 1000000 --value-bytes 724
+#
 # Hive on etcd against raw etcd, on the same etcd in the same run (issue 30's measure):
 #   HIVE_BIN=target/release/hive bench/etcd/run.sh --creates --no-watches --markdown
 # first runs `$HIVE_BIN bench --phases creates` with the daemon on this etcd (`hive serve
@@ -61,23 +64,32 @@ endpoint="http://127.0.0.1:$client_port"
 
 # The defaults of etcd 3.4 otherwise: fsync on every commit (--unsafe-no-fsync is off),
 # 512-byte values fit its request limit; quotas and snapshots as shipped.
-etcd --name bench --data-dir "$dir/data" \
-  --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
-  --listen-peer-urls "http://127.0.0.1:$peer_port" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
-  --initial-cluster "bench=http://127.0.0.1:$peer_port" \
-  --log-level warn >"$dir/etcd.log" 2>&1 &
-etcd_pid=$!
+start_etcd() {
+  etcd --name bench --data-dir "$dir/data" \
+    --listen-client-urls "$endpoint" --advertise-client-urls "$endpoint" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "bench=http://127.0.0.1:$peer_port" \
+    --log-level warn >>"$dir/etcd.log" 2>&1 &
+  etcd_pid=$!
+}
 
-for _ in $(seq 300); do
-  # etcd's JSON gateway (etcdctl is another package, etcd-client).
-  if python3 -c 'import json, sys, urllib.request
-sys.exit(0 if json.load(urllib.request.urlopen(sys.argv[1] + "/health", timeout=1)).get("health") == "true" else 1)' "$endpoint" 2>/dev/null; then break; fi
-  if ! kill -0 "$etcd_pid" 2>/dev/null; then
-    echo "run.sh: etcd exited; its log:" >&2; cat "$dir/etcd.log" >&2; exit 1
-  fi
-  sleep 0.1
-done
+# Waits until etcd answers /health (etcd's JSON gateway: etcdctl is another package).
+wait_healthy() {
+  for _ in $(seq 3000); do
+    if python3 -c 'import json, sys, urllib.request
+sys.exit(0 if json.load(urllib.request.urlopen(sys.argv[1] + "/health", timeout=1)).get("health") == "true" else 1)' "$endpoint" 2>/dev/null; then return 0; fi
+    if ! kill -0 "$etcd_pid" 2>/dev/null; then
+      echo "run.sh: etcd exited; its log:" >&2; cat "$dir/etcd.log" >&2; exit 1
+    fi
+    sleep 0.01
+  done
+  echo "run.sh: etcd did not become healthy" >&2
+  exit 1
+}
+
+start_etcd
+wait_healthy
 echo "run.sh: etcd $(etcd --version | head -1 | awk '{print $3}') pid $etcd_pid at $endpoint, data in $dir" >&2
 
 size=()
@@ -99,3 +111,22 @@ print(next((len(v) for v in values if b"\"kind\":\"Agent\"" in v), 0))' "$endpoi
 fi
 
 "$generator" --endpoint "$endpoint" --etcd-pid "$etcd_pid" "${size[@]}" "$@"
+
+# ETCD_RESTART=1 (after `--fill N`): a graceful restart on the same data, timed from the
+# new process's spawn to /health answering, and to a count of every key under
+# /bench/fill/ (a range read with count_only) answering.
+if [ -n "${ETCD_RESTART:-}" ]; then
+  kill -TERM "$etcd_pid"
+  for _ in $(seq 600); do kill -0 "$etcd_pid" 2>/dev/null || break; sleep 0.1; done
+  spawned=$(date +%s.%N)
+  start_etcd
+  wait_healthy
+  healthy=$(date +%s.%N)
+  count=$(python3 -c 'import base64, json, sys, urllib.request
+b64 = lambda b: base64.b64encode(b).decode()
+body = json.dumps({"key": b64(b"/bench/fill/"), "range_end": b64(b"/bench/fill0"), "count_only": True}).encode()
+print(json.load(urllib.request.urlopen(sys.argv[1] + "/v3/kv/range", body, timeout=60)).get("count", 0))' "$endpoint")
+  counted=$(date +%s.%N)
+  awk -v s="$spawned" -v h="$healthy" -v c="$counted" -v n="$count" 'BEGIN {
+    printf "etcd restart with %s keys: healthy after %.2f s, the count answered after %.2f s\n", n, h - s, c - s }'
+fi

@@ -63,6 +63,12 @@ struct Args {
     #[arg(long)]
     no_watches: bool,
 
+    /// Instead of measuring: put this many keys of --value-bytes under /bench/fill/ with
+    /// the largest --clients count, and stop (run.sh's ETCD_RESTART=1 then times etcd's
+    /// restart with them).
+    #[arg(long, value_name = "N")]
+    fill: Option<usize>,
+
     /// Print the rows as Markdown too.
     #[arg(long)]
     markdown: bool,
@@ -84,6 +90,18 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(keys) = args.fill {
+        let clients = args.clients.iter().copied().max().unwrap_or(64);
+        eprintln!("hive-bench-etcd: filling {keys} keys of {} bytes with {clients} clients", args.value_bytes);
+        let took = puts::fill(&args.endpoint, keys, clients, args.value_bytes).await?;
+        println!(
+            "etcd fill: {keys} keys of {} bytes in {:.1}s ({:.0}/s)",
+            args.value_bytes,
+            took.as_secs_f64(),
+            keys as f64 / took.as_secs_f64().max(1e-9)
+        );
+        return Ok(());
+    }
     let mut rows = Vec::new();
     for &clients in &args.clients {
         eprintln!("hive-bench-etcd: puts c={clients} for {:?}", args.duration);

@@ -131,3 +131,29 @@ pub async fn level(
     total.elapsed = started.elapsed();
     Ok(total.row().with_cpu(meter.stop()))
 }
+
+/// Puts `keys` new keys of `value_bytes` under `/bench/fill/` with `clients` clients, for
+/// a restart with that many keys to be timed (`run.sh` with `ETCD_RESTART=1`).
+pub async fn fill(endpoint: &str, keys: usize, clients: usize, value_bytes: usize) -> Result<Duration> {
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = JoinSet::new();
+    for client in 0..clients.max(1) {
+        let mut etcd = Client::connect([endpoint], None).await.context("connecting to etcd")?;
+        let next = next.clone();
+        let value = vec![b'v'; value_bytes];
+        tasks.spawn(async move {
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= keys {
+                    return anyhow::Ok(());
+                }
+                etcd.put(format!("/bench/fill/{client}/{n}"), value.clone(), None).await.context("a fill put")?;
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("a fill client panicked")??;
+    }
+    Ok(started.elapsed())
+}
