@@ -48,7 +48,10 @@ exec_path=$(git --exec-path)
 mkdir -p "$out$(dirname "$git")" "$out$exec_path"
 cp -L "$git" "$out$git"
 copy_libs "$git"
-cp -RL "$exec_path/." "$out$exec_path/"
+# Its builtins are hard links to one binary: kept links (GNU cp's --preserve=links), or
+# the image would hold ~140 copies of git. A cp without that option copies them.
+cp -RL --preserve=links "$exec_path/." "$out$exec_path/" 2>/dev/null ||
+  cp -RL "$exec_path/." "$out$exec_path/"
 for helper in "$out$exec_path"/*; do
   [ -f "$helper" ] && copy_libs "$helper"
 done
