@@ -17,7 +17,7 @@ mod tokens;
 
 pub use hive_api::role::{ParseRoleError, Role, Verb};
 pub use redact::{redact, SecretForms};
-pub use tokens::{token_sha256, Error, SharedTokens, Swapped, TokenInfo, TokenStore, TOKEN_PREFIX};
+pub use tokens::{hex, token_sha256, Error, SharedTokens, Swapped, TokenInfo, TokenStore, TOKEN_PREFIX};
 
 /// Who made a request: the name and role of the token it carried. Holds no secret.
 /// Cheap to clone (shared strings): every request copies it into its extensions, its

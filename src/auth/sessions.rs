@@ -175,11 +175,7 @@ fn random_id() -> Option<String> {
 
 /// Where session `id` is kept: its SHA-256 in hex, so what is stored is no live cookie.
 fn key_of(id: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, id.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::token_sha256(id)
 }
 
 /// Compares without an early exit, so timing says nothing about a guessed CSRF token.

@@ -509,7 +509,8 @@ fn sha256(token: &str) -> Hash {
     digest.as_ref().try_into().expect("SHA-256 is 32 bytes")
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` in lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -487,8 +487,7 @@ fn minted_admin_name() -> anyhow::Result<String> {
     SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| anyhow::anyhow!("the system random number generator failed"))?;
-    let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("admin-{}-{suffix}", crate::host::now().format("%Y%m%d%H%M%S")))
+    Ok(format!("admin-{}-{}", crate::host::now().format("%Y%m%d%H%M%S"), crate::auth::hex(&bytes)))
 }
 
 /// Deletes expired events every few minutes (and once at start).

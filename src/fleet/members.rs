@@ -78,22 +78,17 @@ struct TokenMeta {
     name: String,
 }
 
-fn digest(token: &str) -> String {
-    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// Makes `node` a new join token and records its hash durably (before the node's
 /// resource exists); returns the token, which only the worker is given.
 pub(super) async fn issue_token(store: &Store, node: &str) -> Result<String> {
     use ring::rand::SecureRandom as _;
     let mut bytes = [0u8; 32];
     ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| Error::Random)?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    let record = TokenRecord { metadata: TokenMeta { name: node.to_string() }, sha256: digest(&token) };
+    let token = crate::auth::hex(&bytes);
+    let record = TokenRecord {
+        metadata: TokenMeta { name: node.to_string() },
+        sha256: crate::auth::token_sha256(&token),
+    };
     let object = serde_json::to_value(&record).expect("a token record encodes");
     // No resourceVersion: a newer token replaces whatever was recorded.
     let mutation = match store.get(TOKEN_KIND, node) {
@@ -109,7 +104,7 @@ fn token_matches(store: &Store, hello: &Hello) -> bool {
     let Some(recorded) = store.get(TOKEN_KIND, &hello.node) else { return false };
     let Ok(recorded) = recorded.decode::<TokenRecord>() else { return false };
     let Some(token) = &hello.join_token else { return false };
-    let (want, got) = (recorded.sha256.as_str(), digest(&token.0));
+    let (want, got) = (recorded.sha256.as_str(), crate::auth::token_sha256(&token.0));
     // Digests of a 256-bit secret: compared without an early exit all the same.
     want.len() == got.len() && want.bytes().zip(got.bytes()).fold(0, |acc, (a, b)| acc | (a ^ b)) == 0
 }

@@ -7,7 +7,6 @@
 //! leader adopts the agent as it runs (same process, same generation, nothing rebuilt) and
 //! drives it from then on.
 
-use std::path::Path;
 use std::time::Duration;
 
 use hive::store::etcd::cluster::LocalCluster;
@@ -16,13 +15,13 @@ use serde_json::{json, Value};
 use crate::agents::config_repo;
 use crate::fleet_myelin::{instance_worker, recovered, Reap};
 use crate::ha::{following, leading};
-use crate::harness::{eventually, Api, Daemon};
-use crate::placement::{agents_under, placed, ready};
+use crate::harness::{eventually, Daemon};
+use crate::placement::{agents_under, placed};
+use crate::placement_survival::{generation, jobs_of, running_under};
 use crate::vastai::{offers, Stand, KEY};
 
 const AGENTS: &str = "/apis/hive.dev/v1/agents";
 const NODES: &str = "/apis/hive.dev/v1/nodes";
-const JOBS: &str = "/apis/hive.dev/v1/jobs";
 
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -57,35 +56,6 @@ fn provision(id: &str, offer: u64) -> Value {
     json!({"apiVersion": "hive.dev/v1", "kind": "FleetCommand", "metadata": {"name": id},
            "spec": {"provision": {"provider": "vastai", "count": 1, "selectedOfferIds": [offer],
                                   "image": "example/node:cuda"}}})
-}
-
-/// The generation directory the worker's `current` link of `agent` points at.
-fn generation(machine: &Path, agent: &str) -> std::path::PathBuf {
-    std::fs::read_link(machine.join("agents").join(agent).join("current")).expect("the agent's current link")
-}
-
-/// The Jobs touching `agent`, by name, with their templates.
-async fn jobs_of(api: &Api, agent: &str) -> Vec<(String, String)> {
-    let jobs = api.get(JOBS).await.body;
-    let items = jobs["items"].as_array().cloned().unwrap_or_default();
-    items
-        .iter()
-        .filter(|j| j["spec"]["agents"].as_array().is_some_and(|a| a.iter().any(|n| n == agent)))
-        .map(|j| {
-            let name = j["metadata"]["name"].as_str().unwrap_or_default().to_string();
-            (name, j["spec"]["template"].as_str().unwrap_or_default().to_string())
-        })
-        .collect()
-}
-
-/// Waits until `agent` is Ready with one process under `worker`; that process.
-async fn running_under(api: &Api, agent: &str, worker: u32) -> u32 {
-    ready(api, agent).await;
-    eventually(&format!("{agent}'s one process under the worker"), || async {
-        let pids = agents_under(worker);
-        (pids.len() == 1).then(|| pids[0])
-    })
-    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -131,7 +101,8 @@ async fn an_agent_on_a_fleet_node_keeps_running_through_a_failover_and_the_new_l
     assert_eq!(created.code, 201, "{:?}", created.body);
     let pid = running_under(&api, "alpha", worker_pid).await;
     let first = generation(machine.path(), "alpha");
-    let before: Vec<String> = jobs_of(&api, "alpha").await.into_iter().map(|(name, _)| name).collect();
+    let name = |job: &Value| job["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let before: Vec<String> = jobs_of(&api, "alpha").await.iter().map(name).collect();
 
     // The leader dies; a follower leads, recovers the instance, and the worker rejoins it.
     leader.kill9();
@@ -155,9 +126,9 @@ async fn an_agent_on_a_fleet_node_keeps_running_through_a_failover_and_the_new_l
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(agents_under(worker_pid), vec![pid], "still the same process");
     assert_eq!(generation(machine.path(), "alpha"), first, "no new generation");
-    for (name, template) in jobs_of(&api, "alpha").await {
-        if !before.contains(&name) {
-            assert_eq!(template, "Reconcile", "only a Reconcile after the failover: {name}");
+    for job in jobs_of(&api, "alpha").await {
+        if !before.contains(&name(&job)) {
+            assert_eq!(job["spec"]["template"], "Reconcile", "only a Reconcile after the failover: {job}");
         }
     }
     assert!(agents_under(new.pid()).is_empty() && agents_under(other.pid()).is_empty(), "no replica runs it");

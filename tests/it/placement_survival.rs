@@ -20,12 +20,12 @@ const NODES: &str = "/apis/hive.dev/v1/nodes";
 const JOBS: &str = "/apis/hive.dev/v1/jobs";
 
 /// The generation directory the worker's `current` link of `agent` points at.
-fn generation(machine: &Path, agent: &str) -> std::path::PathBuf {
+pub(crate) fn generation(machine: &Path, agent: &str) -> std::path::PathBuf {
     std::fs::read_link(machine.join("agents").join(agent).join("current")).expect("the agent's current link")
 }
 
 /// Names of the Jobs that touch `agent`.
-async fn jobs_of(api: &Api, agent: &str) -> Vec<Value> {
+pub(crate) async fn jobs_of(api: &Api, agent: &str) -> Vec<Value> {
     let jobs = api.get(JOBS).await.body;
     let items = jobs["items"].as_array().cloned().unwrap_or_default();
     items
@@ -35,7 +35,7 @@ async fn jobs_of(api: &Api, agent: &str) -> Vec<Value> {
 }
 
 /// Waits until `agent` is Ready with one process under `worker`; that process.
-async fn running_under(api: &Api, agent: &str, worker: u32) -> u32 {
+pub(crate) async fn running_under(api: &Api, agent: &str, worker: u32) -> u32 {
     ready(api, agent).await;
     eventually(&format!("{agent}'s one process under the worker"), || async {
         let pids = agents_under(worker);
