@@ -21,7 +21,8 @@
 # --store etcd://…/hive-bench`; HIVE_BENCH_ARGS adds flags, e.g. "--clients 1,16,64
 # --duration 5s"), then sizes the value of one object hive stored there, and runs the
 # generator's puts with values of that size (--creates: each put the create transaction
-# hive sends) after it, so both sides write the same bytes to the same etcd.
+# hive sends) after it, so both sides write the same bytes to the same etcd. --gateway runs
+# each level again through etcd's JSON gateway, the way hive's store sends it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 

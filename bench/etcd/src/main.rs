@@ -59,6 +59,12 @@ struct Args {
     #[arg(long)]
     creates: bool,
 
+    /// Each put level a second time with the puts or transactions sent as JSON through
+    /// etcd's gRPC gateway (`/v3/kv/...`), each client on its own HTTP/1.1 connection, as
+    /// hive's store on etcd sends them: what the gateway costs.
+    #[arg(long)]
+    gateway: bool,
+
     /// Only the put levels, no watch loads.
     #[arg(long)]
     no_watches: bool,
@@ -92,7 +98,10 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     if let Some(keys) = args.fill {
         let clients = args.clients.iter().copied().max().unwrap_or(64);
-        eprintln!("hive-bench-etcd: filling {keys} keys of {} bytes with {clients} clients", args.value_bytes);
+        eprintln!(
+            "hive-bench-etcd: filling {keys} keys of {} bytes with {clients} clients",
+            args.value_bytes
+        );
         let took = puts::fill(&args.endpoint, keys, clients, args.value_bytes).await?;
         println!(
             "etcd fill: {keys} keys of {} bytes in {:.1}s ({:.0}/s)",
@@ -105,10 +114,19 @@ async fn main() -> Result<()> {
     let mut rows = Vec::new();
     for &clients in &args.clients {
         eprintln!("hive-bench-etcd: puts c={clients} for {:?}", args.duration);
-        rows.push(
-            puts::level(&args.endpoint, clients, args.duration, args.value_bytes, args.creates, args.etcd_pid)
-                .await?,
-        );
+        for gateway in [false, true] {
+            if gateway && !args.gateway {
+                continue;
+            }
+            let level = puts::Level {
+                clients,
+                duration: args.duration,
+                value_bytes: args.value_bytes,
+                creates: args.creates,
+                gateway,
+            };
+            rows.push(puts::level(&args.endpoint, &level, args.etcd_pid).await?);
+        }
     }
     let settings = watch::Settings {
         duration: args.watch_duration,
