@@ -12,11 +12,11 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 use crate::meta::{Error, Journal, JournalEntry, JournalHead, Result};
-use crate::store::etcd::gateway::{Compare, GatewayError, KeyValue, Op};
+use crate::store::etcd::client::{ClientError, Compare, KeyValue, Op};
 use crate::store::etcd::Backend;
 
 /// The largest bundle one record holds: etcd refuses a request over 1.5 MiB
-/// (`--max-request-bytes`), and the gateway sends values in base64 (4 bytes per 3).
+/// (`--max-request-bytes`), and the head record and guards share the request.
 pub const MAX_BUNDLE: usize = 1024 * 1024;
 
 /// How many records one range read of [`Journal::entries`] returns at most.
@@ -45,7 +45,7 @@ fn failed(reason: impl Into<String>) -> Error {
     Error::Journal { reason: reason.into() }
 }
 
-fn unavailable(e: &GatewayError) -> Error {
+fn unavailable(e: &ClientError) -> Error {
     failed(format!("etcd: {e}"))
 }
 
@@ -72,17 +72,17 @@ impl EtcdJournal {
 
     async fn read_head(&self) -> Result<Option<JournalHead>> {
         let page =
-            self.backend.gateway().range(&self.head_key(), &[], 1, 0).await.map_err(|e| unavailable(&e))?;
+            self.backend.client().range(&self.head_key(), &[], 1, 0).await.map_err(|e| unavailable(&e))?;
         page.kvs.first().map(|kv| self.decode_head(kv)).transpose()
     }
 
     async fn read_entries(&self, sequence: u64) -> Result<Vec<JournalEntry>> {
-        let gateway = self.backend.gateway();
+        let etcd = self.backend.client();
         let end = self.entry_key(sequence + 1);
         let (mut from, mut revision) = (self.entry_key(1), 0);
         let mut entries: Vec<JournalEntry> = Vec::new();
         loop {
-            let page = gateway.range(&from, &end, PAGE, revision).await.map_err(|e| unavailable(&e))?;
+            let page = etcd.range(&from, &end, PAGE, revision).await.map_err(|e| unavailable(&e))?;
             // Every page at the first one's revision: one consistent read.
             revision = page.revision;
             for kv in &page.kvs {
@@ -148,7 +148,7 @@ impl EtcdJournal {
         let gets = [Op::Get { key: head_key }, Op::Get { key: fence.key.clone() }];
         let written =
             |version| JournalHead { sequence: entry.sequence, commit: entry.commit.clone(), version };
-        match self.backend.gateway().txn(&compare, &puts, &gets).await {
+        match self.backend.client().txn(&compare, &puts, &gets).await {
             Ok(answer) if answer.succeeded => Ok(written(answer.revision)),
             Ok(answer) => {
                 let mut gets = answer.gets.into_iter();
@@ -167,7 +167,7 @@ impl EtcdJournal {
                 )))
             }
             // The answer was lost: it took effect if the head is this record now.
-            Err(GatewayError::Indeterminate { message, .. }) => match self.read_head().await? {
+            Err(ClientError::Indeterminate { message, .. }) => match self.read_head().await? {
                 Some(now) if now.sequence == entry.sequence && now.commit == entry.commit => Ok(now),
                 _ => Err(failed(format!(
                     "etcd did not answer in time, and record {} is not there: {message}",

@@ -4,8 +4,8 @@
 //! through any replica.
 
 use crate::meta::{Error, Journal, JournalEntry, JournalHead};
+use crate::store::etcd::client::Op;
 use crate::store::etcd::cluster::LocalCluster;
-use crate::store::etcd::gateway::Op;
 use crate::store::etcd::lease::Fence;
 use crate::store::etcd::EtcdConfig;
 use crate::store::{Store, StoreConfig};
@@ -27,10 +27,10 @@ fn journal(store: &Store) -> EtcdJournal {
 async fn lead(store: &Store) -> Fence {
     let backend = store.etcd().unwrap();
     let key = backend.internal_key("leader");
-    let gateway = backend.gateway();
-    gateway.txn(&[], &[Op::Delete { key: key.clone() }], &[]).await.unwrap();
+    let etcd = backend.client();
+    etcd.txn(&[], &[Op::Delete { key: key.clone() }], &[]).await.unwrap();
     let put = Op::Put { key: key.clone(), value: b"test".to_vec(), lease: 0 };
-    let answer = gateway.txn(&[], &[put], &[]).await.unwrap();
+    let answer = etcd.txn(&[], &[put], &[]).await.unwrap();
     let fence = Fence { key, epoch: answer.revision };
     backend.set_fence(Some(fence.clone()));
     fence

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::sessions::{Pending, Sessions, SharedSessions};
 use crate::auth::{SharedTokens, Swapped, TokenStore};
+use crate::store::etcd::client::{Client, ClientError, Op};
 use crate::store::etcd::docs::{Doc, Moved};
-use crate::store::etcd::gateway::{Gateway, GatewayError, Op};
 use crate::store::etcd::Backend;
 
 /// The token store every replica shares, seeded from `state_dir`'s own when etcd holds
@@ -78,7 +78,7 @@ impl SharedTokens for EtcdTokens {
 /// cache when the feed hears its key deleted (signed out anywhere, or expired).
 pub fn sessions(backend: &crate::store::etcd::Backend) -> Sessions {
     let prefix = backend.internal_key("sessions/");
-    let sessions = Sessions::shared(Arc::new(EtcdSessions { gateway: backend.gateway().clone(), prefix }));
+    let sessions = Sessions::shared(Arc::new(EtcdSessions { etcd: backend.client().clone(), prefix }));
     let hearing = sessions.clone();
     backend.follow_internal(
         "sessions/",
@@ -93,7 +93,7 @@ pub fn sessions(backend: &crate::store::etcd::Backend) -> Sessions {
 
 /// The shared sessions on etcd (see [`sessions`]).
 struct EtcdSessions {
-    gateway: Arc<Gateway>,
+    etcd: Arc<Client>,
     /// `<prefix>_sessions/`.
     prefix: Vec<u8>,
 }
@@ -104,23 +104,23 @@ impl EtcdSessions {
     }
 }
 
-fn io_error(e: GatewayError) -> std::io::Error {
+fn io_error(e: ClientError) -> std::io::Error {
     std::io::Error::other(e.to_string())
 }
 
 impl SharedSessions for EtcdSessions {
     fn put(&self, key: String, record: Vec<u8>, ttl: Duration) -> Pending<'_, ()> {
         Box::pin(async move {
-            let (lease, _) = self.gateway.grant(ttl.as_secs()).await.map_err(io_error)?;
+            let (lease, _) = self.etcd.grant(ttl.as_secs()).await.map_err(io_error)?;
             let put = [Op::Put { key: self.key(&key), value: record, lease }];
-            self.gateway.txn(&[], &put, &[]).await.map_err(io_error).map(drop)
+            self.etcd.txn(&[], &put, &[]).await.map_err(io_error).map(drop)
         })
     }
 
     fn get(&self, key: String) -> Pending<'_, Option<Vec<u8>>> {
         // etcd's range is linearizable unless asked otherwise: a quorum read.
         Box::pin(async move {
-            let page = self.gateway.range(&self.key(&key), &[], 1, 0).await.map_err(io_error)?;
+            let page = self.etcd.range(&self.key(&key), &[], 1, 0).await.map_err(io_error)?;
             Ok(page.kvs.into_iter().next().map(|kv| kv.value))
         })
     }
@@ -128,7 +128,7 @@ impl SharedSessions for EtcdSessions {
     fn delete(&self, key: String) -> Pending<'_, ()> {
         Box::pin(async move {
             let delete = [Op::Delete { key: self.key(&key) }];
-            self.gateway.txn(&[], &delete, &[]).await.map_err(io_error).map(drop)
+            self.etcd.txn(&[], &delete, &[]).await.map_err(io_error).map(drop)
         })
     }
 }

@@ -2,7 +2,7 @@
 //! resourceVersion is served from this replica's cache once the cache holds every write
 //! etcd acknowledged before the request came (see [`Backend::sync`]).
 
-use super::gateway::Op;
+use super::client::Op;
 use super::{unavailable, Backend, APPLY_WAIT};
 use crate::store::error::{Error, Result};
 
@@ -55,7 +55,7 @@ impl Backend {
         }
         let number = self.sentinel.sent.fetch_add(1, Ordering::SeqCst) + 1;
         let put = Op::Put { key: self.keys.internal("sync"), value: Vec::new(), lease: 0 };
-        let answer = self.gateway.txn(&[], &[put], &[]).await.map_err(|e| unavailable(&e))?;
+        let answer = self.etcd.txn(&[], &[put], &[]).await.map_err(|e| unavailable(&e))?;
         *last = (number, answer.revision);
         Ok(answer.revision)
     }

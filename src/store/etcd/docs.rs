@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::gateway::{Compare, Gateway, GatewayError, KeyValue, Op};
+use super::client::{Client, ClientError, Compare, KeyValue, Op};
 
 /// A document's value and the etcd revision that wrote it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,7 +82,7 @@ fn publish(sender: &tokio::sync::watch::Sender<Option<Version>>, next: Option<Ve
 /// One shared document (see the module documentation).
 #[derive(Clone)]
 pub struct Doc {
-    gateway: Arc<Gateway>,
+    etcd: Arc<Client>,
     key: Vec<u8>,
     latest: tokio::sync::watch::Sender<Option<Version>>,
 }
@@ -96,9 +96,9 @@ impl std::fmt::Debug for Doc {
 
 impl Doc {
     /// Follows `key` and reads it once from etcd (a quorum read).
-    pub(super) async fn open(gateway: Arc<Gateway>, docs: &Docs, key: Vec<u8>) -> Result<Doc, GatewayError> {
+    pub(super) async fn open(etcd: Arc<Client>, docs: &Docs, key: Vec<u8>) -> Result<Doc, ClientError> {
         let latest = docs.follow(&key);
-        let doc = Doc { gateway, key, latest };
+        let doc = Doc { etcd, key, latest };
         doc.refresh().await?;
         Ok(doc)
     }
@@ -114,8 +114,8 @@ impl Doc {
     }
 
     /// Reads the document from etcd now (a quorum read), and returns it.
-    pub async fn refresh(&self) -> Result<Option<Version>, GatewayError> {
-        let page = self.gateway.range(&self.key, &[], 1, 0).await?;
+    pub async fn refresh(&self) -> Result<Option<Version>, ClientError> {
+        let page = self.etcd.range(&self.key, &[], 1, 0).await?;
         let found = page.kvs.into_iter().next().map(version);
         publish(&self.latest, found.clone(), found.as_ref().map_or(page.revision, |v| v.revision));
         Ok(found)
@@ -128,11 +128,11 @@ impl Doc {
         &self,
         expected: Option<u64>,
         value: Vec<u8>,
-    ) -> Result<Result<Version, Moved>, GatewayError> {
+    ) -> Result<Result<Version, Moved>, ClientError> {
         let compare = [Compare::ModRevision(self.key.clone(), expected.unwrap_or(0))];
         let put = [Op::Put { key: self.key.clone(), value: value.clone(), lease: 0 }];
         let get = [Op::Get { key: self.key.clone() }];
-        match self.gateway.txn(&compare, &put, &get).await {
+        match self.etcd.txn(&compare, &put, &get).await {
             Ok(answer) if answer.succeeded => {
                 let written = Version { value, revision: answer.revision };
                 publish(&self.latest, Some(written.clone()), written.revision);
@@ -143,7 +143,7 @@ impl Doc {
                 publish(&self.latest, now.clone(), now.as_ref().map_or(answer.revision, |v| v.revision));
                 Ok(Err(Moved(now)))
             }
-            Err(GatewayError::Indeterminate { .. }) => match self.refresh().await? {
+            Err(ClientError::Indeterminate { .. }) => match self.refresh().await? {
                 Some(now) if now.value == value => Ok(Ok(now)),
                 now => Ok(Err(Moved(now))),
             },

@@ -12,8 +12,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::client::{Client, ClientError, WatchResponse};
 use super::docs::Docs;
-use super::gateway::{Gateway, GatewayError, WatchResponse};
 use super::{change_of, Keys};
 use crate::store::commit::compacted_after;
 use crate::store::shared::Shared;
@@ -26,13 +26,13 @@ const LOAD_PAGE: usize = 1000;
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Every object under the prefix at one revision: a cache to start from.
-pub(super) async fn load(gateway: &Gateway, keys: &Keys) -> Result<State, GatewayError> {
+pub(super) async fn load(etcd: &Client, keys: &Keys) -> Result<State, ClientError> {
     let end = keys.range_end();
     let mut from = keys.prefix.clone();
     let mut revision = 0;
     let mut objects = Vec::new();
     loop {
-        let page = gateway.range(&from, &end, LOAD_PAGE, revision).await?;
+        let page = etcd.range(&from, &end, LOAD_PAGE, revision).await?;
         if revision == 0 {
             revision = page.revision;
         }
@@ -61,7 +61,7 @@ pub(super) async fn load(gateway: &Gateway, keys: &Keys) -> Result<State, Gatewa
 
 /// Keeps the cache current until `stop` is set.
 pub(super) async fn run(
-    gateway: Arc<Gateway>,
+    etcd: Arc<Client>,
     keys: Keys,
     shared: Arc<Shared>,
     docs: Arc<Docs>,
@@ -77,7 +77,7 @@ pub(super) async fn run(
         }
         let from = shared.read().revision + 1;
         let opened = tokio::select! {
-            opened = gateway.watch(&keys.prefix, &end, from) => opened,
+            opened = etcd.watch(&keys.prefix, &end, from) => opened,
             _ = stop.changed() => return,
         };
         let mut stream = match opened {
@@ -105,7 +105,7 @@ pub(super) async fn run(
                             compacted = message.compact_revision,
                             "etcd compacted past the cache's revision; loading every object again"
                         );
-                        reload(&gateway, &keys, &shared).await;
+                        reload(&etcd, &keys, &shared).await;
                     } else {
                         tracing::warn!(reason = %message.cancel_reason, "etcd cancelled the store's watch; reopening");
                     }
@@ -192,9 +192,9 @@ fn apply(keys: &Keys, shared: &Shared, docs: &Docs, message: WatchResponse) {
 
 /// Loads every object again after etcd compacted past the cache: the objects are
 /// replaced, the log starts over and every watch ends as overflowed.
-async fn reload(gateway: &Gateway, keys: &Keys, shared: &Shared) {
+async fn reload(etcd: &Client, keys: &Keys, shared: &Shared) {
     loop {
-        match load(gateway, keys).await {
+        match load(etcd, keys).await {
             Ok(fresh) => {
                 let revision = {
                     let mut state = shared.write();

@@ -1,10 +1,9 @@
 //! Group commit on etcd: writes that arrive while others are in flight share one etcd
 //! transaction.
 //!
-//! A write through etcd's JSON gateway costs etcd far more than the write itself (the
-//! gateway decodes the JSON and calls etcd's own gRPC server; raft appends one entry and
-//! fsyncs), so 64 clients each sending its own transaction measured a third of what the
-//! same transactions over gRPC reach (docs/benchmarks.md, issue 30). Here one task takes
+//! Each transaction costs etcd a raft entry, an fsync and a request's decoding whatever
+//! it holds, so 64 clients each sending its own measured well under what the same writes
+//! reach grouped (docs/benchmarks.md, issue 30). Here one task takes
 //! the writes waiting when a slot frees (at most [`IN_FLIGHT`] transactions at once),
 //! plans each against the cache as [`Backend::commit_alone`] does, and sends those that
 //! fit etcd's limits as one transaction: every write's guards (the revision of each key
@@ -27,7 +26,7 @@ use std::sync::{Arc, Weak};
 use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
-use super::gateway::{Compare, GatewayError, Op};
+use super::client::{ClientError, Compare, Op};
 use super::{encode, Backend, MAX_TXN_OPS};
 use crate::store::error::{Error, Result};
 use crate::store::mutation::{plan, Mutation, Outcome};
@@ -40,9 +39,9 @@ use crate::store::Obj;
 /// the next group back: 36% of the machine sat idle at 64 clients).
 const IN_FLIGHT: usize = 8;
 
-/// Bytes of values one group may carry: etcd's default `--max-request-bytes` is 1.5 MiB,
-/// and the JSON gateway's base64 makes a value a third larger on the wire.
-const GROUP_BYTES: usize = 768 * 1024;
+/// Bytes of values one group may carry: etcd's default `--max-request-bytes` is 1.5 MiB
+/// (keys, guards and framing take the rest).
+const GROUP_BYTES: usize = 1024 * 1024;
 
 /// One write's plan against the cache.
 pub(super) struct Planned {
@@ -168,7 +167,7 @@ impl Backend {
                 compares.push(fence.compare());
                 failure.push(Op::Get { key: fence.key.clone() });
             }
-            let committed = match self.gateway.txn(&compares, &ops, &failure).await {
+            let committed = match self.etcd.txn(&compares, &ops, &failure).await {
                 Ok(answer) if answer.succeeded => Ok(Some(answer.revision)),
                 // A guard failed: nothing of it was applied. Those whose keys moved go
                 // alone; the others are tried again (unless the fence failed: then each
@@ -195,7 +194,7 @@ impl Backend {
                     continue;
                 }
                 // Maybe applied: read back whether it was, as a write alone does.
-                Err(e @ GatewayError::Indeterminate { .. }) => self.resolve(&guards, &ops, &e).await,
+                Err(e @ ClientError::Indeterminate { .. }) => self.resolve(&guards, &ops, &e).await,
                 // Refused or unreachable: nothing was applied; each alone says why.
                 Err(_) => Ok(None),
             };

@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::client::{Client, ClientError, Compare, KeyValue, Op};
 use super::docs::Docs;
-use super::gateway::{Compare, Gateway, GatewayError, KeyValue, Op};
 
 /// The proof of leadership a write carries: the leader key and the revision it was
 /// created at.
@@ -78,7 +78,7 @@ pub enum Leadership {
 
 /// One replica's campaign: call [`Election::run`] and follow the watch channel.
 pub struct Election {
-    gateway: Arc<Gateway>,
+    etcd: Arc<Client>,
     key: Vec<u8>,
     config: ElectionConfig,
     state: tokio::sync::watch::Sender<Leadership>,
@@ -88,9 +88,9 @@ pub struct Election {
 }
 
 impl Election {
-    pub fn new(gateway: Arc<Gateway>, key: Vec<u8>, config: ElectionConfig) -> Election {
+    pub fn new(etcd: Arc<Client>, key: Vec<u8>, config: ElectionConfig) -> Election {
         let (state, _) = tokio::sync::watch::channel(Leadership::Follower(None));
-        Election { gateway, key, config, state, docs: None }
+        Election { etcd, key, config, state, docs: None }
     }
 
     /// The same election, woken by the store's feed (see [`super::Backend::election`]).
@@ -146,7 +146,7 @@ impl Election {
                     let stopped = self.lead(lease, renewed_at, &mut stop).await;
                     self.state.send_replace(Leadership::Follower(None));
                     if stopped {
-                        let _ = self.gateway.revoke(lease).await;
+                        let _ = self.etcd.revoke(lease).await;
                         return;
                     }
                     tracing::warn!(epoch = fence.epoch, "leadership lost");
@@ -166,19 +166,19 @@ impl Election {
 
     /// One try: a fresh lease, then the leader key if it is free. `None` when someone
     /// else leads (after waiting a quarter TTL, or until its key is deleted).
-    async fn campaign(&self) -> Result<Option<(i64, Fence, Instant)>, GatewayError> {
+    async fn campaign(&self) -> Result<Option<(i64, Fence, Instant)>, ClientError> {
         // A read first: a lease is taken only when the key looks free.
-        let current = self.gateway.range(&self.key, &[], 1, 0).await?;
+        let current = self.etcd.range(&self.key, &[], 1, 0).await?;
         if let Some(kv) = current.kvs.first() {
             self.follow(Some(String::from_utf8_lossy(&kv.value).into_owned()));
             self.pause(Some(kv)).await;
             return Ok(None);
         }
         let sent = Instant::now();
-        let (lease, _) = self.gateway.grant(self.config.ttl.as_secs().max(1)).await?;
+        let (lease, _) = self.etcd.grant(self.config.ttl.as_secs().max(1)).await?;
         let put = Op::Put { key: self.key.clone(), value: self.config.identity.clone().into_bytes(), lease };
         let answer = self
-            .gateway
+            .etcd
             .txn(
                 &[Compare::CreateRevision(self.key.clone(), 0)],
                 &[put],
@@ -188,14 +188,14 @@ impl Election {
         let answer = match answer {
             Ok(answer) => answer,
             Err(e) => {
-                let _ = self.gateway.revoke(lease).await;
+                let _ = self.etcd.revoke(lease).await;
                 return Err(e);
             }
         };
         if answer.succeeded {
             return Ok(Some((lease, Fence { key: self.key.clone(), epoch: answer.revision }, sent)));
         }
-        let _ = self.gateway.revoke(lease).await;
+        let _ = self.etcd.revoke(lease).await;
         let holder = answer.gets.first().cloned().flatten();
         self.follow(holder.as_ref().map(|kv| String::from_utf8_lossy(&kv.value).into_owned()));
         self.pause(holder.as_ref()).await;
@@ -233,7 +233,7 @@ impl Election {
             }
             let sent = Instant::now();
             let left = deadline.saturating_duration_since(sent);
-            match tokio::time::timeout(left, self.gateway.keep_alive(lease)).await {
+            match tokio::time::timeout(left, self.etcd.keep_alive(lease)).await {
                 Ok(Ok(ttl)) if ttl > 0 => renewed_at = sent,
                 Ok(Ok(_)) => return false,
                 Ok(Err(e)) => tracing::warn!(error = %e, "renewing the leader's lease failed"),

@@ -24,13 +24,15 @@
 //! replica's cache applied it; a write whose outcome is unknown (etcd timed out) is
 //! resolved by reading it back before it is answered.
 
+pub mod client;
 pub mod cluster;
 mod consistent;
 pub mod docs;
 mod feed;
-pub mod gateway;
 mod group;
+mod grpc;
 pub mod lease;
+mod proto;
 
 #[cfg(test)]
 mod tests;
@@ -46,9 +48,9 @@ use super::mutation::{metadata_mut, Change, GroupLimit, Mutation, Outcome};
 use super::shared::Shared;
 use super::watch::EventType;
 use super::Obj;
-use gateway::{Compare, Gateway, GatewayError, KeyValue, Op};
+use client::{Client, ClientError, Compare, KeyValue, Op};
 
-pub use gateway::GatewayError as EtcdError;
+pub use client::ClientError as EtcdError;
 
 /// Where the store on etcd lives.
 #[derive(Clone, Debug)]
@@ -108,9 +110,9 @@ const MAX_PAUSE: Duration = Duration::from_millis(50);
 /// without it (the write stands; only read-your-writes is late).
 const APPLY_WAIT: Duration = Duration::from_secs(10);
 
-/// The store's link to etcd: the gateway, the key layout, and the feed's task.
+/// The store's link to etcd: its client, the key layout, and the feed's task.
 pub struct Backend {
-    gateway: Arc<Gateway>,
+    etcd: Arc<Client>,
     keys: Keys,
     shared: Arc<Shared>,
     feed: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -219,7 +221,7 @@ fn restamp(object: &Obj, revision: u64) -> Obj {
     Obj::encode(&value, revision)
 }
 
-fn unavailable(e: &GatewayError) -> Error {
+fn unavailable(e: &ClientError) -> Error {
     Error::Unavailable { message: e.to_string() }
 }
 
@@ -230,15 +232,15 @@ impl Backend {
         config: &EtcdConfig,
         store_config: super::StoreConfig,
     ) -> Result<(Arc<Backend>, Arc<Shared>)> {
-        let gateway = Arc::new(Gateway::new(&config.endpoints).map_err(|e| unavailable(&e))?);
+        let etcd = Arc::new(Client::new(&config.endpoints).map_err(|e| unavailable(&e))?);
         let keys = Keys::new(&config.prefix);
-        let state = feed::load(&gateway, &keys).await.map_err(|e| unavailable(&e))?;
+        let state = feed::load(&etcd, &keys).await.map_err(|e| unavailable(&e))?;
         let shared = Arc::new(Shared::new(state, store_config));
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let health = Arc::new(Mutex::new(None));
         let docs = Arc::new(docs::Docs::default());
         let task = tokio::spawn(feed::run(
-            gateway.clone(),
+            etcd.clone(),
             keys.clone(),
             shared.clone(),
             docs.clone(),
@@ -246,7 +248,7 @@ impl Backend {
             health.clone(),
         ));
         let backend = Backend {
-            gateway,
+            etcd,
             keys,
             shared: shared.clone(),
             feed: Mutex::new(Some(task)),
@@ -261,15 +263,15 @@ impl Backend {
         Ok((Arc::new(backend), shared))
     }
 
-    /// The gateway, for leader election beside the store.
-    pub fn gateway(&self) -> &Arc<Gateway> {
-        &self.gateway
+    /// The client of etcd, for leader election and hive's own keys beside the store.
+    pub fn client(&self) -> &Arc<Client> {
+        &self.etcd
     }
 
     /// An election for `<prefix>_leader` whose followers campaign as soon as this
     /// store's feed sees the key deleted (a lease ended, a leader resigned).
     pub fn election(&self, config: lease::ElectionConfig) -> lease::Election {
-        lease::Election::new(self.gateway.clone(), self.keys.internal("leader"), config)
+        lease::Election::new(self.etcd.clone(), self.keys.internal("leader"), config)
             .woken_by(self.docs.clone())
     }
 
@@ -280,7 +282,7 @@ impl Backend {
 
     /// The shared document `name` (`<prefix>_<name>`), read now and followed after.
     pub async fn doc(&self, name: &str) -> Result<docs::Doc> {
-        docs::Doc::open(self.gateway.clone(), &self.docs, self.keys.internal(name))
+        docs::Doc::open(self.etcd.clone(), &self.docs, self.keys.internal(name))
             .await
             .map_err(|e| unavailable(&e))
     }
@@ -312,7 +314,7 @@ impl Backend {
         if target <= *self.compacted.lock().unwrap_or_else(PoisonError::into_inner) {
             return Ok(None);
         }
-        match self.gateway.compact(target).await {
+        match self.etcd.compact(target).await {
             Ok(()) => {}
             // Another replica (an earlier leader) got there first: as good.
             Err(e) if e.is_compacted() => {}
@@ -326,7 +328,7 @@ impl Backend {
     /// replica's cache may still hold it.
     pub(super) async fn get_consistent(&self, kind: &str, name: &str) -> Result<Option<Obj>> {
         let key = self.keys.object(kind, name);
-        let page = self.gateway.range(&key, &[], 1, 0).await.map_err(|e| unavailable(&e))?;
+        let page = self.etcd.range(&key, &[], 1, 0).await.map_err(|e| unavailable(&e))?;
         let Some(kv) = page.kvs.into_iter().next() else { return Ok(None) };
         decode(&kv.value, kv.mod_revision).map(Some).map_err(|e| Error::Unavailable {
             message: format!("etcd holds {kind}/{name} as something that is not JSON: {e}"),
@@ -420,9 +422,9 @@ impl Backend {
             }
             let mut failure: Vec<Op> = reads.iter().map(|(key, _)| Op::Get { key: key.clone() }).collect();
             failure.extend(fence.as_ref().map(|f| Op::Get { key: f.key.clone() }));
-            let answer = match self.gateway.txn(&compares, &ops, &failure).await {
+            let answer = match self.etcd.txn(&compares, &ops, &failure).await {
                 Ok(answer) => answer,
-                Err(e @ GatewayError::Indeterminate { .. }) => match self.resolve(&reads, &ops, &e).await? {
+                Err(e @ ClientError::Indeterminate { .. }) => match self.resolve(&reads, &ops, &e).await? {
                     Some(revision) => return Ok(self.answered(outcomes, revision).await),
                     None => continue,
                 },
@@ -508,7 +510,7 @@ impl Backend {
             if keys.is_empty() { vec![&[]] } else { keys.chunks(MAX_TXN_OPS).collect() };
         for chunk in chunks {
             let gets: Vec<Op> = chunk.iter().map(|key| Op::Get { key: key.clone() }).collect();
-            let answer = self.gateway.txn(&[], &gets, &[]).await.map_err(|e| unavailable(&e))?;
+            let answer = self.etcd.txn(&[], &gets, &[]).await.map_err(|e| unavailable(&e))?;
             revision = revision.max(answer.revision);
             values.extend(answer.gets);
         }
@@ -523,7 +525,7 @@ impl Backend {
         &self,
         reads: &[(Vec<u8>, u64)],
         ops: &[Op],
-        cause: &GatewayError,
+        cause: &ClientError,
     ) -> Result<Option<u64>> {
         let keys: Vec<Vec<u8>> = ops
             .iter()

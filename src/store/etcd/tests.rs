@@ -195,7 +195,7 @@ async fn compaction_drops_etcds_history_to_what_the_event_log_retains_and_a_lagg
     assert_eq!(compacted, store.stats().compacted);
     assert!(compacted > start);
     assert_eq!(backend.compact().await.unwrap(), None, "nothing more to drop");
-    let old = backend.gateway().range(b"/t9/", b"/t90", 0, start + 1).await;
+    let old = backend.client().range(b"/t9/", b"/t90", 0, start + 1).await;
     assert!(old.is_err_and(|e| e.is_compacted()), "etcd has dropped the old revisions");
     // A replica started now loads every object and follows new writes.
     let late = replica(&cluster, 0, "/t9/", |_| {}).await;
@@ -277,7 +277,7 @@ async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
         identity: who.into(),
     };
     let key = a.etcd().unwrap().internal_key("leader");
-    let first = Election::new(a.etcd().unwrap().gateway().clone(), key.clone(), config("a"));
+    let first = Election::new(a.etcd().unwrap().client().clone(), key.clone(), config("a"));
     let mut first_state = first.subscribe();
     let (stop_first, stopped_first) = tokio::sync::watch::channel(false);
     let first_task = tokio::spawn(async move { first.run(stopped_first).await });
@@ -285,7 +285,7 @@ async fn a_deposed_leaders_fenced_writes_fail_and_another_replica_leads() {
     a.etcd().unwrap().set_fence(Some(fence.clone()));
     a.commit(create("led"), false).await.unwrap();
 
-    let second = Election::new(b.etcd().unwrap().gateway().clone(), key, config("b"));
+    let second = Election::new(b.etcd().unwrap().client().clone(), key, config("b"));
     let mut second_state = second.subscribe();
     let (_stop_second, stopped_second) = tokio::sync::watch::channel(false);
     tokio::spawn(async move { second.run(stopped_second).await });
