@@ -102,6 +102,13 @@ pub struct Args {
     #[arg(long)]
     pub watch_http2: bool,
 
+    /// Open the watch streams over HTTP/2 on this many connections, spread evenly (at most
+    /// 200 on one: more connections are opened if the load needs them), as informers in
+    /// several processes share an API server; bench/etcd spreads its watches over 16 gRPC
+    /// connections by default. Implies `--watch-http2`.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub watch_connections: Option<u16>,
+
     /// The connections the watch phase's writer sends its creates over. `http2`: one
     /// HTTP/2 connection, each create a stream on it, as etcd's generator (bench/etcd)
     /// sends its puts over one gRPC connection and as kubectl talks to an API server.
@@ -190,6 +197,8 @@ struct Plan {
     watch_writer: WriterMode,
     watch_in_flight: usize,
     watch_http2: bool,
+    /// The connections the watch streams are spread over (`None`: one per 200).
+    watch_connections: Option<usize>,
     watch_writer_transport: WriterTransport,
     watch_duration: Duration,
     objects: usize,
@@ -226,7 +235,8 @@ impl Plan {
             },
             watch_writer: args.watch_writer,
             watch_in_flight: args.watch_in_flight,
-            watch_http2: args.watch_http2,
+            watch_http2: args.watch_http2 || args.watch_connections.is_some(),
+            watch_connections: args.watch_connections.map(usize::from),
             watch_writer_transport: if args.watch_writer_http2 {
                 WriterTransport::Http2
             } else {
@@ -317,7 +327,11 @@ impl Plan {
             self.watch_writer.name(),
             self.watch_writer_transport.name(),
             self.watch_in_flight,
-            if self.watch_http2 { " --watch-http2" } else { "" },
+            match (self.watch_http2, self.watch_connections) {
+                (_, Some(n)) => format!(" --watch-connections {n}"),
+                (true, None) => " --watch-http2".to_owned(),
+                (false, None) => String::new(),
+            },
             self.watch_duration.as_secs_f64(),
             self.objects,
             self.fill_clients,
@@ -565,12 +579,16 @@ mod tests {
             "10x5,3x7",
             "--watch-writer-transport",
             "http1",
+            "--watch-connections",
+            "16",
             "--serve-arg=--metrics=false",
         ])
         .unwrap();
+        assert!(given.watch_http2 && given.watch_connections == Some(16));
         let flags: Vec<String> = given.flags().split(' ').map(String::from).collect();
         let again = plan(&flags.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
         assert_eq!(again, given);
+        assert!(plan(&["--watch-connections", "0"]).is_err());
         let some = plan(&["--phases", "placement,power", "--placement-cycles", "4", "--log-duration", "2s"]);
         let some = some.unwrap();
         assert!(some

@@ -253,9 +253,11 @@ pub(super) async fn watch_phase(
 
     // HTTP/1.1: one client for all streams; its pool opens a new connection for each,
     // since a streaming HTTP/1.1 response holds its connection. HTTP/2: one client (one
-    // connection) per STREAMS_PER_CONNECTION streams, below the daemon's 250.
+    // connection) per STREAMS_PER_CONNECTION streams, below the daemon's 250, or as many
+    // as --watch-connections asks, the streams dealt among them in turn.
     let clients: Vec<Arc<Api>> = if plan.watch_http2 {
-        let connections = load.watchers.div_ceil(STREAMS_PER_CONNECTION).max(1);
+        let needed = load.watchers.div_ceil(STREAMS_PER_CONNECTION).max(1);
+        let connections = plan.watch_connections.map_or(needed, |n| n.clamp(needed, load.watchers.max(1)));
         (0..connections).map(|_| endpoint.api_http2(None).map(Arc::new)).collect::<Result<_>>()?
     } else {
         vec![Arc::new(endpoint.api(None)?)]
