@@ -22,6 +22,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -94,7 +95,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new(Instant::now()));
-    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone(), protocol });
+    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone(), protocol, hold: None });
     let service = TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer, protocol });
     let result = match protocol {
         Protocol::Http1 => {
@@ -275,10 +276,68 @@ impl Activity {
 /// The connection's byte stream, telling [`Activity`] when bytes arrive on an idle
 /// HTTP/1.1 connection (the next request's head has begun; on HTTP/2 bytes may be any
 /// frame, and only a stream ends idleness).
+///
+/// On HTTP/2 with several streams open it also gathers their frames into fewer writes.
+/// A thousand watches of one kind get each event at once: every watch's task queues its
+/// line, and the connection's task, woken by the first, would write that one frame alone,
+/// then the next — one `writev`, one TLS record and one TCP segment a watcher per event
+/// (measured: exactly one `writev` a delivery; with what follows, one per seven). So the
+/// first write of each flush is held
+/// until the tasks already ready on this worker have run (tokio's `yield_now` defers a
+/// wake-up to when the worker has nothing else ready, or to its next maintenance, 61
+/// tasks on), however often other streams wake the connection's task meanwhile: their
+/// frames then go out together. And DATA frames are copied into h2's write buffer up to
+/// 1 KiB rather than sent as a vector of their own (h2 flushes a frame it chains before it
+/// encodes the next), which is what h2 does for a byte stream that does not write vectors:
+/// this one says it does not.
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
     protocol: Protocol,
+    /// The hold on this flush's writes, once its first write was held.
+    hold: Option<Arc<Hold>>,
+}
+
+/// A write held until the worker's ready tasks have run: released by the deferred wake.
+struct Hold {
+    released: AtomicBool,
+    task: std::task::Waker,
+}
+
+impl std::task::Wake for Hold {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.released.store(true, Ordering::Release);
+        self.task.wake_by_ref();
+    }
+}
+
+impl<S> Tracked<S> {
+    /// Whether this write waits: the first of a flush on an HTTP/2 connection with more
+    /// than one stream open is held until the worker's ready tasks have run, and so is
+    /// every write of the flush before then. A held write's task is woken when released.
+    fn waits(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(hold) = &self.hold {
+            return !hold.released.load(Ordering::Acquire);
+        }
+        if self.protocol != Protocol::Http2 {
+            return false;
+        }
+        if !matches!(self.activity.phase(), Phase::Busy { requests } if requests > 1) {
+            return false;
+        }
+        let hold = Arc::new(Hold { released: AtomicBool::new(false), task: cx.waker().clone() });
+        // The first poll of `yield_now` hands its waker to the worker's deferred list (or
+        // wakes it at once outside a runtime) and is pending; it is not polled again.
+        let release = std::task::Waker::from(hold.clone());
+        let yielded = std::pin::pin!(tokio::task::yield_now());
+        let _ = yielded.poll(&mut Context::from_waker(&release));
+        self.hold = Some(hold);
+        !self.hold.as_ref().is_some_and(|h| h.released.load(Ordering::Acquire))
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
@@ -301,7 +360,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.waits(cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -309,15 +372,25 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if this.waits(cx) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        // On HTTP/2, small DATA frames are copied into h2's buffer (see the type's doc).
+        self.protocol == Protocol::Http1 && self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        let flushed = Pin::new(&mut this.inner).poll_flush(cx);
+        if flushed.is_ready() {
+            this.hold = None;
+        }
+        flushed
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -512,7 +585,7 @@ mod tests {
             drop(InFlight::start(activity.clone()));
             let idle = activity.phase();
             let (mut client, server) = tokio::io::duplex(64);
-            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol };
+            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol, hold: None };
             // A PING frame's worth of bytes, on HTTP/2; the start of a request, on HTTP/1.1.
             client.write_all(b"x").await.unwrap();
             let mut byte = [0u8; 1];
@@ -522,6 +595,81 @@ mod tests {
             if !begins_head {
                 assert_eq!(phase, idle, "{protocol:?}: still idle since the response");
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_http2_connection_with_streams_open_gathers_a_flushs_writes_behind_ready_tasks() {
+        use tokio::io::AsyncWriteExt as _;
+        /// Whether a task made ready just before a write ran before the write went out.
+        async fn ready_task_ran_first(tracked: &mut Tracked<tokio::io::DuplexStream>) -> bool {
+            let ran = Arc::new(AtomicBool::new(false));
+            let ready = tokio::spawn({
+                let ran = ran.clone();
+                async move { ran.store(true, Ordering::SeqCst) }
+            });
+            tracked.write_all(b"frame").await.unwrap();
+            let first = ran.load(Ordering::SeqCst);
+            ready.await.unwrap();
+            first
+        }
+        // (protocol, streams open, whether the flush's first write waits)
+        for (protocol, streams, waits) in
+            [(Protocol::Http2, 2, true), (Protocol::Http2, 1, false), (Protocol::Http1, 2, false)]
+        {
+            let activity = Arc::new(Activity::new(Instant::now()));
+            let _open: Vec<InFlight> = (0..streams).map(|_| InFlight::start(activity.clone())).collect();
+            let (_client, server) = tokio::io::duplex(1 << 16);
+            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol, hold: None };
+            let case = format!("{protocol:?} with {streams} stream(s) open");
+            assert_eq!(ready_task_ran_first(&mut tracked).await, waits, "{case}: a flush's first write");
+            assert!(!ready_task_ran_first(&mut tracked).await, "{case}: the same flush's next write");
+            tracked.flush().await.unwrap();
+            assert_eq!(
+                ready_task_ran_first(&mut tracked).await,
+                waits,
+                "{case}: the next flush's first write"
+            );
+            // Polled again before the worker's ready tasks have run (another stream woke
+            // the connection's task), a held write stays held.
+            tracked.flush().await.unwrap();
+            let mut write = std::pin::pin!(tracked.write(b"frame"));
+            let polls: Vec<bool> = std::future::poll_fn(|cx| {
+                Poll::Ready(
+                    [write.as_mut().poll(cx).is_pending(), write.as_mut().poll(cx).is_pending()].to_vec(),
+                )
+            })
+            .await;
+            assert_eq!(polls, [waits, waits], "{case}");
+            assert_eq!(write.await.unwrap(), 5);
+        }
+        // HTTP/2 copies small frames instead of writing vectors; HTTP/1.1 keeps what the
+        // stream does.
+        let activity = Arc::new(Activity::new(Instant::now()));
+        let tcp =
+            |protocol| Tracked { inner: VectoredSink, activity: activity.clone(), protocol, hold: None };
+        assert!(!tcp(Protocol::Http2).is_write_vectored());
+        assert!(tcp(Protocol::Http1).is_write_vectored());
+    }
+
+    /// A byte stream that takes everything and writes vectors.
+    struct VectoredSink;
+
+    impl AsyncWrite for VectoredSink {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
         }
     }
 }
