@@ -8,7 +8,9 @@
 //! through [`SharedSessions`] (wired in `daemon::shared`): each session is one key,
 //! bound to a lease that ends with it. Every replica keeps a bounded cache of the
 //! sessions it has signed in or read; one it does not know it reads from the shared
-//! store (a quorum read), and one ended on another replica is dropped from its cache
+//! store (a quorum read) once — an id the store does not hold is remembered as absent,
+//! and a cookie no id can have is not looked up — and one ended on another replica is
+//! dropped from its cache
 //! when the store's feed hears the key deleted ([`Sessions::ended_elsewhere`]).
 //! Neither the session id nor the token is ever stored outside this process's memory.
 
@@ -42,6 +44,11 @@ const MAX_SESSIONS_PER_TOKEN: usize = 16;
 /// How many ended sessions a cache remembers, so a read of the shared store that raced
 /// the session's end does not bring it back into the cache.
 const ENDED_KEPT: usize = 1024;
+/// How many ids the shared store said it does not hold a cache remembers, so a browser
+/// that keeps sending a cookie of a session ended elsewhere (or long expired) costs one
+/// quorum read of etcd per replica, not one a request. An id is 256 random bits made at
+/// sign-in: one found absent never becomes a session later.
+const ABSENT_KEPT: usize = 4096;
 
 /// A pending call of [`SharedSessions`].
 pub type Pending<'a, T> = Pin<Box<dyn Future<Output = std::io::Result<T>> + Send + 'a>>;
@@ -114,6 +121,10 @@ struct Cache {
     live: HashMap<String, Record>,
     /// The last sessions ended (see [`ENDED_KEPT`]).
     ended: VecDeque<String>,
+    /// The last keys the shared store did not hold (see [`ABSENT_KEPT`]), in order and
+    /// as a set.
+    absent: VecDeque<String>,
+    absent_set: std::collections::HashSet<String>,
 }
 
 impl Cache {
@@ -138,6 +149,18 @@ impl Cache {
         }
         self.live.insert(key, record);
         dropped
+    }
+
+    /// Remembers that the shared store does not hold `key`.
+    fn absent(&mut self, key: &str) {
+        if self.absent_set.insert(key.to_string()) {
+            self.absent.push_back(key.to_string());
+            if self.absent.len() > ABSENT_KEPT {
+                if let Some(oldest) = self.absent.pop_front() {
+                    self.absent_set.remove(&oldest);
+                }
+            }
+        }
     }
 
     /// Forgets the session under `key` and remembers that it ended.
@@ -171,6 +194,12 @@ fn random_id() -> Option<String> {
     let mut bytes = [0u8; 32];
     SystemRandom::new().fill(&mut bytes).ok()?;
     Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Whether `id` has the shape [`random_id`] gives one (43 characters of URL-safe
+/// base64): a cookie of any other shape names no session, and is not looked up.
+fn could_be_id(id: &str) -> bool {
+    id.len() == 43 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Where session `id` is kept: its SHA-256 in hex, so what is stored is no live cookie.
@@ -265,8 +294,17 @@ impl Sessions {
     /// The session `id` if it is live. One this process does not cache is read from the
     /// shared store; a dead one is dropped from the cache.
     async fn live(&self, tokens: &TokenStore, id: &str) -> Option<SignedIn> {
+        if !could_be_id(id) {
+            return None;
+        }
         let key = key_of(id);
-        let cached = self.lock().live.get(&key).cloned();
+        let cached = {
+            let cache = self.lock();
+            if cache.absent_set.contains(&key) {
+                return None;
+            }
+            cache.live.get(&key).cloned()
+        };
         let record = match cached {
             Some(record) => record,
             None => self.read(&key).await?,
@@ -284,7 +322,11 @@ impl Sessions {
     async fn read(&self, key: &str) -> Option<Record> {
         let shared = self.shared.as_ref()?;
         let value = match shared.get(key.to_string()).await {
-            Ok(value) => value?,
+            Ok(Some(value)) => value,
+            Ok(None) => {
+                self.lock().absent(key);
+                return None;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a session from the shared store; it counts as signed out");
                 return None;
@@ -366,7 +408,7 @@ mod tests {
 
     /// The shared store as a map, standing in for etcd's keys.
     #[derive(Default)]
-    struct Map(Mutex<HashMap<String, Vec<u8>>>);
+    struct Map(Mutex<HashMap<String, Vec<u8>>>, std::sync::atomic::AtomicUsize);
 
     impl SharedSessions for Map {
         fn put(&self, key: String, record: Vec<u8>, _ttl: Duration) -> Pending<'_, ()> {
@@ -374,6 +416,7 @@ mod tests {
             Box::pin(async { Ok(()) })
         }
         fn get(&self, key: String) -> Pending<'_, Option<Vec<u8>>> {
+            self.1.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let found = self.0.lock().unwrap().get(&key).cloned();
             Box::pin(async move { Ok(found) })
         }
@@ -429,6 +472,34 @@ mod tests {
         f.b.ended_elsewhere(&key_of(&id));
         assert!(!f.b.is_session_live(&id, &f.tokens));
         assert!(f.b.current(&f.tokens, &with_cookie(&id)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_cookie_of_no_session_costs_one_read_of_the_shared_store_and_a_misshapen_one_none() {
+        let f = fixture();
+        let reads = || f.map.1.load(std::sync::atomic::Ordering::SeqCst);
+        let (id, _) = f.a.sign_in(&f.tokens, &f.token).await.unwrap();
+        f.a.sign_out(&id).await.unwrap();
+        // B never heard of it: it asks the shared store once, then remembers the answer.
+        for _ in 0..5 {
+            assert!(f.b.current(&f.tokens, &with_cookie(&id)).await.is_none());
+        }
+        assert_eq!(reads(), 1);
+        for misshapen in ["", "x", "not a session id", &format!("{id}x"), &format!("+{}", &id[1..])] {
+            assert!(f.b.current(&f.tokens, &with_cookie(misshapen)).await.is_none(), "{misshapen:?}");
+        }
+        assert!(f.b.current(&f.tokens, &with_cookie(&"é".repeat(22))).await.is_none());
+        assert_eq!(reads(), 1, "a cookie no id can have is not looked up");
+        // A live session is still read by a replica that does not know it.
+        let (live, _) = f.a.sign_in(&f.tokens, &f.token).await.unwrap();
+        assert!(f.b.current(&f.tokens, &with_cookie(&live)).await.is_some());
+        assert_eq!(reads(), 2);
+        // What is remembered as absent is bounded.
+        for n in 0..ABSENT_KEPT + 10 {
+            f.b.lock().absent(&format!("{n}"));
+        }
+        let cache = f.b.lock();
+        assert_eq!((cache.absent.len(), cache.absent_set.len()), (ABSENT_KEPT, ABSENT_KEPT));
     }
 
     #[tokio::test]
