@@ -3,7 +3,8 @@
 //! etcd acknowledged before the request came (see [`Backend::sync`]).
 
 use super::client::Op;
-use super::{unavailable, Backend, APPLY_WAIT};
+use super::write::APPLY_WAIT;
+use super::{unavailable, Backend};
 use crate::store::error::{Error, Result};
 
 /// Sentinel writes, one at a time, each shared by every caller that arrived before it
