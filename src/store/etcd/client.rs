@@ -467,24 +467,39 @@ mod tests {
 
     use super::*;
 
-    /// A member that answers every call with gRPC status `status` and its message, or
-    /// (status 0) with a transaction that succeeded at revision 42.
-    async fn fake_member(status: u16, message: &'static str) -> String {
+    /// How a fake member answers every call.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        /// A transaction that succeeded at revision 42, then status OK.
+        Succeeded,
+        /// Only a status (not 0) and its message.
+        Fails(u16, &'static str),
+        /// The transaction's answer, then a status that is not OK.
+        AnswersThenFails(u16, &'static str),
+    }
+
+    /// A member that answers every call as `how` says.
+    async fn fake_member(how: Answer) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let answer = move |_request| async move {
             let response = http::Response::builder().header("content-type", "application/grpc");
-            if status != 0 {
-                let response = response.header("grpc-status", status).header("grpc-message", message);
-                return Ok::<_, Infallible>(response.body(Full::new(Bytes::new()).boxed()).unwrap());
-            }
+            let (status, message) = match how {
+                Answer::Fails(status, message) => {
+                    let response = response.header("grpc-status", status).header("grpc-message", message);
+                    return Ok::<_, Infallible>(response.body(Full::new(Bytes::new()).boxed()).unwrap());
+                }
+                Answer::Succeeded => (0, ""),
+                Answer::AnswersThenFails(status, message) => (status, message),
+            };
             let answer = proto::TxnResponse {
                 header: Some(proto::ResponseHeader { revision: 42 }),
                 succeeded: true,
                 responses: Vec::new(),
             };
             let mut trailers = http::HeaderMap::new();
-            trailers.insert("grpc-status", 0.into());
+            trailers.insert("grpc-status", status.into());
+            trailers.insert("grpc-message", http::HeaderValue::from_static(message));
             let frames = [Ok(Frame::data(super::super::grpc::frame(&answer))), Ok(Frame::trailers(trailers))];
             Ok(response.body(StreamBody::new(futures_util::stream::iter(frames)).boxed()).unwrap())
         };
@@ -504,8 +519,8 @@ mod tests {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             format!("127.0.0.1:{}", listener.local_addr().unwrap().port())
         };
-        let leaderless = fake_member(14, "etcdserver: leader changed").await;
-        let healthy = fake_member(0, "").await;
+        let leaderless = fake_member(Answer::Fails(14, "etcdserver: leader changed")).await;
+        let healthy = fake_member(Answer::Succeeded).await;
         let etcd = Client::new(&[closed.clone(), leaderless, healthy]).unwrap();
         let put = [Op::Put { key: b"/k".to_vec(), value: b"v".to_vec(), lease: 0 }];
         // Nothing is sent to the closed port; the member without a leader may have
@@ -521,12 +536,19 @@ mod tests {
         assert!(answer.succeeded);
         assert_eq!(answer.revision, 42);
         // A refusal is one, with etcd's message and code.
-        let refusing = fake_member(3, "etcdserver: too many operations in txn request").await;
+        let refusing = fake_member(Answer::Fails(3, "etcdserver: too many operations in txn request")).await;
         let etcd = Client::new(&[refusing]).unwrap();
         let refused = etcd.txn(&[], &put, &[]).await.unwrap_err();
         assert!(
             matches!(refused, ClientError::Refused { code: 3, .. }) && refused.is_too_large(),
             "{refused:?}"
+        );
+        // A status that is not OK after an answer is the call's outcome.
+        let failing_late = fake_member(Answer::AnswersThenFails(9, "etcdserver: failed late")).await;
+        let late = Client::new(&[failing_late]).unwrap().txn(&[], &put, &[]).await.unwrap_err();
+        assert!(
+            matches!(&late, ClientError::Refused { code: 9, message } if message.contains("failed late")),
+            "{late:?}"
         );
         // No member at all: unreachable, naming them.
         let unreachable = Client::new(&[closed]).unwrap().txn(&[], &put, &[]).await.unwrap_err();

@@ -138,14 +138,28 @@ impl Member {
         let body = self.open(method, Full::new(frame(request)).boxed()).await?;
         let mut answer =
             Answers { endpoint: self.endpoint.clone(), body, buffer: BytesMut::new(), done: false };
+        let message = match answer.next().await {
+            Some(Ok(message)) => message,
+            Some(Err(e)) => return Err(e),
+            None => {
+                return Err(CallError::Lost(format!("{}: the call ended without an answer", self.endpoint)))
+            }
+        };
+        // The status follows the answer (in the same write, as etcd sends it): read it, so
+        // the stream ends rather than being reset, and a failure after the answer counts.
+        // A connection lost after the answer leaves the answer standing.
         match answer.next().await {
-            Some(Ok(message)) => M::decode(message).map_err(|e| CallError::Status {
-                code: -1,
-                message: format!("unreadable answer from etcd: {e}"),
-            }),
-            Some(Err(e)) => Err(e),
-            None => Err(CallError::Lost(format!("{}: the call ended without an answer", self.endpoint))),
+            Some(Err(failed @ CallError::Status { .. })) => return Err(failed),
+            Some(Ok(_)) => {
+                return Err(CallError::Status {
+                    code: -1,
+                    message: "etcd answered a unary call twice".into(),
+                })
+            }
+            None | Some(Err(_)) => {}
         }
+        M::decode(message)
+            .map_err(|e| CallError::Status { code: -1, message: format!("unreadable answer from etcd: {e}") })
     }
 
     /// Opens a stream of `method` with `first` as its first message; the returned sender
