@@ -85,7 +85,8 @@ pub struct DroppedLabels {
     /// The resource watched.
     pub resource: String,
     /// `overflow` (fell behind its buffer: in-stream 410), `expired` (its history was
-    /// compacted: in-stream 410), `not_reading` (took nothing for the write timeout).
+    /// compacted: in-stream 410). A watch whose client took nothing for the write
+    /// timeout is counted with every other stream, in `hive_streams_ended_total`.
     pub reason: &'static str,
 }
 
@@ -424,7 +425,7 @@ impl Metrics {
         );
         r.register(
             "hive_watch_dropped",
-            "Watches the server ended: overflow or expired (an in-stream 410), not_reading (write timeout)",
+            "Watches the server ended with an in-stream 410: overflow (fell behind its buffer) or expired (its revision was compacted)",
             api.watch_dropped.clone(),
         );
         r.register(

@@ -2,6 +2,7 @@
 //! BOOKMARK, ERROR — with the `resourceVersion` semantics of the Kubernetes API
 //! concepts, bookmarks, `sendInitialEvents`, timeouts, selectors and Table rows.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -12,44 +13,38 @@ use hive_api::meta::Status;
 use hive_api::KindInfo;
 use prometheus_client::metrics::counter::Counter;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
 
 use super::error::{ApiError, ApiResult};
 use super::params::Params;
 use super::selectors::Selectors;
-use super::serve::EndStream;
 use super::shape::{Answer, Shape};
 use super::table::{self, IncludeObject};
 use super::AppState;
 use crate::store::{self, EventType, Obj};
 
-/// Lines buffered between the watch task and the HTTP body. With objects of up to
-/// `MAX_BODY_BYTES` (3 MiB), a watch holds at most this many of them beyond its store
-/// buffer.
-const LINE_BUFFER: usize = 16;
+/// The most bytes of lines one poll of a watch's body joins into one chunk.
+///
+/// Every chunk the body yields becomes one HTTP/1.1 chunk (or HTTP/2 DATA frames), one
+/// pass through rustls and, usually, one `write`: per chunk, not per byte, is where a
+/// watcher's delivery cost lies (`docs/benchmarks.md`). 64 KiB is four full TLS records
+/// (16 KiB each) and an HTTP/2 stream's initial window, about what one `write` to a
+/// socket takes; copying that much costs a few microseconds, less than the writes it
+/// saves, and it keeps the first of the joined lines from waiting behind a large copy.
+/// A line this large or larger goes alone, uncopied.
+const JOIN_BYTES: usize = 64 * 1024;
 
-/// Events a watch task handles in a row while the store has them ready, before it looks
-/// at its bookmark ticker, deadline and client again.
-const READY_RUN: usize = 64;
-
-/// The watch task's end of the HTTP body: lines, and ways to end the stream.
-struct Sink {
-    lines: mpsc::Sender<Bytes>,
-    abort: Option<oneshot::Sender<()>>,
-    /// The connection's way to end this response's stream, which works even when hyper
-    /// has stopped polling the body (`None` outside a connection, in router tests).
-    end: Option<EndStream>,
-    write_timeout: Duration,
-    counts: WatchCounts,
-}
+/// Events one poll of a watch's body takes while the store has them ready, at most:
+/// bounds one poll's work when the events are small and many.
+const READY_RUN: usize = 256;
 
 /// The counters one watch adds to (`apiserver_watch_events_total`,
-/// `hive_watch_dropped_total`), taken once when it starts.
+/// `hive_watch_dropped_total`), taken once when it starts. A watch whose client reads
+/// nothing is ended by the stream's keeper (`streams.rs`) and counted there
+/// (`hive_streams_ended_total{reason="not_reading"}`).
 struct WatchCounts {
     sent: Counter,
     overflow: Counter,
     expired: Counter,
-    not_reading: Counter,
 }
 
 impl WatchCounts {
@@ -66,135 +61,240 @@ impl WatchCounts {
                 .get_or_create_owned(&crate::metrics::ResourceLabels { resource: resource.to_string() }),
             overflow: dropped("overflow"),
             expired: dropped("expired"),
-            not_reading: dropped("not_reading"),
         }
     }
 }
 
-/// Why a watch task stops sending.
-enum Stop {
-    /// The client went away.
-    Gone,
-    /// The client did not take a line for the write timeout: it is not reading.
-    NotReading,
+/// Lines joined into one chunk of at most [`JOIN_BYTES`] (a line that large or larger
+/// alone).
+#[derive(Default)]
+struct Chunk {
+    lines: Vec<Bytes>,
+    bytes: usize,
 }
 
-impl Sink {
-    /// Queues `line` for the client, waiting at most the write timeout for room. A client
-    /// that takes nothing for that long has its stream ended (its memory freed) — over
-    /// HTTP/1.1 its connection is aborted, over HTTP/2 the stream is reset: it cannot
-    /// read an in-stream error either.
-    async fn send(&mut self, line: Bytes) -> Result<(), Stop> {
-        // With room in the channel (the usual case) no timer is started.
-        let line = match self.lines.try_send(line) {
-            Ok(()) => return Ok(()),
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(Stop::Gone),
-            Err(mpsc::error::TrySendError::Full(line)) => line,
-        };
-        match tokio::time::timeout(self.write_timeout, self.lines.send(line)).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(_)) => Err(Stop::Gone),
-            Err(_) => {
-                self.counts.not_reading.inc();
-                // The body ends with an error when hyper next polls it. hyper polls no
-                // body whose writes are blocked — by a full socket, or on HTTP/2 by flow
-                // control, which is what a client that reads nothing does — so the
-                // stream is also ended from outside hyper.
-                if let Some(abort) = self.abort.take() {
-                    let _ = abort.send(());
-                }
-                if let Some(end) = self.end.take() {
-                    end.end();
-                }
-                Err(Stop::NotReading)
-            }
+impl Chunk {
+    /// Adds `line`, or gives it back when it would take the chunk past the bound (it
+    /// starts the next one).
+    fn push(&mut self, line: Bytes) -> Result<(), Bytes> {
+        if !self.lines.is_empty() && self.bytes + line.len() > JOIN_BYTES {
+            return Err(line);
         }
-    }
-}
-
-/// The most bytes of queued lines one poll of a watch's body joins into one chunk.
-///
-/// Every chunk the body yields becomes one HTTP/1.1 chunk (or HTTP/2 DATA frames), one
-/// pass through rustls and, usually, one `write`: per chunk, not per byte, is where a
-/// watcher's delivery cost lies (`docs/benchmarks.md`). 64 KiB is four full TLS records
-/// (16 KiB each) and an HTTP/2 stream's initial window, about what one `write` to a
-/// socket takes; copying that much costs a few microseconds, less than the writes it
-/// saves, and it keeps the first of the joined lines from waiting behind a large copy.
-/// A line this large or larger goes alone, uncopied.
-const JOIN_BYTES: usize = 64 * 1024;
-
-/// The HTTP body of a watch: the task's lines, until it aborts the connection. Each poll
-/// yields every line already queued (up to [`JOIN_BYTES`]) as one chunk, in order, so a
-/// watcher that falls a few events behind catches up in one write instead of one each.
-struct Lines {
-    lines: mpsc::Receiver<Bytes>,
-    /// A line taken from the channel that did not fit in the previous chunk; it starts
-    /// the next one.
-    held: Option<Bytes>,
-    /// The lines being joined into one chunk (kept to reuse its allocation).
-    joining: Vec<Bytes>,
-    abort: Option<oneshot::Receiver<()>>,
-}
-
-impl Lines {
-    fn new(lines: mpsc::Receiver<Bytes>, abort: oneshot::Receiver<()>) -> Lines {
-        Lines { lines, held: None, joining: Vec::new(), abort: Some(abort) }
+        self.bytes += line.len();
+        self.lines.push(line);
+        Ok(())
     }
 
-    /// `first` and every line already queued after it that fits in [`JOIN_BYTES`], as one
-    /// chunk; a queued line that does not fit is held for the next chunk.
-    fn join_queued(&mut self, first: Bytes) -> Bytes {
-        let mut total = first.len();
-        self.joining.push(first);
-        while total < JOIN_BYTES {
-            let Ok(line) = self.lines.try_recv() else { break };
-            if total + line.len() > JOIN_BYTES {
-                self.held = Some(line);
-                break;
-            }
-            total += line.len();
-            self.joining.push(line);
+    fn is_full(&self) -> bool {
+        self.bytes >= JOIN_BYTES
+    }
+
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The joined lines (a single line as it is, uncopied), leaving the chunk empty.
+    fn take(&mut self) -> Bytes {
+        self.bytes = 0;
+        if self.lines.len() == 1 {
+            return self.lines.pop().unwrap_or_default();
         }
-        if self.joining.len() == 1 {
-            return self.joining.pop().unwrap_or_default();
-        }
-        let mut chunk = bytes::BytesMut::with_capacity(total);
-        for line in self.joining.drain(..) {
+        let mut chunk = bytes::BytesMut::with_capacity(self.lines.iter().map(Bytes::len).sum());
+        for line in self.lines.drain(..) {
             chunk.extend_from_slice(&line);
         }
         chunk.freeze()
     }
 }
 
-impl futures_util::Stream for Lines {
-    type Item = Result<Bytes, std::io::Error>;
+/// The HTTP body of a watch, which is the watch itself: each poll takes what the store
+/// has ready for it (the initial events first, when asked for), turns it into lines and
+/// yields them joined as one chunk; with nothing ready it waits on the store, the
+/// bookmark ticker and the deadline together. No task sits between the store and the
+/// connection: a delivery wakes the stream's own task, which hands the chunk to h2 (or
+/// hyper's HTTP/1.1 writer) in the same poll.
+///
+/// A client that stops reading stops hyper polling this body; the store then drops the
+/// watcher once its buffer is full (`--watch-buffer`, `--watch-buffer-bytes`), and the
+/// stream's keeper ends the stream after the write timeout (`streams.rs`), freeing
+/// what the store had buffered.
+struct WatchBody {
+    /// The current state as synthetic `ADDED`s, not yet sent (`None` once all are).
+    initial: Option<std::vec::IntoIter<(Arc<str>, Obj)>>,
+    /// The `BOOKMARK` that ends the initial events (`sendInitialEvents`), not yet sent.
+    initial_end: Option<u64>,
+    /// A line that did not fit in the last chunk: it starts the next.
+    held: Option<Bytes>,
+    /// The store's events; `None` once they ended (or the watch could not start).
+    events: Option<store::Watch>,
+    /// The revision of the last event taken (what a bookmark carries).
+    last: u64,
+    encoder: Encoder,
+    selectors: Selectors,
+    bookmarks: Option<tokio::time::Interval>,
+    deadline: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    counts: WatchCounts,
+    chunk: Chunk,
+    /// Nothing more to send once the chunk being joined is out.
+    ending: bool,
+}
+
+impl WatchBody {
+    /// Adds `line` to the chunk; false when the chunk is full (the line is held for the
+    /// next).
+    fn add(&mut self, line: Bytes) -> bool {
+        match self.chunk.push(line) {
+            Ok(()) => !self.chunk.is_full(),
+            Err(line) => {
+                self.held = Some(line);
+                false
+            }
+        }
+    }
+
+    /// Adds the initial events while they fit; true once they, and their bookmark, are
+    /// all in.
+    fn add_initial(&mut self) -> bool {
+        while let Some(initial) = self.initial.as_mut() {
+            let Some((name, object)) = initial.next() else {
+                self.initial = None;
+                break;
+            };
+            if !self.selectors.matches_stored(&name, &object) {
+                continue;
+            }
+            let line = self.encoder.object_event("ADDED", &object);
+            self.counts.sent.inc();
+            if !self.add(line) {
+                return false;
+            }
+        }
+        if let Some(revision) = self.initial_end.take() {
+            let line = self.encoder.bookmark(revision, true);
+            if !self.add(line) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The line of one store event for this watcher, if it sees the event.
+    fn line_of(&mut self, event: &store::StoreEvent) -> Option<Bytes> {
+        self.last = event.revision;
+        let line = match selected(&self.selectors, event) {
+            Selected::Nothing => return None,
+            // Plain JSON lines of the stored event are the same for every watcher:
+            // built once, around the object's JSON from the commit.
+            Selected::AsStored if !self.encoder.as_table && self.encoder.shape == Shape::Stored => {
+                let type_ = event.type_.as_str();
+                event.encoded.get_or_init(|| line_with_encoded(type_, event.object.json()))
+            }
+            Selected::AsStored => self.encoder.object_event(event.type_.as_str(), &event.object),
+            Selected::Added => self.encoder.object_event("ADDED", &event.object),
+            Selected::Left(previous) => {
+                self.encoder.value_event("DELETED", &at_revision(previous, event.revision))
+            }
+        };
+        self.counts.sent.inc();
+        Some(line)
+    }
+
+    /// The in-stream 410 of a watch the store ended.
+    fn ended_line(&self, err: store::Error) -> Bytes {
+        match err {
+            store::Error::WatchOverflow => self.counts.overflow.inc(),
+            _ => self.counts.expired.inc(),
+        };
+        let message = match err {
+            store::Error::WatchOverflow => format!(
+                "the watch fell behind the event stream and was closed; list again from revision {} or later",
+                self.last
+            ),
+            other => format!("watch ended: {other}"),
+        };
+        error_line(410, "Expired", message)
+    }
+
+    /// Adds the events the store has ready, at most [`READY_RUN`], while they fit. True
+    /// when it stopped at that bound with events perhaps still ready: nobody will wake
+    /// the body for those, so it must wake itself if it yields nothing.
+    fn add_ready(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        use std::task::Poll;
+        for _ in 0..READY_RUN {
+            let Some(events) = self.events.as_mut() else { return false };
+            let line = match futures_util::Stream::poll_next(std::pin::Pin::new(events), cx) {
+                Poll::Pending => return false,
+                Poll::Ready(Some(Ok(event))) => match self.line_of(&event) {
+                    Some(line) => line,
+                    None => continue,
+                },
+                Poll::Ready(Some(Err(err))) => {
+                    self.events = None;
+                    self.ending = true;
+                    self.ended_line(err)
+                }
+                Poll::Ready(None) => {
+                    self.events = None;
+                    self.ending = true;
+                    return false;
+                }
+            };
+            if !self.add(line) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+impl futures_util::Stream for WatchBody {
+    type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Self::Item>> {
         use std::future::Future;
         use std::task::Poll;
-        if let Some(abort) = self.abort.as_mut() {
-            if let Poll::Ready(aborted) = std::pin::Pin::new(abort).poll(cx) {
-                self.abort = None;
-                if aborted.is_ok() {
-                    let not_reading = std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "the watch's client took no data for the write timeout",
-                    );
-                    return Poll::Ready(Some(Err(not_reading)));
-                }
+        let this = self.get_mut();
+        if let Some(deadline) = this.deadline.as_mut() {
+            if deadline.as_mut().poll(cx).is_ready() {
+                // timeoutSeconds: the stream ends cleanly, as kube-apiserver ends it.
+                this.chunk = Chunk::default();
+                return Poll::Ready(None);
             }
         }
-        let first = match self.held.take() {
-            Some(line) => line,
-            None => match std::task::ready!(self.lines.poll_recv(cx)) {
-                Some(line) => line,
-                None => return Poll::Ready(None),
-            },
-        };
-        Poll::Ready(Some(Ok(self.join_queued(first))))
+        let mut room = true;
+        if let Some(line) = this.held.take() {
+            room = this.add(line);
+        }
+        let mut more_ready = false;
+        if room && this.add_initial() && !this.chunk.is_full() && this.held.is_none() {
+            more_ready = this.add_ready(cx);
+        }
+        // With events still coming, a bookmark is due when its interval is (it carries
+        // the revision of the last event before it).
+        let bookmark = this.held.is_none()
+            && !this.ending
+            && this.initial.is_none()
+            && this.initial_end.is_none()
+            && this.bookmarks.as_mut().is_some_and(|ticker| ticker.poll_tick(cx).is_ready());
+        if bookmark {
+            let line = this.encoder.bookmark(this.last, false);
+            this.add(line);
+        }
+        if !this.chunk.is_empty() {
+            return Poll::Ready(Some(Ok(this.chunk.take())));
+        }
+        if this.ending || (this.events.is_none() && this.initial.is_none()) {
+            return Poll::Ready(None);
+        }
+        if more_ready {
+            // A run of events this watcher does not see (a selector's): let other tasks
+            // run, then take the rest.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
     }
 }
 
@@ -339,7 +439,7 @@ pub async fn serve(
     let timeout = params.timeout_seconds()?.map(Duration::from_secs);
     let include = IncludeObject::parse(params.include_object.as_deref()).map_err(ApiError::BadRequest)?;
     let requested = params.reached_revision(&state.store).await?;
-    let mut encoder = Encoder { kind, as_table, shape, include, sent_columns: false };
+    let encoder = Encoder { kind, as_table, shape, include, sent_columns: false };
 
     // Unset or "0": synthetic ADDED for the current state, then every later change.
     // "N": every change after N, or an in-stream 410 when N is no longer retained.
@@ -357,123 +457,38 @@ pub async fn serve(
         }
         Some(n) => (n, None),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(LINE_BUFFER);
-    let (abort, aborted) = oneshot::channel();
     let counts = WatchCounts::of(&state.metrics.api, kind.plural);
-    let mut events = match state.store.watch(kind.plural, start) {
-        Ok(w) => Some(w),
+    let (events, held) = match state.store.watch(kind.plural, start) {
+        Ok(w) => (Some(w), None),
         Err(store::Error::Expired { requested, oldest }) => {
             counts.expired.inc();
-            let _ = tx.try_send(error_line(
-                410,
-                "Expired",
-                format!("too old resource version: {requested} ({oldest})"),
-            ));
-            None
+            let gone =
+                error_line(410, "Expired", format!("too old resource version: {requested} ({oldest})"));
+            (None, Some(gone))
         }
         Err(other) => return Err(other.into()),
     };
-    let bookmark_every = state.config.bookmark_interval;
-    let mut tx = Sink {
-        lines: tx,
-        abort: Some(abort),
-        end: EndStream::current(),
-        write_timeout: state.config.watch_write_timeout,
-        counts,
-    };
-    tokio::spawn(async move {
-        if let Some(objects) = initial {
-            for (_, object) in objects.iter().filter(|(name, o)| selectors.matches_stored(name, o)) {
-                if tx.send(encoder.object_event("ADDED", object)).await.is_err() {
-                    return;
-                }
-                tx.counts.sent.inc();
-            }
-            if send_initial && tx.send(encoder.bookmark(start, true)).await.is_err() {
-                return;
-            }
-        }
-        let Some(events) = events.as_mut() else { return };
-        let mut last = start;
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        let expired = async move {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(expired);
-        let mut ticker = tokio::time::interval(bookmark_every);
-        ticker.tick().await;
-        // Events already waiting are taken without the select below (its timers and
-        // wake-ups cost more than handling the event), a bounded run at a time so the
-        // bookmark ticker, the deadline and a closed client are still looked at.
-        let mut ready_in_a_row = 0;
-        loop {
-            let ready = if ready_in_a_row < READY_RUN {
-                futures_util::FutureExt::now_or_never(events.next())
-            } else {
-                None
-            };
-            let next = match ready {
-                Some(event) => {
-                    ready_in_a_row += 1;
-                    event
-                }
-                None => {
-                    ready_in_a_row = 0;
-                    tokio::select! {
-                        event = events.next() => event,
-                        _ = ticker.tick(), if bookmarks => {
-                            if tx.send(encoder.bookmark(last, false)).await.is_err() { return; }
-                            continue;
-                        }
-                        _ = &mut expired => return,
-                        _ = tx.lines.closed() => return,
-                    }
-                }
-            };
-            match next {
-                Some(Ok(event)) => {
-                    last = event.revision;
-                    let line = match selected(&selectors, &event) {
-                        Selected::Nothing => continue,
-                        // Plain JSON lines of the stored event are the same for every
-                        // watcher: built once, around the object's JSON from the commit.
-                        Selected::AsStored if !encoder.as_table && encoder.shape == Shape::Stored => {
-                            let type_ = event.type_.as_str();
-                            event.encoded.get_or_init(|| line_with_encoded(type_, event.object.json()))
-                        }
-                        Selected::AsStored => encoder.object_event(event.type_.as_str(), &event.object),
-                        Selected::Added => encoder.object_event("ADDED", &event.object),
-                        Selected::Left(previous) => {
-                            encoder.value_event("DELETED", &at_revision(previous, event.revision))
-                        }
-                    };
-                    if tx.send(line).await.is_err() {
-                        return;
-                    }
-                    tx.counts.sent.inc();
-                }
-                Some(Err(err)) => {
-                    match err {
-                        store::Error::WatchOverflow => tx.counts.overflow.inc(),
-                        _ => tx.counts.expired.inc(),
-                    };
-                    let message = match err {
-                        store::Error::WatchOverflow => format!(
-                            "the watch fell behind the event stream and was closed; list again from revision {last} or later"
-                        ),
-                        other => format!("watch ended: {other}"),
-                    };
-                    let _ = tx.send(error_line(410, "Expired", message)).await;
-                    return;
-                }
-                None => return,
-            }
-        }
+    let bookmarks = bookmarks.then(|| {
+        let every = state.config.bookmark_interval;
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticker
     });
-    let body = Body::from_stream(Lines::new(rx, aborted));
+    let body = WatchBody {
+        initial: initial.map(Vec::into_iter),
+        initial_end: (send_initial && events.is_some()).then_some(start),
+        ending: held.is_some(),
+        held,
+        events,
+        last: start,
+        encoder,
+        selectors,
+        bookmarks,
+        deadline: timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+        counts,
+        chunk: Chunk::default(),
+    };
+    let body = Body::from_stream(body);
     let mut response = (StatusCode::OK, body).into_response();
     let content_type = if as_table { table::TABLE_CONTENT_TYPE } else { shape.content_type(Answer::Watch) };
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
