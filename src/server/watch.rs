@@ -37,6 +37,20 @@ const JOIN_BYTES: usize = 64 * 1024;
 /// bounds one poll's work when the events are small and many.
 const READY_RUN: usize = 256;
 
+/// Initial objects one poll of a watch's body looks at, at most: bounds one poll's work
+/// when a selector skips most of them.
+const INITIAL_RUN: usize = 4096;
+
+/// How far [`WatchBody::add_initial`] got.
+enum Initial {
+    /// Every initial event, and the bookmark that ends them, is in.
+    Done,
+    /// The chunk is full.
+    Full,
+    /// It looked at [`INITIAL_RUN`] objects; more are left.
+    More,
+}
+
 /// The counters one watch adds to (`apiserver_watch_events_total`,
 /// `hive_watch_dropped_total`), taken once when it starts. A watch whose client reads
 /// nothing is ended by the stream's keeper (`streams.rs`) and counted there
@@ -152,10 +166,15 @@ impl WatchBody {
         }
     }
 
-    /// Adds the initial events while they fit; true once they, and their bookmark, are
-    /// all in.
-    fn add_initial(&mut self) -> bool {
+    /// Adds the initial events while they fit, looking at most [`INITIAL_RUN`] objects
+    /// in one poll (a selector may skip a million of them).
+    fn add_initial(&mut self) -> Initial {
+        let mut looked = 0;
         while let Some(initial) = self.initial.as_mut() {
+            if looked == INITIAL_RUN {
+                return Initial::More;
+            }
+            looked += 1;
             let Some((name, object)) = initial.next() else {
                 self.initial = None;
                 break;
@@ -166,16 +185,16 @@ impl WatchBody {
             let line = self.encoder.object_event("ADDED", &object);
             self.counts.sent.inc();
             if !self.add(line) {
-                return false;
+                return Initial::Full;
             }
         }
         if let Some(revision) = self.initial_end.take() {
             let line = self.encoder.bookmark(revision, true);
             if !self.add(line) {
-                return false;
+                return Initial::Full;
             }
         }
-        true
+        Initial::Done
     }
 
     /// The line of one store event for this watcher, if it sees the event.
@@ -269,8 +288,14 @@ impl futures_util::Stream for WatchBody {
             room = this.add(line);
         }
         let mut more_ready = false;
-        if room && this.add_initial() && !this.chunk.is_full() && this.held.is_none() {
-            more_ready = this.add_ready(cx);
+        if room {
+            match this.add_initial() {
+                Initial::Done if !this.chunk.is_full() && this.held.is_none() => {
+                    more_ready = this.add_ready(cx);
+                }
+                Initial::More => more_ready = true,
+                Initial::Done | Initial::Full => {}
+            }
         }
         // With events still coming, a bookmark is due when its interval is (it carries
         // the revision of the last event before it).
@@ -290,8 +315,8 @@ impl futures_util::Stream for WatchBody {
             return Poll::Ready(None);
         }
         if more_ready {
-            // A run of events this watcher does not see (a selector's): let other tasks
-            // run, then take the rest.
+            // A run of events or objects this watcher does not see (a selector's): let
+            // other tasks run, then take the rest.
             cx.waker().wake_by_ref();
         }
         Poll::Pending

@@ -479,7 +479,10 @@ async fn watch_replays_resumes_bookmarks_and_initial_events() {
     // Bookmarks arrive (interval 1s in tests) and carry a revision.
     let b = w.next(Duration::from_secs(5)).await.unwrap();
     assert_eq!(b["type"], "BOOKMARK");
-    assert!(b["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().is_ok());
+    let revision = |event: &Value| -> u64 {
+        event["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+    };
+    assert!(revision(&b) >= revision(&e), "a bookmark is at the last event sent or later: {b} after {e}");
 
     // Unset resourceVersion: synthetic ADDED for the current state.
     let mut w0 = api.watch(&format!("{AGENTS}?watch=true")).await;

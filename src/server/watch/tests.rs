@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::{Chunk, JOIN_BYTES, READY_RUN};
+use super::{Chunk, INITIAL_RUN, JOIN_BYTES, READY_RUN};
 
 /// A line of `len` bytes (newline included) made of `fill`.
 fn line(fill: u8, len: usize) -> Bytes {
@@ -69,8 +69,14 @@ fn a_line_at_least_the_bound_is_not_copied() {
     assert!(chunk.is_empty());
 }
 
-/// A label-selected watch over the router, and a store to write to.
-async fn selected_watch(selector: &str) -> (axum::body::Body, crate::store::Store, tempfile::TempDir) {
+/// A label-selected watch over the router, from the store's revision when `from_now`
+/// (else from its current state, as synthetic `ADDED`s), and the store to write to;
+/// `before` is committed first.
+async fn selected_watch(
+    selector: &str,
+    from_now: bool,
+    before: Vec<crate::store::Mutation>,
+) -> (axum::body::Body, crate::store::Store, tempfile::TempDir) {
     use axum::http::{Request, StatusCode};
     use tower::ServiceExt as _;
 
@@ -82,11 +88,12 @@ async fn selected_watch(selector: &str) -> (axum::body::Body, crate::store::Stor
     let store = Store::open(StoreConfig::new(dir.path().join("hive.redb"))).unwrap();
     let tokens = TokenStore::open(dir.path()).unwrap();
     let viewer = tokens.create("viewer", Role::Viewer).unwrap();
+    if !before.is_empty() {
+        store.commit_all(before, false).await.unwrap();
+    }
     let app = app(AppState::new(store.clone(), tokens, ServerConfig::default()));
-    let path = format!(
-        "/apis/hive.dev/v1/agents?watch=1&resourceVersion={}&labelSelector={selector}",
-        store.revision()
-    );
+    let from = if from_now { format!("&resourceVersion={}", store.revision()) } else { String::new() };
+    let path = format!("/apis/hive.dev/v1/agents?watch=1{from}&labelSelector={selector}");
     let request = Request::get(path)
         .header("authorization", format!("Bearer {viewer}"))
         .body(axum::body::Body::empty())
@@ -110,7 +117,7 @@ async fn a_long_run_of_events_a_selector_skips_does_not_stall_the_watch() {
 
     use crate::store::Mutation;
 
-    let (mut body, store, _dir) = selected_watch("pick%3Dyes").await;
+    let (mut body, store, _dir) = selected_watch("pick%3Dyes", true, Vec::new()).await;
     let skipped = (0..READY_RUN + 50).map(|i| Mutation::Create {
         kind: "agents",
         object: agent(&format!("skip-{i}"), serde_json::json!({"pick": "no"})),
@@ -131,5 +138,35 @@ async fn a_long_run_of_events_a_selector_skips_does_not_stall_the_watch() {
     };
     let line = String::from_utf8(frame.into_data().expect("data").to_vec()).unwrap();
     assert!(line.starts_with(r#"{"type":"ADDED""#) && line.contains(r#""name":"picked""#), "{line}");
+    assert_eq!(line.lines().count(), 1, "{line}");
+}
+
+/// The same for the initial state: more objects than one poll looks at, the selector
+/// skipping all but the last.
+#[tokio::test]
+async fn a_long_run_of_initial_objects_a_selector_skips_does_not_stall_the_watch() {
+    use http_body_util::BodyExt as _;
+
+    use crate::store::Mutation;
+
+    let mut before: Vec<Mutation> = (0..INITIAL_RUN + 50)
+        .map(|i| Mutation::Create {
+            kind: "agents",
+            object: agent(&format!("skip-{i:05}"), serde_json::json!({"pick": "no"})),
+        })
+        .collect();
+    before.push(Mutation::Create {
+        kind: "agents",
+        object: agent("zz-picked", serde_json::json!({"pick": "yes"})),
+    });
+    let (mut body, _store, _dir) = selected_watch("pick%3Dyes", false, before).await;
+
+    let frame = tokio::select! {
+        biased;
+        () = tokio::time::sleep(std::time::Duration::from_secs(10)) => panic!("the watch stalled in its initial objects"),
+        frame = body.frame() => frame.expect("a frame").expect("no error"),
+    };
+    let line = String::from_utf8(frame.into_data().expect("data").to_vec()).unwrap();
+    assert!(line.starts_with(r#"{"type":"ADDED""#) && line.contains(r#""name":"zz-picked""#), "{line}");
     assert_eq!(line.lines().count(), 1, "{line}");
 }
