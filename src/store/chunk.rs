@@ -1,8 +1,10 @@
 //! Revisions packed into the rows of the `CHUNKS` table: consecutive stored revisions,
-//! each with its revision and length, in one value of at most about a page.
+//! each with its revision and length, compressed together (LZ4's block format) into one
+//! value of at most about a page.
 //!
 //! ```text
-//! per revision:  revision u64 LE | n u32 LE | n bytes (a row of record.rs)
+//! a chunk:     n u32 LE | an LZ4 block of n bytes of records
+//! a record:    revision u64 LE | n u32 LE | n bytes (a row of record.rs)
 //! ```
 //!
 //! A chunk's key is its first revision, and every revision in it is below the next
@@ -13,35 +15,93 @@
 //! per revision left leaves about half full, and with the pages copy-on-write freed by
 //! each checkpoint, a store of 1,000,000 Agents took 2,281 MiB for 724 MiB of JSON
 //! (issue 34). A chunk of about a page fills a leaf by itself.
+//!
+//! Why compressed: objects of one kind repeat their keys and most of their values, and
+//! redb grows its file by doubling its length, so the file is up to twice the pages it
+//! uses; chunks of raw JSON left a file 2.1× as long as the JSON it held at 1,000,000
+//! Agents. Packed 4 to 5 to one, the file is shorter than the JSON it holds. A chunk is
+//! compressed when it is written (by the checkpointer, off the write path) and
+//! uncompressed when the store loads it.
 
 use std::ops::Bound;
 
 use redb::{ReadableTable, Table};
 
-/// Most bytes of records in one chunk: what fits, with redb's leaf head (4 bytes), one
-/// value end (4) and the key (8), in one 4 KiB page. A revision larger than this is a
-/// chunk by itself.
+/// Most bytes of one chunk as stored: what fits, with redb's leaf head (4 bytes), one
+/// value end (4) and the key (8), in one 4 KiB page. A revision that compresses to more
+/// than this is a chunk by itself.
 pub(super) const CHUNK_BYTES: usize = 4096 - 16;
+
+/// Most bytes of records one chunk holds uncompressed, however well they compress: what
+/// a load or a removal uncompresses at once stays small. A larger revision is a chunk by
+/// itself.
+const RECORDS_BYTES: usize = 64 * 1024;
 
 /// The bytes before each record: its revision and length.
 const RECORD_HEAD: usize = 12;
 
-/// Appends revision `revision`'s row to `chunk`.
-pub(super) fn push(chunk: &mut Vec<u8>, revision: u64, row: &[u8]) {
+/// The bytes before a chunk's LZ4 block: the length of its records.
+const CHUNK_HEAD: usize = 4;
+
+/// Appends revision `revision`'s row to the records of a chunk.
+pub(super) fn push(records: &mut Vec<u8>, revision: u64, row: &[u8]) {
     let len = u32::try_from(row.len()).expect("a stored revision is smaller than 4 GiB");
-    chunk.reserve(RECORD_HEAD + row.len());
-    chunk.extend_from_slice(&revision.to_le_bytes());
-    chunk.extend_from_slice(&len.to_le_bytes());
-    chunk.extend_from_slice(row);
+    records.reserve(RECORD_HEAD + row.len());
+    records.extend_from_slice(&revision.to_le_bytes());
+    records.extend_from_slice(&len.to_le_bytes());
+    records.extend_from_slice(row);
 }
 
-/// The bytes `row` takes in a chunk.
+/// The bytes `row` takes in a chunk's records.
 pub(super) fn cost(row: &[u8]) -> usize {
     RECORD_HEAD + row.len()
 }
 
-/// The revisions of one chunk, in order: each revision and its row; or why the chunk is
-/// damaged (empty, a length past its end, revisions not ascending, the first not its key).
+/// The chunk as stored for `records`: their length, then their LZ4 block.
+pub(super) fn seal(records: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(records.len()).expect("a chunk is smaller than 4 GiB");
+    let most = lz4_flex::block::get_maximum_output_size(records.len());
+    let mut sealed = vec![0; CHUNK_HEAD + most];
+    sealed[..CHUNK_HEAD].copy_from_slice(&len.to_le_bytes());
+    let written = lz4_flex::block::compress_into(records, &mut sealed[CHUNK_HEAD..])
+        .expect("the output has LZ4's largest size for the input");
+    sealed.truncate(CHUNK_HEAD + written);
+    sealed
+}
+
+/// Most bytes a chunk as stored can grow by when `added` bytes of records are appended:
+/// LZ4's bound for bytes that do not compress at all.
+fn growth(added: usize) -> usize {
+    added + added / 255 + 16
+}
+
+/// Uncompresses the chunk stored at `key` into `records` (replacing what it held); or
+/// why it can't be (too short, a length LZ4 could not have packed into its block, a
+/// block that does not uncompress to exactly that length).
+pub(super) fn open(key: u64, stored: &[u8], records: &mut Vec<u8>) -> Result<(), String> {
+    let Some((len, block)) = stored.split_first_chunk::<CHUNK_HEAD>() else {
+        return Err(format!("the chunk at {key} is {} bytes, too short for its head", stored.len()));
+    };
+    let len = u32::from_le_bytes(*len) as usize;
+    // An LZ4 sequence of at most 255 + 255·k bytes of match takes at least 1 + k bytes.
+    if len > block.len().saturating_mul(255) {
+        return Err(format!(
+            "the chunk at {key} says it holds {len} bytes in a block of {}, more than LZ4 packs",
+            block.len()
+        ));
+    }
+    records.clear();
+    records.resize(len, 0);
+    match lz4_flex::block::decompress_into(block, records) {
+        Ok(n) if n == len => Ok(()),
+        Ok(n) => Err(format!("the chunk at {key} uncompresses to {n} bytes, not the {len} it says")),
+        Err(e) => Err(format!("the chunk at {key} does not uncompress: {e}")),
+    }
+}
+
+/// The revisions of a chunk's records, in order: each revision and its row; or why the
+/// chunk is damaged (empty, a length past its end, revisions not ascending, the first
+/// not its key).
 pub(super) fn records(key: u64, chunk: &[u8]) -> Result<Vec<(u64, &[u8])>, String> {
     let mut records: Vec<(u64, &[u8])> = Vec::with_capacity(8);
     let mut at = 0usize;
@@ -73,7 +133,7 @@ pub(super) fn records(key: u64, chunk: &[u8]) -> Result<Vec<(u64, &[u8])>, Strin
     Ok(records)
 }
 
-/// The chunk holding `revision`, if any: its key and bytes.
+/// The chunk holding `revision`, if any: its key and bytes as stored.
 fn holding(
     table: &Table<'_, u64, &[u8]>,
     revision: u64,
@@ -81,10 +141,65 @@ fn holding(
     let mut before = table.range::<u64>((Bound::Unbounded, Bound::Included(revision)))?;
     match before.next_back() {
         Some(found) => {
-            let (key, chunk) = found?;
-            Ok(Some((key.value(), chunk.value().to_vec())))
+            let (key, stored) = found?;
+            Ok(Some((key.value(), stored.value().to_vec())))
         }
         None => Ok(None),
+    }
+}
+
+/// The last chunk while a transaction appends to it.
+struct Tail {
+    key: u64,
+    /// Its records, uncompressed.
+    records: Vec<u8>,
+    /// The chunk as stored for the first `sealed_len` bytes of `records`.
+    sealed: Vec<u8>,
+    sealed_len: usize,
+    /// Whether it holds a record the table does not.
+    changed: bool,
+}
+
+impl Tail {
+    fn new(key: u64) -> Tail {
+        Tail { key, records: Vec::new(), sealed: Vec::new(), sealed_len: 0, changed: false }
+    }
+
+    /// Appends a record when the chunk still fits a page with it: sure when even
+    /// uncompressible bytes would fit, else compressed to see. Compressing only near the
+    /// bound keeps it to a few times a chunk.
+    fn try_push(&mut self, revision: u64, row: &[u8]) -> bool {
+        let before = self.records.len();
+        if before > 0 && before + cost(row) > RECORDS_BYTES {
+            return false;
+        }
+        push(&mut self.records, revision, row);
+        let fits = before == 0
+            || self.sealed.len() + growth(self.records.len() - self.sealed_len) <= CHUNK_BYTES
+            || {
+                let sealed = seal(&self.records);
+                let fits = sealed.len() <= CHUNK_BYTES;
+                if fits {
+                    self.sealed = sealed;
+                    self.sealed_len = self.records.len();
+                }
+                fits
+            };
+        if fits {
+            self.changed = true;
+        } else {
+            self.records.truncate(before);
+        }
+        fits
+    }
+
+    /// The chunk as stored.
+    fn sealed(&mut self) -> &[u8] {
+        if self.sealed_len != self.records.len() {
+            self.sealed = seal(&self.records);
+            self.sealed_len = self.records.len();
+        }
+        &self.sealed
     }
 }
 
@@ -92,8 +207,8 @@ fn holding(
 /// room, else a new chunk; removed from the chunk holding them. One per transaction.
 pub(super) struct Chunks<'t, 'txn> {
     table: &'t mut Table<'txn, u64, &'static [u8]>,
-    /// The last chunk, read or begun but not yet written back: its key and bytes.
-    tail: Option<(u64, Vec<u8>)>,
+    /// The last chunk, read or begun but not yet written back.
+    tail: Option<Tail>,
 }
 
 impl<'t, 'txn> Chunks<'t, 'txn> {
@@ -105,26 +220,42 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
     /// stored one.
     pub(super) fn append(&mut self, revision: u64, row: &[u8]) -> Result<(), redb::StorageError> {
         if self.tail.is_none() {
-            self.tail = self.table.last()?.map(|(key, chunk)| (key.value(), chunk.value().to_vec()));
+            self.tail = self.last()?;
         }
-        match &mut self.tail {
-            Some((_, chunk)) if chunk.len() + cost(row) <= CHUNK_BYTES => push(chunk, revision, row),
-            _ => {
-                self.flush()?;
-                let mut chunk = Vec::with_capacity(CHUNK_BYTES.max(cost(row)));
-                push(&mut chunk, revision, row);
-                self.tail = Some((revision, chunk));
+        if let Some(tail) = &mut self.tail {
+            if tail.try_push(revision, row) {
+                return Ok(());
             }
         }
+        self.flush()?;
+        let mut tail = Tail::new(revision);
+        tail.try_push(revision, row);
+        self.tail = Some(tail);
         Ok(())
+    }
+
+    /// The stored last chunk, to append to; none when there is none or it is damaged (a
+    /// damaged chunk is left as it is, and the next load names it).
+    fn last(&self) -> Result<Option<Tail>, redb::StorageError> {
+        let Some((key, stored)) = self.table.last()? else { return Ok(None) };
+        let mut records = Vec::new();
+        if open(key.value(), stored.value(), &mut records).is_err() {
+            return Ok(None);
+        }
+        let sealed = stored.value().to_vec();
+        Ok(Some(Tail { key: key.value(), sealed_len: records.len(), records, sealed, changed: false }))
     }
 
     /// Removes revision `revision` from its chunk (nothing when it is not stored); a
     /// chunk left empty goes, and one whose first revision went moves to its new first.
     pub(super) fn remove(&mut self, revision: u64) -> Result<(), redb::StorageError> {
         self.flush()?;
-        let Some((key, chunk)) = holding(self.table, revision)? else { return Ok(()) };
+        let Some((key, stored)) = holding(self.table, revision)? else { return Ok(()) };
+        let mut chunk = Vec::new();
         // A damaged chunk is left as it is: the next load names it.
+        if open(key, &stored, &mut chunk).is_err() {
+            return Ok(());
+        }
         let Ok(records) = records(key, &chunk) else { return Ok(()) };
         let mut kept = Vec::with_capacity(chunk.len());
         let mut first = None;
@@ -142,11 +273,11 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
         }
         match first {
             Some(first) if first == key => {
-                self.table.insert(key, kept.as_slice())?;
+                self.table.insert(key, seal(&kept).as_slice())?;
             }
             Some(first) => {
                 self.table.remove(key)?;
-                self.table.insert(first, kept.as_slice())?;
+                self.table.insert(first, seal(&kept).as_slice())?;
             }
             None => {
                 self.table.remove(key)?;
@@ -157,8 +288,9 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
 
     /// Writes the last chunk back, if one is pending.
     pub(super) fn flush(&mut self) -> Result<(), redb::StorageError> {
-        if let Some((key, chunk)) = self.tail.take() {
-            self.table.insert(key, chunk.as_slice())?;
+        if let Some(mut tail) = self.tail.take().filter(|tail| tail.changed) {
+            let key = tail.key;
+            self.table.insert(key, tail.sealed())?;
         }
         Ok(())
     }
@@ -211,25 +343,117 @@ mod tests {
         assert!(records(7, &huge).is_err());
     }
 
-    /// What the table holds, as revision → row, checking every chunk on the way.
+    #[test]
+    fn a_sealed_chunk_opens_as_it_was() {
+        let bytes = chunk(&[(7, b"seven"), (9, b""), (12, b"twelve")]);
+        let mut opened = vec![1, 2, 3];
+        open(7, &seal(&bytes), &mut opened).unwrap();
+        assert_eq!(opened, bytes);
+        open(7, &seal(&[]), &mut opened).unwrap();
+        assert!(opened.is_empty(), "and then `records` names it empty");
+    }
+
+    #[test]
+    fn a_damaged_sealed_chunk_is_an_error_not_a_panic() {
+        let bytes = chunk(&[(7, &[b'x'; 600][..]), (9, b"nine"), (12, &[b'y'; 300][..])]);
+        let sealed = seal(&bytes);
+        let mut opened = Vec::new();
+        for cut in 0..sealed.len() {
+            assert!(open(7, &sealed[..cut], &mut opened).is_err(), "cut at {cut}");
+        }
+        let mut longer = sealed.clone();
+        longer[..4].copy_from_slice(&(bytes.len() as u32 + 1).to_le_bytes());
+        assert!(open(7, &longer, &mut opened).is_err());
+        let mut huge = sealed.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(open(7, &huge, &mut opened).unwrap_err().contains("more than LZ4 packs"));
+        assert!(opened.capacity() < 1 << 20, "a length no block can hold is not allocated");
+    }
+
+    proptest! {
+        /// Whatever bytes a chunk is, opening it answers, and never with more than LZ4
+        /// can unpack from them.
+        #[test]
+        fn any_bytes_open_or_fail(stored in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut opened = Vec::new();
+            if open(1, &stored, &mut opened).is_ok() {
+                prop_assert!(opened.len() <= stored.len() * 255);
+            }
+        }
+    }
+
+    /// What the table holds, as revision → row, checking every chunk on the way: in
+    /// order, within a page unless it is one revision.
     fn stored(db: &Database) -> BTreeMap<u64, Vec<u8>> {
         let read = db.begin_read().unwrap();
         let table = read.open_table(CHUNKS).unwrap();
         let mut stored = BTreeMap::new();
         let mut last = None;
+        let mut opened = Vec::new();
         for entry in table.iter().unwrap() {
             let (key, chunk) = entry.unwrap();
             assert!(last < Some(key.value()), "chunks overlap");
-            for (revision, row) in records(key.value(), chunk.value()).unwrap() {
-                assert!(
-                    chunk.value().len() <= CHUNK_BYTES
-                        || records(key.value(), chunk.value()).unwrap().len() == 1
-                );
+            open(key.value(), chunk.value(), &mut opened).unwrap();
+            let records = records(key.value(), &opened).unwrap();
+            assert!(
+                chunk.value().len() <= CHUNK_BYTES || records.len() == 1,
+                "a chunk of {} revisions takes {} bytes",
+                records.len(),
+                chunk.value().len()
+            );
+            for (revision, row) in records {
                 stored.insert(revision, row.to_vec());
                 last = Some(revision);
             }
         }
         stored
+    }
+
+    /// An Agent's JSON as the store keeps it, unique where one is (name, uid, times).
+    fn agent_row(i: u64) -> Vec<u8> {
+        format!(
+            r#"{{"apiVersion":"hive.dev/v1","kind":"Agent","metadata":{{"name":"agent-{i}","uid":"{:08x}-0000-4000-8000-{:012x}","resourceVersion":"{i}","generation":1,"creationTimestamp":"2026-12-07T00:{:02}:{:02}Z","labels":{{"app":"bench"}},"managedFields":[{{"manager":"hive","operation":"Update","apiVersion":"hive.dev/v1","time":"2026-12-07T00:{:02}:{:02}Z","fieldsType":"FieldsV1","fieldsV1":{{"f:metadata":{{"f:labels":{{"f:app":{{}}}}}},"f:spec":{{"f:config":{{"f:repo":{{}},"f:rev":{{}}}},"f:runtime":{{"f:type":{{}},"f:process":{{"f:command":{{}}}}}}}}}}}}]}},"spec":{{"wanted":"Up","config":{{"repo":"/nonexistent/hive-bench/config.git","rev":"main"}},"runtime":{{"type":"process","process":{{"command":["./run.sh"]}}}}}},"status":{{"phase":"Pending","observedGeneration":0}}}}"#,
+            i.wrapping_mul(2_654_435_761) as u32,
+            i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 16,
+            i / 60 % 60,
+            i % 60,
+            i / 60 % 60,
+            i % 60,
+        )
+        .into_bytes()
+    }
+
+    /// Objects of one kind repeat their keys and most of their values: their chunks take
+    /// a small part of the bytes they hold, each still within a page (issue 34: the file
+    /// was twice as long as the JSON it held).
+    #[test]
+    fn chunks_of_similar_objects_take_a_fraction_of_their_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("chunks.redb")).unwrap();
+        let mut model = BTreeMap::new();
+        let mut held = 0;
+        for transaction in 0..20 {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(CHUNKS).unwrap();
+                let mut chunks = Chunks::new(&mut table);
+                for revision in transaction * 100 + 1..=transaction * 100 + 100 {
+                    let row = agent_row(revision);
+                    held += cost(&row);
+                    chunks.append(revision, &row).unwrap();
+                    model.insert(revision, row);
+                }
+                chunks.flush().unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        assert_eq!(stored(&db), model);
+        let read = db.begin_read().unwrap();
+        let table = read.open_table(CHUNKS).unwrap();
+        let taken: usize = table.iter().unwrap().map(|entry| entry.unwrap().1.value().len()).sum();
+        let chunks = table.len().unwrap() as usize;
+        assert!(taken * 3 < held, "{held} bytes of revisions take {taken} in {chunks} chunks");
+        assert!(taken / chunks > CHUNK_BYTES * 3 / 4, "chunks are nearly a page: {taken} in {chunks}");
     }
 
     #[derive(Debug, Clone)]
@@ -271,7 +495,14 @@ mod tests {
                     for op in ops.by_ref() {
                         match op {
                             Op::Append(len) => {
-                                let row = vec![(next % 251) as u8; len];
+                                // Bytes that compress a little, as JSON does, or not at all.
+                                let row: Vec<u8> = (0..len as u64)
+                                    .map(|i| match next % 3 {
+                                        0 => (next % 251) as u8,
+                                        1 => (i.wrapping_mul(next | 1).wrapping_mul(0x9e37_79b9) >> 24) as u8,
+                                        _ => b"{\"name\":\"a\"}"[(i % 12) as usize] ^ (i / 97) as u8,
+                                    })
+                                    .collect();
                                 chunks.append(next, &row).unwrap();
                                 model.insert(next, row);
                                 next += 1 + (len as u64 % 3);

@@ -82,12 +82,13 @@ fn apply_all(
     Ok(())
 }
 
-/// The reading thread: every chunk in key order, each revision decoded and made an
-/// object, sent in batches; a damaged one is sent as the error it is, and ends it.
+/// The reading thread: every chunk in key order, uncompressed, each revision decoded and
+/// made an object, sent in batches; a damaged one is sent as the error it is, and ends it.
 fn read(db: &Database, path: &Path, sender: SyncSender<Result<Vec<Loaded>>>) {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut kinds: HashMap<String, Arc<str>> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
+    let mut records = Vec::new();
     let mut last = 0;
     let outcome = (|| {
         let read = db.begin_read().map_err(|e| corrupt(e.into()))?;
@@ -98,7 +99,8 @@ fn read(db: &Database, path: &Path, sender: SyncSender<Result<Vec<Loaded>>>) {
             if key <= last {
                 return Err(Error::corrupt(path, format!("the chunk at {key} overlaps revision {last}")));
             }
-            for (at, row) in chunk::records(key, chunk.value()).map_err(|why| Error::corrupt(path, why))? {
+            chunk::open(key, chunk.value(), &mut records).map_err(|why| Error::corrupt(path, why))?;
+            for (at, row) in chunk::records(key, &records).map_err(|why| Error::corrupt(path, why))? {
                 last = at;
                 batch.push(decode(path, at, row, &mut kinds)?);
             }

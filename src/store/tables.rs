@@ -10,10 +10,10 @@
 
 use redb::TableDefinition;
 
-/// first revision → a chunk of revisions (`chunk.rs`), each what it wrote (`record.rs`):
-/// every revision `compacted + 1 ..= revision` (the retained event log), and below that
-/// only those that are still an object's current one.
-pub(super) const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
+/// first revision → a chunk of revisions, compressed (`chunk.rs`), each what it wrote
+/// (`record.rs`): every revision `compacted + 1 ..= revision` (the retained event log),
+/// and below that only those that are still an object's current one.
+pub(super) const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("lz4_chunks");
 
 /// Store-wide counters, keyed by the `META_*` names below.
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
@@ -25,15 +25,26 @@ pub(super) const META_REVISION: &str = "revision";
 /// Every event with a revision at or below this one has been dropped by retention.
 pub(super) const META_COMPACTED: &str = "compacted";
 
-/// The only schema version this build writes; files of versions 1 to 3 are upgraded on
-/// open. Version 4 packs version 3's rows into chunks. Version 3 has version 2's tables;
-/// it says that the file may be behind its write-ahead log (`wal.rs`), which a build of
-/// version 2 would not read.
-pub(super) const SCHEMA_VERSION: u64 = 4;
+/// The only schema version this build writes; files of versions 1 to 4 are upgraded on
+/// open. Version 5 compresses version 4's chunks. Version 4 packs version 3's rows into
+/// chunks. Version 3 has version 2's tables; it says that the file may be behind its
+/// write-ahead log (`wal.rs`), which a build of version 2 would not read.
+pub(super) const SCHEMA_VERSION: u64 = 5;
 
 /// The key of one object (in the commit thread's view of a batch).
 pub(super) fn object_key(kind: &str, name: &str) -> String {
     format!("{kind}/{name}")
+}
+
+/// Schema version 4: chunks as version 5's, but not compressed. Read once, when such a
+/// file is upgraded.
+pub(super) mod v4 {
+    use redb::TableDefinition;
+
+    /// first revision → the records of a chunk (`chunk.rs`), as they are.
+    pub const CHUNKS: TableDefinition<u64, &[u8]> = TableDefinition::new("chunks");
+    /// The version these tables are.
+    pub const SCHEMA_VERSION: u64 = 4;
 }
 
 /// Schema versions 2 and 3: one row per revision. Read once, when such a file is

@@ -1,19 +1,19 @@
 //! Upgrading a file of an earlier schema to this build's, in one durable transaction
 //! when the store opens it: a crash during the upgrade leaves the old file as it was.
-//! Versions 1 to 3 all end with [`into_chunks`], version 1 after its tables were
+//! Versions 1 to 4 all end with [`into_chunks`], version 1 after its tables were
 //! rewritten as version 3's.
 
 use std::borrow::Cow;
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableTable, WriteTransaction};
+use redb::{Database, Durability, ReadableTable, TableDefinition, WriteTransaction};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::chunk::Chunks;
+use super::chunk::{self, Chunks};
 use super::error::{Error, Result};
 use super::record::Record;
-use super::tables::{v1, v3, CHUNKS, META, META_SCHEMA, SCHEMA_VERSION};
+use super::tables::{v1, v3, v4, CHUNKS, META, META_SCHEMA, SCHEMA_VERSION};
 use super::watch::EventType;
 
 /// One version-1 event, borrowed from its row.
@@ -42,48 +42,72 @@ struct VersionOnly<'a> {
 }
 
 /// Brings a file of schema `version` to this build's, in place: version 1's tables are
-/// rewritten ([`from_v1`]); versions 2 and 3 have one row per revision, packed into
-/// chunks ([`from_v3`]). Version 2 had no write-ahead log: an older build must not open
-/// the file once its newest writes may be in the log alone (it would lose them), and
-/// the version this writes says so.
+/// rewritten ([`from_v1`]); versions 2 and 3 have one row per revision, and version 4
+/// chunks not compressed, packed into compressed chunks ([`repack`]). Version 2 had no
+/// write-ahead log: an older build must not open the file once its newest writes may be
+/// in the log alone (it would lose them), and the version this writes says so.
 pub(super) fn to_current(db: &Database, path: &Path, version: u64) -> Result<()> {
     match version {
         SCHEMA_VERSION => Ok(()),
         v1::SCHEMA_VERSION => from_v1(db, path),
-        _ => from_v3(db, path, version),
+        _ => repack(db, path, version),
     }
 }
 
-/// Packs the rows of a file of schema 2 or 3 into chunks.
-fn from_v3(db: &Database, path: &Path, version: u64) -> Result<()> {
+/// Packs the rows of a file of schema 2 or 3, or the chunks of one of schema 4, into
+/// compressed chunks.
+fn repack(db: &Database, path: &Path, version: u64) -> Result<()> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut txn = db.begin_write().map_err(|e| corrupt(e.into()))?;
     txn.set_durability(Durability::Immediate);
-    let moved = into_chunks(&txn, path)?;
+    let moved = match version {
+        v4::SCHEMA_VERSION => into_chunks(&txn, path, v4::CHUNKS, Rows::Chunks)?,
+        _ => into_chunks(&txn, path, v3::REVISIONS, Rows::Revisions)?,
+    };
     txn.commit().map_err(|e| corrupt(e.into()))?;
     tracing::info!(path = %path.display(), revisions = moved, "state database upgraded from schema {version} to {SCHEMA_VERSION}");
     Ok(())
 }
 
-/// Moves every row of version 3's `revisions` into `CHUNKS`, in order, drops that table
-/// and marks the file as this build's; the number of revisions moved.
-fn into_chunks(txn: &WriteTransaction, path: &Path) -> Result<u64> {
+/// What the rows of a table an upgrade reads are.
+enum Rows {
+    /// One revision each (version 3's `revisions`).
+    Revisions,
+    /// A chunk of revisions each, not compressed (version 4's `chunks`).
+    Chunks,
+}
+
+/// Moves every revision of the old table `from` into `CHUNKS`, in order, drops that
+/// table and marks the file as this build's; the number of revisions moved.
+fn into_chunks(
+    txn: &WriteTransaction,
+    path: &Path,
+    from: TableDefinition<u64, &[u8]>,
+    rows: Rows,
+) -> Result<u64> {
     let corrupt = |e: redb::Error| Error::corrupt(path, e);
     let mut moved = 0;
     {
-        let revisions = txn.open_table(v3::REVISIONS).map_err(|e| corrupt(e.into()))?;
+        let old = txn.open_table(from).map_err(|e| corrupt(e.into()))?;
         let mut table = txn.open_table(CHUNKS).map_err(|e| corrupt(e.into()))?;
         let mut chunks = Chunks::new(&mut table);
-        for row in revisions.iter().map_err(|e| corrupt(e.into()))? {
-            let (revision, row) = row.map_err(|e| corrupt(e.into()))?;
-            chunks.append(revision.value(), row.value()).map_err(|e| corrupt(e.into()))?;
-            moved += 1;
+        for row in old.iter().map_err(|e| corrupt(e.into()))? {
+            let (key, row) = row.map_err(|e| corrupt(e.into()))?;
+            let (key, row) = (key.value(), row.value());
+            let revisions = match rows {
+                Rows::Revisions => vec![(key, row)],
+                Rows::Chunks => chunk::records(key, row).map_err(|why| Error::corrupt(path, why))?,
+            };
+            for (revision, row) in revisions {
+                chunks.append(revision, row).map_err(|e| corrupt(e.into()))?;
+                moved += 1;
+            }
         }
         chunks.flush().map_err(|e| corrupt(e.into()))?;
         let mut meta = txn.open_table(META).map_err(|e| corrupt(e.into()))?;
         meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(|e| corrupt(e.into()))?;
     }
-    txn.delete_table(v3::REVISIONS).map_err(|e| corrupt(e.into()))?;
+    txn.delete_table(from).map_err(|e| corrupt(e.into()))?;
     Ok(moved)
 }
 
@@ -142,7 +166,7 @@ fn from_v1(db: &Database, path: &Path) -> Result<()> {
     }
     txn.delete_table(v1::EVENTS).map_err(|e| corrupt(e.into()))?;
     txn.delete_table(v1::OBJECTS).map_err(|e| corrupt(e.into()))?;
-    into_chunks(&txn, path)?;
+    into_chunks(&txn, path, v3::REVISIONS, Rows::Revisions)?;
     txn.commit().map_err(|e| corrupt(e.into()))?;
     tracing::info!(
         path = %path.display(),

@@ -469,11 +469,26 @@ async fn a_schema_1_file_is_upgraded_and_keeps_objects_revision_and_events() {
 }
 
 /// A file of schema version 3 (one row per revision) opens as it was, its rows packed
-/// into chunks in place; the file that results is smaller for many small objects.
+/// into compressed chunks in place; the file that results is smaller for many small
+/// objects.
 #[tokio::test]
 async fn a_schema_3_file_is_upgraded_into_chunks_and_keeps_everything() {
+    upgraded_into_chunks_keeps_everything(3).await;
+}
+
+/// A file of schema version 4 (chunks not compressed) opens as it was, its chunks
+/// compressed in place.
+#[tokio::test]
+async fn a_schema_4_file_is_upgraded_into_compressed_chunks_and_keeps_everything() {
+    upgraded_into_chunks_keeps_everything(4).await;
+}
+
+/// Writes a file of schema `schema` (3 or 4) by hand, opens it twice, and checks that it
+/// holds what it held, in compressed chunks, and nothing of its old table.
+async fn upgraded_into_chunks_keeps_everything(schema: u64) {
+    use super::super::chunk;
     use super::super::record::Record;
-    use super::super::tables::{v3, CHUNKS, META_COMPACTED, META_REVISION, SCHEMA_VERSION};
+    use super::super::tables::{v3, v4, CHUNKS, META_COMPACTED, META_REVISION, SCHEMA_VERSION};
     use super::super::watch::EventType;
     let dir = tempfile::tempdir().unwrap();
     let at = |name: &str, rv: u64| {
@@ -484,22 +499,40 @@ async fn a_schema_3_file_is_upgraded_into_chunks_and_keeps_everything() {
     // 100 objects created at 1..=100, then a7 changed at 101; retained: 51..=101.
     let mut live: Vec<_> = (1..=100).map(|i| at(&format!("a{i}"), i)).collect();
     live[6] = at("a7", 101);
+    let mut rows: Vec<(u64, Vec<u8>)> = live
+        .iter()
+        .map(|object| {
+            let revision = object["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+            let type_ = if revision == 101 { EventType::Modified } else { EventType::Added };
+            let json = serde_json::to_vec(object).unwrap();
+            (revision, Record { type_, time_ms: 1, kind: "agents", object: &json }.encode())
+        })
+        .collect();
+    rows.sort();
+    let held: usize = rows.iter().map(|(_, row)| row.len()).sum();
     {
         let db = Database::create(db_path(dir.path())).unwrap();
         let txn = db.begin_write().unwrap();
         {
             let mut meta = txn.open_table(META).unwrap();
-            meta.insert(META_SCHEMA, 3).unwrap();
+            meta.insert(META_SCHEMA, schema).unwrap();
             meta.insert(META_REVISION, 101).unwrap();
             meta.insert(META_COMPACTED, 50).unwrap();
-            let mut revisions = txn.open_table(v3::REVISIONS).unwrap();
-            for object in &live {
-                let revision =
-                    object["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
-                let type_ = if revision == 101 { EventType::Modified } else { EventType::Added };
-                let json = serde_json::to_vec(object).unwrap();
-                let record = Record { type_, time_ms: 1, kind: "agents", object: &json };
-                revisions.insert(revision, record.encode().as_slice()).unwrap();
+            if schema == 3 {
+                let mut revisions = txn.open_table(v3::REVISIONS).unwrap();
+                for (revision, row) in &rows {
+                    revisions.insert(revision, row.as_slice()).unwrap();
+                }
+            } else {
+                // Version 4's chunks: records as they are, up to a page each.
+                let mut chunks = txn.open_table(v4::CHUNKS).unwrap();
+                for group in rows.chunks(5) {
+                    let mut records = Vec::new();
+                    for (revision, row) in group {
+                        chunk::push(&mut records, *revision, row);
+                    }
+                    chunks.insert(group[0].0, records.as_slice()).unwrap();
+                }
             }
         }
         txn.commit().unwrap();
@@ -516,7 +549,11 @@ async fn a_schema_3_file_is_upgraded_into_chunks_and_keeps_everything() {
     let read = db.begin_read().unwrap();
     assert_eq!(read.open_table(META).unwrap().get(META_SCHEMA).unwrap().unwrap().value(), SCHEMA_VERSION);
     assert!(read.open_table(v3::REVISIONS).is_err(), "the old table is gone");
-    use redb::ReadableTableMetadata;
-    let chunks = read.open_table(CHUNKS).unwrap().len().unwrap();
-    assert!(chunks < 40, "100 small revisions in {chunks} chunks");
+    assert!(read.open_table(v4::CHUNKS).is_err(), "the old table is gone");
+    use redb::{ReadableTable, ReadableTableMetadata};
+    let table = read.open_table(CHUNKS).unwrap();
+    let chunks = table.len().unwrap();
+    let stored: usize = table.iter().unwrap().map(|entry| entry.unwrap().1.value().len()).sum();
+    assert!(chunks < 20, "100 small revisions in {chunks} chunks");
+    assert!(stored * 2 < held, "{held} bytes of revisions stored in {stored}");
 }
