@@ -133,17 +133,16 @@ pub(super) fn records(key: u64, chunk: &[u8]) -> Result<Vec<(u64, &[u8])>, Strin
     Ok(records)
 }
 
-/// The chunk holding `revision`, if any: its key and bytes as stored.
-fn holding(
-    table: &Table<'_, u64, &[u8]>,
-    revision: u64,
-) -> Result<Option<(u64, Vec<u8>)>, redb::StorageError> {
+/// The revision of the first of a chunk's records, if it has any.
+fn first_revision(records: &[u8]) -> Option<u64> {
+    records.first_chunk::<8>().map(|head| u64::from_le_bytes(*head))
+}
+
+/// The key of the chunk that would hold `revision`, if any.
+fn holding(table: &Table<'_, u64, &[u8]>, revision: u64) -> Result<Option<u64>, redb::StorageError> {
     let mut before = table.range::<u64>((Bound::Unbounded, Bound::Included(revision)))?;
     match before.next_back() {
-        Some(found) => {
-            let (key, stored) = found?;
-            Ok(Some((key.value(), stored.value().to_vec())))
-        }
+        Some(found) => Ok(Some(found?.0.value())),
         None => Ok(None),
     }
 }
@@ -209,17 +208,23 @@ pub(super) struct Chunks<'t, 'txn> {
     table: &'t mut Table<'txn, u64, &'static [u8]>,
     /// The last chunk, read or begun but not yet written back.
     tail: Option<Tail>,
+    /// A chunk revisions were removed from, not yet written back: its key in the table
+    /// and what is left of its records. Removals come in runs of old revisions, a
+    /// chunk's worth at a time, and the chunk is compressed once for the run.
+    edited: Option<(u64, Vec<u8>)>,
 }
 
 impl<'t, 'txn> Chunks<'t, 'txn> {
     pub(super) fn new(table: &'t mut Table<'txn, u64, &'static [u8]>) -> Chunks<'t, 'txn> {
-        Chunks { table, tail: None }
+        Chunks { table, tail: None, edited: None }
     }
 
     /// Stores revision `revision`'s row; revisions come in ascending order, above every
     /// stored one.
     pub(super) fn append(&mut self, revision: u64, row: &[u8]) -> Result<(), redb::StorageError> {
         if self.tail.is_none() {
+            // The last chunk may be the one being edited.
+            self.write_edited()?;
             self.tail = self.last()?;
         }
         if let Some(tail) = &mut self.tail {
@@ -247,52 +252,68 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
     }
 
     /// Removes revision `revision` from its chunk (nothing when it is not stored); a
-    /// chunk left empty goes, and one whose first revision went moves to its new first.
+    /// chunk left empty goes, and one whose first revision went moves to its new first
+    /// (when it is written back).
     pub(super) fn remove(&mut self, revision: u64) -> Result<(), redb::StorageError> {
-        self.flush()?;
-        let Some((key, stored)) = holding(self.table, revision)? else { return Ok(()) };
-        let mut chunk = Vec::new();
-        // A damaged chunk is left as it is: the next load names it.
-        if open(key, &stored, &mut chunk).is_err() {
+        self.write_tail()?;
+        // The table's keys stay as they are while a chunk is edited, so the key found
+        // is the edited chunk's when it holds `revision`.
+        let Some(key) = holding(self.table, revision)? else { return Ok(()) };
+        if self.edited.as_ref().is_none_or(|(edited, _)| *edited != key) {
+            self.write_edited()?;
+            let Some(stored) = self.table.get(key)? else { return Ok(()) };
+            let mut chunk = Vec::new();
+            // A damaged chunk is left as it is: the next load names it.
+            if open(key, stored.value(), &mut chunk).is_err() || records(key, &chunk).is_err() {
+                return Ok(());
+            }
+            drop(stored);
+            self.edited = Some((key, chunk));
+        }
+        let Some((_, chunk)) = &mut self.edited else { return Ok(()) };
+        // Its first revision is its key until that one is removed.
+        let Some(first) = first_revision(chunk) else { return Ok(()) };
+        let Ok(records) = records(first, chunk) else { return Ok(()) };
+        if records.iter().all(|&(at, _)| at != revision) {
             return Ok(());
         }
-        let Ok(records) = records(key, &chunk) else { return Ok(()) };
         let mut kept = Vec::with_capacity(chunk.len());
-        let mut first = None;
-        let mut found = false;
-        for (at, row) in records {
-            if at == revision {
-                found = true;
-                continue;
-            }
-            first.get_or_insert(at);
+        for (at, row) in records.into_iter().filter(|&(at, _)| at != revision) {
             push(&mut kept, at, row);
         }
-        if !found {
-            return Ok(());
+        *chunk = kept;
+        Ok(())
+    }
+
+    /// Writes the edited chunk back, if there is one: under its first revision, or gone
+    /// when nothing is left of it.
+    fn write_edited(&mut self) -> Result<(), redb::StorageError> {
+        let Some((key, chunk)) = self.edited.take() else { return Ok(()) };
+        // Its records were read whole before any was removed, and removing keeps them
+        // whole, so only an empty chunk has no first revision.
+        let first = first_revision(&chunk);
+        if first != Some(key) {
+            self.table.remove(key)?;
         }
-        match first {
-            Some(first) if first == key => {
-                self.table.insert(key, seal(&kept).as_slice())?;
-            }
-            Some(first) => {
-                self.table.remove(key)?;
-                self.table.insert(first, seal(&kept).as_slice())?;
-            }
-            None => {
-                self.table.remove(key)?;
-            }
+        if let Some(first) = first {
+            self.table.insert(first, seal(&chunk).as_slice())?;
         }
         Ok(())
     }
 
-    /// Writes the last chunk back, if one is pending.
-    pub(super) fn flush(&mut self) -> Result<(), redb::StorageError> {
+    /// Writes the last chunk back, if it holds what the table does not.
+    fn write_tail(&mut self) -> Result<(), redb::StorageError> {
         if let Some(mut tail) = self.tail.take().filter(|tail| tail.changed) {
             let key = tail.key;
             self.table.insert(key, tail.sealed())?;
         }
         Ok(())
+    }
+
+    /// Writes back what is pending: the last chunk, the edited one.
+    pub(super) fn flush(&mut self) -> Result<(), redb::StorageError> {
+        self.write_tail()?;
+        self.write_edited()
     }
 }
 

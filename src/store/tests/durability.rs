@@ -161,6 +161,53 @@ async fn a_foreign_redb_file_or_unknown_schema_is_corrupt() {
     assert_corrupt(dir.path(), "schema 99");
 }
 
+/// A chunk damaged on disk is `Corrupt`, naming the file and the chunk, and the file is
+/// left alone: a length its block does not hold, a cut block, a length no LZ4 block of
+/// its size could unpack to (never allocated).
+#[tokio::test]
+async fn a_damaged_chunk_is_corrupt_naming_it() {
+    use super::super::tables::CHUNKS;
+    use redb::ReadableTable;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for i in 0..20 {
+        store.commit(create(agent(&format!("agent-{i}"), "Up")), false).await.unwrap();
+    }
+    store.shutdown().await;
+    let path = db_path(dir.path());
+    let pristine = std::fs::read(&path).unwrap();
+    type Damage = fn(&mut Vec<u8>);
+    let damages: [(&str, Damage); 3] = [
+        ("a longer length", |chunk| {
+            let len = u32::from_le_bytes(chunk[..4].try_into().unwrap());
+            chunk[..4].copy_from_slice(&(len + 1).to_le_bytes());
+        }),
+        ("a cut block", |chunk| chunk.truncate(chunk.len() - 3)),
+        ("a length past what LZ4 packs", |chunk| chunk[..4].copy_from_slice(&u32::MAX.to_le_bytes())),
+    ];
+    for (what, damage) in damages {
+        std::fs::write(&path, &pristine).unwrap();
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(CHUNKS).unwrap();
+                let (key, mut chunk) = {
+                    let (key, chunk) = table.first().unwrap().unwrap();
+                    (key.value(), chunk.value().to_vec())
+                };
+                damage(&mut chunk);
+                table.insert(key, chunk.as_slice()).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        assert_corrupt(dir.path(), what);
+        let err = Store::open(config(dir.path(), &TestClock::new())).err().unwrap();
+        let source = std::error::Error::source(&err).map(ToString::to_string).unwrap_or_default();
+        assert!(format!("{err} {source}").contains("the chunk at 1"), "{what}: {err} {source}");
+    }
+}
+
 #[tokio::test]
 async fn reset_empties_only_the_database_file_and_revisions_continue_above_the_old_ones() {
     let dir = tempfile::tempdir().unwrap();
