@@ -393,14 +393,14 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever bytes a chunk is, opening it answers, and never with more than LZ4
-        /// can unpack from them.
+        /// Whatever bytes a chunk is, opening it answers without a panic, and never
+        /// allocates more than LZ4 could unpack from them, whatever length its head says
+        /// (a random head says up to 4 GiB).
         #[test]
         fn any_bytes_open_or_fail(stored in proptest::collection::vec(any::<u8>(), 0..300)) {
             let mut opened = Vec::new();
-            if open(1, &stored, &mut opened).is_ok() {
-                prop_assert!(opened.len() <= stored.len() * 255);
-            }
+            let _ = open(1, &stored, &mut opened);
+            prop_assert!(opened.capacity() <= stored.len() * 255);
         }
     }
 
