@@ -6,6 +6,15 @@ use std::process::ExitCode;
 /// `serde_json::Value` nodes, and glibc's `malloc`/`free` took about a quarter of the
 /// workers' CPU (docs/benchmarks.md). Only the binary chooses an allocator; the
 /// library and its tests keep the system one.
+///
+/// Built with `no_thp`: mimalloc does not `madvise` its heap into transparent huge pages.
+/// Where THP is `madvise` (Debian's default) a first touch of heap then faults in one
+/// 4 KiB page, not a 2 MiB page zeroed on the spot: on a VM whose host had taken back
+/// the guest's free memory, that zeroing held the commit thread 85 ms, and a daemon's
+/// first burst of writes after a quiet minute had a p99 several times its usual
+/// (docs/benchmarks.md, issue 34). Unlike turning THP off for the process (`prctl`),
+/// this is not inherited by the agents the daemon starts, and a host set to `always`
+/// still gets what it asked for.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

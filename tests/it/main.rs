@@ -44,6 +44,7 @@ mod ha_fleet;
 mod ha_meta;
 mod ha_sessions;
 mod harness;
+mod heap;
 mod http2;
 mod intake;
 mod job_features;
