@@ -483,7 +483,9 @@ pub async fn serve(
         Some(n) => (n, None),
     };
     let counts = WatchCounts::of(&state.metrics.api, kind.plural);
-    let (events, held) = match state.store.watch(kind.plural, start) {
+    // Grouped by connection: see `Store::watch_grouped`.
+    let group = super::serve::current_connection();
+    let (events, held) = match state.store.watch_grouped(kind.plural, start, group) {
         Ok(w) => (Some(w), None),
         Err(store::Error::Expired { requested, oldest }) => {
             counts.expired.inc();

@@ -287,6 +287,15 @@ impl Store {
     /// On etcd, where one transaction's writes share a revision, the events *at*
     /// `after` come again too: a watcher cut off in the middle of them misses none.
     pub fn watch(&self, kind: &str, after: u64) -> Result<Watch> {
+        self.watch_grouped(kind, after, 0)
+    }
+
+    /// [`Store::watch`] in `group`: each event is handed to the watchers of a kind group
+    /// by group, so watches of one group are woken one after another. The server groups
+    /// the watches of one HTTP/2 connection: their tasks then tend to run on one worker
+    /// before the connection's next write, and their frames leave in one write rather
+    /// than one write for each worker that ran some of them (docs/benchmarks.md).
+    pub fn watch_grouped(&self, kind: &str, after: u64, group: u64) -> Result<Watch> {
         let config = &self.inner.shared.config;
         let limits = (config.watch_buffer, config.watch_buffer_bytes);
         let mut state = self.inner.shared.write();
@@ -294,7 +303,7 @@ impl Store {
             Writer::Etcd(_) if after > state.compacted => after - 1,
             _ => after,
         };
-        state.watch(self.inner.shared.clone(), kind, after, limits)
+        state.watch(self.inner.shared.clone(), kind, after, limits, group)
     }
 
     /// Whether writes work: `Err(why)` from a failed transaction until the database has

@@ -250,6 +250,7 @@ impl State {
         kind: &str,
         after: u64,
         limits: (usize, usize),
+        group: u64,
     ) -> Result<Watch> {
         if self.closed {
             return Err(Error::Closed);
@@ -258,10 +259,13 @@ impl State {
             return Err(Error::Expired { requested: after, oldest: self.compacted });
         }
         let kind_name = self.intern(kind);
-        let (watch, watcher) = Watch::new(history, kind_name, after, self.revision.max(after), limits);
+        let (watch, watcher) = Watch::new(history, kind_name, after, self.revision.max(after), limits, group);
         let watchers = self.watchers.entry(kind.to_owned()).or_default();
         watchers.retain(|w| !w.is_closed());
-        watchers.push(watcher);
+        // After the group's last watcher: a group's watchers stay together, in the order
+        // they came (offers keep that order).
+        let at = watchers.partition_point(|w| w.group <= group);
+        watchers.insert(at, watcher);
         Ok(watch)
     }
 

@@ -146,12 +146,13 @@ impl Watch {
         after: u64,
         replay_end: u64,
         limits: (usize, usize),
+        group: u64,
     ) -> (Watch, Watcher) {
         let (buffer, max_bytes) = limits;
         let (tx, live) = mpsc::channel(buffer.max(1));
         let budget =
             Arc::new(Budget { bytes: AtomicUsize::new(0), max_bytes, overflowed: AtomicBool::new(false) });
-        let watcher = Watcher { tx, budget: budget.clone() };
+        let watcher = Watcher { tx, budget: budget.clone(), group };
         let watch = Watch {
             kind,
             history,
@@ -226,6 +227,9 @@ impl Stream for Watch {
 pub(super) struct Watcher {
     tx: mpsc::Sender<StoreEvent>,
     budget: Arc<Budget>,
+    /// The watch's group (`Store::watch_grouped`): watchers of a kind are kept in group
+    /// order, so an event wakes one group's watchers one after another.
+    pub(super) group: u64,
 }
 
 impl Watcher {

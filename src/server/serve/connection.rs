@@ -88,6 +88,22 @@ impl Protocol {
     }
 }
 
+/// Connections served so far; each takes the next number.
+static CONNECTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+tokio::task_local! {
+    /// The number of the connection the request being answered came in on.
+    static CONNECTION: u64;
+}
+
+/// The number of the connection the request being answered came in on (from 1); 0
+/// outside a request. A watch is registered in its connection's group
+/// (`Store::watch_grouped`), so the watches of one connection are handed an event one
+/// after another and their frames leave in fewer writes.
+pub fn current_connection() -> u64 {
+    CONNECTION.try_with(|number| *number).unwrap_or(0)
+}
+
 /// Serves one connection until the client closes it, a timeout closes it, or the
 /// runtime ends.
 pub(super) async fn serve<S>(io: S, protocol: Protocol, app: Router, timeouts: Timeouts, peer: SocketAddr)
@@ -96,7 +112,9 @@ where
 {
     let activity = Arc::new(Activity::new(Instant::now()));
     let io = TokioIo::new(Tracked { inner: io, activity: activity.clone(), protocol, hold: None });
-    let service = TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer, protocol });
+    let number = CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1;
+    let service =
+        TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer, protocol, number });
     let result = match protocol {
         Protocol::Http1 => {
             let conn = hyper::server::conn::http1::Builder::new()
@@ -407,6 +425,8 @@ struct Tracking {
     /// source address).
     peer: SocketAddr,
     protocol: Protocol,
+    /// This connection's number ([`current_connection`]).
+    number: u64,
 }
 
 type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -425,10 +445,10 @@ impl tower::Service<Request<Incoming>> for Tracking {
         request.extensions_mut().insert(axum::extract::ConnectInfo(self.peer));
         let in_flight = InFlight::start(self.activity.clone());
         let app = self.app.clone();
-        let answer = async move {
+        let answer = CONNECTION.scope(self.number, async move {
             let response = app.oneshot(request).await?;
             Ok(response.map(|body| Body::new(Finishing { body, _in_flight: in_flight })))
-        };
+        });
         match self.protocol {
             // This runs in the stream's own task, whose `EndStream` is in scope.
             Protocol::Http2 => Box::pin(answer),

@@ -173,6 +173,39 @@ async fn shutdown_ends_watches_and_refuses_new_work() {
     clone.shutdown().await;
 }
 
+/// An event is handed to a kind's watchers group by group, each group's in the order its
+/// watches began, whatever order the groups' watches began in: on a current-thread
+/// runtime the watches' tasks, woken from the commit thread, run in the order they were
+/// handed the event.
+#[tokio::test]
+async fn an_event_reaches_the_watchers_of_one_group_one_after_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let begun = [(2, "2a"), (1, "1a"), (0, "0a"), (2, "2b"), (3, "3a"), (1, "1b"), (0, "0b"), (1, "1c")];
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for (group, name) in begun {
+        let watch =
+            if group == 0 { store.watch("agents", 0) } else { store.watch_grouped("agents", 0, group) };
+        let mut watch = watch.unwrap();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let event = watch.next().await.unwrap().unwrap();
+            order.lock().unwrap().push((name, event.revision));
+        }));
+    }
+    // Every task waits on its watch before the event exists.
+    tokio::task::yield_now().await;
+    store.commit(create(agent("a1", "Up")), false).await.unwrap();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let names: Vec<_> =
+        order.lock().unwrap().iter().map(|&(name, revision)| (revision == 1).then_some(name)).collect();
+    let expected = ["0a", "0b", "1a", "1b", "1c", "2a", "2b", "3a"].map(Some);
+    assert_eq!(names, expected);
+}
+
 /// An agent carrying an annotation of `size` bytes.
 fn big_agent(name: &str, size: usize) -> serde_json::Value {
     let mut object = agent(name, "Up");
