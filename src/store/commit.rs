@@ -310,14 +310,15 @@ pub(super) fn commit_batch(shared: &Shared, log: &mut Log, batch: Vec<Request>) 
             }
             return;
         }
-        let revision = {
+        let (revision, woken) = {
             let mut state = shared.write();
             for change in &changes {
                 state.apply(change, time_ms);
             }
             state.compact(compacted);
-            state.revision
+            (state.revision, state.take_woken())
         };
+        shared.hand(woken);
         shared.revision.send_replace(revision);
     }
     for (reply, result) in replies {

@@ -7,7 +7,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use super::config::StoreConfig;
 use super::error::Result;
 use super::state::State;
-use super::watch::{History, StoreEvent};
+use super::watch::{History, StoreEvent, Woken};
 
 /// What the store handles and the commit thread share.
 pub(super) struct Shared {
@@ -17,6 +17,9 @@ pub(super) struct Shared {
     pub revision: tokio::sync::watch::Sender<u64>,
     /// Why writes fail, while they do, by the part that failed: see [`Part`].
     health: std::sync::Mutex<Health>,
+    /// The task that gives the watches the wakes a batch owes them (see [`Shared::hand`]);
+    /// `None` when the store was opened outside a runtime.
+    fanout: Option<tokio::sync::mpsc::UnboundedSender<Woken>>,
     /// Tests set this to make the next batch's log append fail.
     #[cfg(test)]
     pub fail_next_append: std::sync::atomic::AtomicBool,
@@ -39,6 +42,7 @@ impl Shared {
         Shared {
             revision: tokio::sync::watch::Sender::new(state.revision),
             health: std::sync::Mutex::new(Health::default()),
+            fanout: fanout(),
             state: RwLock::new(state),
             config,
             #[cfg(test)]
@@ -82,10 +86,42 @@ impl Shared {
         }
     }
 
+    /// Gives the wakes a batch owes its watches (`State::take_woken`), from one task of
+    /// the runtime the store was opened on: woken from a worker, the watches' tasks
+    /// queue on that worker and run one after another, where woken from the commit
+    /// thread they would go through the runtime's shared queue as they came. Without
+    /// that task (no runtime, or it has ended) they are woken here.
+    pub fn hand(&self, woken: Woken) {
+        if woken.is_empty() {
+            return;
+        }
+        if let Some(fanout) = &self.fanout {
+            if let Err(returned) = fanout.send(woken) {
+                returned.0.wake();
+            }
+            return;
+        }
+        woken.wake();
+    }
+
     /// The cache for writing (the commit thread, and watch registration).
     pub fn write(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Starts the task that gives the watches their wakes, on the runtime of the caller, if
+/// it has one. Each message is one batch's wakes; a batch is sent once the write lock is
+/// released, so a message waits at most for the task's next turn.
+fn fanout() -> Option<tokio::sync::mpsc::UnboundedSender<Woken>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let (sender, mut batches) = tokio::sync::mpsc::unbounded_channel::<Woken>();
+    runtime.spawn(async move {
+        while let Some(woken) = batches.recv().await {
+            woken.wake();
+        }
+    });
+    Some(sender)
 }
 
 impl History for Shared {

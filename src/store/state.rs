@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::mutation::Change;
-use super::watch::{EventType, History, StoreEvent, Watch, Watcher};
+use super::watch::{EventType, History, StoreEvent, Watch, Watcher, Woken};
 use super::Obj;
 
 /// One retained event and when it was committed (Unix milliseconds), for retention.
@@ -33,6 +33,8 @@ pub(super) struct State {
     pub log_bytes: usize,
     /// kind → live watchers of that kind.
     watchers: HashMap<String, Vec<Watcher>>,
+    /// The wakes owed to watchers handed events since [`State::take_woken`].
+    woken: Woken,
     /// One shared name per kind, so events do not each allocate one.
     kinds: HashMap<String, Arc<str>>,
     /// Set when the commit thread has stopped: no more writes or watches.
@@ -160,7 +162,9 @@ impl State {
     }
 
     /// Applies one durable change: the object, the log, and every watcher of its kind.
-    /// Never blocks: a watcher whose buffer is full is dropped as overflowed.
+    /// Never blocks: a watcher whose buffer is full is dropped as overflowed. The
+    /// watchers handed the event are woken once the caller gives [`State::take_woken`]'s
+    /// wakes.
     pub fn apply(&mut self, change: &Change, time_ms: i64) {
         let objects = self.objects.entry(change.kind.to_owned()).or_default();
         let previous = if change.type_ == EventType::Deleted {
@@ -178,7 +182,8 @@ impl State {
             cost: change.cost,
         };
         if let Some(watchers) = self.watchers.get_mut(change.kind) {
-            watchers.retain(|w| w.offer(event.clone()));
+            let woken = &mut self.woken;
+            watchers.retain(|w| w.offer(event.clone(), woken));
         }
         if let Some(replaced) = change.supersedes.and_then(|r| self.log_index(r)) {
             self.log[replaced].current = false;
@@ -186,6 +191,12 @@ impl State {
         self.revision = change.revision;
         let current = change.type_ != EventType::Deleted;
         self.push_log(LogEntry { event, time_ms, current });
+    }
+
+    /// The wakes owed to the watchers handed events since the last call: to be given
+    /// once the lock on the state is released (dropped, they are given at once).
+    pub fn take_woken(&mut self) -> Woken {
+        std::mem::take(&mut self.woken)
     }
 
     /// Where revision `revision` sits in the log, if it is retained.

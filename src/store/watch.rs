@@ -4,11 +4,11 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
+use futures_util::task::AtomicWaker;
 use futures_util::Stream;
-use tokio::sync::mpsc;
 
 use super::error::{Error, Result};
 use super::Obj;
@@ -115,8 +115,7 @@ pub struct Watch {
     /// store's revision when the watch began; later ones arrive live).
     replay_cursor: u64,
     replay_end: u64,
-    live: mpsc::Receiver<StoreEvent>,
-    budget: Arc<Budget>,
+    live: Arc<Mailbox>,
     /// Live events at or below this revision are skipped (a watch from the future).
     after: u64,
     finished: bool,
@@ -132,11 +131,80 @@ pub(super) trait History: Send + Sync {
 /// Retained events a watch reads from the log at a time.
 const REPLAY_CHUNK: usize = 64;
 
-/// What a watcher has pending, shared by both ends, and whether it overflowed.
-struct Budget {
+/// Room for live events a watch keeps once it has taken them all.
+const SPARE_EVENTS: usize = 64;
+
+/// The live events handed to one watch and not yet taken, shared by both ends.
+///
+/// Handing an event over and waking the watch's task are apart: the commit thread puts
+/// a batch's events in every mailbox under the cache's lock, and the wakes are owed
+/// ([`Woken`]) until the lock is released, then given all at once from one task of the
+/// runtime (`Shared::hand`). Woken from a worker, the watches' tasks go to that worker's
+/// own queue and run one after another, so the writes of one connection's watches meet
+/// in one flush (`server/serve/connection.rs`); woken one by one from the commit thread,
+/// through the runtime's shared queue, they ran as they trickled in, and each connection
+/// wrote about three times an event (docs/benchmarks.md).
+struct Mailbox {
+    queue: Mutex<Queue>,
+    /// The watch's task, while it waits for events.
+    task: AtomicWaker,
+    /// Set by the first event handed over since the watch was last woken: whoever
+    /// handed it owes the wake.
+    owed: AtomicBool,
+    /// Bytes of events pending (`event_cost`), against `max_bytes`.
     bytes: AtomicUsize,
     max_bytes: usize,
+    /// Events pending at most.
+    capacity: usize,
+    /// Set when the store dropped the watcher for falling behind.
     overflowed: AtomicBool,
+    /// Set when the `Watch` is dropped: the store drops its end at the next event.
+    gone: AtomicBool,
+}
+
+struct Queue {
+    events: VecDeque<StoreEvent>,
+    /// The store dropped its end: nothing more will come.
+    ended: bool,
+}
+
+impl Mailbox {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wake(&self) {
+        // Cleared first: an event handed over after this owes a wake of its own.
+        self.owed.store(false, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+/// Wakes owed to watches that were handed events: given when this is dropped (or by
+/// [`Woken::wake`]), so a wake is never lost, only late.
+#[derive(Default)]
+pub(super) struct Woken(Vec<Arc<Mailbox>>);
+
+impl Woken {
+    /// Whether no wake is owed.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Gives every owed wake.
+    pub(super) fn wake(mut self) {
+        for mailbox in self.0.drain(..) {
+            mailbox.wake();
+        }
+    }
+}
+
+impl Drop for Woken {
+    fn drop(&mut self) {
+        for mailbox in self.0.drain(..) {
+            mailbox.wake();
+        }
+    }
 }
 
 impl Watch {
@@ -149,18 +217,24 @@ impl Watch {
         group: u64,
     ) -> (Watch, Watcher) {
         let (buffer, max_bytes) = limits;
-        let (tx, live) = mpsc::channel(buffer.max(1));
-        let budget =
-            Arc::new(Budget { bytes: AtomicUsize::new(0), max_bytes, overflowed: AtomicBool::new(false) });
-        let watcher = Watcher { tx, budget: budget.clone(), group };
+        let mailbox = Arc::new(Mailbox {
+            queue: Mutex::new(Queue { events: VecDeque::new(), ended: false }),
+            task: AtomicWaker::new(),
+            owed: AtomicBool::new(false),
+            bytes: AtomicUsize::new(0),
+            max_bytes,
+            capacity: buffer.max(1),
+            overflowed: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+        });
+        let watcher = Watcher { mailbox: mailbox.clone(), group };
         let watch = Watch {
             kind,
             history,
             replay: VecDeque::new(),
             replay_cursor: after,
             replay_end,
-            live,
-            budget,
+            live: mailbox,
             after,
             finished: false,
         };
@@ -192,24 +266,41 @@ impl Watch {
         if let Some(event) = self.replay.pop_front() {
             return Poll::Ready(Some(Ok(event)));
         }
+        let mut registered = false;
         loop {
-            match self.live.poll_recv(cx) {
-                Poll::Ready(Some(event)) => {
-                    self.budget.bytes.fetch_sub(event.cost, Ordering::AcqRel);
+            let (next, ended) = {
+                let mut queue = self.live.queue();
+                let next = queue.events.pop_front();
+                if queue.events.is_empty() && queue.events.capacity() > SPARE_EVENTS {
+                    // A burst is over: the room it took is not kept (up to the buffer's
+                    // length for each watcher).
+                    queue.events.shrink_to(SPARE_EVENTS);
+                }
+                (next, queue.ended)
+            };
+            match next {
+                Some(event) => {
+                    self.live.bytes.fetch_sub(event.cost, Ordering::AcqRel);
                     if event.revision <= self.after {
                         continue;
                     }
                     return Poll::Ready(Some(Ok(event)));
                 }
-                Poll::Ready(None) => {
+                None if ended => {
                     self.finished = true;
-                    // The flag is set before the store drops the sender, so it is
-                    // visible once the channel reports closed.
+                    // The flag is set before the store drops its end, which ends the
+                    // queue under its lock.
                     return Poll::Ready(
-                        self.budget.overflowed.load(Ordering::Acquire).then_some(Err(Error::WatchOverflow)),
+                        self.live.overflowed.load(Ordering::Acquire).then_some(Err(Error::WatchOverflow)),
                     );
                 }
-                Poll::Pending => return Poll::Pending,
+                // Looked again after registering: an event handed over in between
+                // found no task to wake.
+                None if registered => return Poll::Pending,
+                None => {
+                    self.live.task.register(cx.waker());
+                    registered = true;
+                }
             }
         }
     }
@@ -223,48 +314,74 @@ impl Stream for Watch {
     }
 }
 
-/// The store's end of one watch.
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.live.gone.store(true, Ordering::Release);
+        // What was pending is freed now, not when the store next drops its end.
+        let pending = std::mem::take(&mut self.live.queue().events);
+        drop(pending);
+    }
+}
+
+/// The store's end of one watch. Dropping it ends the watch (after what it had
+/// pending).
 pub(super) struct Watcher {
-    tx: mpsc::Sender<StoreEvent>,
-    budget: Arc<Budget>,
+    mailbox: Arc<Mailbox>,
     /// The watch's group (`Store::watch_grouped`): watchers of a kind are kept in group
     /// order, so an event wakes one group's watchers one after another.
     pub(super) group: u64,
 }
 
 impl Watcher {
-    /// Hands `event` to the watcher without waiting. Returns false when the watcher is
-    /// gone (its `Watch` was dropped) or has just overflowed — its buffer is full by
-    /// count, or its pending events would cost more than its byte budget; the caller
-    /// then drops it, which closes the channel.
-    pub(super) fn offer(&self, event: StoreEvent) -> bool {
-        let cost = event.cost;
-        let pending = self.budget.bytes.fetch_add(cost, Ordering::AcqRel) + cost;
-        // One event is always let through, so an object larger than the budget is
-        // delivered to a watcher that keeps up.
-        if pending > self.budget.max_bytes && pending != cost {
-            self.budget.overflowed.store(true, Ordering::Release);
+    /// Hands `event` to the watcher without waiting, and adds its wake to `woken` when
+    /// it is owed one. Returns false when the watcher is gone (its `Watch` was dropped)
+    /// or has just overflowed — its buffer is full by count, or its pending events
+    /// would cost more than its byte budget; the caller then drops it, which ends the
+    /// watch.
+    pub(super) fn offer(&self, event: StoreEvent, woken: &mut Woken) -> bool {
+        let mailbox = &self.mailbox;
+        if mailbox.gone.load(Ordering::Acquire) {
             return false;
         }
-        match self.tx.try_send(event) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.budget.overflowed.store(true, Ordering::Release);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        let cost = event.cost;
+        let pending = mailbox.bytes.fetch_add(cost, Ordering::AcqRel) + cost;
+        // One event is always let through, so an object larger than the budget is
+        // delivered to a watcher that keeps up.
+        if pending > mailbox.max_bytes && pending != cost {
+            mailbox.overflowed.store(true, Ordering::Release);
+            return false;
         }
+        {
+            let mut queue = mailbox.queue();
+            if queue.events.len() >= mailbox.capacity {
+                mailbox.overflowed.store(true, Ordering::Release);
+                return false;
+            }
+            queue.events.push_back(event);
+        }
+        if !mailbox.owed.swap(true, Ordering::AcqRel) {
+            woken.0.push(mailbox.clone());
+        }
+        true
     }
 
     /// Ends the watch as overflowed: its reader gets `Error::WatchOverflow` after what
     /// it has buffered, and lists again.
     pub(super) fn overflow(self) {
-        self.budget.overflowed.store(true, Ordering::Release);
+        self.mailbox.overflowed.store(true, Ordering::Release);
     }
 
     /// True once the `Watch` has been dropped.
     pub(super) fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.mailbox.gone.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.mailbox.queue().ended = true;
+        // Rare (an overflow, a reload, shutdown): woken at once.
+        self.mailbox.wake();
     }
 }
 

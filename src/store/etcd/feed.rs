@@ -146,7 +146,7 @@ async fn wait(stop: &mut tokio::sync::watch::Receiver<bool>, delay: Duration) ->
 /// Applies one watch message to the cache, its log and its watchers.
 fn apply(keys: &Keys, shared: &Shared, docs: &Docs, message: WatchResponse) {
     let time_ms = shared.config.clock.now().timestamp_millis();
-    let revision = {
+    let (revision, woken) = {
         let mut state = shared.write();
         // Events of revisions applied already (a watch reopened on another member may
         // repeat some); a transaction's events share one revision, all applied here.
@@ -185,8 +185,10 @@ fn apply(keys: &Keys, shared: &Shared, docs: &Docs, message: WatchResponse) {
         }
         let compacted = compacted_after(&state, &shared.config, &[], time_ms);
         state.compact(compacted);
-        state.revision
+        (state.revision, state.take_woken())
     };
+    // This runs on the runtime already: the watches' tasks go to this worker's queue.
+    woken.wake();
     shared.revision.send_replace(revision);
 }
 

@@ -206,6 +206,36 @@ async fn an_event_reaches_the_watchers_of_one_group_one_after_another() {
     assert_eq!(names, expected);
 }
 
+/// The wakes a batch owes its watches are given by a task of the runtime the store was
+/// opened on; once that runtime has ended, the commit thread gives them itself, so a
+/// store outliving it still wakes its watches.
+#[test]
+fn watches_are_woken_after_the_runtime_the_store_was_opened_on_has_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let store = first.block_on(async { open(dir.path()) });
+    let second = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let woken = |store: &Store, name: &'static str| {
+        let store = store.clone();
+        second.block_on(async move {
+            let mut watch = store.watch("agents", store.revision()).unwrap();
+            let revision = store.commit(create(agent(name, "Up")), false).await.unwrap().object().revision();
+            let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+            event.expect("the watch was never woken").unwrap().unwrap().revision == revision
+        })
+    };
+    // While the first runtime is driven, its task gives the wakes.
+    let mut watch = store.watch("agents", 0).unwrap();
+    first.block_on(async {
+        store.commit(create(agent("a0", "Up")), false).await.unwrap();
+        let event = tokio::time::timeout(Duration::from_secs(10), watch.next()).await;
+        assert_eq!(event.expect("woken").unwrap().unwrap().revision, 1);
+    });
+    drop(first);
+    assert!(woken(&store, "a1"));
+    assert!(woken(&store, "a2"));
+}
+
 /// An agent carrying an annotation of `size` bytes.
 fn big_agent(name: &str, size: usize) -> serde_json::Value {
     let mut object = agent(name, "Up");
