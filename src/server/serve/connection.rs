@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -111,7 +111,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new(Instant::now()));
-    let io = TokioIo::new(Tracked { inner: io, activity: activity.clone(), protocol, hold: None });
+    let io = TokioIo::new(Tracked::new(io, activity.clone(), protocol));
     let number = CONNECTIONS.fetch_add(1, Ordering::Relaxed) + 1;
     let service =
         TowerToHyperService::new(Tracking { app, activity: activity.clone(), peer, protocol, number });
@@ -295,28 +295,37 @@ impl Activity {
 /// HTTP/1.1 connection (the next request's head has begun; on HTTP/2 bytes may be any
 /// frame, and only a stream ends idleness).
 ///
-/// On HTTP/2 with several streams open it also gathers their frames into fewer writes.
-/// A thousand watches of one kind get each event at once: every watch's task queues its
-/// line, and the connection's task, woken by the first, would write that one frame alone,
-/// then the next — one `writev`, one TLS record and one TCP segment a watcher per event
-/// (measured: exactly one `writev` a delivery; with what follows, one per seven). So the
-/// first write of each flush is held
-/// until the tasks already ready on this worker have run (tokio's `yield_now` defers a
-/// wake-up to when the worker has nothing else ready, or to its next maintenance, 61
-/// tasks on), however often other streams wake the connection's task meanwhile: their
-/// frames then go out together. And DATA frames are copied into h2's write buffer up to
-/// 1 KiB rather than sent as a vector of their own (h2 flushes a frame it chains before it
-/// encodes the next), which is what h2 does for a byte stream that does not write vectors:
-/// this one says it does not.
+/// On HTTP/2 it also gathers the frames of a flush into one write. A thousand watches of
+/// one kind get each event at once: every watch's task queues its line, and the
+/// connection's task, woken by the first, would write that one frame alone, then the
+/// next — one `writev`, one TLS record and one TCP segment a watcher per event (measured:
+/// exactly one `writev` a delivery). So what h2 writes is copied into a buffer of this
+/// connection's (up to [`GATHER_BYTES`]) and goes out when h2 flushes; and with more than
+/// one stream open a flush is held until the tasks already ready on this worker have run
+/// (tokio's `yield_now` defers a wake-up to when the worker has nothing else ready, or to
+/// its next maintenance, 61 tasks on), however often other streams wake the connection's
+/// task meanwhile: their frames join the buffer and leave in the same write. h2 writes a
+/// DATA frame of 1 KiB or more on its own and flushes behind it (it chains the frame
+/// rather than copying it, and a chained frame is flushed before the next is encoded), so
+/// holding its writes alone left a flush in two or three writes whenever the lines were
+/// that long (measured: about three `writev` per event per connection at 100 watchers ×
+/// 1,000 Agents a second); gathered, the writes of a flush are one. This stream says it
+/// does not write vectors, so h2 copies the small frames it does not chain.
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
     protocol: Protocol,
-    /// The hold on this flush's writes, once its first write was held.
+    /// The hold on this flush, once it was held.
     hold: Option<Arc<Hold>>,
+    /// HTTP/2: what h2 wrote since the last flush went out.
+    gathered: bytes::BytesMut,
 }
 
-/// A write held until the worker's ready tasks have run: released by the deferred wake.
+/// The most an HTTP/2 connection gathers before it writes, whatever the hold: a flush of
+/// more goes out in writes of this size (h2's frames are at most 16 KiB).
+const GATHER_BYTES: usize = 64 * 1024;
+
+/// A flush held until the worker's ready tasks have run: released by the deferred wake.
 struct Hold {
     released: AtomicBool,
     task: std::task::Waker,
@@ -334,9 +343,13 @@ impl std::task::Wake for Hold {
 }
 
 impl<S> Tracked<S> {
-    /// Whether this write waits: the first of a flush on an HTTP/2 connection with more
-    /// than one stream open is held until the worker's ready tasks have run, and so is
-    /// every write of the flush before then. A held write's task is woken when released.
+    fn new(inner: S, activity: Arc<Activity>, protocol: Protocol) -> Tracked<S> {
+        Tracked { inner, activity, protocol, hold: None, gathered: bytes::BytesMut::new() }
+    }
+
+    /// Whether this flush waits: a flush on an HTTP/2 connection with more than one
+    /// stream open is held until the worker's ready tasks have run. A held flush's task
+    /// is woken when released.
     fn waits(&mut self, cx: &mut Context<'_>) -> bool {
         if let Some(hold) = &self.hold {
             return !hold.released.load(Ordering::Acquire);
@@ -355,6 +368,20 @@ impl<S> Tracked<S> {
         let _ = yielded.poll(&mut Context::from_waker(&release));
         self.hold = Some(hold);
         !self.hold.as_ref().is_some_and(|h| h.released.load(Ordering::Acquire))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Tracked<S> {
+    /// Writes out what was gathered.
+    fn write_gathered(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.gathered.is_empty() {
+            let written = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.gathered))?;
+            if written == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            bytes::Buf::advance(&mut self.gathered, written);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -379,10 +406,17 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
 impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.waits(cx) {
-            return Poll::Pending;
+        if this.protocol != Protocol::Http2 {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
         }
-        Pin::new(&mut this.inner).poll_write(cx, buf)
+        if this.gathered.len() + buf.len() > GATHER_BYTES {
+            ready!(this.write_gathered(cx))?;
+        }
+        if buf.len() >= GATHER_BYTES {
+            return Pin::new(&mut this.inner).poll_write(cx, buf);
+        }
+        this.gathered.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
     }
 
     fn poll_write_vectored(
@@ -391,19 +425,27 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        if this.waits(cx) {
-            return Poll::Pending;
+        if this.protocol != Protocol::Http2 {
+            return Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         }
-        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+        // Not asked for (this stream says it does not write vectors): the first buffer.
+        let first = bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]);
+        Pin::new(this).poll_write(cx, first)
     }
 
     fn is_write_vectored(&self) -> bool {
-        // On HTTP/2, small DATA frames are copied into h2's buffer (see the type's doc).
+        // On HTTP/2, h2 copies small frames (see the type's doc).
         self.protocol == Protocol::Http1 && self.inner.is_write_vectored()
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if !this.gathered.is_empty() {
+            if this.waits(cx) {
+                return Poll::Pending;
+            }
+            ready!(this.write_gathered(cx))?;
+        }
         let flushed = Pin::new(&mut this.inner).poll_flush(cx);
         if flushed.is_ready() {
             this.hold = None;
@@ -412,7 +454,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.write_gathered(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
 
@@ -605,7 +649,7 @@ mod tests {
             drop(InFlight::start(activity.clone()));
             let idle = activity.phase();
             let (mut client, server) = tokio::io::duplex(64);
-            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol, hold: None };
+            let mut tracked = Tracked::new(server, activity.clone(), protocol);
             // A PING frame's worth of bytes, on HTTP/2; the start of a request, on HTTP/1.1.
             client.write_all(b"x").await.unwrap();
             let mut byte = [0u8; 1];
@@ -619,57 +663,93 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_http2_connection_with_streams_open_gathers_a_flushs_writes_behind_ready_tasks() {
+    async fn an_http2_connections_flush_leaves_in_one_write_behind_the_ready_tasks() {
         use tokio::io::AsyncWriteExt as _;
-        /// Whether a task made ready just before a write ran before the write went out.
-        async fn ready_task_ran_first(tracked: &mut Tracked<tokio::io::DuplexStream>) -> bool {
+        // A DATA frame of 1.5 KiB, as h2 writes one it chains: its head and first KiB, then
+        // the rest, each written and flushed before the next frame.
+        async fn frame(tracked: &mut Tracked<Recorder>) {
+            tracked.write_all(&[7; 1024]).await.unwrap();
+            tracked.write_all(&[7; 512]).await.unwrap();
+        }
+        // (protocol, streams open, whether a flush waits for the ready tasks, the writes
+        // that reach the socket)
+        let cases = [
+            (Protocol::Http2, 2, true, vec![3 * 1536]),
+            (Protocol::Http2, 1, false, vec![1536, 1536, 1536]),
+            (Protocol::Http1, 2, false, vec![1024, 512, 1024, 512, 1024, 512]),
+        ];
+        for (protocol, streams, waits, writes) in cases {
+            let activity = Arc::new(Activity::new(Instant::now()));
+            let _open: Vec<InFlight> = (0..streams).map(|_| InFlight::start(activity.clone())).collect();
+            let recorder = Recorder::default();
+            let mut tracked = Tracked::new(recorder.clone(), activity.clone(), protocol);
+            let case = format!("{protocol:?} with {streams} stream(s) open");
             let ran = Arc::new(AtomicBool::new(false));
             let ready = tokio::spawn({
                 let ran = ran.clone();
                 async move { ran.store(true, Ordering::SeqCst) }
             });
-            tracked.write_all(b"frame").await.unwrap();
-            let first = ran.load(Ordering::SeqCst);
+            // Three frames from three streams, the connection's task polled by each: h2
+            // flushes after each, and on HTTP/2 the first flush is held, so is the next.
+            let mut flushed = Vec::new();
+            for _ in 0..3 {
+                frame(&mut tracked).await;
+                let flush =
+                    std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut tracked).poll_flush(cx))).await;
+                flushed.push(flush.is_ready());
+            }
+            assert_eq!(flushed, [!waits; 3], "{case}: flushes polled before the ready tasks ran");
+            tracked.flush().await.unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), waits, "{case}: the ready task ran before the write");
             ready.await.unwrap();
-            first
-        }
-        // (protocol, streams open, whether the flush's first write waits)
-        for (protocol, streams, waits) in
-            [(Protocol::Http2, 2, true), (Protocol::Http2, 1, false), (Protocol::Http1, 2, false)]
-        {
-            let activity = Arc::new(Activity::new(Instant::now()));
-            let _open: Vec<InFlight> = (0..streams).map(|_| InFlight::start(activity.clone())).collect();
-            let (_client, server) = tokio::io::duplex(1 << 16);
-            let mut tracked = Tracked { inner: server, activity: activity.clone(), protocol, hold: None };
-            let case = format!("{protocol:?} with {streams} stream(s) open");
-            assert_eq!(ready_task_ran_first(&mut tracked).await, waits, "{case}: a flush's first write");
-            assert!(!ready_task_ran_first(&mut tracked).await, "{case}: the same flush's next write");
+            assert_eq!(recorder.writes(), writes, "{case}: the socket's writes");
+            // The next flush is held again.
+            frame(&mut tracked).await;
+            let flush = std::future::poll_fn(|cx| Poll::Ready(Pin::new(&mut tracked).poll_flush(cx))).await;
+            assert_eq!(flush.is_ready(), !waits, "{case}: the next flush");
             tracked.flush().await.unwrap();
-            assert_eq!(
-                ready_task_ran_first(&mut tracked).await,
-                waits,
-                "{case}: the next flush's first write"
-            );
-            // Polled again before the worker's ready tasks have run (another stream woke
-            // the connection's task), a held write stays held.
-            tracked.flush().await.unwrap();
-            let mut write = std::pin::pin!(tracked.write(b"frame"));
-            let polls: Vec<bool> = std::future::poll_fn(|cx| {
-                Poll::Ready(
-                    [write.as_mut().poll(cx).is_pending(), write.as_mut().poll(cx).is_pending()].to_vec(),
-                )
-            })
-            .await;
-            assert_eq!(polls, [waits, waits], "{case}");
-            assert_eq!(write.await.unwrap(), 5);
         }
-        // HTTP/2 copies small frames instead of writing vectors; HTTP/1.1 keeps what the
-        // stream does.
+        // More than GATHER_BYTES between flushes goes out in writes of at most that.
         let activity = Arc::new(Activity::new(Instant::now()));
-        let tcp =
-            |protocol| Tracked { inner: VectoredSink, activity: activity.clone(), protocol, hold: None };
+        let recorder = Recorder::default();
+        let mut tracked = Tracked::new(recorder.clone(), activity.clone(), Protocol::Http2);
+        for _ in 0..100 {
+            tracked.write_all(&[7; 1536]).await.unwrap();
+        }
+        tracked.flush().await.unwrap();
+        let writes = recorder.writes();
+        assert_eq!(writes.iter().sum::<usize>(), 100 * 1536);
+        assert!(writes.len() == 3 && writes.iter().all(|&w| w <= GATHER_BYTES), "{writes:?}");
+        // HTTP/2 has h2 copy small frames instead of writing vectors; HTTP/1.1 keeps what
+        // the stream does.
+        let tcp = |protocol| Tracked::new(VectoredSink, activity.clone(), protocol);
         assert!(!tcp(Protocol::Http2).is_write_vectored());
         assert!(tcp(Protocol::Http1).is_write_vectored());
+    }
+
+    /// A byte stream that records the length of each write it takes.
+    #[derive(Clone, Default)]
+    struct Recorder(Arc<Mutex<Vec<usize>>>);
+
+    impl Recorder {
+        fn writes(&self) -> Vec<usize> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+            self.0.lock().unwrap().push(buf.len());
+            Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
     }
 
     /// A byte stream that takes everything and writes vectors.
