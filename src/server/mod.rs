@@ -336,8 +336,11 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         // Inside authentication, so the audit entry has the leader's answer; the leader
         // authenticates a forwarded request again, with the token it carries (every
         // replica shares the tokens).
-        .layer(middleware::from_fn_with_state(state.clone(), forward::layer))
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+                .layer(middleware::from_fn_with_state(state.clone(), forward::layer)),
+        );
     let local = local_api::LocalApi(authenticated.clone().with_state(state.clone()));
     let app = Router::new()
         .route("/version", get(discovery::version))
@@ -345,26 +348,30 @@ pub fn app_with_pages(state: AppState, pages: Router<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .merge(authenticated)
         .merge(pages)
-        .layer(axum::Extension(local))
-        .layer(axum::Extension(state.sessions.clone()))
-        .layer(middleware::from_fn(catch_panic))
-        .layer(middleware::from_fn(body::drain_unread))
-        .layer(middleware::from_fn(log_request))
-        .layer(middleware::from_fn_with_state(state.clone(), metrics::record_request))
-        // No response is ever sniffed into another type (a JSON error as HTML, say).
-        .layer(middleware::map_response(|mut response: Response| async move {
-            response
-                .headers_mut()
-                .insert(header::X_CONTENT_TYPE_OPTIONS, axum::http::HeaderValue::from_static("nosniff"));
-            response
-        }));
-    with_request_ids(app).with_state(state)
-}
-
-/// A request id on every request, outermost, so every layer, log line and audit entry
-/// of the request has it.
-fn with_request_ids(router: Router<AppState>) -> Router<AppState> {
-    router.layer(middleware::from_fn(request_id::assign))
+        // What every request passes through, outermost first, as one layer: each
+        // `Router::layer` boxes every route again, and a request paid a boxed clone of
+        // the service and a boxed future at each.
+        .layer(
+            tower::ServiceBuilder::new()
+                // A request id first, so every layer, log line and audit entry of the
+                // request has it.
+                .layer(middleware::from_fn(request_id::assign))
+                // No response is ever sniffed into another type (a JSON error as HTML).
+                .layer(middleware::map_response(|mut response: Response| async move {
+                    response.headers_mut().insert(
+                        header::X_CONTENT_TYPE_OPTIONS,
+                        axum::http::HeaderValue::from_static("nosniff"),
+                    );
+                    response
+                }))
+                .layer(middleware::from_fn_with_state(state.clone(), metrics::record_request))
+                .layer(middleware::from_fn(log_request))
+                .layer(middleware::from_fn(body::drain_unread))
+                .layer(middleware::from_fn(catch_panic))
+                .layer(axum::Extension(state.sessions.clone()))
+                .layer(axum::Extension(local)),
+        );
+    app.with_state(state)
 }
 
 async fn not_found() -> ApiError {
