@@ -176,8 +176,24 @@ fn record_create(object: &mut Value, manager: &str, subresource: Option<&str>, n
         fields_type: Some("FieldsV1".to_string()),
         fields_v1: Some(fields_v1),
     };
-    let entry = serde_json::to_value(entry).expect("a managed fields entry serializes");
-    set_managed_fields(object, vec![entry]);
+    set_managed_fields(object, vec![entry_value(entry)]);
+}
+
+/// An entry as JSON, its `fieldsV1` trie moved in rather than serialized: serializing
+/// the entry whole would copy the trie node by node, on every write.
+fn entry_value(mut entry: ManagedFieldsEntry) -> Value {
+    let (fields_v1, subresource) = (entry.fields_v1.take(), entry.subresource.take());
+    let mut value = serde_json::to_value(entry).expect("a managed fields entry serializes");
+    if let Some(map) = value.as_object_mut() {
+        // In the order of the struct's fields, as serializing it whole writes them.
+        if let Some(fields_v1) = fields_v1 {
+            map.insert("fieldsV1".into(), fields_v1);
+        }
+        if let Some(subresource) = subresource {
+            map.insert("subresource".into(), Value::String(subresource));
+        }
+    }
+    value
 }
 
 /// Writes the owners into `metadata.managedFields`, dropping those left owning nothing.
@@ -188,7 +204,7 @@ fn store_owners(object: &mut Value, owners: Vec<Owner>) {
         .map(|mut o| {
             o.entry.fields_type = Some("FieldsV1".to_string());
             o.entry.fields_v1 = Some(o.fields.to_fields_v1());
-            serde_json::to_value(o.entry).expect("a managed fields entry serializes")
+            entry_value(o.entry)
         })
         .collect();
     set_managed_fields(object, entries);

@@ -465,3 +465,24 @@ proptest! {
         prop_assert_eq!(again, merged);
     }
 }
+
+#[test]
+fn an_entry_moved_into_json_reads_as_the_entry_serialized_whole() {
+    let full = ManagedFieldsEntry {
+        manager: "kubectl".into(),
+        operation: "Update".into(),
+        api_version: Some("hive.dev/v1".into()),
+        time: Some(at(7)),
+        fields_type: Some("FieldsV1".into()),
+        fields_v1: Some(json!({"f:spec": {"f:config": {"f:rev": {}}}, "f:metadata": {}})),
+        subresource: Some("status".into()),
+    };
+    let sparse = ManagedFieldsEntry { manager: "m".into(), ..Default::default() };
+    let no_subresource = ManagedFieldsEntry { subresource: None, ..full.clone() };
+    let no_fields = ManagedFieldsEntry { fields_v1: None, ..full.clone() };
+    for entry in [full, sparse, no_subresource, no_fields] {
+        let whole = serde_json::to_string(&entry).unwrap();
+        // Key order matters: it is the stored JSON's.
+        assert_eq!(serde_json::to_string(&entry_value(entry)).unwrap(), whole);
+    }
+}
