@@ -132,6 +132,16 @@ pub struct DecodeError {
 /// decoded from a JSON object only, never from an array of its fields.
 pub fn decode<K: DeserializeOwned>(value: &Value) -> Result<(K, Vec<String>), DecodeError> {
     let mut unknown = Vec::new();
+    // Most values decode: first without tracking the path, which costs on every field;
+    // a value that fails is decoded again with it, to name the field.
+    let untracked = {
+        let mut record = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
+        K::deserialize(serde_ignored::Deserializer::new(strict::Strict(value), &mut record))
+    };
+    if let Ok(typed) = untracked {
+        return Ok((typed, unknown));
+    }
+    unknown.clear();
     let mut record = |path: serde_ignored::Path<'_>| unknown.push(field_path(&path));
     let de = serde_ignored::Deserializer::new(strict::Strict(value), &mut record);
     let typed: K = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -406,5 +416,21 @@ mod tests {
         let agent = crate::kind_by_kind("Agent").expect("Agent is a kind");
         let decoded = (agent.decode)(&bodies[1]).expect("decodes");
         assert!(decoded.errors.iter().any(|e| e.field == "metadata.name"), "{:?}", decoded.errors);
+    }
+
+    /// A value that decodes is read once, without tracking paths; one that fails is read
+    /// again with them: its error names the field, and no unknown field is counted twice.
+    #[test]
+    fn decoding_names_the_failing_field_and_each_unknown_field_once() {
+        let agent = |spec: serde_json::Value| json!({"metadata": {"name": "a", "bogus": 1}, "spec": spec});
+        let good = agent(
+            json!({"config": {"repo": "/r", "rev": "main", "extra": true}, "runtime": {"type": "process", "process": {"command": ["./run"]}}}),
+        );
+        let (_, unknown) = super::decode::<crate::agent::Agent>(&good).expect("decodes");
+        assert_eq!(unknown, ["metadata.bogus", "spec.config.extra"]);
+        let bad = agent(json!({"config": {"repo": "/r", "rev": 7}}));
+        let e = super::decode::<crate::agent::Agent>(&bad).expect_err("rev is not a string");
+        assert_eq!(e.field, "spec.config.rev");
+        assert!(e.message.contains("invalid type"), "{}", e.message);
     }
 }

@@ -459,6 +459,9 @@ pub async fn create_parsed(
     admission::check(kind, principal, None, &mut object, None, &state.admission_facts())?;
     track_update(None, &mut object, &manager(&params, &headers), None);
     let dry_run = params.dry_run()?;
+    // The name the object is stored under, for the audit log: the body's, else (given a
+    // prefix) the one the store took, read back from the stored JSON.
+    let named = prefix.is_none().then(|| name_of(&object).to_string());
     let outcome = match &prefix {
         None => state.store.commit(Mutation::Create { kind: kind.plural, object }, dry_run).await?,
         Some(prefix) => {
@@ -466,7 +469,7 @@ pub async fn create_parsed(
         }
     };
     let (code, object) = outcome_object(outcome);
-    let name = Some(object.name()).filter(|n| !n.is_empty());
+    let name = Some(named.unwrap_or_else(|| object.name())).filter(|n| !n.is_empty());
     Ok(object_response(code, &object, name, &warnings, shape))
 }
 
