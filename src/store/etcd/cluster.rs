@@ -49,16 +49,56 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// How many times [`LocalCluster::start`] starts a cluster whose member exited first.
+const START_ATTEMPTS: usize = 3;
+
+/// Why one start of a cluster failed.
+enum Start {
+    /// A member exited before it answered (most likely its port was taken meanwhile).
+    Exited(String),
+    /// Anything else.
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Start {
+    fn from(e: anyhow::Error) -> Start {
+        Start::Failed(e)
+    }
+}
+
+impl From<std::io::Error> for Start {
+    fn from(e: std::io::Error) -> Start {
+        Start::Failed(e.into())
+    }
+}
+
 impl LocalCluster {
     /// Starts `size` members and waits until the cluster answers. Fails with a clear
     /// message when `etcd` is not installed (Debian: `apt-get install etcd-server`).
     pub fn start(size: usize) -> anyhow::Result<LocalCluster> {
+        let mut attempt = 1;
+        loop {
+            match LocalCluster::start_once(size) {
+                Err(Start::Exited(why)) if attempt < START_ATTEMPTS => {
+                    // A port found free was taken before the member bound it (another
+                    // test's listener or connection): start again on other ports.
+                    eprintln!("etcd test cluster: {why}; starting again on other ports");
+                    attempt += 1;
+                }
+                Err(Start::Exited(why)) => anyhow::bail!("{why} (attempt {attempt} of {START_ATTEMPTS})"),
+                Err(Start::Failed(e)) => return Err(e),
+                Ok(cluster) => return Ok(cluster),
+            }
+        }
+    }
+
+    fn start_once(size: usize) -> Result<LocalCluster, Start> {
         let probe =
             Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
         if !probe.is_ok_and(|s| s.success()) {
-            anyhow::bail!(
+            return Err(Start::Failed(anyhow::anyhow!(
                 "etcd is not installed: `apt-get install etcd-server` (Debian) provides /usr/bin/etcd"
-            );
+            )));
         }
         let dir = std::env::temp_dir().join(format!("hive-etcd-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&dir)?;
@@ -167,13 +207,34 @@ impl LocalCluster {
         ids.iter().position(|id| id.as_ref().is_some_and(|(own, _)| own == leader))
     }
 
-    /// Waits until every running member answers a read.
-    fn wait_ready(&self, within: Duration) -> anyhow::Result<()> {
+    /// Waits until every running member answers a read; fails at once, with the end
+    /// of its log, when a member exits first.
+    fn wait_ready(&mut self, within: Duration) -> Result<(), Start> {
         let deadline = Instant::now() + within;
-        for member in self.members.iter().filter(|m| m.child.is_some()) {
-            while post(&member.endpoint(), "/v3/kv/range", r#"{"key":"AA=="}"#).is_none() {
+        for i in 0..self.members.len() {
+            while post(&self.members[i].endpoint(), "/v3/kv/range", r#"{"key":"AA=="}"#).is_none() {
+                let member = &mut self.members[i];
+                let Some(child) = member.child.as_mut() else { break };
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = std::fs::read_to_string(self.dir.0.join(format!("{}.log", member.name)))
+                        .unwrap_or_default();
+                    // etcd says a bad flag on its first line, a port taken on its last.
+                    let lines: Vec<&str> = log.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+                    let said = match (lines.first(), lines.last()) {
+                        (Some(f), Some(l)) if f != l => format!("{f} … {l}"),
+                        (Some(f), _) => f.to_string(),
+                        (None, _) => "nothing in its log".to_string(),
+                    };
+                    return Err(Start::Exited(format!(
+                        "etcd member {} exited before it answered ({status}): {said}",
+                        member.name
+                    )));
+                }
                 if Instant::now() > deadline {
-                    anyhow::bail!("etcd member {} did not start within {within:?}", member.name);
+                    return Err(Start::Failed(anyhow::anyhow!(
+                        "etcd member {} did not start within {within:?}",
+                        member.name
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(100));
             }
@@ -212,4 +273,34 @@ fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member that exits before it answers (as one whose port was taken does) is
+    /// reported at once with its log, not after the whole wait, so `start` can retry.
+    #[test]
+    fn a_member_that_exits_first_is_reported_at_once_with_its_log() {
+        let dir = std::env::temp_dir().join(format!("hive-etcd-exit-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let member = Member {
+            name: "m0".into(),
+            client_port: free_port().unwrap(),
+            peer_port: free_port().unwrap(),
+            child: None,
+            args: vec!["--no-such-flag".into()],
+        };
+        let mut cluster = LocalCluster { members: vec![member], dir: DataDir(dir) };
+        cluster.restart(0).unwrap();
+        // The wait's own end is `Failed`: only a seen exit is `Exited`.
+        match cluster.wait_ready(Duration::from_secs(30)) {
+            Err(Start::Exited(why)) => {
+                assert!(why.contains("m0") && why.contains("no-such-flag"), "{why}");
+            }
+            Err(Start::Failed(e)) => panic!("reported as a failure to start, not an exit: {e:#}"),
+            Ok(()) => panic!("etcd started with a flag it does not have"),
+        }
+    }
 }
