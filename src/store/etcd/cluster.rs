@@ -207,8 +207,8 @@ impl LocalCluster {
         ids.iter().position(|id| id.as_ref().is_some_and(|(own, _)| own == leader))
     }
 
-    /// Waits until every running member answers a read; fails at once, with the end
-    /// of its log, when a member exits first.
+    /// Waits until every running member answers a read; fails at once, with its log's
+    /// first and last lines, when a member exits first.
     fn wait_ready(&mut self, within: Duration) -> Result<(), Start> {
         let deadline = Instant::now() + within;
         for i in 0..self.members.len() {
