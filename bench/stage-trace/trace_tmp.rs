@@ -86,33 +86,35 @@ pub fn fanout_start() {
     WRITES.store(0, Ordering::Relaxed);
 }
 
+/// The n-th line of an event, by stages 10–13 (lines 0, 1–9, 10–49, 50+).
 pub fn line_mark() {
-    let t0 = FANOUT_T.load(Ordering::Relaxed);
-    if t0 == 0 {
-        return;
-    }
-    let stage = match LINES.fetch_add(1, Ordering::Relaxed) {
+    nth_mark(&LINES, |n| match n {
         0 => 10,
         1..=9 => 11,
         10..=49 => 12,
         _ => 13,
-    };
-    mark_at(stage, t0, wall());
+    });
 }
 
+/// The n-th write of an event, by stages 14–18 (writes 0, 1–3, 4–7, 8–15, 16+).
 pub fn write_mark() {
-    let t0 = FANOUT_T.load(Ordering::Relaxed);
-    if t0 == 0 {
-        return;
-    }
-    let stage = match WRITES.fetch_add(1, Ordering::Relaxed) {
+    nth_mark(&WRITES, |n| match n {
         0 => 14,
         1..=3 => 15,
         4..=7 => 16,
         8..=15 => 17,
         _ => 18,
-    };
-    mark_at(stage, t0, wall());
+    });
+}
+
+/// Time since the fan-out task's start, recorded at the stage `stage` picks for this
+/// count of `counter`.
+fn nth_mark(counter: &AtomicU64, stage: impl Fn(u64) -> usize) {
+    let t0 = FANOUT_T.load(Ordering::Relaxed);
+    if t0 == 0 {
+        return;
+    }
+    mark_at(stage(counter.fetch_add(1, Ordering::Relaxed)), t0, wall());
 }
 
 fn dump() {
