@@ -10,7 +10,7 @@ mod end_stream;
 mod http2;
 mod refusal;
 
-pub use connection::{current_connection, Timeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
+pub use connection::{current_group, Timeouts, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT};
 pub use end_stream::EndStream;
 
 use std::future::Future;

@@ -318,6 +318,10 @@ impl futures_util::Stream for WatchBody {
             // A run of events or objects this watcher does not see (a selector's): let
             // other tasks run, then take the rest.
             cx.waker().wake_by_ref();
+        } else if let Some(events) = &this.events {
+            // Polled again after its last chunk went to the connection, and nothing is
+            // ready: every line it owed is there (the connection may write now).
+            events.sent();
         }
         Poll::Pending
     }
@@ -484,7 +488,7 @@ pub async fn serve(
     };
     let counts = WatchCounts::of(&state.metrics.api, kind.plural);
     // Grouped by connection: see `Store::watch_grouped`.
-    let group = super::serve::current_connection();
+    let group = super::serve::current_group();
     let (events, held) = match state.store.watch_grouped(kind.plural, start, group) {
         Ok(w) => (Some(w), None),
         Err(store::Error::Expired { requested, oldest }) => {

@@ -44,7 +44,7 @@ pub use config::{Clock, StoreConfig};
 pub use error::{Error, Result};
 pub use mutation::{GroupLimit, Mutation, Outcome, Subresource};
 pub use object::Obj;
-pub use watch::{Encoded, EventType, StoreEvent, Watch};
+pub use watch::{Encoded, EventType, Group, StoreEvent, Watch};
 
 use checkpoint::Checkpointer;
 use commit::{Log, Request};
@@ -287,15 +287,17 @@ impl Store {
     /// On etcd, where one transaction's writes share a revision, the events *at*
     /// `after` come again too: a watcher cut off in the middle of them misses none.
     pub fn watch(&self, kind: &str, after: u64) -> Result<Watch> {
-        self.watch_grouped(kind, after, 0)
+        self.watch_grouped(kind, after, None)
     }
 
     /// [`Store::watch`] in `group`: each event is handed to the watchers of a kind group
     /// by group, so watches of one group are woken one after another. The server groups
     /// the watches of one HTTP/2 connection: their tasks then tend to run on one worker
     /// before the connection's next write, and their frames leave in one write rather
-    /// than one write for each worker that ran some of them (docs/benchmarks.md).
-    pub fn watch_grouped(&self, kind: &str, after: u64, group: u64) -> Result<Watch> {
+    /// than one write for each worker that ran some of them (docs/benchmarks.md). The
+    /// group also counts the watches still owing lines for what they were handed, which
+    /// the connection waits on before it writes ([`Group`]).
+    pub fn watch_grouped(&self, kind: &str, after: u64, group: Option<Arc<Group>>) -> Result<Watch> {
         let config = &self.inner.shared.config;
         let limits = (config.watch_buffer, config.watch_buffer_bytes);
         let mut state = self.inner.shared.write();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::error::{Error, Result};
 use super::mutation::Change;
-use super::watch::{EventType, History, StoreEvent, Watch, Watcher, Woken};
+use super::watch::{EventType, Group, History, StoreEvent, Watch, Watcher, Woken};
 use super::Obj;
 
 /// One retained event and when it was committed (Unix milliseconds), for retention.
@@ -261,7 +261,7 @@ impl State {
         kind: &str,
         after: u64,
         limits: (usize, usize),
-        group: u64,
+        group: Option<Arc<Group>>,
     ) -> Result<Watch> {
         if self.closed {
             return Err(Error::Closed);
@@ -270,12 +270,13 @@ impl State {
             return Err(Error::Expired { requested: after, oldest: self.compacted });
         }
         let kind_name = self.intern(kind);
+        let order = group.as_ref().map_or(0, |g| g.id());
         let (watch, watcher) = Watch::new(history, kind_name, after, self.revision.max(after), limits, group);
         let watchers = self.watchers.entry(kind.to_owned()).or_default();
         watchers.retain(|w| !w.is_closed());
         // After the group's last watcher: a group's watchers stay together, in the order
         // they came (offers keep that order).
-        let at = watchers.partition_point(|w| w.group <= group);
+        let at = watchers.partition_point(|w| w.group <= order);
         watchers.insert(at, watcher);
         Ok(watch)
     }

@@ -3,9 +3,9 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures_util::task::AtomicWaker;
 use futures_util::Stream;
@@ -134,6 +134,82 @@ const REPLAY_CHUNK: usize = 64;
 /// Room for live events a watch keeps once it has taken them all.
 const SPARE_EVENTS: usize = 64;
 
+/// Watches whose lines leave together: the server makes one for each connection and
+/// registers the connection's watches in it (`Store::watch_grouped`). An event is handed
+/// to a kind's watchers group by group, and the group counts its watches that were handed
+/// events and have not yet said they sent on all they took ([`Watch::sent`]); when that
+/// count falls to none, the group is settled and whoever waits for it is woken. The
+/// connection holds a flush while its watches still owe lines, and writes once they are
+/// settled rather than when every ready task of its worker has run
+/// (`server/serve/connection.rs`). A watch that takes events and does not send them on
+/// (its stream out of flow-control window) keeps the group owing: the writer bounds its
+/// own wait (1 ms there), so the count delays nothing for good.
+pub struct Group {
+    id: u64,
+    /// Watches of the group that were handed events and have not sent on them. A watch
+    /// may say so between an offer's mark and its count, so this dips below zero for a
+    /// moment: it settles only on falling from one to none.
+    owing: AtomicIsize,
+    /// Set when `owing` fell to none; taken by the writer when it writes.
+    settled: AtomicBool,
+    /// The writer waiting for the group to settle.
+    waiter: AtomicWaker,
+}
+
+/// Groups made so far: each takes the next number, so a later group's watchers come
+/// after an earlier one's.
+static GROUPS: AtomicU64 = AtomicU64::new(0);
+
+impl Group {
+    /// A new group, numbered after every group made before it.
+    pub fn new() -> Arc<Group> {
+        Arc::new(Group {
+            id: GROUPS.fetch_add(1, Ordering::Relaxed) + 1,
+            owing: AtomicIsize::new(0),
+            settled: AtomicBool::new(false),
+            waiter: AtomicWaker::new(),
+        })
+    }
+
+    /// The group's number (from 1): a kind's watchers are kept in this order.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether the group settled since this was last asked: every watch of it that was
+    /// handed events has sent on them. Clears the mark.
+    pub fn take_settled(&self) -> bool {
+        self.settled.swap(false, Ordering::AcqRel)
+    }
+
+    /// Wakes `waker` when the group next settles (in place of a waker given before).
+    pub fn wake_when_settled(&self, waker: &Waker) {
+        self.waiter.register(waker);
+    }
+
+    /// Whether some watch of the group was handed events it has not sent on.
+    pub fn owes_lines(&self) -> bool {
+        self.owing.load(Ordering::Acquire) > 0
+    }
+
+    fn owe(&self) {
+        self.owing.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn paid(&self) {
+        if self.owing.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.settled.store(true, Ordering::Release);
+            self.waiter.wake();
+        }
+    }
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").field("id", &self.id).field("owing", &self.owing).finish_non_exhaustive()
+    }
+}
+
 /// The live events handed to one watch and not yet taken, shared by both ends.
 ///
 /// Handing an event over and waking the watch's task are apart: the commit thread puts
@@ -162,6 +238,11 @@ struct Mailbox {
     overflowed: AtomicBool,
     /// Set when the `Watch` is dropped: the store drops its end at the next event.
     gone: AtomicBool,
+    /// The group the watch is in, if any.
+    group: Option<Arc<Group>>,
+    /// Set while the watch counts in its group as owing lines: from an event handed over
+    /// to the reader's [`Watch::sent`].
+    owing: AtomicBool,
 }
 
 struct Queue {
@@ -173,6 +254,15 @@ struct Queue {
 impl Mailbox {
     fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The reader sent on what it took: the watch no longer owes its group.
+    fn paid(&self) {
+        if let Some(group) = &self.group {
+            if self.owing.swap(false, Ordering::AcqRel) {
+                group.paid();
+            }
+        }
     }
 
     fn wake(&self) {
@@ -214,7 +304,7 @@ impl Watch {
         after: u64,
         replay_end: u64,
         limits: (usize, usize),
-        group: u64,
+        group: Option<Arc<Group>>,
     ) -> (Watch, Watcher) {
         let (buffer, max_bytes) = limits;
         let mailbox = Arc::new(Mailbox {
@@ -226,8 +316,10 @@ impl Watch {
             capacity: buffer.max(1),
             overflowed: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            owing: AtomicBool::new(false),
+            group: group.clone(),
         });
-        let watcher = Watcher { mailbox: mailbox.clone(), group };
+        let watcher = Watcher { mailbox: mailbox.clone(), group: group.map_or(0, |g| g.id) };
         let watch = Watch {
             kind,
             history,
@@ -239,6 +331,12 @@ impl Watch {
             finished: false,
         };
         (watch, watcher)
+    }
+
+    /// Says the reader has sent on every event it took (it found none ready): the watch
+    /// no longer owes its group lines (see [`Group`]). Harmless when it owed none.
+    pub fn sent(&self) {
+        self.live.paid();
     }
 
     /// The next event; `None` once the watch has ended.
@@ -317,6 +415,8 @@ impl Stream for Watch {
 impl Drop for Watch {
     fn drop(&mut self) {
         self.live.gone.store(true, Ordering::Release);
+        // It sends nothing more.
+        self.live.paid();
         // What was pending is freed now, not when the store next drops its end.
         let pending = std::mem::take(&mut self.live.queue().events);
         drop(pending);
@@ -358,6 +458,11 @@ impl Watcher {
                 return false;
             }
             queue.events.push_back(event);
+        }
+        if let Some(group) = &mailbox.group {
+            if !mailbox.owing.swap(true, Ordering::AcqRel) {
+                group.owe();
+            }
         }
         if !mailbox.owed.swap(true, Ordering::AcqRel) {
             woken.0.push(mailbox.clone());

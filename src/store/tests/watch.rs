@@ -182,11 +182,15 @@ async fn an_event_reaches_the_watchers_of_one_group_one_after_another() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     let begun = [(2, "2a"), (1, "1a"), (0, "0a"), (2, "2b"), (3, "3a"), (1, "1b"), (0, "0b"), (1, "1c")];
+    // Groups numbered in the order they are made: 1, 2, 3 here.
+    let groups: Vec<_> = (0..3).map(|_| crate::store::Group::new()).collect();
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (group, name) in begun {
-        let watch =
-            if group == 0 { store.watch("agents", 0) } else { store.watch_grouped("agents", 0, group) };
+        let watch = match group {
+            0 => store.watch("agents", 0),
+            n => store.watch_grouped("agents", 0, Some(groups[n - 1].clone())),
+        };
         let mut watch = watch.unwrap();
         let order = order.clone();
         tasks.push(tokio::spawn(async move {
@@ -204,6 +208,53 @@ async fn an_event_reaches_the_watchers_of_one_group_one_after_another() {
         order.lock().unwrap().iter().map(|&(name, revision)| (revision == 1).then_some(name)).collect();
     let expected = ["0a", "0b", "1a", "1b", "1c", "2a", "2b", "3a"].map(Some);
     assert_eq!(names, expected);
+}
+
+/// A group settles when every watch of it that was handed an event has said it sent on
+/// it, and wakes its waiter then, not before; a watch with nothing handed to it, or one
+/// dropped, owes nothing.
+#[tokio::test]
+async fn a_group_settles_once_each_of_its_watches_handed_an_event_sent_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Count(AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    let group = crate::store::Group::new();
+    let woken = std::sync::Arc::new(Count(AtomicUsize::new(0)));
+    group.wake_when_settled(&std::task::Waker::from(woken.clone()));
+    let mut watches: Vec<_> =
+        (0..3).map(|_| store.watch_grouped("agents", 0, Some(group.clone())).unwrap()).collect();
+    // A watch of another kind in the same group is handed nothing.
+    let other = store.watch_grouped("approvals", 0, Some(group.clone())).unwrap();
+    let dropped = watches.pop().unwrap();
+    store.commit(create(agent("a1", "Up")), false).await.unwrap();
+    assert!(!group.take_settled(), "settled before any watch took the event");
+    drop(dropped);
+    other.sent();
+    let first = watches[0].next().await.unwrap().unwrap();
+    assert_eq!(first.revision, 1);
+    watches[0].sent();
+    // Saying it twice counts once.
+    watches[0].sent();
+    assert!(!group.take_settled(), "settled while a watch still owes its line");
+    assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+    watches[1].next().await.unwrap().unwrap();
+    watches[1].sent();
+    assert!(group.take_settled(), "every watch handed the event sent it");
+    assert_eq!(woken.0.load(Ordering::SeqCst), 1, "the waiter is woken once");
+    assert!(!group.take_settled(), "taking the mark clears it");
+    // The next event owes again.
+    store.commit(create(agent("a2", "Up")), false).await.unwrap();
+    watches[0].next().await.unwrap().unwrap();
+    watches[0].sent();
+    assert!(!group.take_settled());
+    drop(watches.pop());
+    assert!(group.take_settled(), "a watch dropped owes nothing");
 }
 
 /// The wakes a batch owes its watches are given by a task of the runtime the store was
