@@ -137,7 +137,8 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub fill_clients: usize,
 
-    /// Full lists to time; the median is reported [default: 5; 3 with --quick].
+    /// Full lists to time over each of HTTP/1.1 and HTTP/2; the median of each is reported
+    /// [default: 5; 3 with --quick].
     #[arg(long, value_name = "N")]
     pub list_runs: Option<usize>,
 

@@ -1,12 +1,12 @@
 //! The list phase: the store filled to `--objects`, then full lists of every Agent from
-//! the daemon's cache, timed to the last byte. A full list is also what shows a restarted
+//! the daemon's cache, timed to the last byte, over HTTP/1.1 and then over HTTP/2. A full list is also what shows a restarted
 //! daemon serving, and its size gives the objects' own JSON for the memory per object.
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context as _, Result};
+use anyhow::{anyhow, ensure, Context as _, Result};
 use serde::Deserialize;
 
 use super::api::{Api, Endpoint, AGENTS, REQUEST_TIMEOUT};
@@ -52,9 +52,14 @@ fn count(body: &[u8]) -> Result<Listed> {
     Ok(Listed { items, bytes: body.len() })
 }
 
-/// Times `runs` full lists and reports the median, the size and the item count.
-pub(super) async fn list_phase(endpoint: &Endpoint, runs: usize) -> Result<ListRun> {
-    let api = endpoint.api(Some(REQUEST_TIMEOUT))?;
+/// Times `runs` full lists over one connection, HTTP/1.1 (curl, the Python client) or
+/// HTTP/2 (kubectl, client-go), and reports the median, the size and the item count.
+pub(super) async fn list_phase(endpoint: &Endpoint, runs: usize, http2: bool) -> Result<ListRun> {
+    let api = if http2 {
+        endpoint.api_http2(Some(REQUEST_TIMEOUT))?
+    } else {
+        endpoint.api(Some(REQUEST_TIMEOUT))?
+    };
     let mut times = Vec::with_capacity(runs);
     let mut listed = Listed { items: 0, bytes: 0 };
     for run in 0..runs {
@@ -72,7 +77,8 @@ pub(super) async fn list_phase(endpoint: &Endpoint, runs: usize) -> Result<ListR
         fmt_count(listed.items as u64),
         listed.bytes as f64 / (1024.0 * 1024.0)
     );
-    let row = Row::new(format!("full list, JSON, {runs} runs"), result, Some(times.as_slice()), "");
+    let over = if http2 { ", over HTTP/2" } else { "" };
+    let row = Row::new(format!("full list, JSON{over}, {runs} runs"), result, Some(times.as_slice()), "");
     Ok(ListRun { row, listed })
 }
 /// Fills the store to `--objects` and times full lists; their rows and what a list held.
@@ -98,10 +104,19 @@ pub(super) async fn fill_and_list(daemon: &Daemon, plan: &Plan) -> Result<(Vec<R
         rows.push(fill.row(format!("fill creates, {} clients", fill.clients), String::new()).with_cpu(cpu));
     }
 
-    progress(format_args!("list: {} full lists", plan.list_runs));
+    progress(format_args!("list: {} full lists over HTTP/1.1, then over HTTP/2", plan.list_runs));
     let meter = CpuMeter::start(daemon.pid);
-    let list = list_phase(&daemon.endpoint, plan.list_runs).await?;
+    let list = list_phase(&daemon.endpoint, plan.list_runs, false).await?;
     rows.push(list.row.with_cpu(meter.stop()));
+    let meter = CpuMeter::start(daemon.pid);
+    let over_http2 = list_phase(&daemon.endpoint, plan.list_runs, true).await?;
+    ensure!(
+        over_http2.listed == list.listed,
+        "a full list over HTTP/2 held {:?}, over HTTP/1.1 {:?}",
+        over_http2.listed,
+        list.listed
+    );
+    rows.push(over_http2.row.with_cpu(meter.stop()));
 
     Ok((rows, list.listed))
 }

@@ -15,7 +15,8 @@ pub enum Phase {
     /// Spawn, stop, start and `logs -f` of a local agent against the same agent placed on
     /// a `process` fleet node (`--placement-cycles`, `--log-duration`).
     Placement,
-    /// Fill the store to `--objects`, time full lists, read the daemon's memory.
+    /// Fill the store to `--objects`, time full lists (over HTTP/1.1, then HTTP/2), read the
+    /// daemon's memory.
     List,
     /// Graceful restarts on the filled store (`--restarts`); needs `list`.
     ColdStart,
