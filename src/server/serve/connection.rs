@@ -317,9 +317,10 @@ impl Activity {
 /// other connections' watches): each connection writes as soon as its own lines are in,
 /// not when the whole event's are, nor at the worker's next maintenance, which took some
 /// connections' writes in halves. A watch that does not send (its stream out of flow
-/// control window) holds a flush for at most [`HOLD_AT_MOST`]. Measured at 100 watchers ×
-/// 1,000 writes a second on 16 connections, delivery p50 lower in 9 pairs of 11, and at
-/// 1,000 × 10/s by 9–17% (docs/benchmarks.md).
+/// control window) holds a flush for at most [`HOLD_AT_MOST`]. Measured on 16
+/// connections against the deferred release alone: delivery p50 5–17% lower at 1,000
+/// watchers × 10 writes a second (6 pairs of 6), about 3% at 100 × 1,000/s (lower in 11
+/// pairs of 15); the number of writes unchanged (docs/benchmarks.md).
 struct Tracked<S> {
     inner: S,
     activity: Arc<Activity>,
