@@ -7,7 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{Database, DatabaseError, Durability};
+use redb::{Database, DatabaseError, Durability, ReadableTable};
 
 use super::chunk::Chunks;
 use super::entry::Entry;
@@ -28,8 +28,10 @@ pub(super) fn open(path: &Path, wal_bytes: u64) -> Result<(Database, Wal, State)
         wal::remove(path)?;
         create(path, 0)?;
     }
-    let db = open_file(path)?;
-    super::upgrade::to_current(&db, path, schema(&db, path)?)?;
+    let mut db = open_file(path)?;
+    if super::upgrade::to_current(&db, path, schema(&db, path)?)? {
+        db = rewrite(db, path)?;
+    }
     let (revision, _) = counters(&db, path)?;
     let recovered = wal::recover(path, revision)?;
     if !recovered.entries.is_empty() {
@@ -96,16 +98,72 @@ fn open_file(path: &Path) -> Result<Database> {
     }
 }
 
-/// Creates an empty store at `path` atomically: it is built under a temporary name and
-/// renamed into place, so a crash never leaves a half-initialized file at `path`. Its
-/// first write gets revision `floor + 1`, and watches from `floor` or below are expired.
-fn create(path: &Path, floor: u64) -> Result<()> {
+/// Writes an upgraded file again, into a new file renamed over it: the upgrade wrote
+/// every revision again inside the old file, which redb never shortens (a file of schema
+/// 4 at a million Agents stayed 1.6 GB long, 861 MiB on disk, where one written by this
+/// build holds them in 64 MiB). redb's own `compact` gave back most of it (249 MiB) but
+/// left the chunks scattered, and a start on a cold page cache then took 4 s instead of
+/// 2. The copy holds the same rows in key order, as a file this build filled does; it is
+/// synced before the rename, so a crash leaves the one file or the other, both whole and
+/// the same to the log. When the copy fails the file is opened again as it is (upgraded,
+/// not shortened) and the start goes on.
+fn rewrite(db: Database, path: &Path) -> Result<Database> {
+    let length = |path: &Path| fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let (before, started) = (length(path), std::time::Instant::now());
+    let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        replace_atomically(path, ".rewriting", |fresh| copy_rows(&db, fresh))
+    }));
+    drop(db);
+    match copied {
+        Ok(Ok(())) => tracing::info!(
+            path = %path.display(),
+            before_bytes = before,
+            after_bytes = length(path),
+            took_ms = started.elapsed().as_millis() as u64,
+            "state database written again after its upgrade"
+        ),
+        Ok(Err(e)) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not write the state database again after its upgrade; it keeps its length")
+        }
+        Err(_) => {
+            tracing::warn!(path = %path.display(), "the database engine panicked writing the state database again after its upgrade; it keeps its length")
+        }
+    }
+    open_file(path)
+}
+
+/// Copies every row of the store's tables from `from` into `to`, in one transaction.
+fn copy_rows(from: &Database, to: &Database) -> Result<()> {
+    let read = from.begin_read().map_err(Error::db)?;
+    let mut txn = to.begin_write().map_err(Error::db)?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let source = read.open_table(META).map_err(Error::db)?;
+        let mut meta = txn.open_table(META).map_err(Error::db)?;
+        for row in source.iter().map_err(Error::db)? {
+            let (key, value) = row.map_err(Error::db)?;
+            meta.insert(key.value(), value.value()).map_err(Error::db)?;
+        }
+        let source = read.open_table(CHUNKS).map_err(Error::db)?;
+        let mut chunks = txn.open_table(CHUNKS).map_err(Error::db)?;
+        for row in source.iter().map_err(Error::db)? {
+            let (key, value) = row.map_err(Error::db)?;
+            chunks.insert(key.value(), value.value()).map_err(Error::db)?;
+        }
+    }
+    txn.commit().map_err(Error::db)
+}
+
+/// Builds a new database under `path` + `suffix` with `fill`, then renames it over
+/// `path` and syncs the directory: a crash never leaves a half-written file at `path`.
+/// A file left under the temporary name by an earlier crash is removed first.
+fn replace_atomically(path: &Path, suffix: &str, fill: impl FnOnce(&Database) -> Result<()>) -> Result<()> {
     let io_err = |path: &Path| {
         let path = path.to_owned();
         move |source: io::Error| Error::Io { path, source }
     };
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".creating");
+    tmp.push(suffix);
     let tmp = PathBuf::from(tmp);
     match fs::remove_file(&tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(io_err(&tmp)(e)),
@@ -114,20 +172,33 @@ fn create(path: &Path, floor: u64) -> Result<()> {
     let file =
         fs::OpenOptions::new().read(true).write(true).create_new(true).open(&tmp).map_err(io_err(&tmp))?;
     let db = Database::builder().create_file(file).map_err(Error::db)?;
-    let mut txn = db.begin_write().map_err(Error::db)?;
-    txn.set_durability(Durability::Immediate);
-    {
-        txn.open_table(CHUNKS).map_err(Error::db)?;
-        let mut meta = txn.open_table(META).map_err(Error::db)?;
-        meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
-        meta.insert(META_REVISION, floor).map_err(Error::db)?;
-        meta.insert(META_COMPACTED, floor).map_err(Error::db)?;
+    if let Err(e) = fill(&db) {
+        drop(db);
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
-    txn.commit().map_err(Error::db)?;
     drop(db);
     fs::rename(&tmp, path).map_err(io_err(path))?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
+}
+
+/// Creates an empty store at `path` atomically: it is built under a temporary name and
+/// renamed into place, so a crash never leaves a half-initialized file at `path`. Its
+/// first write gets revision `floor + 1`, and watches from `floor` or below are expired.
+fn create(path: &Path, floor: u64) -> Result<()> {
+    replace_atomically(path, ".creating", |db| {
+        let mut txn = db.begin_write().map_err(Error::db)?;
+        txn.set_durability(Durability::Immediate);
+        {
+            txn.open_table(CHUNKS).map_err(Error::db)?;
+            let mut meta = txn.open_table(META).map_err(Error::db)?;
+            meta.insert(META_SCHEMA, SCHEMA_VERSION).map_err(Error::db)?;
+            meta.insert(META_REVISION, floor).map_err(Error::db)?;
+            meta.insert(META_COMPACTED, floor).map_err(Error::db)?;
+        }
+        txn.commit().map_err(Error::db)
+    })
 }
 
 /// The file's schema version: this build's, or one it upgrades from.

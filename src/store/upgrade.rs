@@ -45,13 +45,15 @@ struct VersionOnly<'a> {
 /// rewritten ([`from_v1`]); versions 2 and 3 have one row per revision, and version 4
 /// chunks not compressed, packed into compressed chunks ([`repack`]). Version 2 had no
 /// write-ahead log: an older build must not open the file once its newest writes may be
-/// in the log alone (it would lose them), and the version this writes says so.
-pub(super) fn to_current(db: &Database, path: &Path, version: u64) -> Result<()> {
+/// in the log alone (it would lose them), and the version this writes says so. Whether
+/// the file was upgraded.
+pub(super) fn to_current(db: &Database, path: &Path, version: u64) -> Result<bool> {
     match version {
-        SCHEMA_VERSION => Ok(()),
-        v1::SCHEMA_VERSION => from_v1(db, path),
-        _ => repack(db, path, version),
+        SCHEMA_VERSION => return Ok(false),
+        v1::SCHEMA_VERSION => from_v1(db, path)?,
+        _ => repack(db, path, version)?,
     }
+    Ok(true)
 }
 
 /// Packs the rows of a file of schema 2 or 3, or the chunks of one of schema 4, into

@@ -604,3 +604,51 @@ async fn upgraded_into_chunks_keeps_everything(schema: u64) {
     assert!(chunks < 20, "100 small revisions in {chunks} chunks");
     assert!(stored * 2 < held, "{held} bytes of revisions stored in {stored}");
 }
+
+/// An upgrade writes every revision again; the pages the old chunks took are given back
+/// to the file system (redb keeps a file's length by itself), and what the file held is
+/// all still there.
+#[tokio::test]
+async fn an_upgraded_file_gives_back_the_pages_its_old_chunks_took() {
+    use super::super::chunk;
+    use super::super::record::Record;
+    use super::super::tables::{v4, META_COMPACTED, META_REVISION};
+    use super::super::watch::EventType;
+    const OBJECTS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Database::create(db_path(dir.path())).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(META_SCHEMA, 4).unwrap();
+            meta.insert(META_REVISION, OBJECTS).unwrap();
+            meta.insert(META_COMPACTED, 0).unwrap();
+            let mut chunks = txn.open_table(v4::CHUNKS).unwrap();
+            let mut records = Vec::new();
+            let mut first = 1;
+            for revision in 1..=OBJECTS {
+                let mut object = agent(&format!("a{revision}"), "Up");
+                object["metadata"]["resourceVersion"] = revision.to_string().into();
+                let json = serde_json::to_vec(&object).unwrap();
+                let row =
+                    Record { type_: EventType::Added, time_ms: 1, kind: "agents", object: &json }.encode();
+                chunk::push(&mut records, revision, &row);
+                if records.len() > 3500 || revision == OBJECTS {
+                    chunks.insert(first, records.as_slice()).unwrap();
+                    records.clear();
+                    first = revision + 1;
+                }
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let before = std::fs::metadata(db_path(dir.path())).unwrap().len();
+    let store = open(dir.path());
+    assert_eq!(store.list("agents").1.len() as u64, OBJECTS);
+    store.shutdown().await;
+    let after = std::fs::metadata(db_path(dir.path())).unwrap().len();
+    assert!(after * 2 < before, "the file was {before} bytes long before its upgrade and {after} after");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(!names.iter().any(|n| n.to_string_lossy().ends_with(".rewriting")), "{names:?}");
+}
