@@ -22,6 +22,7 @@ mod placement;
 mod power;
 mod report;
 mod units;
+mod updates;
 mod watch;
 
 use std::path::PathBuf;
@@ -58,6 +59,11 @@ pub struct Args {
     /// Concurrent clients of the create levels, each with its own connection.
     #[arg(long, value_name = "N,...", value_delimiter = ',', default_value = "1,16,64")]
     pub clients: Vec<usize>,
+
+    /// Agents the update phase creates and then replaces, over and over, at each
+    /// --clients level for --duration [default: 1000; 100 with --quick].
+    #[arg(long, value_name = "N")]
+    pub update_objects: Option<usize>,
 
     /// Raw redb commits (one row each, durable), write-ahead log appends (1 KiB each,
     /// synced) and 4 KiB fdatasyncs to time, this many of each [default: 200; 50 with --quick].
@@ -193,6 +199,7 @@ pub struct Args {
 struct Plan {
     duration: Duration,
     clients: Vec<usize>,
+    update_objects: usize,
     raw_commits: usize,
     watch_loads: Vec<WatchLoad>,
     watch_writer: WriterMode,
@@ -224,6 +231,7 @@ impl Plan {
         let plan = Plan {
             duration: args.duration.unwrap_or(Duration::from_secs(if quick { 1 } else { 5 })),
             clients: args.clients.clone(),
+            update_objects: pick(args.update_objects, 1000, 100),
             raw_commits: pick(args.raw_commits, 200, 50),
             watch_loads: if args.watchers.is_some() || args.watch_rate.is_some() {
                 let (watchers, rate) = (pick(args.watchers, 1000, 200), args.watch_rate.unwrap_or(50));
@@ -268,6 +276,10 @@ impl Plan {
         ] {
             ensure!(!d.is_zero() && d <= MAX_PHASE, "{flag} must be more than 0 and at most 10m");
         }
+        ensure!(
+            (1..=1_000_000).contains(&plan.update_objects),
+            "--update-objects must be between 1 and 1000000"
+        );
         ensure!((1..=100_000).contains(&plan.raw_commits), "--raw-commits must be between 1 and 100000");
         ensure!(
             (1..=10_000).contains(&plan.watch_in_flight),
@@ -303,7 +315,8 @@ impl Plan {
         });
         let watch = watch.filter(|_| self.runs(Phase::Watch));
         let fill = Some(self.fill_clients).filter(|_| self.runs(Phase::List));
-        let creates = self.clients.iter().copied().filter(|_| self.runs(Phase::Creates));
+        let creates =
+            self.clients.iter().copied().filter(|_| self.runs(Phase::Creates) || self.runs(Phase::Updates));
         watch.chain(fill).chain(creates).max().unwrap_or(0) + 256
     }
 
@@ -318,11 +331,12 @@ impl Plan {
             format!(" --phases {}", names.join(","))
         };
         format!(
-            "--duration {}s --clients {} --raw-commits {} --watch-loads {} --watch-writer {} \
+            "--duration {}s --clients {} --update-objects {} --raw-commits {} --watch-loads {} --watch-writer {} \
              --watch-writer-transport {} --watch-in-flight {}{} --watch-duration {}s --objects {} --fill-clients {} --list-runs {} \
              --power-cycles {} --placement-cycles {} --log-duration {}s --restarts {}",
             self.duration.as_secs_f64(),
             clients.join(","),
+            self.update_objects,
             self.raw_commits,
             loads.join(","),
             self.watch_writer.name(),
@@ -398,6 +412,13 @@ async fn run(plan: &Plan, work: &WorkDir) -> Result<Report> {
         rows.extend(creates::levels(&daemon, &plan.clients, plan.duration).await?);
     }
     rows.extend(raw);
+
+    if plan.runs(Phase::Updates) {
+        let state = work.path().join("state");
+        rows.extend(
+            updates::phase(&daemon, &state, plan.update_objects, &plan.clients, plan.duration).await?,
+        );
+    }
 
     if plan.runs(Phase::Watch) {
         for (index, load) in plan.watch_loads.iter().enumerate() {
@@ -542,6 +563,9 @@ mod tests {
         let plan = Plan::from_args(&Cli::parse_from(["bench"]).args).unwrap();
         assert_eq!((plan.clients.as_slice(), plan.objects), (&[1, 16, 64][..], 100_000));
         assert!(Plan::from_args(&Cli::parse_from(["bench", "--clients", "0"]).args).is_err());
+        assert_eq!((plan.update_objects, self::plan(&["--quick"]).unwrap().update_objects), (1000, 100));
+        let err = self::plan(&["--update-objects", "0"]).unwrap_err();
+        assert!(err.to_string().contains("--update-objects"), "{err}");
     }
 
     fn load(watchers: usize, rate: u32) -> WatchLoad {

@@ -14,6 +14,7 @@ mod approvals;
 mod architecture;
 mod audit;
 mod auth;
+mod bench;
 mod browser;
 mod cli;
 mod cli_habits;

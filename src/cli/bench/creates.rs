@@ -52,8 +52,14 @@ impl CreateRun {
     /// Counts one create that took `latency` and answered `outcome`; whether it was
     /// created (`201`).
     pub(super) fn record(&mut self, latency: Duration, outcome: Result<(u16, Bytes)>) -> bool {
+        self.record_as(201, latency, outcome)
+    }
+
+    /// Counts one write that took `latency` and answered `outcome`; whether it answered
+    /// `done`, the status of a write that took.
+    pub(super) fn record_as(&mut self, done: u16, latency: Duration, outcome: Result<(u16, Bytes)>) -> bool {
         match outcome {
-            Ok((201, _)) => {
+            Ok((code, _)) if code == done => {
                 self.latencies.push(latency);
                 self.created += 1;
                 true
@@ -67,6 +73,14 @@ impl CreateRun {
                 false
             }
         }
+    }
+
+    /// Adds what another client's run did (its clients are already counted).
+    pub(super) fn merge(&mut self, run: CreateRun) {
+        self.created += run.created;
+        self.failed += run.failed;
+        self.first_failure = self.first_failure.take().or(run.first_failure);
+        self.latencies.extend(run.latencies);
     }
 
     pub(super) fn rate(&self) -> f64 {
@@ -129,11 +143,7 @@ pub(super) async fn create_with(
     let started = Instant::now();
     let mut total = CreateRun::new(clients);
     while let Some(joined) = tasks.join_next().await {
-        let run = joined.context("a create client panicked")??;
-        total.created += run.created;
-        total.failed += run.failed;
-        total.first_failure = total.first_failure.or(run.first_failure);
-        total.latencies.extend(run.latencies);
+        total.merge(joined.context("a create client panicked")??);
     }
     total.elapsed = started.elapsed();
     ensure!(

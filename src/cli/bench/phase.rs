@@ -8,6 +8,8 @@ pub enum Phase {
     Raw,
     /// Durable creates at each `--clients` level.
     Creates,
+    /// Durable updates of `--update-objects` Agents at each `--clients` level.
+    Updates,
     /// Watch delivery under each of `--watch-loads`.
     Watch,
     /// Stop/start Jobs of a real agent process (`--power-cycles`).
@@ -23,8 +25,16 @@ pub enum Phase {
 }
 
 /// Every phase, in the order a run measures them.
-pub const ALL: [Phase; 7] =
-    [Phase::Raw, Phase::Creates, Phase::Watch, Phase::Power, Phase::Placement, Phase::List, Phase::ColdStart];
+pub const ALL: [Phase; 8] = [
+    Phase::Raw,
+    Phase::Creates,
+    Phase::Updates,
+    Phase::Watch,
+    Phase::Power,
+    Phase::Placement,
+    Phase::List,
+    Phase::ColdStart,
+];
 
 impl Phase {
     /// The name `--phases` takes.
@@ -32,6 +42,7 @@ impl Phase {
         match self {
             Phase::Raw => "raw",
             Phase::Creates => "creates",
+            Phase::Updates => "updates",
             Phase::Watch => "watch",
             Phase::Power => "power",
             Phase::Placement => "placement",
