@@ -16,6 +16,8 @@ pub(super) const AGENTS: &str = "/apis/hive.dev/v1/agents";
 pub(super) const SENT_ANNOTATION: &str = "bench.hive.dev/sent-ns";
 /// The annotation naming a watch-phase write: `load:seq`.
 pub(super) const WRITE_ANNOTATION: &str = "bench.hive.dev/write";
+/// The label the update phase changes on each replace.
+pub(super) const UPDATE_LABEL: &str = "bench.hive.dev/update";
 /// Most bytes a body's `Content-Length` may reserve before any arrives (a list of
 /// 1,000,000 Agents is ~700 MiB; a larger one grows as it comes).
 const MAX_PRESIZE: u64 = 1 << 30;
@@ -152,7 +154,16 @@ impl Stamp {
 /// A valid Agent, as small as the `agent()` fixture of the integration tests but with a
 /// local config path; with a `stamp`, carrying it for the watch measurement.
 pub(super) fn agent(name: &str, stamp: Option<&Stamp>) -> Vec<u8> {
+    agent_marked(name, stamp, None)
+}
+
+/// [`agent`], with the label [`UPDATE_LABEL`] set to `mark` when one is given (each of
+/// the update phase's replaces changes it).
+pub(super) fn agent_marked(name: &str, stamp: Option<&Stamp>, mark: Option<&str>) -> Vec<u8> {
     let mut metadata = json!({"name": name, "labels": {"app": "bench"}});
+    if let Some(mark) = mark {
+        metadata["labels"][UPDATE_LABEL] = json!(mark);
+    }
     if let Some(stamp) = stamp {
         metadata["annotations"] =
             json!({SENT_ANNOTATION: stamp.sent_ns.to_string(), WRITE_ANNOTATION: stamp.write_id()});

@@ -10,10 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use serde_json::json;
 use tokio::task::JoinSet;
 
-use super::api::{agent, snippet, Api, AGENTS, REQUEST_TIMEOUT};
+use super::api::{agent_marked, snippet, Api, AGENTS, REQUEST_TIMEOUT};
 use super::creates::{create_with, CreateRun, Until};
 use super::daemon::Daemon;
 use super::meters::CpuMeter;
@@ -109,16 +108,13 @@ async fn update_with(
     Ok(total)
 }
 
-/// PUTs Agent `u-<index>` with the label `bench.hive.dev/update` set to `mark`.
+/// PUTs Agent `u-<index>` with the label [`super::api::UPDATE_LABEL`] set to `mark`.
 async fn replace(api: &Api, index: usize, mark: &str) -> Result<(u16, bytes::Bytes)> {
     let name = format!("{PREFIX}-{index}");
-    let mut object: serde_json::Value =
-        serde_json::from_slice(&agent(&name, None)).context("the bench's Agent is JSON")?;
-    object["metadata"]["labels"]["bench.hive.dev/update"] = json!(mark);
     let resp = api
         .request(reqwest::Method::PUT, &format!("{AGENTS}/{name}"))
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&object)?)
+        .body(agent_marked(&name, None, Some(mark)))
         .send()
         .await?;
     let code = resp.status().as_u16();
