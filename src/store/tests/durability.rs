@@ -610,40 +610,9 @@ async fn upgraded_into_chunks_keeps_everything(schema: u64) {
 /// all still there.
 #[tokio::test]
 async fn an_upgraded_file_gives_back_the_pages_its_old_chunks_took() {
-    use super::super::chunk;
-    use super::super::record::Record;
-    use super::super::tables::{v4, META_COMPACTED, META_REVISION};
-    use super::super::watch::EventType;
     const OBJECTS: u64 = 20_000;
     let dir = tempfile::tempdir().unwrap();
-    {
-        let db = Database::create(db_path(dir.path())).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut meta = txn.open_table(META).unwrap();
-            meta.insert(META_SCHEMA, 4).unwrap();
-            meta.insert(META_REVISION, OBJECTS).unwrap();
-            meta.insert(META_COMPACTED, 0).unwrap();
-            let mut chunks = txn.open_table(v4::CHUNKS).unwrap();
-            let mut records = Vec::new();
-            let mut first = 1;
-            for revision in 1..=OBJECTS {
-                let mut object = agent(&format!("a{revision}"), "Up");
-                object["metadata"]["resourceVersion"] = revision.to_string().into();
-                let json = serde_json::to_vec(&object).unwrap();
-                let row =
-                    Record { type_: EventType::Added, time_ms: 1, kind: "agents", object: &json }.encode();
-                chunk::push(&mut records, revision, &row);
-                if records.len() > 3500 || revision == OBJECTS {
-                    chunks.insert(first, records.as_slice()).unwrap();
-                    records.clear();
-                    first = revision + 1;
-                }
-            }
-        }
-        txn.commit().unwrap();
-    }
-    let before = std::fs::metadata(db_path(dir.path())).unwrap().len();
+    let before = schema_4_file(dir.path(), OBJECTS);
     let store = open(dir.path());
     assert_eq!(store.list("agents").1.len() as u64, OBJECTS);
     store.shutdown().await;
@@ -651,4 +620,59 @@ async fn an_upgraded_file_gives_back_the_pages_its_old_chunks_took() {
     assert!(after * 2 < before, "the file was {before} bytes long before its upgrade and {after} after");
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(!names.iter().any(|n| n.to_string_lossy().ends_with(".rewriting")), "{names:?}");
+}
+
+/// When the upgraded file cannot be written again (here a directory squats the temporary
+/// name), the start goes on with the file as the upgrade left it: everything is there.
+#[tokio::test]
+async fn an_upgraded_file_that_cannot_be_written_again_opens_as_it_is() {
+    const OBJECTS: u64 = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let before = schema_4_file(dir.path(), OBJECTS);
+    let mut squatter = db_path(dir.path()).into_os_string();
+    squatter.push(".rewriting");
+    std::fs::create_dir_all(std::path::Path::new(&squatter).join("in-the-way")).unwrap();
+    for _ in 0..2 {
+        // The second start finds the file upgraded and opens it as it is.
+        let store = open(dir.path());
+        assert_eq!((store.list("agents").1.len() as u64, store.revision()), (OBJECTS, OBJECTS));
+        store.shutdown().await;
+    }
+    let after = std::fs::metadata(db_path(dir.path())).unwrap().len();
+    assert!(after >= before, "the file was written again: {before} bytes, then {after}");
+}
+
+/// Writes a database of schema 4 holding `objects` Agents created at revisions
+/// `1..=objects`, in chunks of about a page, not compressed; its length.
+fn schema_4_file(dir: &std::path::Path, objects: u64) -> u64 {
+    use super::super::chunk;
+    use super::super::record::Record;
+    use super::super::tables::{v4, META_COMPACTED, META_REVISION};
+    use super::super::watch::EventType;
+    let db = Database::create(db_path(dir)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut meta = txn.open_table(META).unwrap();
+        meta.insert(META_SCHEMA, 4).unwrap();
+        meta.insert(META_REVISION, objects).unwrap();
+        meta.insert(META_COMPACTED, 0).unwrap();
+        let mut chunks = txn.open_table(v4::CHUNKS).unwrap();
+        let mut records = Vec::new();
+        let mut first = 1;
+        for revision in 1..=objects {
+            let mut object = agent(&format!("a{revision}"), "Up");
+            object["metadata"]["resourceVersion"] = revision.to_string().into();
+            let json = serde_json::to_vec(&object).unwrap();
+            let row = Record { type_: EventType::Added, time_ms: 1, kind: "agents", object: &json }.encode();
+            chunk::push(&mut records, revision, &row);
+            if records.len() > 3500 || revision == objects {
+                chunks.insert(first, records.as_slice()).unwrap();
+                records.clear();
+                first = revision + 1;
+            }
+        }
+    }
+    txn.commit().unwrap();
+    drop(db);
+    std::fs::metadata(db_path(dir)).unwrap().len()
 }
