@@ -160,10 +160,11 @@ pub(super) fn agent(name: &str, stamp: Option<&Stamp>) -> Vec<u8> {
 /// [`agent`], with the label [`UPDATE_LABEL`] set to `mark` when one is given (each of
 /// the update phase's replaces changes it).
 pub(super) fn agent_marked(name: &str, stamp: Option<&Stamp>, mark: Option<&str>) -> Vec<u8> {
-    let mut metadata = json!({"name": name, "labels": {"app": "bench"}});
+    let mut labels = serde_json::Map::from_iter([("app".to_owned(), json!("bench"))]);
     if let Some(mark) = mark {
-        metadata["labels"][UPDATE_LABEL] = json!(mark);
+        labels.insert(UPDATE_LABEL.to_owned(), json!(mark));
     }
+    let mut metadata = json!({"name": name, "labels": labels});
     if let Some(stamp) = stamp {
         metadata["annotations"] =
             json!({SENT_ANNOTATION: stamp.sent_ns.to_string(), WRITE_ANNOTATION: stamp.write_id()});
@@ -208,5 +209,17 @@ mod tests {
         assert_eq!(Stamp::parse(&read(WRITE_ANNOTATION), &read(SENT_ANNOTATION)), Some(stamp));
         assert_eq!(Stamp::parse("1", "7"), None);
         assert_eq!(Stamp::parse("a:1", "7"), None);
+    }
+
+    /// The update phase's replaces each carry their mark beside the creates' label, and
+    /// are valid Agents as the creates are.
+    #[test]
+    fn a_marked_agent_carries_its_mark_beside_the_bench_label() {
+        let marked: Value = serde_json::from_slice(&agent_marked("u-1", None, Some("0-7"))).unwrap();
+        let plain: Value = serde_json::from_slice(&agent("u-1", None)).unwrap();
+        assert_eq!(marked["metadata"]["labels"], json!({"app": "bench", UPDATE_LABEL: "0-7"}));
+        assert_eq!(plain["metadata"]["labels"], json!({"app": "bench"}));
+        assert_eq!(marked["spec"], plain["spec"]);
+        crate::cli::client::decode::<hive_api::Agent>(&marked, "Agent").expect("a valid Agent");
     }
 }

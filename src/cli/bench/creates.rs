@@ -139,16 +139,28 @@ pub(super) async fn create_with(
             anyhow::Ok(run)
         });
     }
+    gather(&barrier, tasks, clients, "create").await
+}
+
+/// Starts the clock once every one of the `clients` tasks has passed `barrier` (their
+/// warm-up done), then adds up what each did; fails when a task panicked or failed, or
+/// when every one of its writes (`what`) did.
+pub(super) async fn gather(
+    barrier: &Barrier,
+    mut tasks: JoinSet<Result<CreateRun>>,
+    clients: usize,
+    what: &str,
+) -> Result<CreateRun> {
     barrier.wait().await;
     let started = Instant::now();
     let mut total = CreateRun::new(clients);
     while let Some(joined) = tasks.join_next().await {
-        total.merge(joined.context("a create client panicked")??);
+        total.merge(joined.with_context(|| format!("a {what} client panicked"))??);
     }
     total.elapsed = started.elapsed();
     ensure!(
         total.created > 0 || total.failed == 0,
-        "every create failed; first: {}",
+        "every {what} failed; first: {}",
         total.first_failure.unwrap_or_default()
     );
     Ok(total)

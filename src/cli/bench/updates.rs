@@ -13,7 +13,7 @@ use anyhow::{bail, Context as _, Result};
 use tokio::task::JoinSet;
 
 use super::api::{agent_marked, snippet, Api, AGENTS, REQUEST_TIMEOUT};
-use super::creates::{create_with, CreateRun, Until};
+use super::creates::{create_with, gather, CreateRun, Until};
 use super::daemon::Daemon;
 use super::meters::CpuMeter;
 use super::progress;
@@ -95,17 +95,7 @@ async fn update_with(
             anyhow::Ok(run)
         });
     }
-    barrier.wait().await;
-    let started = Instant::now();
-    let mut total = CreateRun::new(clients);
-    while let Some(joined) = tasks.join_next().await {
-        total.merge(joined.context("an update client panicked")??);
-    }
-    total.elapsed = started.elapsed();
-    if total.created == 0 && total.failed > 0 {
-        bail!("every update failed; first: {}", total.first_failure.unwrap_or_default());
-    }
-    Ok(total)
+    gather(&barrier, tasks, clients, "update").await
 }
 
 /// PUTs Agent `u-<index>` with the label [`super::api::UPDATE_LABEL`] set to `mark`.
