@@ -148,9 +148,48 @@ fn holding(table: &Table<'_, u64, &[u8]>, revision: u64) -> Result<Option<u64>, 
     }
 }
 
-/// The last chunk while a transaction appends to it.
+/// Writes `records` (whole, in order, sealed as `sealed`) as one chunk under its first
+/// revision; or, when that chunk is longer than a page and holds more than one revision,
+/// as two halves, each written so. LZ4 packs neither monotonically nor additively: a
+/// chunk can seal longer once a revision is taken out of it (the rest compressed against
+/// it), or a few bytes longer than its parts' bound when appended to, so what the bound
+/// or an earlier seal promised is checked here, where it is sure.
+fn insert(
+    table: &mut Table<'_, u64, &[u8]>,
+    records: &[u8],
+    sealed: Vec<u8>,
+) -> Result<(), redb::StorageError> {
+    let Some(first) = first_revision(records) else { return Ok(()) };
+    if sealed.len() > CHUNK_BYTES {
+        if let Some(at) = middle(first, records) {
+            let (front, back) = records.split_at(at);
+            insert(table, front, seal(front))?;
+            return insert(table, back, seal(back));
+        }
+    }
+    table.insert(first, sealed.as_slice())?;
+    Ok(())
+}
+
+/// Where to cut `records` into two runs of whole revisions of about equal length; none
+/// when they are one revision (or damaged: they are written as they are, and the next
+/// load names them).
+fn middle(first: u64, records: &[u8]) -> Option<usize> {
+    let each = self::records(first, records).ok()?;
+    let (_, but_last) = each.split_last()?;
+    let mut at = 0;
+    for (_, row) in but_last {
+        at += cost(row);
+        if at >= records.len() / 2 {
+            break;
+        }
+    }
+    (at > 0).then_some(at)
+}
+
+/// The last chunk while a transaction appends to it (stored under its first revision).
+#[derive(Default)]
 struct Tail {
-    key: u64,
     /// Its records, uncompressed.
     records: Vec<u8>,
     /// The chunk as stored for the first `sealed_len` bytes of `records`.
@@ -161,13 +200,10 @@ struct Tail {
 }
 
 impl Tail {
-    fn new(key: u64) -> Tail {
-        Tail { key, records: Vec::new(), sealed: Vec::new(), sealed_len: 0, changed: false }
-    }
-
-    /// Appends a record when the chunk still fits a page with it: sure when even
-    /// uncompressible bytes would fit, else compressed to see. Compressing only near the
-    /// bound keeps it to a few times a chunk.
+    /// Appends a record when the chunk still fits a page with it: taken as sure when
+    /// LZ4's bound for uncompressible bytes would fit, else compressed to see (`insert`
+    /// checks it again when the chunk is written). Compressing only near the bound keeps
+    /// it to a few times a chunk.
     fn try_push(&mut self, revision: u64, row: &[u8]) -> bool {
         let before = self.records.len();
         if before > 0 && before + cost(row) > RECORDS_BYTES {
@@ -193,13 +229,10 @@ impl Tail {
         fits
     }
 
-    /// The chunk as stored.
-    fn sealed(&mut self) -> &[u8] {
-        if self.sealed_len != self.records.len() {
-            self.sealed = seal(&self.records);
-            self.sealed_len = self.records.len();
-        }
-        &self.sealed
+    /// Its records and the chunk as stored for them.
+    fn into_sealed(self) -> (Vec<u8>, Vec<u8>) {
+        let sealed = if self.sealed_len == self.records.len() { self.sealed } else { seal(&self.records) };
+        (self.records, sealed)
     }
 }
 
@@ -234,7 +267,7 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
             }
         }
         self.flush()?;
-        let mut tail = Tail::new(revision);
+        let mut tail = Tail::default();
         tail.try_push(revision, row);
         self.tail = Some(tail);
         Ok(())
@@ -244,12 +277,12 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
     /// damaged chunk is left as it is, and the next load names it).
     fn last(&self) -> Result<Option<Tail>, redb::StorageError> {
         let Some((key, stored)) = self.table.last()? else { return Ok(None) };
-        let mut records = Vec::new();
-        if open(key.value(), stored.value(), &mut records).is_err() {
+        let mut held = Vec::new();
+        if open(key.value(), stored.value(), &mut held).is_err() || records(key.value(), &held).is_err() {
             return Ok(None);
         }
         let sealed = stored.value().to_vec();
-        Ok(Some(Tail { key: key.value(), sealed_len: records.len(), records, sealed, changed: false }))
+        Ok(Some(Tail { sealed_len: held.len(), records: held, sealed, changed: false }))
     }
 
     /// Removes revision `revision` from its chunk (nothing when it is not stored); a
@@ -296,17 +329,17 @@ impl<'t, 'txn> Chunks<'t, 'txn> {
         if first != Some(key) {
             self.table.remove(key)?;
         }
-        if let Some(first) = first {
-            self.table.insert(first, seal(&chunk).as_slice())?;
+        if first.is_some() {
+            insert(self.table, &chunk, seal(&chunk))?;
         }
         Ok(())
     }
 
     /// Writes the last chunk back, if it holds what the table does not.
     fn write_tail(&mut self) -> Result<(), redb::StorageError> {
-        if let Some(mut tail) = self.tail.take().filter(|tail| tail.changed) {
-            let key = tail.key;
-            self.table.insert(key, tail.sealed())?;
+        if let Some(tail) = self.tail.take().filter(|tail| tail.changed) {
+            let (records, sealed) = tail.into_sealed();
+            insert(self.table, &records, sealed)?;
         }
         Ok(())
     }
@@ -419,9 +452,10 @@ mod tests {
             let records = records(key.value(), &opened).unwrap();
             assert!(
                 chunk.value().len() <= CHUNK_BYTES || records.len() == 1,
-                "a chunk of {} revisions takes {} bytes",
+                "a chunk of {} revisions takes {} bytes: {:?}",
                 records.len(),
-                chunk.value().len()
+                chunk.value().len(),
+                records.iter().map(|(r, row)| (*r, row.len())).collect::<Vec<_>>()
             );
             for (revision, row) in records {
                 stored.insert(revision, row.to_vec());
@@ -497,6 +531,59 @@ mod tests {
         ]
     }
 
+    /// A row of `len` bytes for revision `revision`: bytes that compress a little, as JSON
+    /// does, or not at all, or to almost nothing.
+    fn row(revision: u64, len: usize) -> Vec<u8> {
+        (0..len as u64)
+            .map(|i| match revision % 3 {
+                0 => (revision % 251) as u8,
+                1 => (i.wrapping_mul(revision | 1).wrapping_mul(0x9e37_79b9) >> 24) as u8,
+                _ => b"{\"name\":\"a\"}"[(i % 12) as usize] ^ (i / 97) as u8,
+            })
+            .collect()
+    }
+
+    /// Plays `ops` against a new table and a map of revision → row, checking after each
+    /// transaction that the table holds what the map does, in chunks within their bound
+    /// and in order.
+    fn play(ops: impl IntoIterator<Item = Op>) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("chunks.redb")).unwrap();
+        let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut next = 1u64;
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let txn = db.begin_write().unwrap();
+            {
+                let mut table = txn.open_table(CHUNKS).unwrap();
+                let mut chunks = Chunks::new(&mut table);
+                for op in ops.by_ref() {
+                    match op {
+                        Op::Append(len) => {
+                            let row = row(next, len);
+                            chunks.append(next, &row).unwrap();
+                            model.insert(next, row);
+                            next += 1 + (len as u64 % 3);
+                        }
+                        Op::Remove(at) if !model.is_empty() => {
+                            let revision = *model.keys().nth(at % model.len()).unwrap();
+                            chunks.remove(revision).unwrap();
+                            model.remove(&revision);
+                        }
+                        Op::Remove(_) => chunks.remove(next + 5).unwrap(),
+                        Op::Commit => break,
+                    }
+                }
+                chunks.flush().unwrap();
+            }
+            txn.commit().unwrap();
+            assert_eq!(stored(&db), model);
+        }
+        let read = db.begin_read().unwrap();
+        let table = read.open_table(CHUNKS).unwrap();
+        assert!(table.len().unwrap() as usize <= model.len(), "no chunk is empty");
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
@@ -504,48 +591,30 @@ mod tests {
         /// revision → row would hold, in chunks within their bound and in order.
         #[test]
         fn chunks_hold_what_a_map_holds(ops in proptest::collection::vec(op(), 1..120)) {
-            let dir = tempfile::tempdir().unwrap();
-            let db = Database::create(dir.path().join("chunks.redb")).unwrap();
-            let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-            let mut next = 1u64;
-            let mut ops = ops.into_iter().peekable();
-            while ops.peek().is_some() {
-                let txn = db.begin_write().unwrap();
-                {
-                    let mut table = txn.open_table(CHUNKS).unwrap();
-                    let mut chunks = Chunks::new(&mut table);
-                    for op in ops.by_ref() {
-                        match op {
-                            Op::Append(len) => {
-                                // Bytes that compress a little, as JSON does, or not at all.
-                                let row: Vec<u8> = (0..len as u64)
-                                    .map(|i| match next % 3 {
-                                        0 => (next % 251) as u8,
-                                        1 => (i.wrapping_mul(next | 1).wrapping_mul(0x9e37_79b9) >> 24) as u8,
-                                        _ => b"{\"name\":\"a\"}"[(i % 12) as usize] ^ (i / 97) as u8,
-                                    })
-                                    .collect();
-                                chunks.append(next, &row).unwrap();
-                                model.insert(next, row);
-                                next += 1 + (len as u64 % 3);
-                            }
-                            Op::Remove(at) if !model.is_empty() => {
-                                let revision = *model.keys().nth(at % model.len()).unwrap();
-                                chunks.remove(revision).unwrap();
-                                model.remove(&revision);
-                            }
-                            Op::Remove(_) => chunks.remove(next + 5).unwrap(),
-                            Op::Commit => break,
-                        }
-                    }
-                    chunks.flush().unwrap();
-                }
-                txn.commit().unwrap();
-                prop_assert_eq!(&stored(&db), &model);
-            }
-            let read = db.begin_read().unwrap();
-            let table = read.open_table(CHUNKS).unwrap();
-            prop_assert!(table.len().unwrap() as usize <= model.len());
+            play(ops);
         }
+    }
+
+    /// LZ4 is not monotonic: taking a revision out of a chunk can make the rest compress
+    /// worse. Here one 8-revision chunk of 4,080 bytes or less, without its second
+    /// revision (1,890 bytes of one byte), seals to 4,101: it is split into chunks within
+    /// a page (proptest found it; `play` checks every chunk's length).
+    #[test]
+    fn a_chunk_a_removal_leaves_longer_than_a_page_is_split() {
+        use Op::{Append, Remove};
+        play([
+            Append(1843),
+            Append(1890),
+            Append(6282),
+            Append(665),
+            Append(6802),
+            Append(309),
+            Append(0),
+            Append(0),
+            Append(0),
+            Remove(1),
+            Append(0),
+            Append(0),
+        ]);
     }
 }
