@@ -3,8 +3,10 @@
 //! under `<prefix>_meta/<sequence>` (20 digits, so keys sort as records do): the sha, a
 //! newline, and the git bundle. A record is one transaction that writes both, guarded by
 //! the head's `mod_revision` as the leader read it (two writers never both extend one
-//! head: no fork) and by the leader's fence (a deposed leader records nothing). Reads
-//! are quorum reads.
+//! head: no fork) and by the leader's fence (a deposed leader records nothing). A whole
+//! record (the history's bundle, every [`Journal::whole_every`] records) deletes the
+//! records before it in its transaction, so the journal keeps fewer than that many and
+//! one bundle of the history. Reads are quorum reads.
 
 use std::sync::Arc;
 
@@ -76,6 +78,13 @@ impl EtcdJournal {
         page.kvs.first().map(|kv| self.decode_head(kv)).transpose()
     }
 
+    /// The record number a key under `meta/` names, if it is a record's.
+    fn sequence_of(&self, key: &[u8]) -> Option<u64> {
+        let digits = key.strip_prefix(self.backend.internal_key("meta/").as_slice())?;
+        let digits = std::str::from_utf8(digits).ok().filter(|d| d.len() == 20)?;
+        digits.parse().ok()
+    }
+
     async fn read_entries(&self, sequence: u64) -> Result<Vec<JournalEntry>> {
         let etcd = self.backend.client();
         let end = self.entry_key(sequence + 1);
@@ -86,16 +95,26 @@ impl EtcdJournal {
             // Every page at the first one's revision: one consistent read.
             revision = page.revision;
             for kv in &page.kvs {
-                let expected = entries.len() as u64 + 1;
+                let expected = match entries.last() {
+                    Some(last) => last.sequence + 1,
+                    // The first kept: the first, or a whole one (those before it dropped).
+                    None => self.sequence_of(&kv.key).unwrap_or(1),
+                };
                 if kv.key != self.entry_key(expected) {
                     return Err(failed(format!(
                         "record {expected} is missing (found {})",
                         String::from_utf8_lossy(&kv.key)
                     )));
                 }
-                entries.push(decode_entry(expected, &kv.value).ok_or_else(|| {
+                let entry = decode_entry(expected, &kv.value).ok_or_else(|| {
                     failed(format!("record {expected} is not a record hive writes (a commit, then a bundle)"))
-                })?);
+                })?;
+                if entries.is_empty() && expected != 1 && !entry.whole {
+                    return Err(failed(format!(
+                        "record {expected} is the first it keeps, but its bundle needs the records before it"
+                    )));
+                }
+                entries.push(entry);
             }
             match page.kvs.last() {
                 Some(last) if page.more => {
@@ -105,10 +124,11 @@ impl EtcdJournal {
                 _ => break,
             }
         }
-        if entries.len() as u64 != sequence {
+        if entries.last().map(|last| last.sequence) != Some(sequence) {
             return Err(failed(format!(
-                "it holds {} of the {sequence} records its head names",
-                entries.len()
+                "it holds {} of the records up to {sequence}, which its head names, ending at {}",
+                entries.len(),
+                entries.last().map_or("none".to_string(), |last| last.sequence.to_string())
             )));
         }
         Ok(entries)
@@ -137,7 +157,7 @@ impl EtcdJournal {
             Compare::ModRevision(head_key.clone(), after.as_ref().map_or(0, |head| head.version)),
             fence.compare(),
         ];
-        let puts = [
+        let mut puts = vec![
             Op::Put { key: self.entry_key(entry.sequence), value: encode_entry(&entry), lease: 0 },
             Op::Put {
                 key: head_key.clone(),
@@ -145,6 +165,9 @@ impl EtcdJournal {
                 lease: 0,
             },
         ];
+        if entry.whole && entry.sequence > 1 {
+            puts.push(Op::DeleteRange { from: self.entry_key(1), to: self.entry_key(entry.sequence) });
+        }
         let gets = [Op::Get { key: head_key }, Op::Get { key: fence.key.clone() }];
         let written =
             |version| JournalHead { sequence: entry.sequence, commit: entry.commit.clone(), version };
@@ -199,7 +222,13 @@ fn decode_entry(sequence: u64, value: &[u8]) -> Option<JournalEntry> {
     if commit.is_empty() || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    Some(JournalEntry { sequence, commit: commit.to_string(), bundle: value[newline + 1..].to_vec() })
+    let bundle = value[newline + 1..].to_vec();
+    Some(JournalEntry {
+        sequence,
+        commit: commit.to_string(),
+        whole: crate::meta::bundle_is_whole(&bundle),
+        bundle,
+    })
 }
 
 impl Journal for EtcdJournal {
@@ -213,5 +242,9 @@ impl Journal for EtcdJournal {
 
     fn record(&self, after: Option<JournalHead>, entry: JournalEntry) -> BoxFuture<'_, Result<JournalHead>> {
         Box::pin(self.write(after, entry))
+    }
+
+    fn largest_bundle(&self) -> usize {
+        MAX_BUNDLE
     }
 }

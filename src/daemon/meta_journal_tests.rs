@@ -37,7 +37,7 @@ async fn lead(store: &Store) -> Fence {
 }
 
 fn entry(sequence: u64, commit: &str, bundle: &[u8]) -> JournalEntry {
-    JournalEntry { sequence, commit: commit.into(), bundle: bundle.to_vec() }
+    JournalEntry { sequence, commit: commit.into(), bundle: bundle.to_vec(), whole: false }
 }
 
 fn refused<T: std::fmt::Debug>(result: crate::meta::Result<T>, says: &str) {
@@ -99,5 +99,55 @@ async fn many_records_read_back_in_order_across_pages() {
     assert!(read.iter().enumerate().all(|(i, e)| e.sequence == i as u64 + 1
         && e.commit == format!("{:040x}", i + 1)
         && e.bundle == (i + 1).to_string().as_bytes()));
-    refused(journal.entries(71).await, "holds 70 of the 71");
+    refused(journal.entries(71).await, "holds 70 of the records up to 71");
+}
+
+/// A whole record (a bundle that needs no commit before it) deletes the records before it
+/// in its own transaction; reads start at it; a first kept record that is not whole (its
+/// bundle names prerequisites) is refused by name, not applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_record_drops_the_records_before_it() {
+    let cluster = LocalCluster::start(1).unwrap();
+    let store = replica(&cluster).await;
+    lead(&store).await;
+    let journal = journal(&store);
+    let delta =
+        |n: u64| format!("# v2 git bundle\n-{n:040x} prerequisite\n{:040x} refs/heads/main\n\nPACK", n + 1);
+    let mut head = None;
+    for sequence in 1..=5u64 {
+        let record = entry(sequence, &format!("{sequence:040x}"), delta(sequence).as_bytes());
+        head = Some(journal.record(head, record).await.unwrap());
+    }
+    let history =
+        format!("# v2 git bundle\n{:040x} refs/heads/main\n{:040x} refs/tags/deploy/a/1\n\nPACK", 6, 4);
+    assert!(
+        crate::meta::bundle_is_whole(history.as_bytes())
+            && !crate::meta::bundle_is_whole(delta(1).as_bytes())
+    );
+    let whole = JournalEntry { whole: true, ..entry(6, &format!("{:040x}", 6), history.as_bytes()) };
+    head = Some(journal.record(head, whole).await.unwrap());
+    head = Some(journal.record(head, entry(7, &format!("{:040x}", 7), delta(7).as_bytes())).await.unwrap());
+
+    let read = journal.entries(7).await.unwrap();
+    let got: Vec<(u64, bool)> = read.iter().map(|e| (e.sequence, e.whole)).collect();
+    assert_eq!(got, [(6, true), (7, false)]);
+    let backend = store.etcd().unwrap();
+    let prefix = backend.internal_key("meta/0");
+    let mut end = prefix.clone();
+    *end.last_mut().unwrap() += 1;
+    let keys = backend.client().range(&prefix, &end, 0, 0).await.unwrap();
+    assert_eq!(keys.kvs.len(), 2, "records 1 to 5 are gone from etcd");
+
+    // A journal whose first kept record needs the ones before it is damaged: named.
+    let stray = Op::Put {
+        key: backend.internal_key(&format!("meta/{:020}", 5)),
+        value: format!("{:040x}\n{}", 5, delta(5)).into_bytes(),
+        lease: 0,
+    };
+    backend.client().txn(&[], &[stray], &[]).await.unwrap();
+    refused(
+        journal.entries(7).await,
+        "record 5 is the first it keeps, but its bundle needs the records before it",
+    );
+    assert_eq!(journal.head().await.unwrap(), head);
 }

@@ -48,15 +48,18 @@ pub struct JournalHead {
 }
 
 /// One record: a git bundle of the commits from the previous head to `commit`, with the
-/// deploy tags on them.
+/// deploy tags on them; or, when `whole`, of the whole history to `commit`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct JournalEntry {
     /// Its place in the journal (the first is 1).
     pub sequence: u64,
     /// The commit the branch is at after it.
     pub commit: String,
-    /// `git bundle create` of `<previous head>..commit`.
+    /// `git bundle create` of `<previous head>..commit`, or of `commit` and every deploy
+    /// tag on its history when `whole`.
     pub bundle: Vec<u8>,
+    /// Whether the bundle needs no record before it: the journal then drops those.
+    pub whole: bool,
 }
 
 impl fmt::Debug for JournalEntry {
@@ -65,6 +68,7 @@ impl fmt::Debug for JournalEntry {
             .field("sequence", &self.sequence)
             .field("commit", &self.commit)
             .field("bundle_bytes", &self.bundle.len())
+            .field("whole", &self.whole)
             .finish()
     }
 }
@@ -75,14 +79,32 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// the call (a quorum read).
     fn head(&self) -> BoxFuture<'_, Result<Option<JournalHead>>>;
 
-    /// Every entry from the first up to `sequence`, in order.
+    /// Every entry it keeps up to `sequence`, in order: from the first, or from the last
+    /// whole one (those before it were dropped).
     fn entries(&self, sequence: u64) -> BoxFuture<'_, Result<Vec<JournalEntry>>>;
 
     /// Appends `entry` after `after` (`None`: as the first) and makes it the head, only
     /// if the head is still `after` and this writer may still write (a deposed leader may
-    /// not); otherwise nothing changes and it is an error. Returns the new head.
+    /// not); otherwise nothing changes and it is an error. A `whole` entry drops every
+    /// record before it in the same write. Returns the new head.
     fn record(&self, after: Option<JournalHead>, entry: JournalEntry) -> BoxFuture<'_, Result<JournalHead>>;
+
+    /// The largest bundle one record holds: a whole bundle over it is not written (the
+    /// record holds the commit's own bundle, and the records before it stay).
+    fn largest_bundle(&self) -> usize {
+        usize::MAX
+    }
+
+    /// Every how many records one holds the whole history, so that the journal keeps
+    /// fewer than that many records and one bundle of the history, not one record a
+    /// commit forever.
+    fn whole_every(&self) -> u64 {
+        WHOLE_EVERY
+    }
 }
+
+/// Every how many records one holds the whole history (see [`Journal::whole_every`]).
+pub const WHOLE_EVERY: u64 = 100;
 
 /// A repo that is journaled: the journal and the head this repo is at.
 pub(super) struct Journaled {
@@ -172,11 +194,28 @@ impl Journaled {
         }
     }
 
-    /// Appends the commits from the journal's head to `new` (the branch's tip).
+    /// Appends the commits from the journal's head to `new` (the branch's tip): every
+    /// [`Journal::whole_every`] records, the whole history, so the records before can go.
     async fn append(&mut self, git: &Git, new: &str, tags: &[String]) -> Result<()> {
-        let bundle = bundle(git, self.head.as_ref().map(|head| head.commit.as_str()), tags).await?;
         let sequence = self.head.as_ref().map_or(1, |head| head.sequence + 1);
-        let entry = JournalEntry { sequence, commit: new.to_string(), bundle };
+        let base = self.head.as_ref().map(|head| head.commit.as_str());
+        let mut whole = None;
+        if base.is_some() && sequence % self.journal.whole_every().max(1) == 0 {
+            let history = bundle(git, None, &merged_tags(git).await?).await?;
+            if history.len() <= self.journal.largest_bundle() {
+                whole = Some(history);
+            } else {
+                tracing::warn!(record = sequence, bytes = history.len(), largest = self.journal.largest_bundle(),
+                    "the meta repo's history is too large for one journal record: its records before this one stay");
+            }
+        }
+        let entry = match whole {
+            Some(bundle) => JournalEntry { sequence, commit: new.to_string(), bundle, whole: true },
+            None => {
+                let bundle = bundle(git, base, tags).await?;
+                JournalEntry { sequence, commit: new.to_string(), bundle, whole: base.is_none() }
+            }
+        };
         self.head = Some(self.journal.record(self.head.clone(), entry).await?);
         Ok(())
     }
@@ -247,6 +286,16 @@ async fn fetch(git: &Git, bytes: &[u8]) -> Result<()> {
         .await;
     let _ = tokio::fs::remove_file(&path).await;
     fetched.map(drop)
+}
+
+/// Whether a git bundle needs no commit it does not hold: its header (up to the first
+/// empty line) names no prerequisite (a line starting with `-`).
+pub fn bundle_is_whole(bundle: &[u8]) -> bool {
+    let mut lines = bundle.split(|b| *b == b'\n');
+    let signature = lines.next().unwrap_or_default();
+    signature.starts_with(b"# v")
+        && signature.ends_with(b" git bundle")
+        && lines.take_while(|line| !line.is_empty()).all(|line| !line.starts_with(b"-"))
 }
 
 /// Whether the repo holds commit `sha`.

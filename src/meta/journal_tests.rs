@@ -14,11 +14,13 @@ use futures_util::future::BoxFuture;
 use super::tests::{agent, git, rev};
 use super::*;
 
-/// A journal in memory; `refuse` makes every record fail, as a deposed leader's does.
+/// A journal in memory; `refuse` makes every record fail, as a deposed leader's does;
+/// `whole_every`, when set, is how often a record holds the whole history.
 #[derive(Debug, Default)]
 struct Memory {
     entries: StdMutex<Vec<JournalEntry>>,
     refuse: AtomicBool,
+    whole_every: Option<u64>,
 }
 
 impl Memory {
@@ -38,7 +40,8 @@ impl Journal for Memory {
     }
 
     fn entries(&self, sequence: u64) -> BoxFuture<'_, Result<Vec<JournalEntry>>> {
-        let entries = self.entries.lock().unwrap()[..sequence as usize].to_vec();
+        let entries =
+            self.entries.lock().unwrap().iter().filter(|e| e.sequence <= sequence).cloned().collect();
         Box::pin(std::future::ready(Ok(entries)))
     }
 
@@ -53,10 +56,18 @@ impl Journal for Memory {
                 commit: entry.commit.clone(),
                 version: entry.sequence,
             };
-            self.entries.lock().unwrap().push(entry);
+            let mut entries = self.entries.lock().unwrap();
+            if entry.whole {
+                entries.clear();
+            }
+            entries.push(entry);
             Ok(head)
         };
         Box::pin(std::future::ready(answer))
+    }
+
+    fn whole_every(&self) -> u64 {
+        self.whole_every.unwrap_or(WHOLE_EVERY)
     }
 }
 
@@ -235,4 +246,45 @@ async fn an_empty_journal_is_seeded_with_the_local_history() {
     assert_eq!(journal.head_now().map(|h| (h.sequence, h.commit)), Some((1, trail[0].0.clone())));
     let other = open(second.path(), &journal).await;
     assert_eq!(history(&other).await, trail, "the tags come along");
+}
+
+/// Every few records one holds the whole history and the journal drops those before it:
+/// it keeps fewer records than that, not one a commit forever, and a host that never held
+/// the repo, or one left behind before the records it lacks were dropped, is brought to
+/// the head from them with the same shas and tags.
+#[tokio::test]
+async fn a_whole_record_every_few_drops_the_records_before_it_and_repos_still_come_to_the_head() {
+    let (first, second, third) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = Arc::new(Memory { whole_every: Some(4), ..Memory::default() });
+    let leader = open(first.path(), &journal).await;
+    let gate = leader.gate().await;
+    leader.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
+    drop(gate);
+    let behind = open(third.path(), &journal).await;
+    drop(behind);
+    let mut deployed = Vec::new();
+    for round in 1..=5u32 {
+        let gate = leader.gate().await;
+        leader.relock(&gate, "a", "/srv/agents/a", &rev(round * 2)).await.unwrap();
+        drop(gate);
+        deployed.push(deploy(&leader, "a", rev(round * 2 + 1)).await.tag);
+        let kept = journal.entries.lock().unwrap().len();
+        assert!(kept <= 4, "round {round}: the journal keeps {kept} records");
+    }
+    let head = journal.head_now().unwrap();
+    assert_eq!(head.commit, leader.head().await.unwrap().0);
+    let entries = journal.entries.lock().unwrap().clone();
+    assert!(head.sequence > 8, "{} records were made", head.sequence);
+    assert!(entries[0].sequence > 1 && entries[0].whole, "{entries:?}");
+    assert!(bundle_is_whole(&entries[0].bundle), "the first kept needs no record before it");
+    assert!(entries[1..].iter().all(|e| !bundle_is_whole(&e.bundle) && !e.whole), "{entries:?}");
+
+    for dir in [second.path(), third.path()] {
+        let other = open(dir, &journal).await;
+        assert_eq!(history(&other).await, history(&leader).await);
+        assert_eq!(snapshot(&other), snapshot(&leader));
+        let tags = git(other.dir(), &["tag", "--list"]);
+        assert_eq!(tags.lines().collect::<Vec<_>>(), deployed, "every deploy tag came along");
+    }
 }

@@ -108,9 +108,22 @@ pub enum Compare {
 /// An operation of a transaction.
 #[derive(Clone, Debug)]
 pub enum Op {
-    Put { key: Vec<u8>, value: Vec<u8>, lease: i64 },
-    Delete { key: Vec<u8> },
-    Get { key: Vec<u8> },
+    Put {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        lease: i64,
+    },
+    Delete {
+        key: Vec<u8>,
+    },
+    /// Every key from `from` up to `to`, not included.
+    DeleteRange {
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    Get {
+        key: Vec<u8>,
+    },
 }
 
 /// What a transaction did.
@@ -435,7 +448,13 @@ fn op_proto(op: &Op) -> proto::RequestOp {
         Op::Put { key, value, lease } => {
             proto::Request::Put(proto::PutRequest { key: key.clone(), value: value.clone(), lease: *lease })
         }
-        Op::Delete { key } => proto::Request::DeleteRange(proto::DeleteRangeRequest { key: key.clone() }),
+        Op::Delete { key } => {
+            proto::Request::DeleteRange(proto::DeleteRangeRequest { key: key.clone(), range_end: Vec::new() })
+        }
+        Op::DeleteRange { from, to } => proto::Request::DeleteRange(proto::DeleteRangeRequest {
+            key: from.clone(),
+            range_end: to.clone(),
+        }),
         Op::Get { key } => {
             proto::Request::Range(proto::RangeRequest { key: key.clone(), ..Default::default() })
         }

@@ -75,6 +75,9 @@ pub struct PutRequest {
 pub struct DeleteRangeRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
+    /// Empty: `key` alone; else every key from `key` up to this one, not included.
+    #[prost(bytes = "vec", tag = "2")]
+    pub range_end: Vec<u8>,
 }
 
 /// `etcdserverpb.RequestOp`.

@@ -201,7 +201,10 @@ impl Backend {
         let keys: Vec<Vec<u8>> = ops
             .iter()
             .map(|op| match op {
-                Op::Put { key, .. } | Op::Delete { key } | Op::Get { key } => key.clone(),
+                Op::Put { key, .. }
+                | Op::Delete { key }
+                | Op::Get { key }
+                | Op::DeleteRange { from: key, .. } => key.clone(),
             })
             .collect();
         let unknown = |why: String| Error::Unavailable {
@@ -232,7 +235,13 @@ impl Backend {
                     revision = revision.max(kv.mod_revision);
                 }
                 (Op::Delete { key }, None) => untouched &= read_of(key) == 0,
-                (Op::Put { key, .. } | Op::Delete { key } | Op::Get { key }, _) => {
+                (
+                    Op::Put { key, .. }
+                    | Op::Delete { key }
+                    | Op::Get { key }
+                    | Op::DeleteRange { from: key, .. },
+                    _,
+                ) => {
                     ours = false;
                     untouched &= now_at == read_of(key);
                 }
