@@ -3,10 +3,10 @@
 //! under `<prefix>_meta/<sequence>` (20 digits, so keys sort as records do): the sha, a
 //! newline, and the git bundle. A record is one transaction that writes both, guarded by
 //! the head's `mod_revision` as the leader read it (two writers never both extend one
-//! head: no fork) and by the leader's fence (a deposed leader records nothing). A whole
-//! record (the history's bundle, every [`Journal::whole_every`] records) deletes the
-//! records before it in its transaction, so the journal keeps fewer than that many and
-//! one bundle of the history. Reads are quorum reads.
+//! head: no fork) and by the leader's fence (a deposed leader records nothing). A record
+//! that folds in those before it (every [`crate::meta::FOLD_EVERY`]: the whole history,
+//! or the records since the last fold) deletes them in its transaction; it says which it
+//! stands for after its sha (`<sha> <first record>`). Reads are quorum reads.
 
 use std::sync::Arc;
 
@@ -95,23 +95,23 @@ impl EtcdJournal {
             // Every page at the first one's revision: one consistent read.
             revision = page.revision;
             for kv in &page.kvs {
-                let expected = match entries.last() {
-                    Some(last) => last.sequence + 1,
-                    // The first kept: the first, or a whole one (those before it dropped).
-                    None => self.sequence_of(&kv.key).unwrap_or(1),
-                };
-                if kv.key != self.entry_key(expected) {
-                    return Err(failed(format!(
-                        "record {expected} is missing (found {})",
-                        String::from_utf8_lossy(&kv.key)
-                    )));
-                }
-                let entry = decode_entry(expected, &kv.value).ok_or_else(|| {
-                    failed(format!("record {expected} is not a record hive writes (a commit, then a bundle)"))
+                let sequence = self.sequence_of(&kv.key).ok_or_else(|| {
+                    failed(format!("{} is not a record's key", String::from_utf8_lossy(&kv.key)))
                 })?;
-                if entries.is_empty() && expected != 1 && !entry.whole {
+                let entry = decode_entry(sequence, &kv.value).ok_or_else(|| {
+                    failed(format!(
+                        "record {sequence} is not a record hive writes (a commit and what it folds in, then a bundle)"
+                    ))
+                })?;
+                // Each record's bundle needs the commits of the one kept before it.
+                if entry.replaces != entries.last().map_or(1, |last| last.sequence + 1) {
+                    let before = match entries.last() {
+                        Some(last) => format!("the record kept before it is {}", last.sequence),
+                        None => "it is the first kept".to_string(),
+                    };
                     return Err(failed(format!(
-                        "record {expected} is the first it keeps, but its bundle needs the records before it"
+                        "record {sequence} holds the commits from record {} on, but {before}: records are missing",
+                        entry.replaces
                     )));
                 }
                 entries.push(entry);
@@ -165,8 +165,11 @@ impl EtcdJournal {
                 lease: 0,
             },
         ];
-        if entry.whole && entry.sequence > 1 {
-            puts.push(Op::DeleteRange { from: self.entry_key(1), to: self.entry_key(entry.sequence) });
+        if entry.replaces < entry.sequence {
+            puts.push(Op::DeleteRange {
+                from: self.entry_key(entry.replaces),
+                to: self.entry_key(entry.sequence),
+            });
         }
         let gets = [Op::Get { key: head_key }, Op::Get { key: fence.key.clone() }];
         let written =
@@ -207,10 +210,14 @@ impl EtcdJournal {
     }
 }
 
-/// A record as etcd holds it: the commit's sha, a newline, the bundle.
+/// A record as etcd holds it: the commit's sha (then a space and the first record it
+/// stands for, when it folds in others), a newline, the bundle.
 fn encode_entry(entry: &JournalEntry) -> Vec<u8> {
-    let mut value = Vec::with_capacity(entry.commit.len() + 1 + entry.bundle.len());
+    let folds = (entry.replaces != entry.sequence).then(|| format!(" {}", entry.replaces));
+    let folds = folds.unwrap_or_default();
+    let mut value = Vec::with_capacity(entry.commit.len() + folds.len() + 1 + entry.bundle.len());
     value.extend_from_slice(entry.commit.as_bytes());
+    value.extend_from_slice(folds.as_bytes());
     value.push(b'\n');
     value.extend_from_slice(&entry.bundle);
     value
@@ -218,16 +225,19 @@ fn encode_entry(entry: &JournalEntry) -> Vec<u8> {
 
 fn decode_entry(sequence: u64, value: &[u8]) -> Option<JournalEntry> {
     let newline = value.iter().position(|b| *b == b'\n')?;
-    let commit = std::str::from_utf8(&value[..newline]).ok()?;
+    let line = std::str::from_utf8(&value[..newline]).ok()?;
+    let (commit, replaces) = match line.split_once(' ') {
+        Some((commit, replaces)) => (commit, replaces.parse().ok().filter(|r| (1..sequence).contains(r))?),
+        None => (line, sequence),
+    };
     if commit.is_empty() || !commit.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let bundle = value[newline + 1..].to_vec();
     Some(JournalEntry {
         sequence,
         commit: commit.to_string(),
-        whole: crate::meta::bundle_is_whole(&bundle),
-        bundle,
+        bundle: value[newline + 1..].to_vec(),
+        replaces,
     })
 }
 

@@ -37,7 +37,7 @@ async fn lead(store: &Store) -> Fence {
 }
 
 fn entry(sequence: u64, commit: &str, bundle: &[u8]) -> JournalEntry {
-    JournalEntry { sequence, commit: commit.into(), bundle: bundle.to_vec(), whole: false }
+    JournalEntry { sequence, commit: commit.into(), bundle: bundle.to_vec(), replaces: sequence }
 }
 
 fn refused<T: std::fmt::Debug>(result: crate::meta::Result<T>, says: &str) {
@@ -102,52 +102,49 @@ async fn many_records_read_back_in_order_across_pages() {
     refused(journal.entries(71).await, "holds 70 of the records up to 71");
 }
 
-/// A whole record (a bundle that needs no commit before it) deletes the records before it
-/// in its own transaction; reads start at it; a first kept record that is not whole (its
-/// bundle names prerequisites) is refused by name, not applied.
+/// A record that folds in those before it deletes them in its own transaction, and reads
+/// back saying so; the whole history's (from record 1) leaves it the first kept. A record
+/// kept out of that order (a stray one where a fold took its place) is refused by name,
+/// not applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_whole_record_drops_the_records_before_it() {
+async fn a_record_that_folds_in_others_drops_them() {
     let cluster = LocalCluster::start(1).unwrap();
     let store = replica(&cluster).await;
     lead(&store).await;
     let journal = journal(&store);
-    let delta =
-        |n: u64| format!("# v2 git bundle\n-{n:040x} prerequisite\n{:040x} refs/heads/main\n\nPACK", n + 1);
+    let sha = |n: u64| format!("{n:040x}");
     let mut head = None;
     for sequence in 1..=5u64 {
-        let record = entry(sequence, &format!("{sequence:040x}"), delta(sequence).as_bytes());
-        head = Some(journal.record(head, record).await.unwrap());
+        head = Some(journal.record(head, entry(sequence, &sha(sequence), b"one commit")).await.unwrap());
     }
-    let history =
-        format!("# v2 git bundle\n{:040x} refs/heads/main\n{:040x} refs/tags/deploy/a/1\n\nPACK", 6, 4);
-    assert!(
-        crate::meta::bundle_is_whole(history.as_bytes())
-            && !crate::meta::bundle_is_whole(delta(1).as_bytes())
-    );
-    let whole = JournalEntry { whole: true, ..entry(6, &format!("{:040x}", 6), history.as_bytes()) };
-    head = Some(journal.record(head, whole).await.unwrap());
-    head = Some(journal.record(head, entry(7, &format!("{:040x}", 7), delta(7).as_bytes())).await.unwrap());
+    let fold = JournalEntry { replaces: 3, ..entry(6, &sha(6), b"records 3 to 6") };
+    head = Some(journal.record(head, fold).await.unwrap());
+    head = Some(journal.record(head, entry(7, &sha(7), b"one commit")).await.unwrap());
+    let read = |entries: Vec<JournalEntry>| -> Vec<(u64, u64)> {
+        entries.iter().map(|e| (e.sequence, e.replaces)).collect()
+    };
+    assert_eq!(read(journal.entries(7).await.unwrap()), [(1, 1), (2, 2), (6, 3), (7, 7)]);
 
-    let read = journal.entries(7).await.unwrap();
-    let got: Vec<(u64, bool)> = read.iter().map(|e| (e.sequence, e.whole)).collect();
-    assert_eq!(got, [(6, true), (7, false)]);
+    let whole = JournalEntry { replaces: 1, ..entry(8, &sha(8), b"the whole history") };
+    head = Some(journal.record(head, whole).await.unwrap());
+    assert_eq!(read(journal.entries(8).await.unwrap()), [(8, 1)]);
     let backend = store.etcd().unwrap();
     let prefix = backend.internal_key("meta/0");
     let mut end = prefix.clone();
     *end.last_mut().unwrap() += 1;
     let keys = backend.client().range(&prefix, &end, 0, 0).await.unwrap();
-    assert_eq!(keys.kvs.len(), 2, "records 1 to 5 are gone from etcd");
+    assert_eq!(keys.kvs.len(), 1, "records 1 to 7 are gone from etcd");
 
-    // A journal whose first kept record needs the ones before it is damaged: named.
+    // A record where the fold left none: the journal is damaged, and says where.
     let stray = Op::Put {
         key: backend.internal_key(&format!("meta/{:020}", 5)),
-        value: format!("{:040x}\n{}", 5, delta(5)).into_bytes(),
+        value: format!("{}\none commit", sha(5)).into_bytes(),
         lease: 0,
     };
     backend.client().txn(&[], &[stray], &[]).await.unwrap();
     refused(
-        journal.entries(7).await,
-        "record 5 is the first it keeps, but its bundle needs the records before it",
+        journal.entries(8).await,
+        "record 5 holds the commits from record 5 on, but it is the first kept",
     );
     assert_eq!(journal.head().await.unwrap(), head);
 }

@@ -47,19 +47,21 @@ pub struct JournalHead {
     pub version: u64,
 }
 
-/// One record: a git bundle of the commits from the previous head to `commit`, with the
-/// deploy tags on them; or, when `whole`, of the whole history to `commit`.
+/// One record: a git bundle of the commits of records `replaces..=sequence` (those after
+/// record `replaces - 1`'s commit, up to `commit`), with the deploy tags on them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct JournalEntry {
     /// Its place in the journal (the first is 1).
     pub sequence: u64,
     /// The commit the branch is at after it.
     pub commit: String,
-    /// `git bundle create` of `<previous head>..commit`, or of `commit` and every deploy
-    /// tag on its history when `whole`.
+    /// `git bundle create` of `<record replaces - 1's commit>..commit` (of the whole
+    /// history when `replaces` is 1).
     pub bundle: Vec<u8>,
-    /// Whether the bundle needs no record before it: the journal then drops those.
-    pub whole: bool,
+    /// The first record whose commits the bundle holds: `sequence` for a record of one
+    /// commit's; lower for one that folds records `replaces..sequence` into it (the
+    /// journal drops those), 1 for the whole history.
+    pub replaces: u64,
 }
 
 impl fmt::Debug for JournalEntry {
@@ -68,7 +70,7 @@ impl fmt::Debug for JournalEntry {
             .field("sequence", &self.sequence)
             .field("commit", &self.commit)
             .field("bundle_bytes", &self.bundle.len())
-            .field("whole", &self.whole)
+            .field("replaces", &self.replaces)
             .finish()
     }
 }
@@ -79,32 +81,33 @@ pub trait Journal: Send + Sync + fmt::Debug {
     /// the call (a quorum read).
     fn head(&self) -> BoxFuture<'_, Result<Option<JournalHead>>>;
 
-    /// Every entry it keeps up to `sequence`, in order: from the first, or from the last
-    /// whole one (those before it were dropped).
+    /// Every entry it keeps up to `sequence`, in order: each one's `replaces` follows
+    /// the one before it, and the first's is 1.
     fn entries(&self, sequence: u64) -> BoxFuture<'_, Result<Vec<JournalEntry>>>;
 
     /// Appends `entry` after `after` (`None`: as the first) and makes it the head, only
     /// if the head is still `after` and this writer may still write (a deposed leader may
-    /// not); otherwise nothing changes and it is an error. A `whole` entry drops every
-    /// record before it in the same write. Returns the new head.
+    /// not); otherwise nothing changes and it is an error. The records `entry` folds in
+    /// (`entry.replaces..entry.sequence`) are dropped in the same write. Returns the new
+    /// head.
     fn record(&self, after: Option<JournalHead>, entry: JournalEntry) -> BoxFuture<'_, Result<JournalHead>>;
 
-    /// The largest bundle one record holds: a whole bundle over it is not written (the
-    /// record holds the commit's own bundle, and the records before it stay).
+    /// The largest bundle one record holds: a fold whose bundle is larger is not written.
     fn largest_bundle(&self) -> usize {
         usize::MAX
     }
 
-    /// Every how many records one holds the whole history, so that the journal keeps
-    /// fewer than that many records and one bundle of the history, not one record a
-    /// commit forever.
-    fn whole_every(&self) -> u64 {
-        WHOLE_EVERY
+    /// Every how many records one folds in those before it (see [`FOLD_EVERY`]).
+    fn fold_every(&self) -> u64 {
+        FOLD_EVERY
     }
 }
 
-/// Every how many records one holds the whole history (see [`Journal::whole_every`]).
-pub const WHOLE_EVERY: u64 = 100;
+/// Every how many records one folds in those before it: the whole history when its
+/// bundle fits one record, else the records since the last fold (or the first). The
+/// journal then keeps fewer than this many records and one bundle of the history, or,
+/// once the history outgrows a record, one record a hundred commits.
+pub const FOLD_EVERY: u64 = 100;
 
 /// A repo that is journaled: the journal and the head this repo is at.
 pub(super) struct Journaled {
@@ -120,7 +123,7 @@ impl Journaled {
         let Some(head) = journal.head().await? else {
             let mut journaled = Journaled { journal, head: None };
             if let Some(local) = local {
-                let tags = merged_tags(git).await?;
+                let tags = merged_tags(git, None).await?;
                 journaled.append(git, &local, &tags).await?;
                 tracing::info!(commit = %local, tags = tags.len(), "seeded the meta repo's journal with this replica's history");
             }
@@ -194,30 +197,59 @@ impl Journaled {
         }
     }
 
-    /// Appends the commits from the journal's head to `new` (the branch's tip): every
-    /// [`Journal::whole_every`] records, the whole history, so the records before can go.
+    /// Appends the commits from the journal's head to `new` (the branch's tip); every
+    /// [`Journal::fold_every`] records, folding in those before it (see [`FOLD_EVERY`]).
     async fn append(&mut self, git: &Git, new: &str, tags: &[String]) -> Result<()> {
-        let sequence = self.head.as_ref().map_or(1, |head| head.sequence + 1);
-        let base = self.head.as_ref().map(|head| head.commit.as_str());
-        let mut whole = None;
-        if base.is_some() && sequence % self.journal.whole_every().max(1) == 0 {
-            let history = bundle(git, None, &merged_tags(git).await?).await?;
-            if history.len() <= self.journal.largest_bundle() {
-                whole = Some(history);
-            } else {
-                tracing::warn!(record = sequence, bytes = history.len(), largest = self.journal.largest_bundle(),
-                    "the meta repo's history is too large for one journal record: its records before this one stay");
-            }
-        }
-        let entry = match whole {
-            Some(bundle) => JournalEntry { sequence, commit: new.to_string(), bundle, whole: true },
-            None => {
-                let bundle = bundle(git, base, tags).await?;
-                JournalEntry { sequence, commit: new.to_string(), bundle, whole: base.is_none() }
-            }
+        let Some(head) = self.head.clone() else {
+            let bundle = bundle(git, None, tags).await?;
+            let entry = JournalEntry { sequence: 1, commit: new.to_string(), bundle, replaces: 1 };
+            self.head = Some(self.journal.record(None, entry).await?);
+            return Ok(());
         };
-        self.head = Some(self.journal.record(self.head.clone(), entry).await?);
+        let sequence = head.sequence + 1;
+        let every = self.journal.fold_every().max(2);
+        let folded = match sequence % every {
+            // A fold is a saving, not a duty: one that fails leaves an ordinary record.
+            0 => self.fold(git, sequence, every).await.unwrap_or_else(|error| {
+                tracing::warn!(%error, record = sequence, "cannot fold the meta repo's journal records: recording this commit alone");
+                None
+            }),
+            _ => None,
+        };
+        let (bundle, replaces) = match folded {
+            Some(folded) => folded,
+            None => (bundle(git, Some(&head.commit), tags).await?, sequence),
+        };
+        let entry = JournalEntry { sequence, commit: new.to_string(), bundle, replaces };
+        self.head = Some(self.journal.record(Some(head), entry).await?);
         Ok(())
+    }
+
+    /// The bundle and `replaces` of record `sequence` folding in those before it: the
+    /// whole history, else the commits since the last record kept before this run of
+    /// `every`; none when neither fits one record (it then holds its own commit).
+    async fn fold(&self, git: &Git, sequence: u64, every: u64) -> Result<Option<(Vec<u8>, u64)>> {
+        let largest = self.journal.largest_bundle();
+        let history = bundle(git, None, &merged_tags(git, None).await?).await?;
+        if history.len() <= largest {
+            return Ok(Some((history, 1)));
+        }
+        let kept = self.journal.entries(sequence - 1).await?;
+        let last_run = kept.iter().rev().find(|entry| entry.sequence <= sequence - every);
+        let Some(since) = last_run.or(kept.first()) else {
+            return Ok(None);
+        };
+        let run = bundle(git, Some(&since.commit), &merged_tags(git, Some(&since.commit)).await?).await?;
+        if run.len() <= largest {
+            return Ok(Some((run, since.sequence + 1)));
+        }
+        tracing::warn!(
+            record = sequence,
+            bytes = run.len(),
+            largest,
+            "the meta repo's last commits are too large to fold into one journal record: the records stay"
+        );
+        Ok(None)
     }
 }
 
@@ -288,16 +320,6 @@ async fn fetch(git: &Git, bytes: &[u8]) -> Result<()> {
     fetched.map(drop)
 }
 
-/// Whether a git bundle needs no commit it does not hold: its header (up to the first
-/// empty line) names no prerequisite (a line starting with `-`).
-pub fn bundle_is_whole(bundle: &[u8]) -> bool {
-    let mut lines = bundle.split(|b| *b == b'\n');
-    let signature = lines.next().unwrap_or_default();
-    signature.starts_with(b"# v")
-        && signature.ends_with(b" git bundle")
-        && lines.take_while(|line| !line.is_empty()).all(|line| !line.starts_with(b"-"))
-}
-
 /// Whether the repo holds commit `sha`.
 async fn has_commit(git: &Git, sha: &str) -> Result<bool> {
     let object = format!("{sha}^{{commit}}");
@@ -309,9 +331,12 @@ async fn is_ancestor(git: &Git, ancestor: &str, descendant: &str) -> Result<bool
     Ok(git.probe(&["merge-base", "--is-ancestor", ancestor, descendant]).await?.success)
 }
 
-/// The tags on commits of the branch (what seeding records).
-async fn merged_tags(git: &Git) -> Result<Vec<String>> {
-    let out = git.run(&["tag", "--list", "--merged", BRANCH]).await?;
+/// The tags on commits of the branch (what seeding records), or on those of its commits
+/// after `since`.
+async fn merged_tags(git: &Git, since: Option<&str>) -> Result<Vec<String>> {
+    let mut args = vec!["tag", "--list", "--merged", BRANCH];
+    args.extend(since.iter().flat_map(|since| ["--no-merged", since]));
+    let out = git.run(&args).await?;
     Ok(out.lines().map(str::trim).filter(|t| !t.is_empty()).map(str::to_string).collect())
 }
 

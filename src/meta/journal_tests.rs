@@ -15,12 +15,14 @@ use super::tests::{agent, git, rev};
 use super::*;
 
 /// A journal in memory; `refuse` makes every record fail, as a deposed leader's does;
-/// `whole_every`, when set, is how often a record holds the whole history.
+/// `fold_every` and `largest`, when set, how often a record folds in those before it and
+/// the largest bundle one holds.
 #[derive(Debug, Default)]
 struct Memory {
     entries: StdMutex<Vec<JournalEntry>>,
     refuse: AtomicBool,
-    whole_every: Option<u64>,
+    fold_every: Option<u64>,
+    largest: Option<usize>,
 }
 
 impl Memory {
@@ -57,17 +59,19 @@ impl Journal for Memory {
                 version: entry.sequence,
             };
             let mut entries = self.entries.lock().unwrap();
-            if entry.whole {
-                entries.clear();
-            }
+            entries.retain(|kept| kept.sequence < entry.replaces);
             entries.push(entry);
             Ok(head)
         };
         Box::pin(std::future::ready(answer))
     }
 
-    fn whole_every(&self) -> u64 {
-        self.whole_every.unwrap_or(WHOLE_EVERY)
+    fn fold_every(&self) -> u64 {
+        self.fold_every.unwrap_or(FOLD_EVERY)
+    }
+
+    fn largest_bundle(&self) -> usize {
+        self.largest.unwrap_or(usize::MAX)
     }
 }
 
@@ -248,27 +252,45 @@ async fn an_empty_journal_is_seeded_with_the_local_history() {
     assert_eq!(history(&other).await, trail, "the tags come along");
 }
 
-/// Every few records one holds the whole history and the journal drops those before it:
-/// it keeps fewer records than that, not one a commit forever, and a host that never held
-/// the repo, or one left behind before the records it lacks were dropped, is brought to
-/// the head from them with the same shas and tags.
+/// Deploys of one agent, each after a relock of it, from `round` on: their tags.
+async fn deploy_rounds(leader: &Meta, rounds: std::ops::RangeInclusive<u32>) -> Vec<String> {
+    let mut tags = Vec::new();
+    for round in rounds {
+        let gate = leader.gate().await;
+        leader.relock(&gate, "a", "/srv/agents/a", &rev(round * 2)).await.unwrap();
+        drop(gate);
+        tags.push(deploy(leader, "a", rev(round * 2 + 1)).await.tag);
+    }
+    tags
+}
+
+/// Repos at `dirs` (new, or left behind) opened on `journal` come to `leader`'s head, with
+/// the same shas, files and deploy tags.
+async fn all_come_to_the_head(leader: &Meta, journal: &Arc<Memory>, dirs: &[&Path]) {
+    for dir in dirs {
+        let other = open(dir, journal).await;
+        assert_eq!(history(&other).await, history(leader).await);
+        assert_eq!(snapshot(&other), snapshot(leader));
+        assert_eq!(git(other.dir(), &["tag", "--list"]), git(leader.dir(), &["tag", "--list"]));
+    }
+}
+
+/// Every few records one folds in the whole history and the journal drops the records
+/// before it: it keeps fewer records than that, not one a commit forever, and a host that
+/// never held the repo, or one left behind before the records it lacks were dropped, is
+/// brought to the head from them with the same shas and tags.
 #[tokio::test]
-async fn a_whole_record_every_few_drops_the_records_before_it_and_repos_still_come_to_the_head() {
+async fn a_record_every_few_folds_in_the_whole_history_and_repos_still_come_to_the_head() {
     let (first, second, third) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let journal = Arc::new(Memory { whole_every: Some(4), ..Memory::default() });
+    let journal = Arc::new(Memory { fold_every: Some(4), ..Memory::default() });
     let leader = open(first.path(), &journal).await;
     let gate = leader.gate().await;
     leader.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
     drop(gate);
-    let behind = open(third.path(), &journal).await;
-    drop(behind);
-    let mut deployed = Vec::new();
+    drop(open(third.path(), &journal).await);
     for round in 1..=5u32 {
-        let gate = leader.gate().await;
-        leader.relock(&gate, "a", "/srv/agents/a", &rev(round * 2)).await.unwrap();
-        drop(gate);
-        deployed.push(deploy(&leader, "a", rev(round * 2 + 1)).await.tag);
+        deploy_rounds(&leader, round..=round).await;
         let kept = journal.entries.lock().unwrap().len();
         assert!(kept <= 4, "round {round}: the journal keeps {kept} records");
     }
@@ -276,15 +298,39 @@ async fn a_whole_record_every_few_drops_the_records_before_it_and_repos_still_co
     assert_eq!(head.commit, leader.head().await.unwrap().0);
     let entries = journal.entries.lock().unwrap().clone();
     assert!(head.sequence > 8, "{} records were made", head.sequence);
-    assert!(entries[0].sequence > 1 && entries[0].whole, "{entries:?}");
-    assert!(bundle_is_whole(&entries[0].bundle), "the first kept needs no record before it");
-    assert!(entries[1..].iter().all(|e| !bundle_is_whole(&e.bundle) && !e.whole), "{entries:?}");
+    assert!(entries[0].sequence > 1 && entries[0].replaces == 1, "{entries:?}");
+    assert!(entries[1..].iter().all(|e| e.replaces == e.sequence), "{entries:?}");
+    assert_eq!(git(leader.dir(), &["tag", "--list"]).lines().count(), 5);
+    all_come_to_the_head(&leader, &journal, &[second.path(), third.path()]).await;
+}
 
-    for dir in [second.path(), third.path()] {
-        let other = open(dir, &journal).await;
-        assert_eq!(history(&other).await, history(&leader).await);
-        assert_eq!(snapshot(&other), snapshot(&leader));
-        let tags = git(other.dir(), &["tag", "--list"]);
-        assert_eq!(tags.lines().collect::<Vec<_>>(), deployed, "every deploy tag came along");
+/// Once the whole history is larger than a record holds, each fold takes in the records
+/// since the last one: the journal keeps one record a few, each replica still comes to
+/// the head.
+#[tokio::test]
+async fn once_the_history_outgrows_a_record_each_fold_takes_the_records_since_the_last() {
+    let (first, second, third) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A record holds about five commits' bundle, far less than the history below.
+    let journal = Arc::new(Memory { fold_every: Some(4), largest: Some(4000), ..Memory::default() });
+    let leader = open(first.path(), &journal).await;
+    let gate = leader.gate().await;
+    leader.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
+    drop(gate);
+    drop(open(third.path(), &journal).await);
+    deploy_rounds(&leader, 1..=12).await;
+
+    let head = journal.head_now().unwrap();
+    let entries = journal.entries.lock().unwrap().clone();
+    let folds: Vec<_> = entries.iter().filter(|e| e.replaces < e.sequence).collect();
+    assert!(folds.len() >= 4, "{entries:?}");
+    assert!(folds.iter().all(|e| e.bundle.len() <= 4000), "{entries:?}");
+    // The whole history fitted a record at first (the first kept folds it in), then no more.
+    assert_eq!(entries[0].replaces, 1, "{entries:?}");
+    assert!(folds[1..].iter().all(|e| e.replaces > 1), "{entries:?}");
+    assert!(entries.len() as u64 <= head.sequence / 2, "{} records kept of {}", entries.len(), head.sequence);
+    for pair in entries.windows(2) {
+        assert_eq!(pair[1].replaces, pair[0].sequence + 1, "each record follows the one kept before it");
     }
+    all_come_to_the_head(&leader, &journal, &[second.path(), third.path()]).await;
 }

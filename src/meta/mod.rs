@@ -42,7 +42,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use audit::AuditEntry;
 pub use deploy::{Deployed, PreparedDeploy};
 pub use error::{Error, Result};
-pub use journal::{bundle_is_whole, Journal, JournalEntry, JournalHead, WHOLE_EVERY};
+pub use journal::{Journal, JournalEntry, JournalHead, FOLD_EVERY};
 pub use repair::Repairs;
 
 use files::{commit_files, FileWrite, Message, Op};
