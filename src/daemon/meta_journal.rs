@@ -95,12 +95,12 @@ impl EtcdJournal {
             // Every page at the first one's revision: one consistent read.
             revision = page.revision;
             for kv in &page.kvs {
-                let sequence = self.sequence_of(&kv.key).ok_or_else(|| {
+                let at = self.sequence_of(&kv.key).ok_or_else(|| {
                     failed(format!("{} is not a record's key", String::from_utf8_lossy(&kv.key)))
                 })?;
-                let entry = decode_entry(sequence, &kv.value).ok_or_else(|| {
+                let entry = decode_entry(at, &kv.value).ok_or_else(|| {
                     failed(format!(
-                        "record {sequence} is not a record hive writes (a commit and what it folds in, then a bundle)"
+                        "record {at} is not a record hive writes (a commit and what it folds in, then a bundle)"
                     ))
                 })?;
                 // Each record's bundle needs the commits of the one kept before it.
@@ -110,7 +110,7 @@ impl EtcdJournal {
                         None => "it is the first kept".to_string(),
                     };
                     return Err(failed(format!(
-                        "record {sequence} holds the commits from record {} on, but {before}: records are missing",
+                        "record {at} holds the commits from record {} on, but {before}: records are missing",
                         entry.replaces
                     )));
                 }

@@ -113,6 +113,9 @@ pub const FOLD_EVERY: u64 = 100;
 pub(super) struct Journaled {
     journal: std::sync::Arc<dyn Journal>,
     head: Option<JournalHead>,
+    /// Whether the whole history was found too large for one record: it only grows, so
+    /// the folds after take the records since the last fold without trying it again.
+    outgrown: bool,
 }
 
 impl Journaled {
@@ -121,7 +124,7 @@ impl Journaled {
     pub async fn restore(journal: std::sync::Arc<dyn Journal>, git: &Git) -> Result<Journaled> {
         let local = git.head().await?;
         let Some(head) = journal.head().await? else {
-            let mut journaled = Journaled { journal, head: None };
+            let mut journaled = Journaled { journal, head: None, outgrown: false };
             if let Some(local) = local {
                 let tags = merged_tags(git, None).await?;
                 journaled.append(git, &local, &tags).await?;
@@ -174,7 +177,7 @@ impl Journaled {
             git.run(&["update-ref", "-d", &from]).await?;
             tracing::warn!(tag, kept, "a deploy tag the journal never recorded was kept aside");
         }
-        Ok(Journaled { journal, head: Some(head) })
+        Ok(Journaled { journal, head: Some(head), outgrown: false })
     }
 
     /// Records commit `new`, made on top of `before` (`None`: the first commit), with
@@ -228,11 +231,14 @@ impl Journaled {
     /// The bundle and `replaces` of record `sequence` folding in those before it: the
     /// whole history, else the commits since the last record kept before this run of
     /// `every`; none when neither fits one record (it then holds its own commit).
-    async fn fold(&self, git: &Git, sequence: u64, every: u64) -> Result<Option<(Vec<u8>, u64)>> {
+    async fn fold(&mut self, git: &Git, sequence: u64, every: u64) -> Result<Option<(Vec<u8>, u64)>> {
         let largest = self.journal.largest_bundle();
-        let history = bundle(git, None, &merged_tags(git, None).await?).await?;
-        if history.len() <= largest {
-            return Ok(Some((history, 1)));
+        if !self.outgrown {
+            let history = bundle(git, None, &merged_tags(git, None).await?).await?;
+            if history.len() <= largest {
+                return Ok(Some((history, 1)));
+            }
+            self.outgrown = true;
         }
         let kept = self.journal.entries(sequence - 1).await?;
         let last_run = kept.iter().rev().find(|entry| entry.sequence <= sequence - every);
