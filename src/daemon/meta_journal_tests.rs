@@ -36,6 +36,28 @@ async fn lead(store: &Store) -> Fence {
     fence
 }
 
+/// A replica on `cluster` that leads, and its journal.
+async fn leading_journal(cluster: &LocalCluster) -> (Store, EtcdJournal) {
+    let store = replica(cluster).await;
+    lead(&store).await;
+    let journal = journal(&store);
+    (store, journal)
+}
+
+/// Records 1 to `records`, each one commit's (sha: its number in hex) with `bundle(n)`.
+async fn record_commits(
+    journal: &EtcdJournal,
+    records: u64,
+    bundle: impl Fn(u64) -> Vec<u8>,
+) -> Option<JournalHead> {
+    let mut head = None;
+    for sequence in 1..=records {
+        let commit = format!("{sequence:040x}");
+        head = Some(journal.record(head, entry(sequence, &commit, &bundle(sequence))).await.unwrap());
+    }
+    head
+}
+
 fn entry(sequence: u64, commit: &str, bundle: &[u8]) -> JournalEntry {
     JournalEntry { sequence, commit: commit.into(), bundle: bundle.to_vec(), replaces: sequence }
 }
@@ -84,16 +106,8 @@ async fn only_the_leader_records_a_deposed_one_is_refused_and_no_two_records_ext
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_records_read_back_in_order_across_pages() {
     let cluster = LocalCluster::start(1).unwrap();
-    let store = replica(&cluster).await;
-    lead(&store).await;
-    let journal = journal(&store);
-    let mut head = None;
-    for sequence in 1..=70u64 {
-        let commit = format!("{sequence:040x}");
-        head = Some(
-            journal.record(head, entry(sequence, &commit, sequence.to_string().as_bytes())).await.unwrap(),
-        );
-    }
+    let (_store, journal) = leading_journal(&cluster).await;
+    record_commits(&journal, 70, |sequence| sequence.to_string().into_bytes()).await;
     let read = journal.entries(70).await.unwrap();
     assert_eq!(read.len(), 70);
     assert!(read.iter().enumerate().all(|(i, e)| e.sequence == i as u64 + 1
@@ -109,14 +123,9 @@ async fn many_records_read_back_in_order_across_pages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_folds_in_others_drops_them() {
     let cluster = LocalCluster::start(1).unwrap();
-    let store = replica(&cluster).await;
-    lead(&store).await;
-    let journal = journal(&store);
+    let (store, journal) = leading_journal(&cluster).await;
     let sha = |n: u64| format!("{n:040x}");
-    let mut head = None;
-    for sequence in 1..=5u64 {
-        head = Some(journal.record(head, entry(sequence, &sha(sequence), b"one commit")).await.unwrap());
-    }
+    let mut head = record_commits(&journal, 5, |_| b"one commit".to_vec()).await;
     let fold = JournalEntry { replaces: 3, ..entry(6, &sha(6), b"records 3 to 6") };
     head = Some(journal.record(head, fold).await.unwrap());
     head = Some(journal.record(head, entry(7, &sha(7), b"one commit")).await.unwrap());
