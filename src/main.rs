@@ -19,12 +19,17 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let cli = hive::cli::parse();
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = cli.worker_threads() {
+        builder.worker_threads(workers);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(hive::cli::main())
+    runtime.block_on(hive::cli::run(cli))
 }

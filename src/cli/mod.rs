@@ -224,8 +224,24 @@ impl std::error::Error for Reported {}
 
 /// Parses the command line, runs the verb, and maps its outcome to an exit code:
 /// 0 on success, 1 on any failure (printed kubectl-style on stderr), 2 for usage errors.
-pub async fn main() -> ExitCode {
-    let cli = Cli::parse();
+/// Reads the command line; a bad one exits here with clap's message naming the flag.
+pub fn parse() -> Cli {
+    Cli::parse()
+}
+
+impl Cli {
+    /// How many worker threads the async runtime is built with (`hive serve
+    /// --worker-threads`); `None`: tokio's default, one a core.
+    pub fn worker_threads(&self) -> Option<usize> {
+        match &self.command {
+            Command::Serve(args) => args.worker_threads.map(usize::from),
+            _ => None,
+        }
+    }
+}
+
+/// Runs the command `cli` names.
+pub async fn run(cli: Cli) -> ExitCode {
     let ctx = Context { kubeconfig: cli.kubeconfig };
     let result = match cli.command {
         Command::Apply(args) => apply::exec(args, &ctx).await,

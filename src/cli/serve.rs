@@ -99,6 +99,14 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     pub agent_controller: bool,
 
+    /// How many threads serve requests and run the controllers (the async runtime's
+    /// workers), 1 to 1024. Default: one a CPU core. The store's commit, checkpoint and
+    /// audit-log threads come on top, so on a small machine that also runs the agents (or
+    /// the clients) one fewer than the cores can answer sooner: docs/benchmarks.md
+    /// measures a 2-core machine.
+    #[arg(long, value_name = "N", env = "HIVE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
+
     /// How many heavy Job nodes (builds, swaps, first creates) run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub build_slots: usize,

@@ -115,6 +115,8 @@ pub async fn run(
     config: DaemonConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(workers, "the async runtime's worker threads (--worker-threads)");
     let state_dir = config.state_dir.clone();
     crate::auth::secret_file::create_private_dir(&state_dir)
         .with_context(|| format!("creating state directory {}", state_dir.display()))?;

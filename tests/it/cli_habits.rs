@@ -385,3 +385,46 @@ async fn terminal_escapes_in_objects_do_not_reach_the_terminal() {
         serde_yaml_ng::from_str(&ok(hive(&d, &[], &["get", "approval", "evil", "-o", "yaml"]))).unwrap();
     assert_eq!(yaml["spec"]["summary"], evil);
 }
+
+/// How many worker threads the daemon's async runtime has, as it logs them at start (the
+/// runtime's own count; its blocking threads share the workers' thread name, so
+/// `/proc/PID/task` cannot tell them apart).
+async fn runtime_workers(daemon: &Daemon) -> usize {
+    let said = crate::harness::eventually("the worker count in the daemon's log", || async move {
+        let log = daemon.log();
+        let line = log.lines().find(|l| l.contains("the async runtime's worker threads"))?.to_string();
+        Some(line)
+    })
+    .await;
+    let count = said.split("workers=").nth(1).and_then(|rest| rest.split_whitespace().next());
+    count.and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no worker count in {said:?}"))
+}
+
+#[tokio::test]
+async fn serve_runs_as_many_workers_as_asked_and_refuses_a_count_it_cannot() {
+    // One worker: the daemon still answers a write and a watch sees it.
+    let daemon = Daemon::start_with(&["--worker-threads", "1"]);
+    assert_eq!(runtime_workers(&daemon).await, 1, "threads of a daemon asked for one worker");
+    let api = daemon.client();
+    let mut watch = api.watch("/apis/hive.dev/v1/agents?watch=true").await;
+    let created = api.post("/apis/hive.dev/v1/agents", &crate::harness::agent("one-worker")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let event = watch.next(std::time::Duration::from_secs(10)).await.expect("the watch saw the create");
+    assert_eq!(event["object"]["metadata"]["name"], "one-worker", "{event}");
+
+    // The environment says the same as the flag.
+    let env = Daemon::start_with_env(&[], &[("HIVE_WORKER_THREADS", "3")]);
+    assert_eq!(runtime_workers(&env).await, 3, "threads of a daemon given HIVE_WORKER_THREADS=3");
+
+    for bad in ["0", "1025", "many"] {
+        let out = Command::new(hive_bin())
+            .args(["serve", "--worker-threads", bad, "--state-dir", "/nonexistent/never-made"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run hive serve");
+        assert_eq!(out.status.code(), Some(2), "--worker-threads {bad} is a usage error");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("--worker-threads"), "the error names the flag: {said}");
+        assert!(!std::path::Path::new("/nonexistent/never-made").exists(), "nothing was made");
+    }
+}
