@@ -222,9 +222,8 @@ impl std::fmt::Display for Reported {
 
 impl std::error::Error for Reported {}
 
-/// Parses the command line, runs the verb, and maps its outcome to an exit code:
-/// 0 on success, 1 on any failure (printed kubectl-style on stderr), 2 for usage errors.
-/// Reads the command line; a bad one exits here with clap's message naming the flag.
+/// Reads the command line; a bad one exits here, with clap's message naming the flag and
+/// exit code 2, before anything else runs.
 pub fn parse() -> Cli {
     Cli::parse()
 }
@@ -240,7 +239,8 @@ impl Cli {
     }
 }
 
-/// Runs the command `cli` names.
+/// Runs the verb `cli` names and maps its outcome to an exit code: 0 on success, 1 on
+/// any failure (printed kubectl-style on stderr), 2 for usage errors.
 pub async fn run(cli: Cli) -> ExitCode {
     let ctx = Context { kubeconfig: cli.kubeconfig };
     let result = match cli.command {

@@ -101,9 +101,9 @@ pub struct Args {
 
     /// How many threads serve requests and run the controllers (the async runtime's
     /// workers), 1 to 1024. Default: one a CPU core. The store's commit, checkpoint and
-    /// audit-log threads come on top, so on a small machine that also runs the agents (or
-    /// the clients) one fewer than the cores can answer sooner: docs/benchmarks.md
-    /// measures a 2-core machine.
+    /// audit-log threads come on top. On a small machine shared with the agents, fewer
+    /// workers can deliver a busy stream of events sooner, but fan out to many watchers
+    /// slower and with a longer tail (docs/benchmarks.md measures 1 against 2 on 2 cores).
     #[arg(long, value_name = "N", env = "HIVE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub worker_threads: Option<u16>,
 

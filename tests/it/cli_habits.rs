@@ -416,15 +416,18 @@ async fn serve_runs_as_many_workers_as_asked_and_refuses_a_count_it_cannot() {
     let env = Daemon::start_with_env(&[], &[("HIVE_WORKER_THREADS", "3")]);
     assert_eq!(runtime_workers(&env).await, 3, "threads of a daemon given HIVE_WORKER_THREADS=3");
 
+    let scratch = tempfile::tempdir().unwrap();
+    let state = scratch.path().join("state");
     for bad in ["0", "1025", "many"] {
         let out = Command::new(hive_bin())
-            .args(["serve", "--worker-threads", bad, "--state-dir", "/nonexistent/never-made"])
+            .args(["serve", "--listen", "127.0.0.1:0", "--worker-threads", bad, "--state-dir"])
+            .arg(&state)
             .stdin(Stdio::null())
             .output()
             .expect("run hive serve");
         assert_eq!(out.status.code(), Some(2), "--worker-threads {bad} is a usage error");
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(said.contains("--worker-threads"), "the error names the flag: {said}");
-        assert!(!std::path::Path::new("/nonexistent/never-made").exists(), "nothing was made");
+        assert!(!state.exists(), "--worker-threads {bad}: a refused start made its state directory");
     }
 }
