@@ -116,6 +116,10 @@ pub(super) struct Journaled {
     /// Whether the whole history was found too large for one record: it only grows, so
     /// the folds after take the records since the last fold without trying it again.
     outgrown: bool,
+    /// The last record this replica wrote at a fold point (a multiple of
+    /// [`Journal::fold_every`]): the record the next fold takes the commits since, once
+    /// the history outgrew a record — known without reading every record kept.
+    fold_base: Option<JournalHead>,
 }
 
 impl Journaled {
@@ -124,7 +128,7 @@ impl Journaled {
     pub async fn restore(journal: std::sync::Arc<dyn Journal>, git: &Git) -> Result<Journaled> {
         let local = git.head().await?;
         let Some(head) = journal.head().await? else {
-            let mut journaled = Journaled { journal, head: None, outgrown: false };
+            let mut journaled = Journaled { journal, head: None, outgrown: false, fold_base: None };
             if let Some(local) = local {
                 let tags = merged_tags(git, None).await?;
                 journaled.append(git, &local, &tags).await?;
@@ -177,7 +181,7 @@ impl Journaled {
             git.run(&["update-ref", "-d", &from]).await?;
             tracing::warn!(tag, kept, "a deploy tag the journal never recorded was kept aside");
         }
-        Ok(Journaled { journal, head: Some(head), outgrown: false })
+        Ok(Journaled { journal, head: Some(head), outgrown: false, fold_base: None })
     }
 
     /// Records commit `new`, made on top of `before` (`None`: the first commit), with
@@ -224,7 +228,11 @@ impl Journaled {
             None => (bundle(git, Some(&head.commit), tags).await?, sequence),
         };
         let entry = JournalEntry { sequence, commit: new.to_string(), bundle, replaces };
-        self.head = Some(self.journal.record(Some(head), entry).await?);
+        let written = self.journal.record(Some(head), entry).await?;
+        if sequence % every == 0 {
+            self.fold_base = Some(written.clone());
+        }
+        self.head = Some(written);
         Ok(())
     }
 
@@ -240,14 +248,24 @@ impl Journaled {
             }
             self.outgrown = true;
         }
-        let kept = self.journal.entries(sequence - 1).await?;
-        let last_run = kept.iter().rev().find(|entry| entry.sequence <= sequence - every);
-        let Some(since) = last_run.or(kept.first()) else {
-            return Ok(None);
+        // Records are dropped only by folds, at multiples of `every`: the one `every`
+        // back is kept, and when this replica wrote it, it knows its commit. Otherwise
+        // (the first fold, or the first since this replica came to lead) the kept records
+        // are read.
+        let (since, commit) = match self.fold_base.clone().filter(|base| base.sequence + every == sequence) {
+            Some(base) => (base.sequence, base.commit),
+            None => {
+                let kept = self.journal.entries(sequence - 1).await?;
+                let last_run = kept.iter().rev().find(|entry| entry.sequence <= sequence - every);
+                let Some(since) = last_run.or(kept.first()) else {
+                    return Ok(None);
+                };
+                (since.sequence, since.commit.clone())
+            }
         };
-        let run = bundle(git, Some(&since.commit), &merged_tags(git, Some(&since.commit)).await?).await?;
+        let run = bundle(git, Some(&commit), &merged_tags(git, Some(&commit)).await?).await?;
         if run.len() <= largest {
-            return Ok(Some((run, since.sequence + 1)));
+            return Ok(Some((run, since + 1)));
         }
         tracing::warn!(
             record = sequence,

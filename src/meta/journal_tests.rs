@@ -6,7 +6,7 @@
 //! tested in `daemon::meta_journal_tests`.)
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex as StdMutex;
 
 use futures_util::future::BoxFuture;
@@ -16,10 +16,11 @@ use super::*;
 
 /// A journal in memory; `refuse` makes every record fail, as a deposed leader's does;
 /// `fold_every` and `largest`, when set, how often a record folds in those before it and
-/// the largest bundle one holds.
+/// the largest bundle one holds; `reads` counts the calls of [`Journal::entries`].
 #[derive(Debug, Default)]
 struct Memory {
     entries: StdMutex<Vec<JournalEntry>>,
+    reads: AtomicUsize,
     refuse: AtomicBool,
     fold_every: Option<u64>,
     largest: Option<usize>,
@@ -42,6 +43,7 @@ impl Journal for Memory {
     }
 
     fn entries(&self, sequence: u64) -> BoxFuture<'_, Result<Vec<JournalEntry>>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         let entries =
             self.entries.lock().unwrap().iter().filter(|e| e.sequence <= sequence).cloned().collect();
         Box::pin(std::future::ready(Ok(entries)))
@@ -306,7 +308,8 @@ async fn a_record_every_few_folds_in_the_whole_history_and_repos_still_come_to_t
 
 /// Once the whole history is larger than a record holds, each fold takes in the records
 /// since the last one: the journal keeps one record a few, each replica still comes to
-/// the head.
+/// the head, and the leader, which wrote the record each fold starts from, reads none of
+/// the records kept (their bundles) to find it.
 #[tokio::test]
 async fn once_the_history_outgrows_a_record_each_fold_takes_the_records_since_the_last() {
     let (first, second, third) =
@@ -318,7 +321,9 @@ async fn once_the_history_outgrows_a_record_each_fold_takes_the_records_since_th
     leader.sync_agents(&gate, &[agent("a", Some(rev(1)))]).await.unwrap();
     drop(gate);
     drop(open(third.path(), &journal).await);
+    journal.reads.store(0, Ordering::SeqCst);
     deploy_rounds(&leader, 1..=12).await;
+    assert_eq!(journal.reads.load(Ordering::SeqCst), 0, "the leader's folds read the kept records");
 
     let head = journal.head_now().unwrap();
     let entries = journal.entries.lock().unwrap().clone();
@@ -333,4 +338,17 @@ async fn once_the_history_outgrows_a_record_each_fold_takes_the_records_since_th
         assert_eq!(pair[1].replaces, pair[0].sequence + 1, "each record follows the one kept before it");
     }
     all_come_to_the_head(&leader, &journal, &[second.path(), third.path()]).await;
+
+    // A replica that comes to lead did not write the record its first fold starts from:
+    // that fold reads the kept records, the next does not; the records still follow.
+    drop(leader);
+    let next = open(second.path(), &journal).await;
+    journal.reads.store(0, Ordering::SeqCst);
+    deploy_rounds(&next, 13..=16).await;
+    assert_eq!(journal.reads.load(Ordering::SeqCst), 1, "only the new leader's first fold reads");
+    let entries = journal.entries.lock().unwrap().clone();
+    for pair in entries.windows(2) {
+        assert_eq!(pair[1].replaces, pair[0].sequence + 1, "each record follows the one kept before it");
+    }
+    all_come_to_the_head(&next, &journal, &[first.path(), third.path()]).await;
 }
